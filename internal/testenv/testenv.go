@@ -1,0 +1,233 @@
+// Package testenv connects integration tests to the real servers that scripts/env starts
+// (TiDB, two MariaDB servers, Kafka). It exists so every test finds the servers the same
+// way: from the PARITY_TEST_* variables written to var/env.sh.
+//
+// Locally a test whose server is not configured is skipped with a message; when CI=true a
+// missing server fails the test, so CI can never pass by skipping.
+package testenv
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/segmentio/kafka-go"
+)
+
+// Variables read by the helpers; scripts/env up writes them to var/env.sh.
+const (
+	EnvUpstream   = "PARITY_TEST_UPSTREAM_DSN"   // TiDB
+	EnvDownstream = "PARITY_TEST_DOWNSTREAM_DSN" // fallback MariaDB
+	EnvMySQL      = "PARITY_TEST_MYSQL_DSN"      // second MariaDB
+	EnvKafka      = "PARITY_TEST_KAFKA"          // bootstrap address
+)
+
+// Lookup returns the value of an environment variable, falling back to var/env.sh at the
+// repository root so `go test ./...` works after `make env-up` without sourcing anything.
+func Lookup(name string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return fromEnvFile(name)
+}
+
+func fromEnvFile(name string) string {
+	dir, err := os.Getwd()
+	if err != nil {
+		return ""
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			data, err := os.ReadFile(filepath.Join(dir, "var", "env.sh"))
+			if err != nil {
+				return ""
+			}
+			re := regexp.MustCompile(`(?m)^export ` + regexp.QuoteMeta(name) + `='([^']*)'`)
+			if m := re.FindSubmatch(data); m != nil {
+				return string(m[1])
+			}
+			return ""
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return ""
+		}
+		dir = parent
+	}
+}
+
+// Require returns the variable's value, or skips (locally) / fails (CI=true) the test.
+func Require(t testing.TB, name string) string {
+	t.Helper()
+	v := Lookup(name)
+	if v != "" {
+		return v
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("%s is not set: CI must run against the real test environment (make env-up)", name)
+	}
+	t.Skipf("%s is not set; run `make env-up` to test against the real servers", name)
+	return ""
+}
+
+// UniqueName returns prefix_<random>, safe as a database or topic name, so tests can run
+// in parallel and be re-run without cleanup.
+func UniqueName(prefix string) string {
+	var b [5]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("%s_%s", prefix, hex.EncodeToString(b[:]))
+}
+
+// DSN returns the DSN in env var name with the database set and parseTime off (parity
+// reads temporal values as text), plus extra parameters.
+func DSN(t testing.TB, name, database string, params map[string]string) string {
+	t.Helper()
+	cfg, err := mysql.ParseDSN(Require(t, name))
+	if err != nil {
+		t.Fatalf("parse %s: %v", name, err)
+	}
+	cfg.DBName = database
+	if cfg.Params == nil {
+		cfg.Params = map[string]string{}
+	}
+	for k, v := range params {
+		cfg.Params[k] = v
+	}
+	cfg.MultiStatements = false
+	return cfg.FormatDSN()
+}
+
+// DB is a database created for one test on one server.
+type DB struct {
+	*sql.DB
+	Name string // the database (schema) name
+	DSN  string // a DSN selecting Name
+	Root string // the server's DSN without a database
+}
+
+// NewDB creates a fresh database on the server named by env var name, and drops it when
+// the test ends (unless PARITY_TEST_KEEP=1).
+func NewDB(t testing.TB, name, prefix string) *DB {
+	t.Helper()
+	root := Require(t, name)
+	db := UniqueName(prefix)
+	admin := open(t, DSN(t, name, "", nil))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := admin.ExecContext(ctx, "CREATE DATABASE `"+db+"`"); err != nil {
+		t.Fatalf("create database %s: %v", db, err)
+	}
+	t.Cleanup(func() {
+		if os.Getenv("PARITY_TEST_KEEP") == "1" {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		if _, err := admin.ExecContext(ctx, "DROP DATABASE IF EXISTS `"+db+"`"); err != nil {
+			t.Logf("drop database %s: %v", db, err)
+		}
+	})
+	dsn := DSN(t, name, db, nil)
+	return &DB{DB: open(t, dsn), Name: db, DSN: dsn, Root: root}
+}
+
+func open(t testing.TB, dsn string) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		t.Fatalf("open %s: %v", dsn, err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := db.PingContext(ctx); err != nil {
+		if os.Getenv("CI") != "true" {
+			t.Skipf("server %s does not answer (%v); run `make env-up`", dsn, err)
+		}
+		t.Fatalf("server %s does not answer: %v", dsn, err)
+	}
+	return db
+}
+
+// Upstream, Downstream and MySQL create a fresh database on TiDB, the fallback MariaDB
+// and the peer MariaDB.
+func Upstream(t testing.TB) *DB   { return NewDB(t, EnvUpstream, "pt") }
+func Downstream(t testing.TB) *DB { return NewDB(t, EnvDownstream, "pt") }
+func MySQL(t testing.TB) *DB      { return NewDB(t, EnvMySQL, "pt") }
+
+// Kafka returns the bootstrap address of the test Kafka.
+func Kafka(t testing.TB) string { return Require(t, EnvKafka) }
+
+// NewTopic creates a topic with the given partitions on the test Kafka and deletes it
+// when the test ends.
+func NewTopic(t testing.TB, prefix string, partitions int) string {
+	t.Helper()
+	broker := Kafka(t)
+	topic := strings.ReplaceAll(UniqueName(prefix), "_", "-")
+	conn, err := kafka.Dial("tcp", broker)
+	if err != nil {
+		t.Fatalf("dial kafka %s: %v", broker, err)
+	}
+	defer conn.Close()
+	ctrl, err := conn.Controller()
+	if err != nil {
+		t.Fatalf("kafka controller: %v", err)
+	}
+	cc, err := kafka.Dial("tcp", net.JoinHostPort(ctrl.Host, strconv.Itoa(ctrl.Port)))
+	if err != nil {
+		t.Fatalf("dial kafka controller: %v", err)
+	}
+	defer cc.Close()
+	if err := cc.CreateTopics(kafka.TopicConfig{Topic: topic, NumPartitions: partitions, ReplicationFactor: 1}); err != nil {
+		t.Fatalf("create topic %s: %v", topic, err)
+	}
+	t.Cleanup(func() {
+		if os.Getenv("PARITY_TEST_KEEP") == "1" {
+			return
+		}
+		c, err := kafka.Dial("tcp", net.JoinHostPort(ctrl.Host, strconv.Itoa(ctrl.Port)))
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		_ = c.DeleteTopics(topic)
+	})
+	waitTopic(t, broker, topic, partitions)
+	return topic
+}
+
+func waitTopic(t testing.TB, broker, topic string, partitions int) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		conn, err := kafka.Dial("tcp", broker)
+		if err == nil {
+			parts, err2 := conn.ReadPartitions(topic)
+			conn.Close()
+			ok := err2 == nil && len(parts) == partitions
+			for _, p := range parts {
+				if p.Leader.Host == "" {
+					ok = false
+				}
+			}
+			if ok {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("topic %s did not get %d partitions with leaders in 30s", topic, partitions)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
