@@ -43,6 +43,9 @@ func Lookup(name string) string {
 }
 
 func fromEnvFile(name string) string {
+	if os.Getenv("PARITY_TEST_NO_ENV_FILE") == "1" {
+		return ""
+	}
 	dir, err := os.Getwd()
 	if err != nil {
 		return ""

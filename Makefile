@@ -1,0 +1,58 @@
+# parity — build, test and run against the real test environment (scripts/env).
+SHELL := /bin/bash
+.DEFAULT_GOAL := build
+
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT  ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
+LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
+GO      ?= go
+# Every test run reads the servers from var/env.sh (written by `scripts/env up`).
+ENV     := set -a; [ -f var/env.sh ] && . var/env.sh; set +a;
+FUZZTIME ?= 60s
+
+.PHONY: build
+build: ## build bin/parity
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/parity ./cmd/parity
+
+.PHONY: env-up env-down env-status
+env-up: ## start Kafka, both MariaDB servers and TiDB on loopback (installs what is missing)
+	scripts/env up
+env-down: ## stop exactly what env-up started
+	scripts/env down
+env-status:
+	scripts/env status
+
+.PHONY: test
+test: env-up build ## the whole suite: environment up, unit + integration tests with -race, fuzzing
+	$(ENV) $(GO) test -race -count=1 -timeout 45m ./...
+	$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZTIME)
+
+.PHONY: test-unit
+test-unit: ## unit tests only (integration tests skip without the environment)
+	env -u CI -u PARITY_TEST_UPSTREAM_DSN -u PARITY_TEST_DOWNSTREAM_DSN -u PARITY_TEST_MYSQL_DSN -u PARITY_TEST_KAFKA \
+		PARITY_TEST_NO_ENV_FILE=1 $(GO) test -race -count=1 ./...
+
+.PHONY: fuzz
+fuzz: ## fuzz the open-protocol decoder (FUZZTIME=60s in make test; longer: make fuzz FUZZTIME=10m)
+	$(GO) test -run='^$$' -fuzz='^FuzzDecode$$' -fuzztime=$(FUZZTIME) ./cdc/open/
+
+.PHONY: bench
+bench: env-up build ## performance targets, each printed against its baseline
+	$(ENV) $(GO) test -run='^$$' -bench=. -benchmem ./cdc/open/
+
+.PHONY: lint
+lint: ## go vet, gofmt
+	$(GO) vet ./...
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+.PHONY: generate
+generate: ## regenerate generated code (protobuf)
+	$(GO) generate ./...
+
+.PHONY: demo
+demo: env-up build ## start the environment and show parity at work
+	scripts/demo.sh
+
+.PHONY: clean
+clean:
+	rm -rf bin
