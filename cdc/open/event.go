@@ -139,4 +139,10 @@ type Event struct {
 	// DDL events.
 	Query   string
 	DDLType int // TiDB's model.ActionType
+
+	// Malformed lists members of a row value that were not name→column objects and were
+	// skipped, as "p.t". The new-architecture encoder writes them when a column changes
+	// to NULL under only-output-updated-columns (its old value loses its name), so a
+	// non-empty list means OldColumns is incomplete. Nil for well-formed messages.
+	Malformed []string
 }
