@@ -1,0 +1,316 @@
+package checker
+
+import (
+	"fmt"
+	"strings"
+)
+
+// This file holds every SQL statement that reads table data: the per-chunk checksum, the
+// boundary walk, the drill-down row streams. Identifiers go through QuoteIdent only.
+
+// Hash selects the per-row hash of the checksum query. Every variant yields a 64-bit
+// unsigned integer per row; rows are aggregated with SUM (exact DECIMAL on both servers, so
+// duplicated rows never cancel out as they do under BIT_XOR) and paired with COUNT(*).
+type Hash string
+
+const (
+	// HashSHA1 takes the first 64 bits of SHA1 of the row encoding (the default: measured
+	// fastest of the cryptographic hashes on both MariaDB and TiDB, see docs/diff.md).
+	HashSHA1 Hash = "sha1"
+	// HashMD5 takes the first 64 bits of MD5.
+	HashMD5 Hash = "md5"
+	// HashCRC32Pair concatenates CRC32(row) and CRC32(REVERSE(row)). Kept only for
+	// benchmarks: CRC is affine over GF(2), so two rows that swap equal-length values
+	// collide under XOR-style aggregates, and salting does not add bits (CRC of a prefixed
+	// string is a function of the CRC of the string). Never the default.
+	HashCRC32Pair Hash = "crc32pair"
+)
+
+// Side is upstream or downstream.
+type Side int
+
+const (
+	Upstream Side = iota
+	Downstream
+)
+
+func (s Side) String() string {
+	if s == Upstream {
+		return "upstream"
+	}
+	return "downstream"
+}
+
+// PlanColumn is a compared column: its name and the kind taken from the upstream.
+type PlanColumn struct {
+	Name string
+	Kind Kind
+	// per side: character set and collation (index 0 upstream, 1 downstream).
+	Charset   [2]string
+	Collation [2]string
+}
+
+// TablePlan is how one table pair is compared: the tables on both sides, the compared
+// columns (upstream order, ignored and generated columns removed) and the key.
+type TablePlan struct {
+	Schema  [2]string // per side
+	Table   [2]string
+	Flavor  [2]Flavor
+	Columns []PlanColumn
+	// Key holds the indexes into Columns of the row key, in key order. For a keyless
+	// table it holds the NOT NULL, orderable columns used only to cut chunks (possibly
+	// none), and Keyless is true.
+	Key     []int
+	Keyless bool
+	// PartialColumns is set when some downstream columns are not compared (ignored, or
+	// absent upstream): fix SQL then updates instead of replacing whole rows.
+	PartialColumns bool
+	Hash           Hash
+	// Where is the user's optional row filter, applied on both sides.
+	Where string
+}
+
+func (p *TablePlan) table(s Side) string { return QuoteTable(p.Schema[s], p.Table[s]) }
+
+// KeyNames returns the key column names.
+func (p *TablePlan) KeyNames() []string {
+	out := make([]string, len(p.Key))
+	for i, k := range p.Key {
+		out[i] = p.Columns[k].Name
+	}
+	return out
+}
+
+func isUTF8(cs string) bool {
+	switch cs {
+	case "", "utf8mb4", "utf8", "utf8mb3", "binary":
+		return true
+	}
+	return false
+}
+
+// text returns an expression yielding the column's value as text (bytes) on side s.
+func (p *TablePlan) text(s Side, c PlanColumn) string {
+	id := QuoteIdent(c.Name)
+	switch c.Kind {
+	case KindString:
+		if !isUTF8(c.Charset[s]) {
+			return "CONVERT(" + id + " USING utf8mb4)"
+		}
+		return id
+	case KindJSON:
+		if p.Flavor[s] == FlavorMariaDB {
+			return id // LONGTEXT: the stored text (what TiCDC wrote, in TiDB's format)
+		}
+		return "CAST(" + id + " AS CHAR)"
+	case KindBit:
+		return "CAST(" + id + " AS UNSIGNED)"
+	}
+	return id
+}
+
+// encode returns the injective per-column encoding: 'N' for NULL; for variable bytes
+// (strings, binaries, JSON) the byte length, ':' and the bytes; for numbers and temporal
+// values their text, which never contains ',' and never equals 'N'. The fields are then
+// joined with ',' so the row encoding is a prefix-free code: NULL, '', 'NULL', and values
+// that contain the separator all encode differently, and so does every column order.
+func (p *TablePlan) encode(s Side, c PlanColumn) string {
+	x := p.text(s, c)
+	switch c.Kind {
+	case KindString, KindBinary, KindJSON:
+		return "IFNULL(CONCAT(LENGTH(" + x + "),':'," + x + "),'N')"
+	}
+	return "IFNULL(" + x + ",'N')"
+}
+
+// RowEncoding returns the SQL expression of the row encoding on side s.
+func (p *TablePlan) RowEncoding(s Side) string {
+	parts := make([]string, len(p.Columns))
+	for i, c := range p.Columns {
+		parts[i] = p.encode(s, c)
+	}
+	if len(parts) == 1 {
+		return parts[0]
+	}
+	return "CONCAT_WS(','," + strings.Join(parts, ",") + ")"
+}
+
+// RowHash returns the SQL expression of the 64-bit unsigned per-row hash on side s.
+func (p *TablePlan) RowHash(s Side) string {
+	return hashExpr(p.Hash, p.RowEncoding(s))
+}
+
+func hashExpr(h Hash, row string) string {
+	switch h {
+	case HashMD5:
+		return "CAST(CONV(SUBSTRING(MD5(" + row + "),1,16),16,10) AS UNSIGNED)"
+	case HashCRC32Pair:
+		return "((CRC32(" + row + ") << 32) | CRC32(REVERSE(" + row + ")))"
+	}
+	return "CAST(CONV(SUBSTRING(SHA1(" + row + "),1,16),16,10) AS UNSIGNED)"
+}
+
+// ChecksumSQL returns the chunk checksum query for side s: one row (cnt, sum) where cnt is
+// COUNT(*) and sum the exact SUM of the per-row hashes as a decimal string ('0' for no
+// rows). r is the key range of the chunk.
+func (p *TablePlan) ChecksumSQL(s Side, r Range) string {
+	return "SELECT COUNT(*) AS cnt, IFNULL(SUM(" + p.RowHash(s) + "),0) AS sum FROM " + p.table(s) + p.whereClause(s, r)
+}
+
+// CountSQL counts the rows of a range (used to size the first chunk and for the report
+// of tables that are compared by count only).
+func (p *TablePlan) CountSQL(s Side, r Range) string {
+	return "SELECT COUNT(*) FROM " + p.table(s) + p.whereClause(s, r)
+}
+
+func (p *TablePlan) whereClause(s Side, r Range) string {
+	var conds []string
+	if c := p.rangePredicate(s, r); c != "" {
+		conds = append(conds, c)
+	}
+	if p.Where != "" {
+		conds = append(conds, "("+p.Where+")")
+	}
+	if len(conds) == 0 {
+		return ""
+	}
+	return " WHERE " + strings.Join(conds, " AND ")
+}
+
+// keyRef returns the key column as used in range predicates and index walks on side s.
+// When the two sides' collations differ, the downstream compares with the upstream's
+// collation so a row falls into the same chunk on both sides.
+func (p *TablePlan) keyRef(s Side, c PlanColumn) string {
+	id := QuoteIdent(c.Name)
+	if s == Downstream && c.Kind == KindString && c.Collation[0] != "" && c.Collation[0] != c.Collation[1] {
+		if c.Charset[0] != c.Charset[1] {
+			id = "CONVERT(" + id + " USING " + c.Charset[0] + ")"
+		}
+		return id + " COLLATE " + c.Collation[0]
+	}
+	return id
+}
+
+// rangePredicate renders lo < key <= hi as a lexicographic expansion that range
+// optimizers on TiDB and MariaDB turn into index ranges:
+//
+//	k1 >= v1 AND (k1 > v1 OR (k1 = v1 AND k2 > v2))
+func (p *TablePlan) rangePredicate(s Side, r Range) string {
+	var conds []string
+	if r.Lo != nil {
+		conds = append(conds, p.boundPredicate(s, r.Lo, ">"))
+	}
+	if r.Hi != nil {
+		conds = append(conds, p.boundPredicate(s, r.Hi, "<="))
+	}
+	return strings.Join(conds, " AND ")
+}
+
+func (p *TablePlan) boundPredicate(s Side, b Bound, op string) string {
+	n := len(b)
+	if n > len(p.Key) {
+		n = len(p.Key)
+	}
+	strict := op[:1] // ">" or "<"
+	refs := make([]string, n)
+	lits := make([]string, n)
+	for i := 0; i < n; i++ {
+		c := p.Columns[p.Key[i]]
+		refs[i] = p.keyRef(s, c)
+		lits[i] = predicateLiteral(c.Kind, b[i])
+	}
+	// Build from the last column outwards.
+	expr := refs[n-1] + " " + op + " " + lits[n-1]
+	for i := n - 2; i >= 0; i-- {
+		expr = refs[i] + " " + strict + " " + lits[i] + " OR (" + refs[i] + " = " + lits[i] + " AND (" + expr + "))"
+	}
+	if n > 1 {
+		expr = refs[0] + " " + strict + "= " + lits[0] + " AND (" + expr + ")"
+	}
+	return "(" + expr + ")"
+}
+
+func (p *TablePlan) keyList(s Side) string {
+	parts := make([]string, len(p.Key))
+	for i, k := range p.Key {
+		parts[i] = p.keyRef(s, p.Columns[k])
+	}
+	return strings.Join(parts, ", ")
+}
+
+func (p *TablePlan) keySelect() string {
+	parts := make([]string, len(p.Key))
+	for i, k := range p.Key {
+		parts[i] = p.selectExpr(p.Columns[k])
+	}
+	return strings.Join(parts, ", ")
+}
+
+// selectExpr is how a column is read for comparison in Go: as the server prints it,
+// except BIT, read as its unsigned integer.
+func (p *TablePlan) selectExpr(c PlanColumn) string {
+	if c.Kind == KindBit {
+		return "CAST(" + QuoteIdent(c.Name) + " AS UNSIGNED)"
+	}
+	return QuoteIdent(c.Name)
+}
+
+// BoundarySQL returns the key of the row `offset` rows past the start of range r in key
+// order (the index walk that cuts the next chunk), or no row when fewer remain.
+func (p *TablePlan) BoundarySQL(s Side, r Range, offset int) string {
+	return fmt.Sprintf("SELECT %s FROM %s%s ORDER BY %s LIMIT %d,1", p.keySelect(), p.table(s), p.whereClause(s, r), p.keyList(s), offset)
+}
+
+// RegionSampleSQL returns the first row key of every TiDB region of the table (TiDB only).
+func (p *TablePlan) RegionSampleSQL() string {
+	return fmt.Sprintf("SELECT %s FROM %s TABLESAMPLE REGIONS() ORDER BY %s", p.keySelect(), p.table(Upstream), p.keyList(Upstream))
+}
+
+// orderExpr orders drill-down streams so that Go can merge them: strings by their UTF-8
+// bytes (no collation, no pad space), everything else by value.
+func (p *TablePlan) orderExpr(c PlanColumn, s Side) string {
+	id := QuoteIdent(c.Name)
+	switch c.Kind {
+	case KindString:
+		if !isUTF8(c.Charset[s]) {
+			return "CAST(CONVERT(" + id + " USING utf8mb4) AS BINARY)"
+		}
+		return "CAST(" + id + " AS BINARY)"
+	}
+	return id
+}
+
+// RowsSQL streams the rows of a range on side s: key columns first, then every compared
+// column, in the byte/value order that compareKeys expects.
+func (p *TablePlan) RowsSQL(s Side, r Range) string {
+	cols := make([]string, len(p.Columns))
+	for i, c := range p.Columns {
+		cols[i] = p.selectExpr(c)
+	}
+	order := make([]string, len(p.Key))
+	for i, k := range p.Key {
+		order[i] = p.orderExpr(p.Columns[k], s)
+	}
+	return fmt.Sprintf("SELECT %s FROM %s%s ORDER BY %s", strings.Join(cols, ", "), p.table(s), p.whereClause(s, r), strings.Join(order, ", "))
+}
+
+// HashGroupsSQL returns (h, n) for every distinct row hash of a range, ordered by h: the
+// drill-down of keyless tables compares these multisets.
+func (p *TablePlan) HashGroupsSQL(s Side, r Range) string {
+	return fmt.Sprintf("SELECT h, COUNT(*) FROM (SELECT %s AS h FROM %s%s) AS x GROUP BY h ORDER BY h", p.RowHash(s), p.table(s), p.whereClause(s, r))
+}
+
+// RowsByHashSQL returns up to limit rows of a range whose row hash is h.
+func (p *TablePlan) RowsByHashSQL(s Side, r Range, h string, limit int) string {
+	cols := make([]string, len(p.Columns))
+	for i, c := range p.Columns {
+		cols[i] = p.selectExpr(c)
+	}
+	w := p.whereClause(s, r)
+	if w == "" {
+		w = " WHERE "
+	} else {
+		w += " AND "
+	}
+	return fmt.Sprintf("SELECT %s FROM %s%s%s = %s LIMIT %d", strings.Join(cols, ", "), p.table(s), w, p.RowHash(s), h, limit)
+}

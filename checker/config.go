@@ -1,0 +1,294 @@
+package checker
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"path"
+	"strings"
+	"time"
+)
+
+// SourceConfig says how to reach one side.
+type SourceConfig struct {
+	// DSN in go-sql-driver/mysql form, e.g. "root@tcp(127.0.0.1:4000)/".
+	// Default: none (required unless the caller hands in a Source).
+	DSN string `toml:"dsn" json:"-"`
+	// Snapshot is a TiDB TSO (or datetime) to read the upstream at, through tidb_snapshot.
+	// Default: "" (read the latest data).
+	Snapshot string `toml:"snapshot" json:"snapshot,omitempty"`
+	// Concurrency caps the connections (and so the concurrent queries) on this side.
+	// Default: 0, meaning Config.Concurrency.
+	Concurrency int `toml:"concurrency" json:"concurrency,omitempty"`
+}
+
+// Route maps upstream tables to downstream names. From is "schema" or "schema.table"
+// with * and ? wildcards; To is "schema" (table name kept) or "schema.table".
+type Route struct {
+	From string `toml:"from" json:"from"`
+	To   string `toml:"to" json:"to"`
+}
+
+// TableConfig holds per-table options; Table is "schema.table" with wildcards.
+type TableConfig struct {
+	Table string `toml:"table" json:"table"`
+	// Where filters the compared rows on both sides (a SQL boolean expression).
+	// Default: "" (all rows).
+	Where string `toml:"where" json:"where,omitempty"`
+}
+
+// Config configures a diff run.
+type Config struct {
+	Upstream   SourceConfig `toml:"upstream" json:"upstream"`
+	Downstream SourceConfig `toml:"downstream" json:"downstream"`
+	// Tables are the upstream tables to compare, "schema.table" with * and ? wildcards.
+	// Default: none (required).
+	Tables []string `toml:"tables" json:"tables"`
+	// Exclude removes tables matched by Tables. Default: none.
+	Exclude []string `toml:"exclude" json:"exclude,omitempty"`
+	// Routes rename upstream schemas/tables to downstream ones; the first match wins.
+	// Default: none (same names on both sides).
+	Routes []Route `toml:"routes" json:"routes,omitempty"`
+	// IgnoreColumns are "schema.table.column" patterns left out of every comparison.
+	// Default: none.
+	IgnoreColumns []string `toml:"ignore_columns" json:"ignore_columns,omitempty"`
+	// TableConfigs hold per-table options (the first matching entry applies). Default: none.
+	TableConfigs []TableConfig `toml:"table" json:"table,omitempty"`
+
+	// Concurrency is the number of chunks compared at once (each uses one connection per
+	// side). Default: 4.
+	Concurrency int `toml:"concurrency" json:"concurrency"`
+	// ChunkTargetTime is the time a chunk checksum query should take on the slower side;
+	// chunk sizes adapt towards it. Default: 500ms.
+	ChunkTargetTime time.Duration `toml:"chunk_target_time" json:"chunk_target_time"`
+	// InitialChunkRows is the size of the first chunks of a table. Default: 10000.
+	InitialChunkRows int `toml:"initial_chunk_rows" json:"initial_chunk_rows"`
+	// MinChunkRows and MaxChunkRows bound adaptive chunk sizes. Default: 1000 and 500000.
+	MinChunkRows int `toml:"min_chunk_rows" json:"min_chunk_rows"`
+	MaxChunkRows int `toml:"max_chunk_rows" json:"max_chunk_rows"`
+	// RowDiffRows: a mismatched range with at most this many rows is compared row by row;
+	// larger ones are bisected first. Default: 2000.
+	RowDiffRows int `toml:"row_diff_rows" json:"row_diff_rows"`
+	// Hash is the per-row hash of the checksum query. Default: "sha1".
+	Hash Hash `toml:"hash" json:"hash"`
+
+	// MaxRowsPerSecond caps the rows checksummed per second over all workers (0: no cap).
+	// Default: 0.
+	MaxRowsPerSecond int `toml:"max_rows_per_second" json:"max_rows_per_second,omitempty"`
+	// MaxThreadsRunning pauses new chunks while the downstream's Threads_running is above
+	// it (0: never pause). Default: 0.
+	MaxThreadsRunning int `toml:"max_threads_running" json:"max_threads_running,omitempty"`
+	// QueryTimeout bounds every query. Default: 5m.
+	QueryTimeout time.Duration `toml:"query_timeout" json:"query_timeout"`
+
+	// MaxReportedDifferences caps the differences listed per table in the report (the
+	// total is always counted, and fix SQL covers all of them). Default: 1000.
+	MaxReportedDifferences int `toml:"max_reported_differences" json:"max_reported_differences"`
+	// OutputDir receives report.json and the fix SQL files. Default: "" (no files).
+	OutputDir string `toml:"output" json:"-"`
+	// MetaDSN is where the run state lives (schema MetaSchema). Default: the downstream DSN.
+	MetaDSN string `toml:"meta_dsn" json:"-"`
+	// MetaSchema is the schema holding the diff_* state tables. Default: "parity_meta".
+	MetaSchema string `toml:"meta_schema" json:"meta_schema"`
+	// Resume continues the run with this ID instead of starting a new one. Default: "".
+	Resume string `toml:"-" json:"-"`
+
+	// Progress, when set, is called after every finished chunk (never concurrently).
+	Progress func(Progress) `toml:"-" json:"-"`
+	// Logger receives structured logs (never row values). Default: slog.Default().
+	Logger *slog.Logger `toml:"-" json:"-"`
+}
+
+// DefaultConfig returns a Config with every default filled in.
+func DefaultConfig() Config {
+	return Config{
+		Concurrency:            4,
+		ChunkTargetTime:        500 * time.Millisecond,
+		InitialChunkRows:       10000,
+		MinChunkRows:           1000,
+		MaxChunkRows:           500000,
+		RowDiffRows:            2000,
+		Hash:                   HashSHA1,
+		QueryTimeout:           5 * time.Minute,
+		MaxReportedDifferences: 1000,
+		MetaSchema:             "parity_meta",
+	}
+}
+
+// Validate reports every problem with its key path.
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(key, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", key, fmt.Sprintf(format, args...)))
+	}
+	if len(c.Tables) == 0 {
+		bad("tables", "at least one table pattern is required")
+	}
+	for i, t := range c.Tables {
+		if err := checkPattern(t, 2); err != nil {
+			bad(fmt.Sprintf("tables[%d]", i), "%v", err)
+		}
+	}
+	for i, t := range c.Exclude {
+		if err := checkPattern(t, 2); err != nil {
+			bad(fmt.Sprintf("exclude[%d]", i), "%v", err)
+		}
+	}
+	for i, r := range c.Routes {
+		from, to := strings.Count(r.From, "."), strings.Count(r.To, ".")
+		if r.From == "" || from > 1 || checkPattern(r.From, from+1) != nil {
+			bad(fmt.Sprintf("routes[%d].from", i), "want schema or schema.table, got %q", r.From)
+		}
+		if r.To == "" || to > 1 || strings.ContainsAny(r.To, "*?") || (to == 1 && from == 0) {
+			bad(fmt.Sprintf("routes[%d].to", i), "want schema (or schema.table when from names a table), got %q", r.To)
+		}
+	}
+	for i, p := range c.IgnoreColumns {
+		if err := checkPattern(p, 3); err != nil {
+			bad(fmt.Sprintf("ignore_columns[%d]", i), "%v", err)
+		}
+	}
+	for i, t := range c.TableConfigs {
+		if err := checkPattern(t.Table, 2); err != nil {
+			bad(fmt.Sprintf("table[%d].table", i), "%v", err)
+		}
+		if strings.Contains(t.Where, ";") {
+			bad(fmt.Sprintf("table[%d].where", i), "must be one expression, found ';'")
+		}
+	}
+	if c.Concurrency < 1 {
+		bad("concurrency", "must be at least 1, got %d", c.Concurrency)
+	}
+	if c.Upstream.Concurrency < 0 {
+		bad("upstream.concurrency", "must not be negative")
+	}
+	if c.Downstream.Concurrency < 0 {
+		bad("downstream.concurrency", "must not be negative")
+	}
+	if c.ChunkTargetTime <= 0 {
+		bad("chunk_target_time", "must be positive, got %s", c.ChunkTargetTime)
+	}
+	if c.MinChunkRows < 1 {
+		bad("min_chunk_rows", "must be at least 1, got %d", c.MinChunkRows)
+	}
+	if c.MaxChunkRows < c.MinChunkRows {
+		bad("max_chunk_rows", "must be at least min_chunk_rows (%d), got %d", c.MinChunkRows, c.MaxChunkRows)
+	}
+	if c.InitialChunkRows < c.MinChunkRows || c.InitialChunkRows > c.MaxChunkRows {
+		bad("initial_chunk_rows", "must be within [%d, %d], got %d", c.MinChunkRows, c.MaxChunkRows, c.InitialChunkRows)
+	}
+	if c.RowDiffRows < 1 {
+		bad("row_diff_rows", "must be at least 1, got %d", c.RowDiffRows)
+	}
+	switch c.Hash {
+	case HashSHA1, HashMD5, HashCRC32Pair:
+	default:
+		bad("hash", "want sha1, md5 or crc32pair, got %q", c.Hash)
+	}
+	if c.MaxRowsPerSecond < 0 {
+		bad("max_rows_per_second", "must not be negative")
+	}
+	if c.MaxThreadsRunning < 0 {
+		bad("max_threads_running", "must not be negative")
+	}
+	if c.QueryTimeout <= 0 {
+		bad("query_timeout", "must be positive, got %s", c.QueryTimeout)
+	}
+	if c.MaxReportedDifferences < 0 {
+		bad("max_reported_differences", "must not be negative")
+	}
+	if c.MetaSchema == "" {
+		bad("meta_schema", "is required")
+	}
+	return errors.Join(errs...)
+}
+
+func checkPattern(p string, parts int) error {
+	fields := strings.Split(p, ".")
+	if len(fields) != parts {
+		want := []string{"", "schema", "schema.table", "schema.table.column"}[parts]
+		return fmt.Errorf("want %s, got %q", want, p)
+	}
+	for _, f := range fields {
+		if f == "" {
+			return fmt.Errorf("empty name in %q", p)
+		}
+		if _, err := path.Match(f, ""); err != nil {
+			return fmt.Errorf("bad pattern %q: %w", p, err)
+		}
+	}
+	return nil
+}
+
+// matchName matches "a.b[.c]" names against a pattern of the same shape, each part with
+// path.Match wildcards.
+func matchName(pattern string, names ...string) bool {
+	parts := strings.Split(pattern, ".")
+	if len(parts) != len(names) {
+		return false
+	}
+	for i, p := range parts {
+		if ok, _ := path.Match(p, names[i]); !ok {
+			return false
+		}
+	}
+	return true
+}
+
+func (c *Config) selected(schema, table string) bool {
+	in := false
+	for _, p := range c.Tables {
+		if matchName(p, schema, table) {
+			in = true
+			break
+		}
+	}
+	if !in {
+		return false
+	}
+	for _, p := range c.Exclude {
+		if matchName(p, schema, table) {
+			return false
+		}
+	}
+	return true
+}
+
+// route returns the downstream schema and table for an upstream table.
+func (c *Config) route(schema, table string) (string, string) {
+	for _, r := range c.Routes {
+		if strings.Contains(r.From, ".") {
+			if matchName(r.From, schema, table) {
+				if s, t, ok := strings.Cut(r.To, "."); ok {
+					return s, t
+				}
+				return r.To, table
+			}
+			continue
+		}
+		if matchName(r.From, schema) {
+			return r.To, table
+		}
+	}
+	return schema, table
+}
+
+func (c *Config) ignoredFunc(schema, table string) func(string) bool {
+	return func(col string) bool {
+		for _, p := range c.IgnoreColumns {
+			if matchName(p, schema, table, col) {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+func (c *Config) where(schema, table string) string {
+	for _, tc := range c.TableConfigs {
+		if matchName(tc.Table, schema, table) {
+			return tc.Where
+		}
+	}
+	return ""
+}

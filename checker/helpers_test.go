@@ -1,0 +1,119 @@
+package checker
+
+import (
+	"context"
+	"database/sql"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tidb-parity/parity/internal/testenv"
+)
+
+// pair is an upstream and a downstream test database.
+type pair struct {
+	up, down *testenv.DB
+}
+
+// mariaPair uses the peer MariaDB as upstream and the fallback MariaDB as downstream.
+func mariaPair(t *testing.T) pair {
+	t.Helper()
+	return pair{up: testenv.MySQL(t), down: testenv.Downstream(t)}
+}
+
+// tidbPair uses TiDB as upstream and the fallback MariaDB as downstream.
+func tidbPair(t *testing.T) pair {
+	t.Helper()
+	return pair{up: testenv.Upstream(t), down: testenv.Downstream(t)}
+}
+
+func exec(t *testing.T, db *sql.DB, stmts ...string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for _, s := range stmts {
+		if _, err := db.ExecContext(ctx, s); err != nil {
+			t.Fatalf("%s: %v", s, err)
+		}
+	}
+}
+
+// both runs statements on both sides.
+func (p pair) both(t *testing.T, stmts ...string) {
+	t.Helper()
+	exec(t, p.up.DB, stmts...)
+	exec(t, p.down.DB, stmts...)
+}
+
+func (p pair) config(t *testing.T, tables ...string) Config {
+	cfg := DefaultConfig()
+	cfg.Upstream.DSN = p.up.DSN
+	cfg.Downstream.DSN = p.down.DSN
+	for _, tb := range tables {
+		cfg.Tables = append(cfg.Tables, p.up.Name+"."+tb)
+	}
+	if p.up.Name != p.down.Name {
+		cfg.Routes = []Route{{From: p.up.Name, To: p.down.Name}}
+	}
+	cfg.OutputDir = t.TempDir()
+	cfg.MinChunkRows = 1
+	return cfg
+}
+
+func run(t *testing.T, cfg Config) *Report {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	rep, err := Run(ctx, cfg)
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	return rep
+}
+
+func tableReport(t *testing.T, rep *Report, table string) TableReport {
+	t.Helper()
+	for _, tr := range rep.Tables {
+		if tr.Table == table {
+			return tr
+		}
+	}
+	t.Fatalf("no report for table %s", table)
+	return TableReport{}
+}
+
+func readFix(t *testing.T, cfg Config, tr TableReport) string {
+	t.Helper()
+	if tr.FixSQLFile == "" {
+		t.Fatalf("no fix sql file for %s", tr.Table)
+	}
+	data, err := os.ReadFile(filepath.Join(cfg.OutputDir, tr.FixSQLFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(data)
+}
+
+// applyFix runs the fix SQL file on the downstream database.
+func applyFix(t *testing.T, db *sql.DB, fix string) {
+	t.Helper()
+	var stmts []string
+	for _, line := range strings.Split(fix, "\n") {
+		if strings.HasPrefix(line, "--") || strings.TrimSpace(line) == "" {
+			continue
+		}
+		stmts = append(stmts, strings.TrimSuffix(line, ";"))
+	}
+	conn, err := db.Conn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	for _, s := range stmts {
+		if _, err := conn.ExecContext(context.Background(), s); err != nil {
+			t.Fatalf("apply fix %q: %v", s, err)
+		}
+	}
+}

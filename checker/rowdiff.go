@@ -1,0 +1,484 @@
+package checker
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"math"
+	"math/big"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// DiffKind classifies a row difference.
+type DiffKind string
+
+const (
+	// Missing: the row exists upstream but not downstream.
+	Missing DiffKind = "missing"
+	// Extra: the row exists downstream but not upstream.
+	Extra DiffKind = "extra"
+	// Differing: the row exists on both sides with different values in Columns.
+	Differing DiffKind = "differing"
+)
+
+// KeyValue is one column of a difference's key, its value as SQL text.
+type KeyValue struct {
+	Column string
+	Value  string
+}
+
+// Key is an ordered column→value map; it marshals as a JSON object in key order.
+type Key []KeyValue
+
+func (k Key) MarshalJSON() ([]byte, error) {
+	var b bytes.Buffer
+	b.WriteByte('{')
+	for i, kv := range k {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		name, _ := json.Marshal(kv.Column)
+		val, _ := json.Marshal(kv.Value)
+		b.Write(name)
+		b.WriteByte(':')
+		b.Write(val)
+	}
+	b.WriteByte('}')
+	return b.Bytes(), nil
+}
+
+func (k *Key) UnmarshalJSON(data []byte) error {
+	// Order is restored from the token stream.
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if _, err := dec.Token(); err != nil {
+		return err
+	}
+	*k = nil
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		var v string
+		if err := dec.Decode(&v); err != nil {
+			return err
+		}
+		*k = append(*k, KeyValue{Column: t.(string), Value: v})
+	}
+	return nil
+}
+
+// Difference is one differing row.
+type Difference struct {
+	Kind DiffKind `json:"kind"`
+	// Key identifies the row: the key columns, or every column of a keyless table. Values
+	// are SQL literals of the upstream value (downstream for extra rows).
+	Key Key `json:"key"`
+	// Columns names the differing columns of a Differing row.
+	Columns []string `json:"columns,omitempty"`
+	// Count is how many copies of a keyless row are missing or extra (omitted when 1).
+	Count int `json:"count,omitempty"`
+
+	fix string // fix SQL statement(s)
+}
+
+// canon returns a canonical form of v for kind k: two values are equal exactly when their
+// canonical forms are. Strings and binaries compare by bytes (so 'a' and 'A' differ even in
+// a _ci column: a checker must report what a byte-level reader would see). FLOAT compares
+// at the 6 significant digits MySQL prints it with, DOUBLE by its exact value, -0 equals 0,
+// DECIMAL by value (1.5 = 1.50), BIT by value, JSON by structure (key order, spacing and
+// number spelling ignored).
+func canon(k Kind, v Value) string {
+	if v.Null {
+		return "\x00NULL"
+	}
+	s := string(v.Bytes)
+	switch k {
+	case KindFloat, KindDouble:
+		f, err := strconv.ParseFloat(s, 64)
+		if err != nil {
+			return s
+		}
+		if f == 0 {
+			return "0"
+		}
+		if k == KindFloat {
+			return strconv.FormatFloat(float64(float32(f)), 'g', 6, 32)
+		}
+		return strconv.FormatFloat(f, 'g', -1, 64)
+	case KindDecimal:
+		r, ok := new(big.Rat).SetString(s)
+		if !ok {
+			return s
+		}
+		return r.RatString()
+	case KindInt, KindBit:
+		i, ok := new(big.Int).SetString(s, 10)
+		if !ok {
+			return s
+		}
+		return i.String()
+	case KindJSON:
+		var x any
+		dec := json.NewDecoder(strings.NewReader(s))
+		dec.UseNumber()
+		if err := dec.Decode(&x); err != nil {
+			return s
+		}
+		var b strings.Builder
+		canonJSON(&b, x)
+		return b.String()
+	}
+	return s
+}
+
+func canonJSON(b *strings.Builder, x any) {
+	switch v := x.(type) {
+	case map[string]any:
+		keys := make([]string, 0, len(v))
+		for k := range v {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		b.WriteByte('{')
+		for i, k := range keys {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			kb, _ := json.Marshal(k)
+			b.Write(kb)
+			b.WriteByte(':')
+			canonJSON(b, v[k])
+		}
+		b.WriteByte('}')
+	case []any:
+		b.WriteByte('[')
+		for i, e := range v {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			canonJSON(b, e)
+		}
+		b.WriteByte(']')
+	case json.Number:
+		if r, ok := new(big.Rat).SetString(string(v)); ok {
+			b.WriteString(r.RatString())
+		} else if f, err := strconv.ParseFloat(string(v), 64); err == nil && !math.IsInf(f, 0) {
+			b.WriteString(strconv.FormatFloat(f, 'g', -1, 64))
+		} else {
+			b.WriteString(string(v))
+		}
+	default:
+		kb, _ := json.Marshal(v)
+		b.Write(kb)
+	}
+}
+
+// rowStream reads rows of a plan's columns from *sql.Rows.
+type rowStream struct {
+	rows *sql.Rows
+	raw  []sql.RawBytes
+	ptrs []any
+	cur  []Value
+	done bool
+}
+
+func newRowStream(rows *sql.Rows, n int) *rowStream {
+	s := &rowStream{rows: rows, raw: make([]sql.RawBytes, n), ptrs: make([]any, n), cur: make([]Value, n)}
+	for i := range s.raw {
+		s.ptrs[i] = &s.raw[i]
+	}
+	return s
+}
+
+// next advances; the current row stays valid until the following call.
+func (s *rowStream) next() error {
+	if s.done {
+		return nil
+	}
+	if !s.rows.Next() {
+		s.done = true
+		return s.rows.Err()
+	}
+	if err := s.rows.Scan(s.ptrs...); err != nil {
+		return err
+	}
+	for i, r := range s.raw {
+		if r == nil {
+			s.cur[i] = NullValue
+		} else {
+			s.cur[i] = Value{Bytes: r}
+		}
+	}
+	return nil
+}
+
+func (s *rowStream) row() []Value {
+	out := make([]Value, len(s.cur))
+	for i, v := range s.cur {
+		out[i] = v.clone()
+	}
+	return out
+}
+
+// keyOf returns the key values of a full row (RowsSQL puts columns in plan order).
+func (p *TablePlan) keyOf(row []Value) []Value {
+	out := make([]Value, len(p.Key))
+	for i, k := range p.Key {
+		out[i] = row[k]
+	}
+	return out
+}
+
+// differingColumns returns the names of the columns whose canonical values differ.
+func (p *TablePlan) differingColumns(up, down []Value) []string {
+	var out []string
+	for i, c := range p.Columns {
+		if canon(c.Kind, up[i]) != canon(c.Kind, down[i]) {
+			out = append(out, c.Name)
+		}
+	}
+	return out
+}
+
+// mergeRows streams both sides of range r in key order and reports every difference to
+// emit. Memory: two rows at a time.
+func (r *runner) mergeRows(ctx context.Context, ts *tableState, rng Range, emit func(Difference) error) error {
+	p := ts.plan
+	return r.withBoth(ctx, func(ctx context.Context, uq, dq Querier) error {
+		urows, err := uq.QueryContext(ctx, p.RowsSQL(Upstream, rng))
+		if err != nil {
+			return fmt.Errorf("read upstream rows of %s: %w", ts.name, err)
+		}
+		defer urows.Close()
+		drows, err := dq.QueryContext(ctx, p.RowsSQL(Downstream, rng))
+		if err != nil {
+			return fmt.Errorf("read downstream rows of %s: %w", ts.name, err)
+		}
+		defer drows.Close()
+		us, ds := newRowStream(urows, len(p.Columns)), newRowStream(drows, len(p.Columns))
+		if err := us.next(); err != nil {
+			return fmt.Errorf("read upstream rows of %s: %w", ts.name, err)
+		}
+		if err := ds.next(); err != nil {
+			return fmt.Errorf("read downstream rows of %s: %w", ts.name, err)
+		}
+		for !us.done || !ds.done {
+			var c int
+			switch {
+			case us.done:
+				c = 1
+			case ds.done:
+				c = -1
+			default:
+				c = p.compareKeys(p.keyOf(us.cur), p.keyOf(ds.cur))
+			}
+			switch {
+			case c < 0:
+				row := us.row()
+				if err := emit(p.missing(row, 1)); err != nil {
+					return err
+				}
+				if err := us.next(); err != nil {
+					return fmt.Errorf("read upstream rows of %s: %w", ts.name, err)
+				}
+			case c > 0:
+				row := ds.row()
+				if err := emit(p.extra(row, 1)); err != nil {
+					return err
+				}
+				if err := ds.next(); err != nil {
+					return fmt.Errorf("read downstream rows of %s: %w", ts.name, err)
+				}
+			default:
+				if cols := p.differingColumns(us.cur, ds.cur); len(cols) > 0 {
+					if err := emit(p.differing(us.row(), cols)); err != nil {
+						return err
+					}
+				}
+				if err := us.next(); err != nil {
+					return fmt.Errorf("read upstream rows of %s: %w", ts.name, err)
+				}
+				if err := ds.next(); err != nil {
+					return fmt.Errorf("read downstream rows of %s: %w", ts.name, err)
+				}
+			}
+		}
+		return nil
+	})
+}
+
+type hashGroup struct {
+	h string
+	n int64
+}
+
+// diffKeyless compares range r of a keyless table as two multisets of rows: it merges the
+// (row hash, count) groups of both sides, fetches the rows of every group whose counts
+// differ, pairs up rows that are equal by type-aware comparison (their SQL encodings may
+// differ across servers, e.g. JSON spelling), and reports the rest as missing or extra
+// with their multiplicity.
+func (r *runner) diffKeyless(ctx context.Context, ts *tableState, rng Range, emit func(Difference) error) error {
+	p := ts.plan
+	var upOnly, downOnly []hashGroup
+	err := r.withBoth(ctx, func(ctx context.Context, uq, dq Querier) error {
+		urows, err := uq.QueryContext(ctx, p.HashGroupsSQL(Upstream, rng))
+		if err != nil {
+			return fmt.Errorf("read upstream row hashes of %s: %w", ts.name, err)
+		}
+		defer urows.Close()
+		drows, err := dq.QueryContext(ctx, p.HashGroupsSQL(Downstream, rng))
+		if err != nil {
+			return fmt.Errorf("read downstream row hashes of %s: %w", ts.name, err)
+		}
+		defer drows.Close()
+		readGroup := func(rows *sql.Rows) (*hashGroup, *big.Int, error) {
+			if !rows.Next() {
+				return nil, nil, rows.Err()
+			}
+			var g hashGroup
+			if err := rows.Scan(&g.h, &g.n); err != nil {
+				return nil, nil, err
+			}
+			v, _ := new(big.Int).SetString(g.h, 10)
+			return &g, v, nil
+		}
+		ug, uv, err := readGroup(urows)
+		if err != nil {
+			return fmt.Errorf("read upstream row hashes of %s: %w", ts.name, err)
+		}
+		dg, dv, err := readGroup(drows)
+		if err != nil {
+			return fmt.Errorf("read downstream row hashes of %s: %w", ts.name, err)
+		}
+		for ug != nil || dg != nil {
+			c := 0
+			switch {
+			case ug == nil:
+				c = 1
+			case dg == nil:
+				c = -1
+			default:
+				c = uv.Cmp(dv)
+			}
+			if c < 0 || (c == 0 && ug.n > dg.n) {
+				n := ug.n
+				if c == 0 {
+					n -= dg.n
+				}
+				upOnly = append(upOnly, hashGroup{ug.h, n})
+			} else if c > 0 || (c == 0 && dg.n > ug.n) {
+				n := dg.n
+				if c == 0 {
+					n -= ug.n
+				}
+				downOnly = append(downOnly, hashGroup{dg.h, n})
+			}
+			if c <= 0 {
+				if ug, uv, err = readGroup(urows); err != nil {
+					return fmt.Errorf("read upstream row hashes of %s: %w", ts.name, err)
+				}
+			}
+			if c >= 0 {
+				if dg, dv, err = readGroup(drows); err != nil {
+					return fmt.Errorf("read downstream row hashes of %s: %w", ts.name, err)
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if len(upOnly) == 0 && len(downOnly) == 0 {
+		return nil
+	}
+	type counted struct {
+		row   []Value
+		canon string
+		n     int64
+	}
+	fetch := func(side Side, groups []hashGroup) ([]*counted, error) {
+		var out []*counted
+		for _, g := range groups {
+			var row []Value
+			err := r.withSide(ctx, side, func(ctx context.Context, q Querier) error {
+				rows, err := q.QueryContext(ctx, p.RowsByHashSQL(side, rng, g.h, 1))
+				if err != nil {
+					return err
+				}
+				defer rows.Close()
+				s := newRowStream(rows, len(p.Columns))
+				if err := s.next(); err != nil {
+					return err
+				}
+				if !s.done {
+					row = s.row()
+				}
+				return nil
+			})
+			if err != nil {
+				return nil, fmt.Errorf("read %s rows of %s: %w", side, ts.name, err)
+			}
+			if row == nil {
+				continue // changed under us; a snapshot source cannot get here
+			}
+			out = append(out, &counted{row: row, canon: p.canonRow(row), n: g.n})
+		}
+		return out, nil
+	}
+	ups, err := fetch(Upstream, upOnly)
+	if err != nil {
+		return err
+	}
+	downs, err := fetch(Downstream, downOnly)
+	if err != nil {
+		return err
+	}
+	byCanon := map[string]*counted{}
+	for _, d := range downs {
+		if e, ok := byCanon[d.canon]; ok {
+			e.n += d.n
+			d.n = 0
+			continue
+		}
+		byCanon[d.canon] = d
+	}
+	for _, u := range ups {
+		if d, ok := byCanon[u.canon]; ok {
+			m := min(u.n, d.n)
+			u.n -= m
+			d.n -= m
+		}
+	}
+	for _, u := range ups {
+		if u.n > 0 {
+			if err := emit(p.missing(u.row, int(u.n))); err != nil {
+				return err
+			}
+		}
+	}
+	for _, d := range downs {
+		if d.n > 0 {
+			if err := emit(p.extra(d.row, int(d.n))); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (p *TablePlan) canonRow(row []Value) string {
+	var b strings.Builder
+	for i, c := range p.Columns {
+		s := canon(c.Kind, row[i])
+		b.WriteString(strconv.Itoa(len(s)))
+		b.WriteByte(':')
+		b.WriteString(s)
+	}
+	return b.String()
+}

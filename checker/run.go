@@ -1,0 +1,871 @@
+package checker
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+)
+
+// Sources are the connections of a run: the two sides and the meta database (writable,
+// normally the downstream server) that holds the run state.
+type Sources struct {
+	Upstream   Source
+	Downstream Source
+	Meta       *sql.DB
+}
+
+// Run opens the sources from cfg's DSNs (the upstream read at cfg.Upstream.Snapshot when
+// set), runs the diff and closes them. The run state goes to cfg.MetaDSN (default: the
+// downstream DSN).
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("invalid config: %w", err)
+	}
+	if cfg.Upstream.DSN == "" || cfg.Downstream.DSN == "" {
+		return nil, errors.New("invalid config: upstream.dsn and downstream.dsn are required")
+	}
+	upN, downN := cfg.Upstream.Concurrency, cfg.Downstream.Concurrency
+	if upN == 0 {
+		upN = cfg.Concurrency
+	}
+	if downN == 0 {
+		downN = cfg.Concurrency
+	}
+	up, err := OpenDSN(ctx, cfg.Upstream.DSN, upN, cfg.Upstream.Snapshot)
+	if err != nil {
+		return nil, fmt.Errorf("upstream: %w", err)
+	}
+	defer up.Close()
+	down, err := OpenDSN(ctx, cfg.Downstream.DSN, downN, cfg.Downstream.Snapshot)
+	if err != nil {
+		return nil, fmt.Errorf("downstream: %w", err)
+	}
+	defer down.Close()
+	metaDSN := cfg.MetaDSN
+	if metaDSN == "" {
+		metaDSN = cfg.Downstream.DSN
+	}
+	meta, err := sql.Open("mysql", metaDSN)
+	if err != nil {
+		return nil, fmt.Errorf("meta database: %w", err)
+	}
+	defer meta.Close()
+	meta.SetMaxOpenConns(4)
+	return RunWith(ctx, cfg, Sources{Upstream: up, Downstream: down, Meta: meta})
+}
+
+type checksum struct {
+	count int64
+	sum   string
+	dur   time.Duration
+}
+
+type chunkResult struct {
+	up, down    checksum
+	differences int64
+}
+
+type tableState struct {
+	idx        int
+	name       string // upstream schema.table, for logs and errors
+	stored     storedTable
+	plan       *TablePlan
+	problems   []StructureProblem
+	fatal      bool
+	estRows    int64
+	regionKeys []Bound // TiDB region start keys (coarse boundaries), sorted
+
+	mu          sync.Mutex
+	sizer       *chunkSizer
+	done        map[int]bool
+	checkpoint  int
+	chunks      int
+	chunksDone  int
+	upRows      int64
+	downRows    int64
+	differences int64
+	splitDone   bool
+	lastChunk   int // seq of the last chunk, -1 if none
+}
+
+type runner struct {
+	cfg     *Config
+	src     Sources
+	st      *store
+	log     *slog.Logger
+	tables  []*tableState
+	start   time.Time
+	limiter *rateLimiter
+	busy    *busyGate
+
+	progressMu sync.Mutex
+}
+
+// RunWith runs a diff on the given sources (for callers that hold snapshot connections,
+// see NewConnSource). cfg's DSNs are not used.
+func RunWith(ctx context.Context, cfg Config, src Sources) (*Report, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("invalid config: %w", err)
+	}
+	if src.Upstream == nil || src.Downstream == nil || src.Meta == nil {
+		return nil, errors.New("invalid sources: upstream, downstream and meta are required")
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	r := &runner{
+		cfg:     &cfg,
+		src:     src,
+		st:      &store{db: src.Meta, schema: QuoteIdent(cfg.MetaSchema), tmo: cfg.QueryTimeout},
+		start:   time.Now(),
+		limiter: newRateLimiter(cfg.MaxRowsPerSecond),
+	}
+	if err := r.st.migrate(ctx); err != nil {
+		return nil, err
+	}
+	if cfg.Resume != "" {
+		r.st.runID = cfg.Resume
+		if err := r.st.resumeRun(ctx); err != nil {
+			return nil, err
+		}
+	} else {
+		r.st.runID = newRunID()
+		if err := r.st.createRun(ctx, &cfg); err != nil {
+			return nil, err
+		}
+	}
+	r.log = log.With("run_id", r.st.runID)
+	r.busy = &busyGate{r: r, limit: cfg.MaxThreadsRunning}
+	r.log.Info("diff started", "resume", cfg.Resume != "", "upstream", src.Upstream.Describe(), "downstream", src.Downstream.Describe())
+
+	err := r.run(ctx)
+	state := RunDone
+	switch {
+	case err == nil:
+	case ctx.Err() != nil:
+		state = RunCancelled
+	default:
+		state = RunFailed
+	}
+	if ferr := r.st.finishRun(ctx, state, err); ferr != nil && err == nil {
+		err = ferr
+	}
+	if err != nil {
+		r.log.Error("diff stopped", "state", state, "err", err)
+		return nil, fmt.Errorf("run %s: %w", r.st.runID, err)
+	}
+	rep, err := r.report(context.WithoutCancel(ctx))
+	if err != nil {
+		return nil, err
+	}
+	r.log.Info("diff finished", "equal", rep.Equal, "elapsed", time.Since(r.start).Round(time.Millisecond))
+	return rep, nil
+}
+
+// RunID returns the ID a report belongs to (also in Report.RunID).
+func (r *runner) runID() string { return r.st.runID }
+
+func (r *runner) run(ctx context.Context) error {
+	if err := r.setupTables(ctx); err != nil {
+		return err
+	}
+	chunks := make(chan Chunk, r.cfg.Concurrency*2)
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		defer close(chunks)
+		for _, ts := range r.tables {
+			if ts.fatal {
+				continue
+			}
+			if err := r.produce(gctx, ts, chunks); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	for range r.cfg.Concurrency {
+		g.Go(func() error {
+			for ch := range chunks {
+				if err := r.process(gctx, ch); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	return g.Wait()
+}
+
+// setupTables resolves the table list (new run) or reloads it (resume), loads and
+// compares structures and plans every table.
+func (r *runner) setupTables(ctx context.Context) error {
+	var stored []storedTable
+	if r.cfg.Resume != "" {
+		var err error
+		if stored, err = r.st.tables(ctx); err != nil {
+			return err
+		}
+	} else {
+		names, err := r.listTables(ctx)
+		if err != nil {
+			return err
+		}
+		for i, n := range names {
+			ds, dt := r.cfg.route(n[0], n[1])
+			t := storedTable{idx: i, upSchema: n[0], upTable: n[1], downSchema: ds, downName: dt, checkpoint: -1}
+			if err := r.st.addTable(ctx, t); err != nil {
+				return err
+			}
+			stored = append(stored, t)
+		}
+	}
+	for _, t := range stored {
+		ts := &tableState{idx: t.idx, name: t.upSchema + "." + t.upTable, stored: t, done: map[int]bool{},
+			checkpoint: t.checkpoint, splitDone: t.splitDone, lastChunk: -1, sizer: newChunkSizer(r.cfg)}
+		if err := r.planTable(ctx, ts); err != nil {
+			return err
+		}
+		r.tables = append(r.tables, ts)
+	}
+	return nil
+}
+
+var systemSchemas = map[string]bool{"mysql": true, "information_schema": true, "performance_schema": true,
+	"sys": true, "metrics_schema": true}
+
+func (r *runner) listTables(ctx context.Context) ([][2]string, error) {
+	var out [][2]string
+	err := r.withSide(ctx, Upstream, func(ctx context.Context, q Querier) error {
+		rows, err := q.QueryContext(ctx, "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE TABLE_TYPE = 'BASE TABLE' ORDER BY TABLE_SCHEMA, TABLE_NAME")
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var s, t string
+			if err := rows.Scan(&s, &t); err != nil {
+				return err
+			}
+			if systemSchemas[strings.ToLower(s)] || strings.EqualFold(s, r.cfg.MetaSchema) {
+				continue
+			}
+			if r.cfg.selected(s, t) {
+				out = append(out, [2]string{s, t})
+			}
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list upstream tables: %w", err)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no upstream table matches %s", strings.Join(r.cfg.Tables, ", "))
+	}
+	return out, nil
+}
+
+// planTable loads both structures, compares them and builds the plan. Structure
+// differences are recorded, not returned as errors.
+func (r *runner) planTable(ctx context.Context, ts *tableState) error {
+	t := ts.stored
+	var up, down *Table
+	err := r.withSide(ctx, Upstream, func(ctx context.Context, q Querier) error {
+		var err error
+		up, err = LoadTable(ctx, q, t.upSchema, t.upTable)
+		if err == nil && up != nil {
+			var n sql.NullInt64
+			rows, qerr := q.QueryContext(ctx, "SELECT TABLE_ROWS FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?", t.upSchema, t.upTable)
+			if qerr == nil {
+				if rows.Next() {
+					_ = rows.Scan(&n)
+				}
+				rows.Close()
+			}
+			ts.estRows = n.Int64
+		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("table %s: upstream structure: %w", ts.name, err)
+	}
+	err = r.withSide(ctx, Downstream, func(ctx context.Context, q Querier) error {
+		var err error
+		down, err = LoadTable(ctx, q, t.downSchema, t.downName)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("table %s: downstream structure: %w", ts.name, err)
+	}
+	switch {
+	case up == nil:
+		ts.problems = append(ts.problems, StructureProblem{Problem: "table missing upstream", Fatal: true})
+		ts.fatal = true
+		return nil
+	case down == nil:
+		ts.problems = append(ts.problems, StructureProblem{Problem: fmt.Sprintf("table %s.%s missing downstream", t.downSchema, t.downName), Fatal: true})
+		ts.fatal = true
+		return nil
+	}
+	ignored := r.cfg.ignoredFunc(t.upSchema, t.upTable)
+	ts.problems = compareStructure(up, down, ignored)
+	plan, err := NewPlan(up, down, ignored)
+	if err != nil {
+		ts.problems = append(ts.problems, StructureProblem{Problem: err.Error(), Fatal: true})
+		ts.fatal = true
+		return nil
+	}
+	plan.Flavor = [2]Flavor{r.src.Upstream.Flavor(), r.src.Downstream.Flavor()}
+	plan.Hash = r.cfg.Hash
+	plan.Where = r.cfg.where(t.upSchema, t.upTable)
+	ts.plan = plan
+	return nil
+}
+
+// NewPlan builds the comparison plan of a table pair: the compared columns are the
+// upstream's non-generated columns that exist on both sides and are not ignored. It fails
+// only when nothing can be compared.
+func NewPlan(up, down *Table, ignored func(string) bool) (*TablePlan, error) {
+	if ignored == nil {
+		ignored = func(string) bool { return false }
+	}
+	p := &TablePlan{Schema: [2]string{up.Schema, down.Schema}, Table: [2]string{up.Name, down.Name}, Hash: HashSHA1}
+	for _, uc := range up.Columns {
+		dc, ok := down.Column(uc.Name)
+		if !ok || ignored(uc.Name) || uc.Generated {
+			continue
+		}
+		p.Columns = append(p.Columns, PlanColumn{Name: uc.Name, Kind: uc.Kind,
+			Charset: [2]string{uc.Charset, dc.Charset}, Collation: [2]string{uc.Collation, dc.Collation}})
+	}
+	for _, dc := range down.Columns {
+		if _, ok := up.Column(dc.Name); !ok || ignored(dc.Name) || dc.Generated {
+			if !dc.Generated {
+				p.PartialColumns = true
+			}
+		}
+	}
+	if len(p.Columns) == 0 {
+		return nil, errors.New("no column in common: data not compared")
+	}
+	index := func(name string) int {
+		for i, c := range p.Columns {
+			if strings.EqualFold(c.Name, name) {
+				return i
+			}
+		}
+		return -1
+	}
+	key, keyless := chooseKey(up, down, ignored)
+	if !keyless {
+		for _, k := range key {
+			p.Key = append(p.Key, index(k))
+		}
+		return p, nil
+	}
+	p.Keyless = true
+	// Chunks of a keyless table are cut on its NOT NULL columns of orderable types; equal
+	// rows always fall into the same chunk, so duplicates are counted correctly.
+	for i, c := range p.Columns {
+		uc, _ := up.Column(c.Name)
+		dc, _ := down.Column(c.Name)
+		if uc.Nullable || dc.Nullable || uc.Kind != dc.Kind {
+			continue
+		}
+		switch c.Kind {
+		case KindInt, KindDecimal, KindTemporal:
+		case KindString:
+			if strings.Contains(uc.DataType, "text") || c.Collation[0] != c.Collation[1] {
+				continue
+			}
+		default:
+			continue
+		}
+		p.Key = append(p.Key, i)
+	}
+	return p, nil
+}
+
+// withSide runs fn on a connection of one side under the per-query timeout.
+func (r *runner) withSide(ctx context.Context, s Side, fn func(context.Context, Querier) error) error {
+	src := r.src.Upstream
+	if s == Downstream {
+		src = r.src.Downstream
+	}
+	q, release, err := src.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer release()
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.QueryTimeout)
+	defer cancel()
+	return fn(ctx, q)
+}
+
+// withBoth holds one connection of each side (always acquired upstream first, so workers
+// cannot deadlock on the per-side pools).
+func (r *runner) withBoth(ctx context.Context, fn func(ctx context.Context, up, down Querier) error) error {
+	return r.withSide(ctx, Upstream, func(ctx context.Context, uq Querier) error {
+		return r.withSide(ctx, Downstream, func(ctx context.Context, dq Querier) error {
+			return fn(ctx, uq, dq)
+		})
+	})
+}
+
+func (r *runner) checksumSide(ctx context.Context, ts *tableState, s Side, rng Range) (checksum, error) {
+	var c checksum
+	err := r.withSide(ctx, s, func(ctx context.Context, q Querier) error {
+		start := time.Now()
+		rows, err := q.QueryContext(ctx, ts.plan.ChecksumSQL(s, rng))
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		if !rows.Next() {
+			if err := rows.Err(); err != nil {
+				return err
+			}
+			return errors.New("checksum query returned no row")
+		}
+		if err := rows.Scan(&c.count, &c.sum); err != nil {
+			return err
+		}
+		c.dur = time.Since(start)
+		return rows.Err()
+	})
+	if err != nil {
+		return c, fmt.Errorf("%s checksum of %s: %w", s, ts.name, err)
+	}
+	return c, nil
+}
+
+// checksumBoth runs the chunk checksum on both sides at once.
+func (r *runner) checksumBoth(ctx context.Context, ts *tableState, rng Range) (up, down checksum, err error) {
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		var err error
+		up, err = r.checksumSide(gctx, ts, Upstream, rng)
+		return err
+	})
+	g.Go(func() error {
+		var err error
+		down, err = r.checksumSide(gctx, ts, Downstream, rng)
+		return err
+	})
+	err = g.Wait()
+	return up, down, err
+}
+
+func sameChecksum(a, b checksum) bool { return a.count == b.count && a.sum == b.sum }
+
+// produce sends the table's chunks: on resume first those not yet done, then newly cut
+// ones until the table is split.
+func (r *runner) produce(ctx context.Context, ts *tableState, out chan<- Chunk) error {
+	send := func(c Chunk) error {
+		select {
+		case out <- c:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	var lo Bound
+	if r.cfg.Resume != "" {
+		stored, err := r.st.chunks(ctx, ts.idx)
+		if err != nil {
+			return err
+		}
+		for _, c := range stored {
+			ts.mu.Lock()
+			ts.chunks++
+			ts.lastChunk = c.Seq
+			if c.state == chunkDone {
+				ts.done[c.Seq] = true
+				ts.chunksDone++
+				ts.upRows += c.upCount
+				ts.downRows += c.downCount
+				ts.differences += c.differences
+			}
+			ts.mu.Unlock()
+			lo = c.Range.Hi
+			if c.Last {
+				ts.splitDone = true
+			}
+		}
+		ts.mu.Lock()
+		ts.advanceCheckpoint()
+		ts.mu.Unlock()
+		for _, c := range stored {
+			if c.state != chunkDone {
+				if err := send(c.Chunk); err != nil {
+					return err
+				}
+			}
+		}
+		if ts.splitDone {
+			return nil
+		}
+		if ts.lastChunk >= 0 && lo == nil {
+			return nil // the last stored chunk reached the end of the table
+		}
+	}
+	if ts.plan.Flavor[Upstream] == FlavorTiDB && len(ts.plan.Key) > 0 {
+		if err := r.loadRegions(ctx, ts); err != nil {
+			return err
+		}
+	}
+	seq := ts.lastChunk + 1
+	for {
+		hi, err := r.nextBoundary(ctx, ts, lo)
+		if err != nil {
+			return err
+		}
+		c := Chunk{Table: ts.idx, Seq: seq, Range: Range{Lo: lo, Hi: hi}, Last: hi == nil}
+		if err := r.st.addChunk(ctx, c); err != nil {
+			return err
+		}
+		ts.mu.Lock()
+		ts.chunks++
+		ts.lastChunk = seq
+		if c.Last {
+			ts.splitDone = true
+		}
+		ts.mu.Unlock()
+		if err := send(c); err != nil {
+			return err
+		}
+		if hi == nil {
+			return nil
+		}
+		lo, seq = hi, seq+1
+	}
+}
+
+// loadRegions reads the table's TiDB region start keys; chunks never straddle them, so
+// each chunk query stays within one region (a failure only loses that optimisation).
+func (r *runner) loadRegions(ctx context.Context, ts *tableState) error {
+	p := ts.plan
+	err := r.withSide(ctx, Upstream, func(ctx context.Context, q Querier) error {
+		rows, err := q.QueryContext(ctx, p.RegionSampleSQL())
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		s := newRowStream(rows, len(p.Key))
+		for {
+			if err := s.next(); err != nil {
+				return err
+			}
+			if s.done {
+				return nil
+			}
+			b := Bound(s.row())
+			if n := len(ts.regionKeys); n == 0 || p.compareKeys(ts.regionKeys[n-1], b) != 0 {
+				ts.regionKeys = append(ts.regionKeys, b)
+			}
+		}
+	})
+	if err != nil {
+		r.log.Warn("region boundaries unavailable; walking the index", "table", ts.name, "err", err)
+		ts.regionKeys = nil
+	}
+	return nil
+}
+
+// nextBoundary returns the upper bound of the chunk that starts after lo: the key
+// `size` rows further in key order, cut at the next region start, or nil when the rest of
+// the table fits (the last chunk is open-ended, so rows beyond the last upstream key,
+// extra downstream, are still compared).
+func (r *runner) nextBoundary(ctx context.Context, ts *tableState, lo Bound) (Bound, error) {
+	p := ts.plan
+	if len(p.Key) == 0 {
+		return nil, nil // nothing to cut on: one chunk
+	}
+	var limit Bound
+	// The region keys are sorted as the server orders the key; compare with the Go order
+	// only for equality-free progress (region keys are start keys: cut just before them
+	// is not expressible with (lo, hi], so cut at them).
+	for _, k := range ts.regionKeys {
+		if lo == nil || r.greater(ctx, ts, k, lo) {
+			limit = k
+			break
+		}
+	}
+	ts.mu.Lock()
+	size := ts.sizer.size()
+	ts.mu.Unlock()
+	var hi Bound
+	err := r.withSide(ctx, Upstream, func(ctx context.Context, q Querier) error {
+		rows, err := q.QueryContext(ctx, p.BoundarySQL(Upstream, Range{Lo: lo, Hi: limit}, size-1))
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		s := newRowStream(rows, len(p.Key))
+		if err := s.next(); err != nil {
+			return err
+		}
+		if !s.done {
+			hi = Bound(s.row())
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("cut chunk of %s: %w", ts.name, err)
+	}
+	if hi == nil {
+		hi = limit
+	}
+	return hi, nil
+}
+
+// greater reports whether region key k is beyond lo. Region keys come from the server in
+// its own key order, so this uses byte/numeric order only for numeric keys and otherwise
+// asks whether lo < k through the boundary predicate's semantics (a cheap local check
+// suffices for the common integer clustered keys).
+func (r *runner) greater(_ context.Context, ts *tableState, k, lo Bound) bool {
+	return ts.plan.compareKeys(k, lo) > 0
+}
+
+// process compares one chunk and records the result.
+func (r *runner) process(ctx context.Context, ch Chunk) error {
+	ts := r.tables[ch.Table]
+	log := r.log.With("table", ts.name, "chunk", ch.Seq)
+	if err := r.busy.wait(ctx); err != nil {
+		return err
+	}
+	if err := r.st.startChunk(ctx, ch); err != nil {
+		return err
+	}
+	up, down, err := r.checksumBoth(ctx, ts, ch.Range)
+	if err != nil {
+		return fmt.Errorf("chunk %d: %w", ch.Seq, err)
+	}
+	ts.mu.Lock()
+	ts.sizer.observe(int(max(up.count, down.count)), max(up.dur, down.dur).Seconds())
+	ts.mu.Unlock()
+	res := chunkResult{up: up, down: down}
+	if !sameChecksum(up, down) {
+		log.Debug("chunk differs", "up_count", up.count, "down_count", down.count)
+		sink := &diffSink{r: r, chunk: ch}
+		if err := r.drill(ctx, ts, ch.Range, up, down, sink.emit, 0); err != nil {
+			return fmt.Errorf("chunk %d of %s: %w", ch.Seq, ts.name, err)
+		}
+		if err := sink.flush(ctx); err != nil {
+			return err
+		}
+		res.differences = int64(sink.n)
+	}
+	ts.mu.Lock()
+	ts.done[ch.Seq] = true
+	ts.chunksDone++
+	ts.upRows += up.count
+	ts.downRows += down.count
+	ts.differences += res.differences
+	ts.advanceCheckpoint()
+	cp := ts.checkpoint
+	ts.mu.Unlock()
+	if err := r.st.finishChunk(ctx, ch, res, cp); err != nil {
+		return err
+	}
+	r.reportProgress()
+	return r.limiter.take(ctx, int(max(up.count, down.count)))
+}
+
+func (ts *tableState) advanceCheckpoint() {
+	for ts.done[ts.checkpoint+1] {
+		ts.checkpoint++
+	}
+}
+
+// drill narrows a mismatched range: bisect while it holds more than RowDiffRows rows,
+// then merge-compare the rows.
+func (r *runner) drill(ctx context.Context, ts *tableState, rng Range, up, down checksum, emit func(Difference) error, depth int) error {
+	p := ts.plan
+	if p.Keyless {
+		return r.diffKeyless(ctx, ts, rng, emit)
+	}
+	n, side := up.count, Upstream
+	if down.count > n {
+		n, side = down.count, Downstream
+	}
+	if n <= int64(r.cfg.RowDiffRows) || depth > 64 {
+		return r.mergeRows(ctx, ts, rng, emit)
+	}
+	var mid Bound
+	err := r.withSide(ctx, side, func(ctx context.Context, q Querier) error {
+		rows, err := q.QueryContext(ctx, p.BoundarySQL(side, rng, int(n/2)-1))
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		s := newRowStream(rows, len(p.Key))
+		if err := s.next(); err != nil {
+			return err
+		}
+		if !s.done {
+			mid = Bound(s.row())
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("bisect: %w", err)
+	}
+	if mid == nil || (rng.Hi != nil && p.compareKeys(mid, rng.Hi) == 0) {
+		return r.mergeRows(ctx, ts, rng, emit)
+	}
+	for _, half := range []Range{{Lo: rng.Lo, Hi: mid}, {Lo: mid, Hi: rng.Hi}} {
+		u, d, err := r.checksumBoth(ctx, ts, half)
+		if err != nil {
+			return err
+		}
+		if sameChecksum(u, d) {
+			continue
+		}
+		if err := r.drill(ctx, ts, half, u, d, emit, depth+1); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// diffSink persists a chunk's differences in batches, so memory stays bounded however
+// many rows differ.
+type diffSink struct {
+	r     *runner
+	chunk Chunk
+	batch []storedDiff
+	n     int
+}
+
+func (s *diffSink) emit(d Difference) error {
+	s.batch = append(s.batch, storedDiff{n: s.n, diff: d})
+	s.n++
+	if len(s.batch) >= 200 {
+		return s.flush(context.Background())
+	}
+	return nil
+}
+
+func (s *diffSink) flush(ctx context.Context) error {
+	if err := s.r.st.addDifferences(ctx, s.chunk, s.batch); err != nil {
+		return err
+	}
+	s.batch = s.batch[:0]
+	return nil
+}
+
+func (r *runner) reportProgress() {
+	if r.cfg.Progress == nil {
+		return
+	}
+	r.progressMu.Lock()
+	defer r.progressMu.Unlock()
+	p := Progress{RunID: r.st.runID, Tables: len(r.tables), Elapsed: time.Since(r.start)}
+	for _, ts := range r.tables {
+		ts.mu.Lock()
+		p.ChunksDone += ts.chunksDone
+		p.RowsChecked += ts.upRows
+		p.Differences += ts.differences
+		p.RowsEstimated += max(ts.estRows, ts.upRows)
+		if ts.fatal || (ts.splitDone && ts.chunksDone == ts.chunks) {
+			p.TablesDone++
+		}
+		ts.mu.Unlock()
+	}
+	r.cfg.Progress(p)
+}
+
+// report assembles the report from the run state and writes the output directory.
+func (r *runner) report(ctx context.Context) (*Report, error) {
+	rep := &Report{RunID: r.st.runID, State: RunDone, StartedAt: r.start.UTC(), FinishedAt: time.Now().UTC(),
+		Upstream: r.src.Upstream.Describe(), Downstream: r.src.Downstream.Describe(), Equal: true}
+	for _, ts := range r.tables {
+		tr := TableReport{Schema: ts.stored.upSchema, Table: ts.stored.upTable, DownstreamSchema: ts.stored.downSchema,
+			DownstreamTable: ts.stored.downName, StructureEqual: len(ts.problems) == 0, StructureProblems: ts.problems,
+			DataCompared: !ts.fatal, Differences: []Difference{}}
+		if ts.plan != nil {
+			tr.Keyless = ts.plan.Keyless
+			if !ts.plan.Keyless {
+				tr.Key = ts.plan.KeyNames()
+			}
+		}
+		ts.mu.Lock()
+		tr.RowsChecked, tr.DownstreamRows, tr.Chunks, tr.DifferencesTotal = ts.upRows, ts.downRows, ts.chunksDone, ts.differences
+		ts.mu.Unlock()
+		if tr.DifferencesTotal > 0 {
+			err := r.st.differences(ctx, ts.idx, r.cfg.MaxReportedDifferences, false, func(d Difference, _ string) error {
+				tr.Differences = append(tr.Differences, d)
+				return nil
+			})
+			if err != nil {
+				return nil, err
+			}
+			tr.DifferencesTruncated = int64(len(tr.Differences)) < tr.DifferencesTotal
+			if r.cfg.OutputDir != "" {
+				name, err := r.writeFix(ctx, ts)
+				if err != nil {
+					return nil, err
+				}
+				tr.FixSQLFile = name
+			}
+		}
+		if !tr.Equal() {
+			rep.Equal = false
+		}
+		rep.Tables = append(rep.Tables, tr)
+	}
+	if r.cfg.OutputDir != "" {
+		if err := writeReport(r.cfg.OutputDir, rep); err != nil {
+			return nil, err
+		}
+	}
+	return rep, nil
+}
+
+func fileSafe(s string) string {
+	var b strings.Builder
+	for _, c := range s {
+		if c == '-' || c == '_' || c == '.' || (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') {
+			b.WriteRune(c)
+		} else {
+			b.WriteString("%" + strconv.FormatInt(int64(c), 16))
+		}
+	}
+	return b.String()
+}
+
+// writeFix writes fix/<schema>.<table>.sql from the stored differences (streamed).
+func (r *runner) writeFix(ctx context.Context, ts *tableState) (string, error) {
+	name := filepath.Join("fix", fileSafe(ts.stored.downSchema)+"."+fileSafe(ts.stored.downName)+".sql")
+	full := filepath.Join(r.cfg.OutputDir, name)
+	if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+		return "", fmt.Errorf("write fix sql: %w", err)
+	}
+	f, err := os.Create(full)
+	if err != nil {
+		return "", fmt.Errorf("write fix sql: %w", err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString(ts.plan.fixHeader(r.st.runID)); err != nil {
+		return "", fmt.Errorf("write fix sql %s: %w", full, err)
+	}
+	err = r.st.differences(ctx, ts.idx, -1, true, func(_ Difference, fix string) error {
+		_, err := f.WriteString(fix + "\n")
+		return err
+	})
+	if err != nil {
+		return "", fmt.Errorf("write fix sql %s: %w", full, err)
+	}
+	return name, f.Close()
+}

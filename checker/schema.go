@@ -1,0 +1,280 @@
+package checker
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+)
+
+// Kind is how the checker encodes, orders and compares a column.
+type Kind int
+
+const (
+	KindString   Kind = iota // char, varchar, text, enum, set: bytes, ordered by bytes in drill-down
+	KindBinary               // binary, varbinary, blob
+	KindInt                  // all integer types and YEAR
+	KindDecimal              // DECIMAL/NUMERIC
+	KindFloat                // FLOAT (single precision)
+	KindDouble               // DOUBLE/REAL
+	KindTemporal             // DATE, DATETIME, TIMESTAMP, TIME
+	KindBit                  // BIT(n)
+	KindJSON                 // JSON (MariaDB: LONGTEXT with a json_valid check)
+)
+
+func (k Kind) String() string {
+	return [...]string{"string", "binary", "int", "decimal", "float", "double", "temporal", "bit", "json"}[k]
+}
+
+// Column is one column as information_schema describes it.
+type Column struct {
+	Name       string
+	DataType   string // lower case, e.g. "varchar"
+	ColumnType string // lower case, e.g. "varchar(20)", "int(10) unsigned"
+	Charset    string // empty for non-text columns
+	Collation  string
+	Nullable   bool
+	Generated  bool
+	Kind       Kind
+}
+
+// Table is the structure of one table on one side.
+type Table struct {
+	Schema  string
+	Name    string
+	Columns []Column
+	// PrimaryKey lists the primary key columns; UniqueKeys every other unique index whose
+	// columns are all NOT NULL.
+	PrimaryKey []string
+	UniqueKeys [][]string
+}
+
+// Column returns the named column (case-insensitive, as MySQL column names are).
+func (t *Table) Column(name string) (Column, bool) {
+	for _, c := range t.Columns {
+		if strings.EqualFold(c.Name, name) {
+			return c, true
+		}
+	}
+	return Column{}, false
+}
+
+func kindOf(dataType, columnType string, check bool) Kind {
+	switch dataType {
+	case "tinyint", "smallint", "mediumint", "int", "integer", "bigint", "year":
+		return KindInt
+	case "decimal", "numeric":
+		return KindDecimal
+	case "float":
+		return KindFloat
+	case "double", "real", "double precision":
+		return KindDouble
+	case "date", "datetime", "timestamp", "time":
+		return KindTemporal
+	case "bit":
+		return KindBit
+	case "json":
+		return KindJSON
+	case "binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob":
+		return KindBinary
+	case "longtext":
+		if check {
+			return KindJSON
+		}
+	}
+	return KindString
+}
+
+// LoadTable reads the structure of schema.table through q. It returns (nil, nil) when the
+// table does not exist.
+func LoadTable(ctx context.Context, q Querier, schema, table string) (*Table, error) {
+	// MariaDB stores JSON as LONGTEXT with a CHECK (json_valid(col)) constraint; find those.
+	jsonCols := map[string]bool{}
+	if rows, err := q.QueryContext(ctx, `SELECT CONSTRAINT_NAME, CHECK_CLAUSE FROM information_schema.CHECK_CONSTRAINTS
+		WHERE CONSTRAINT_SCHEMA = ? AND TABLE_NAME = ?`, schema, table); err == nil {
+		re := regexp.MustCompile("(?i)^json_valid\\(`?([^`)]+)`?\\)$")
+		for rows.Next() {
+			var name, clause string
+			if err := rows.Scan(&name, &clause); err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("read check constraints of %s.%s: %w", schema, table, err)
+			}
+			if m := re.FindStringSubmatch(strings.TrimSpace(clause)); m != nil {
+				jsonCols[strings.ToLower(m[1])] = true
+			}
+		}
+		rows.Close()
+	} // TiDB and old servers lack the view or the TABLE_NAME column: real JSON types only.
+
+	rows, err := q.QueryContext(ctx, `SELECT COLUMN_NAME, LOWER(DATA_TYPE), LOWER(COLUMN_TYPE),
+		IFNULL(CHARACTER_SET_NAME,''), IFNULL(COLLATION_NAME,''), IS_NULLABLE, IFNULL(EXTRA,''),
+		IFNULL(GENERATION_EXPRESSION,'')
+		FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION`, schema, table)
+	if err != nil {
+		return nil, fmt.Errorf("read columns of %s.%s: %w", schema, table, err)
+	}
+	t := &Table{Schema: schema, Name: table}
+	for rows.Next() {
+		var c Column
+		var nullable, extra, gen string
+		if err := rows.Scan(&c.Name, &c.DataType, &c.ColumnType, &c.Charset, &c.Collation, &nullable, &extra, &gen); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("read columns of %s.%s: %w", schema, table, err)
+		}
+		c.Nullable = nullable == "YES"
+		lx := strings.ToLower(extra)
+		c.Generated = gen != "" || strings.Contains(lx, "generated") || strings.Contains(lx, "virtual") || strings.Contains(lx, "stored")
+		c.Kind = kindOf(c.DataType, c.ColumnType, jsonCols[strings.ToLower(c.Name)])
+		t.Columns = append(t.Columns, c)
+	}
+	if err := rows.Err(); err != nil {
+		rows.Close()
+		return nil, fmt.Errorf("read columns of %s.%s: %w", schema, table, err)
+	}
+	rows.Close()
+	if len(t.Columns) == 0 {
+		return nil, nil
+	}
+
+	rows, err = q.QueryContext(ctx, `SELECT INDEX_NAME, COLUMN_NAME, NON_UNIQUE FROM information_schema.STATISTICS
+		WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? ORDER BY INDEX_NAME, SEQ_IN_INDEX`, schema, table)
+	if err != nil {
+		return nil, fmt.Errorf("read indexes of %s.%s: %w", schema, table, err)
+	}
+	defer rows.Close()
+	type index struct {
+		name   string
+		cols   []string
+		unique bool
+	}
+	var idx []*index
+	for rows.Next() {
+		var name string
+		var col sql.NullString
+		var nonUnique int
+		if err := rows.Scan(&name, &col, &nonUnique); err != nil {
+			return nil, fmt.Errorf("read indexes of %s.%s: %w", schema, table, err)
+		}
+		if len(idx) == 0 || idx[len(idx)-1].name != name {
+			idx = append(idx, &index{name: name, unique: nonUnique == 0})
+		}
+		// An expression index has no column name: it cannot serve as a chunking key.
+		if !col.Valid {
+			idx[len(idx)-1].unique = false
+			continue
+		}
+		idx[len(idx)-1].cols = append(idx[len(idx)-1].cols, col.String)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read indexes of %s.%s: %w", schema, table, err)
+	}
+	for _, ix := range idx {
+		if !ix.unique {
+			continue
+		}
+		if strings.EqualFold(ix.name, "PRIMARY") {
+			t.PrimaryKey = ix.cols
+			continue
+		}
+		ok := true
+		for _, name := range ix.cols {
+			c, found := t.Column(name)
+			if !found || c.Nullable {
+				ok = false
+			}
+		}
+		if ok {
+			t.UniqueKeys = append(t.UniqueKeys, ix.cols)
+		}
+	}
+	return t, nil
+}
+
+// normalizedType removes what does not change stored values: integer display widths
+// (MySQL 8 drops them, TiDB and MariaDB print them) and the zerofill-free spelling.
+var intWidth = regexp.MustCompile(`^(tinyint|smallint|mediumint|int|bigint)\(\d+\)`)
+
+func normalizedType(c Column) string {
+	t := intWidth.ReplaceAllString(c.ColumnType, "$1")
+	if c.Kind == KindJSON {
+		return "json"
+	}
+	return t
+}
+
+// StructureProblem is one difference between the upstream and downstream structures.
+type StructureProblem struct {
+	Column  string `json:"column,omitempty"`
+	Problem string `json:"problem"`
+	// Fatal problems stop the data comparison of the table (e.g. the key is missing).
+	Fatal bool `json:"fatal,omitempty"`
+}
+
+// compareStructure reports column and key differences between up and down, ignoring the
+// ignored columns. It never fails: differences are results.
+func compareStructure(up, down *Table, ignored func(string) bool) []StructureProblem {
+	var out []StructureProblem
+	for _, uc := range up.Columns {
+		if ignored(uc.Name) {
+			continue
+		}
+		dc, ok := down.Column(uc.Name)
+		if !ok {
+			out = append(out, StructureProblem{Column: uc.Name, Problem: "column missing downstream"})
+			continue
+		}
+		if a, b := normalizedType(uc), normalizedType(dc); a != b {
+			out = append(out, StructureProblem{Column: uc.Name, Problem: fmt.Sprintf("type differs: upstream %s, downstream %s", a, b)})
+		}
+		if uc.Nullable != dc.Nullable {
+			out = append(out, StructureProblem{Column: uc.Name, Problem: fmt.Sprintf("nullability differs: upstream nullable=%v, downstream nullable=%v", uc.Nullable, dc.Nullable)})
+		}
+		if uc.Collation != dc.Collation && uc.Kind == KindString {
+			out = append(out, StructureProblem{Column: uc.Name, Problem: fmt.Sprintf("collation differs: upstream %s, downstream %s", uc.Collation, dc.Collation)})
+		}
+	}
+	for _, dc := range down.Columns {
+		if ignored(dc.Name) {
+			continue
+		}
+		if _, ok := up.Column(dc.Name); !ok {
+			out = append(out, StructureProblem{Column: dc.Name, Problem: "column missing upstream (extra downstream)"})
+		}
+	}
+	if !equalFoldSlices(up.PrimaryKey, down.PrimaryKey) {
+		out = append(out, StructureProblem{Problem: fmt.Sprintf("primary key differs: upstream (%s), downstream (%s)",
+			strings.Join(up.PrimaryKey, ","), strings.Join(down.PrimaryKey, ","))})
+	}
+	return out
+}
+
+func equalFoldSlices(a, b []string) bool {
+	return slices.EqualFunc(a, b, strings.EqualFold)
+}
+
+// chooseKey returns the columns that identify a row for chunking and drill-down: the
+// upstream primary key, else the first NOT NULL unique key; both must exist downstream.
+// keyless is true when there is none and the table is compared as a multiset of rows.
+func chooseKey(up, down *Table, ignored func(string) bool) (key []string, keyless bool) {
+	cands := [][]string{}
+	if len(up.PrimaryKey) > 0 {
+		cands = append(cands, up.PrimaryKey)
+	}
+	cands = append(cands, up.UniqueKeys...)
+	for _, k := range cands {
+		ok := true
+		for _, name := range k {
+			uc, _ := up.Column(name)
+			dc, found := down.Column(name)
+			if !found || ignored(name) || uc.Kind == KindJSON || uc.Kind != dc.Kind {
+				ok = false
+			}
+		}
+		if ok {
+			return k, false
+		}
+	}
+	return nil, true
+}

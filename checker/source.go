@@ -1,0 +1,170 @@
+package checker
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/go-sql-driver/mysql"
+)
+
+// Querier runs a read query. *sql.DB, *sql.Conn and *sql.Tx satisfy it.
+type Querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+var (
+	_ Querier = (*sql.DB)(nil)
+	_ Querier = (*sql.Conn)(nil)
+	_ Querier = (*sql.Tx)(nil)
+)
+
+// Flavor is the kind of server behind a source.
+type Flavor int
+
+const (
+	FlavorMySQL Flavor = iota
+	FlavorMariaDB
+	FlavorTiDB
+)
+
+func (f Flavor) String() string { return [...]string{"mysql", "mariadb", "tidb"}[f] }
+
+func flavorOf(version string) Flavor {
+	v := strings.ToLower(version)
+	switch {
+	case strings.Contains(v, "tidb"):
+		return FlavorTiDB
+	case strings.Contains(v, "mariadb"):
+		return FlavorMariaDB
+	}
+	return FlavorMySQL
+}
+
+// Source is one side of a diff: a bounded pool of connections that all read the same
+// snapshot with session time_zone '+00:00'. Acquire blocks while all are in use, so the
+// pool size is the per-side concurrency limit. Every query runs on the returned Querier
+// and its rows are closed before release is called.
+type Source interface {
+	Acquire(ctx context.Context) (q Querier, release func(), err error)
+	Flavor() Flavor
+	// Describe names the source in logs and errors (never contains a password).
+	Describe() string
+}
+
+// DSNSource is a Source opened from a DSN. When Snapshot is set (a TiDB TSO or datetime),
+// every connection reads at it through tidb_snapshot.
+type DSNSource struct {
+	db     *sql.DB
+	flavor Flavor
+	desc   string
+}
+
+var _ Source = (*DSNSource)(nil)
+
+// OpenDSN opens a source on dsn with at most conns connections. snapshot, when not
+// empty, is set as tidb_snapshot on every connection (TiDB only).
+func OpenDSN(ctx context.Context, dsn string, conns int, snapshot string) (*DSNSource, error) {
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("parse dsn: %w", err)
+	}
+	if cfg.Params == nil {
+		cfg.Params = map[string]string{}
+	}
+	cfg.Params["time_zone"] = "'+00:00'"
+	cfg.Params["charset"] = "utf8mb4"
+	cfg.ParseTime = false
+	cfg.InterpolateParams = true
+	if snapshot != "" {
+		cfg.Params["tidb_snapshot"] = "'" + strings.ReplaceAll(snapshot, "'", "") + "'"
+	}
+	desc := cfg.Addr
+	db, err := sql.Open("mysql", cfg.FormatDSN())
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", desc, err)
+	}
+	if conns < 1 {
+		conns = 1
+	}
+	db.SetMaxOpenConns(conns)
+	db.SetMaxIdleConns(conns)
+	var version string
+	if err := db.QueryRowContext(ctx, "SELECT VERSION()").Scan(&version); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("connect to %s: %w", desc, err)
+	}
+	s := &DSNSource{db: db, flavor: flavorOf(version), desc: desc}
+	if snapshot != "" && s.flavor != FlavorTiDB {
+		db.Close()
+		return nil, fmt.Errorf("source %s: a snapshot TSO needs TiDB, the server is %s", desc, version)
+	}
+	return s, nil
+}
+
+func (s *DSNSource) Acquire(ctx context.Context) (Querier, func(), error) {
+	c, err := s.db.Conn(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("connect to %s: %w", s.desc, err)
+	}
+	return c, func() { _ = c.Close() }, nil
+}
+
+func (s *DSNSource) Flavor() Flavor   { return s.flavor }
+func (s *DSNSource) Describe() string { return s.desc }
+
+// DB returns the underlying pool (for callers that need to run their own queries).
+func (s *DSNSource) DB() *sql.DB { return s.db }
+
+// Close closes the pool.
+func (s *DSNSource) Close() error { return s.db.Close() }
+
+// ConnSource is a Source over connections the caller has already placed inside
+// transactions at the same snapshot (START TRANSACTION WITH CONSISTENT SNAPSHOT, opened
+// while the applier was paused at a resolved ts). The checker only reads through them and
+// never commits, rolls back or closes them.
+type ConnSource struct {
+	pool   chan *sql.Conn
+	flavor Flavor
+	desc   string
+}
+
+var _ Source = (*ConnSource)(nil)
+
+// NewConnSource wraps conns. It sets time_zone '+00:00' and the utf8mb4 connection
+// character set on each (session settings do not end the transaction).
+func NewConnSource(ctx context.Context, desc string, conns []*sql.Conn) (*ConnSource, error) {
+	if len(conns) == 0 {
+		return nil, errors.New("snapshot source " + desc + ": no connections")
+	}
+	s := &ConnSource{pool: make(chan *sql.Conn, len(conns)), desc: desc}
+	for i, c := range conns {
+		if _, err := c.ExecContext(ctx, "SET SESSION time_zone = '+00:00', NAMES utf8mb4"); err != nil {
+			return nil, fmt.Errorf("snapshot source %s: connection %d: %w", desc, i, err)
+		}
+		if i == 0 {
+			var version string
+			if err := c.QueryRowContext(ctx, "SELECT VERSION()").Scan(&version); err != nil {
+				return nil, fmt.Errorf("snapshot source %s: %w", desc, err)
+			}
+			s.flavor = flavorOf(version)
+		}
+		s.pool <- c
+	}
+	return s, nil
+}
+
+func (s *ConnSource) Acquire(ctx context.Context) (Querier, func(), error) {
+	select {
+	case c := <-s.pool:
+		return c, func() { s.pool <- c }, nil
+	case <-ctx.Done():
+		return nil, nil, ctx.Err()
+	}
+}
+
+func (s *ConnSource) Flavor() Flavor   { return s.flavor }
+func (s *ConnSource) Describe() string { return s.desc }
+

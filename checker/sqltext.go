@@ -1,0 +1,101 @@
+package checker
+
+import (
+	"bytes"
+	"encoding/hex"
+	"regexp"
+	"strings"
+	"unicode/utf8"
+)
+
+// QuoteIdent is the one identifier escaper of the checker: every schema, table and column
+// name that reaches SQL goes through it. A backtick inside the name is doubled.
+func QuoteIdent(name string) string {
+	return "`" + strings.ReplaceAll(name, "`", "``") + "`"
+}
+
+// QuoteTable returns `schema`.`table`.
+func QuoteTable(schema, table string) string {
+	return QuoteIdent(schema) + "." + QuoteIdent(table)
+}
+
+// Value is one column value as the server printed it in the text protocol. Null
+// distinguishes SQL NULL from an empty string.
+type Value struct {
+	Null  bool
+	Bytes []byte
+}
+
+// NullValue is SQL NULL.
+var NullValue = Value{Null: true}
+
+// StringValue returns a non-NULL value with the given text.
+func StringValue(s string) Value { return Value{Bytes: []byte(s)} }
+
+func (v Value) clone() Value {
+	if v.Null {
+		return v
+	}
+	return Value{Bytes: bytes.Clone(v.Bytes)}
+}
+
+var numericText = regexp.MustCompile(`^[-+]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?$`)
+
+// Literal renders v as SQL text for a column of kind k, so that it can be pasted into any
+// statement regardless of the session's sql_mode: numbers unquoted, text quoted with ''
+// when it is plain printable UTF-8 without quotes or backslashes, everything else as a hex
+// literal X'..' (which MySQL converts to the column's character set on assignment). This
+// is the form used in fix SQL and in report.json.
+func Literal(k Kind, v Value) string {
+	if v.Null {
+		return "NULL"
+	}
+	switch k {
+	case KindInt, KindDecimal, KindFloat, KindDouble, KindBit: // BIT is read as its integer
+		if numericText.Match(v.Bytes) {
+			return string(v.Bytes)
+		}
+	case KindBinary:
+		return hexLiteral(v.Bytes)
+	}
+	if plainText(v.Bytes) {
+		return "'" + string(v.Bytes) + "'"
+	}
+	return hexLiteral(v.Bytes)
+}
+
+// predicateLiteral renders v for a comparison against a column of kind k in a chunk
+// predicate. Text gets the _utf8mb4 introducer so the comparison uses the column's own
+// collation (a bare X'..' would compare as binary); the connection character set of every
+// checker session is utf8mb4.
+func predicateLiteral(k Kind, v Value) string {
+	if v.Null {
+		return "NULL"
+	}
+	switch k {
+	case KindString:
+		return "_utf8mb4 " + hexLiteral(v.Bytes)
+	case KindJSON:
+		return "CAST(_utf8mb4 " + hexLiteral(v.Bytes) + " AS JSON)"
+	}
+	return Literal(k, v)
+}
+
+func hexLiteral(b []byte) string {
+	if len(b) == 0 {
+		return "''"
+	}
+	return "X'" + strings.ToUpper(hex.EncodeToString(b)) + "'"
+}
+
+func plainText(b []byte) bool {
+	if !utf8.Valid(b) {
+		return false
+	}
+	for _, r := range string(b) {
+		if r < 0x20 || r == 0x7f || r == '\'' || r == '\\' || r == utf8.RuneError {
+			return false
+		}
+	}
+	return true
+}

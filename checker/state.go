@@ -1,0 +1,380 @@
+package checker
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Run state in the meta schema. A run moves running → done | failed | cancelled (a
+// resumed run goes back to running). A chunk moves pending → running → done; on resume
+// every chunk that is not done (at most the ones that were in flight, plus those cut but
+// not started) is compared again. diff_tables.checkpoint_seq is the low watermark: every
+// chunk with seq <= checkpoint_seq is done. Tables are prefixed diff_ because other parts
+// of parity keep their own tables (and their own migrations table) in the same schema.
+
+// migrations are applied in order and recorded in diff_schema_migrations.
+var migrations = []string{
+	`CREATE TABLE IF NOT EXISTS %[1]s.diff_runs (
+		run_id VARCHAR(64) NOT NULL PRIMARY KEY,
+		state VARCHAR(16) NOT NULL,
+		config LONGTEXT NOT NULL,
+		created_at DATETIME(3) NOT NULL,
+		updated_at DATETIME(3) NOT NULL,
+		error TEXT NULL
+	)`,
+	`CREATE TABLE IF NOT EXISTS %[1]s.diff_tables (
+		run_id VARCHAR(64) NOT NULL,
+		table_idx INT NOT NULL,
+		up_schema VARCHAR(64) NOT NULL,
+		up_table VARCHAR(64) NOT NULL,
+		down_schema VARCHAR(64) NOT NULL,
+		down_table VARCHAR(64) NOT NULL,
+		split_done TINYINT NOT NULL DEFAULT 0,
+		checkpoint_seq BIGINT NOT NULL DEFAULT -1,
+		PRIMARY KEY (run_id, table_idx)
+	)`,
+	`CREATE TABLE IF NOT EXISTS %[1]s.diff_chunks (
+		run_id VARCHAR(64) NOT NULL,
+		table_idx INT NOT NULL,
+		seq BIGINT NOT NULL,
+		lo_bound LONGTEXT NOT NULL,
+		hi_bound LONGTEXT NOT NULL,
+		is_last TINYINT NOT NULL,
+		state VARCHAR(16) NOT NULL,
+		up_count BIGINT NULL,
+		down_count BIGINT NULL,
+		up_sum VARCHAR(40) NULL,
+		down_sum VARCHAR(40) NULL,
+		differences BIGINT NOT NULL DEFAULT 0,
+		attempts INT NOT NULL DEFAULT 0,
+		updated_at DATETIME(3) NOT NULL,
+		PRIMARY KEY (run_id, table_idx, seq)
+	)`,
+	`CREATE TABLE IF NOT EXISTS %[1]s.diff_differences (
+		run_id VARCHAR(64) NOT NULL,
+		table_idx INT NOT NULL,
+		chunk_seq BIGINT NOT NULL,
+		n INT NOT NULL,
+		kind VARCHAR(16) NOT NULL,
+		diff LONGTEXT NOT NULL,
+		fix_sql LONGTEXT NOT NULL,
+		PRIMARY KEY (run_id, table_idx, chunk_seq, n)
+	)`,
+}
+
+// Run states.
+const (
+	RunRunning   = "running"
+	RunDone      = "done"
+	RunFailed    = "failed"
+	RunCancelled = "cancelled"
+)
+
+// Chunk states.
+const (
+	chunkPending = "pending"
+	chunkRunning = "running"
+	chunkDone    = "done"
+)
+
+type store struct {
+	db     *sql.DB
+	schema string // quoted
+	runID  string
+	tmo    time.Duration
+}
+
+func (s *store) q(format string) string { return fmt.Sprintf(format, s.schema) }
+
+func (s *store) ctx(parent context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(parent, s.tmo)
+}
+
+// migrate creates the meta schema and applies missing migrations.
+func (s *store) migrate(ctx context.Context) error {
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+	if _, err := s.db.ExecContext(ctx, "CREATE DATABASE IF NOT EXISTS "+s.schema); err != nil {
+		return fmt.Errorf("create meta schema: %w", err)
+	}
+	if _, err := s.db.ExecContext(ctx, s.q(`CREATE TABLE IF NOT EXISTS %s.diff_schema_migrations (
+		version INT NOT NULL PRIMARY KEY, applied_at DATETIME(3) NOT NULL)`)); err != nil {
+		return fmt.Errorf("create migrations table: %w", err)
+	}
+	var have int
+	if err := s.db.QueryRowContext(ctx, s.q("SELECT IFNULL(MAX(version),0) FROM %s.diff_schema_migrations")).Scan(&have); err != nil {
+		return fmt.Errorf("read migrations: %w", err)
+	}
+	for v := have + 1; v <= len(migrations); v++ {
+		if _, err := s.db.ExecContext(ctx, fmt.Sprintf(migrations[v-1], s.schema)); err != nil {
+			return fmt.Errorf("apply meta migration %d: %w", v, err)
+		}
+		if _, err := s.db.ExecContext(ctx, s.q("INSERT IGNORE INTO %s.diff_schema_migrations VALUES (?, NOW(3))"), v); err != nil {
+			return fmt.Errorf("record meta migration %d: %w", v, err)
+		}
+	}
+	return nil
+}
+
+func newRunID() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return time.Now().UTC().Format("20060102T150405") + "-" + hex.EncodeToString(b[:])
+}
+
+func (s *store) createRun(ctx context.Context, cfg *Config) error {
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+	data, _ := json.Marshal(cfg)
+	_, err := s.db.ExecContext(ctx, s.q("INSERT INTO %s.diff_runs (run_id, state, config, created_at, updated_at) VALUES (?, ?, ?, NOW(3), NOW(3))"),
+		s.runID, RunRunning, string(data))
+	if err != nil {
+		return fmt.Errorf("create run: %w", err)
+	}
+	return nil
+}
+
+// ErrRunNotFound is returned when --resume names an unknown run.
+var ErrRunNotFound = errors.New("run not found")
+
+func (s *store) resumeRun(ctx context.Context) error {
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+	var state string
+	err := s.db.QueryRowContext(ctx, s.q("SELECT state FROM %s.diff_runs WHERE run_id = ?"), s.runID).Scan(&state)
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("resume %s: %w", s.runID, ErrRunNotFound)
+	}
+	if err != nil {
+		return fmt.Errorf("read run %s: %w", s.runID, err)
+	}
+	if _, err := s.db.ExecContext(ctx, s.q("UPDATE %s.diff_runs SET state = ?, error = NULL, updated_at = NOW(3) WHERE run_id = ?"), RunRunning, s.runID); err != nil {
+		return fmt.Errorf("mark run %s running: %w", s.runID, err)
+	}
+	// Chunks that were in flight start over.
+	if _, err := s.db.ExecContext(ctx, s.q("UPDATE %s.diff_chunks SET state = ? WHERE run_id = ? AND state = ?"), chunkPending, s.runID, chunkRunning); err != nil {
+		return fmt.Errorf("reset in-flight chunks of %s: %w", s.runID, err)
+	}
+	return nil
+}
+
+func (s *store) finishRun(ctx context.Context, state string, runErr error) error {
+	ctx, cancel := s.ctx(context.WithoutCancel(ctx))
+	defer cancel()
+	var msg any
+	if runErr != nil {
+		msg = runErr.Error()
+	}
+	_, err := s.db.ExecContext(ctx, s.q("UPDATE %s.diff_runs SET state = ?, error = ?, updated_at = NOW(3) WHERE run_id = ?"), state, msg, s.runID)
+	if err != nil {
+		return fmt.Errorf("mark run %s %s: %w", s.runID, state, err)
+	}
+	return nil
+}
+
+type storedTable struct {
+	idx                  int
+	upSchema, upTable    string
+	downSchema, downName string
+	splitDone            bool
+	checkpoint           int
+}
+
+func (s *store) addTable(ctx context.Context, t storedTable) error {
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+	_, err := s.db.ExecContext(ctx, s.q("INSERT INTO %s.diff_tables (run_id, table_idx, up_schema, up_table, down_schema, down_table) VALUES (?, ?, ?, ?, ?, ?)"),
+		s.runID, t.idx, t.upSchema, t.upTable, t.downSchema, t.downName)
+	if err != nil {
+		return fmt.Errorf("record table %s.%s: %w", t.upSchema, t.upTable, err)
+	}
+	return nil
+}
+
+func (s *store) tables(ctx context.Context) ([]storedTable, error) {
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+	rows, err := s.db.QueryContext(ctx, s.q("SELECT table_idx, up_schema, up_table, down_schema, down_table, split_done, checkpoint_seq FROM %s.diff_tables WHERE run_id = ? ORDER BY table_idx"), s.runID)
+	if err != nil {
+		return nil, fmt.Errorf("read tables of run %s: %w", s.runID, err)
+	}
+	defer rows.Close()
+	var out []storedTable
+	for rows.Next() {
+		var t storedTable
+		if err := rows.Scan(&t.idx, &t.upSchema, &t.upTable, &t.downSchema, &t.downName, &t.splitDone, &t.checkpoint); err != nil {
+			return nil, fmt.Errorf("read tables of run %s: %w", s.runID, err)
+		}
+		out = append(out, t)
+	}
+	return out, rows.Err()
+}
+
+func (s *store) addChunk(ctx context.Context, c Chunk) error {
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+	lo, err := encodeBound(c.Range.Lo)
+	if err != nil {
+		return err
+	}
+	hi, err := encodeBound(c.Range.Hi)
+	if err != nil {
+		return err
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("record chunk %d of table %d: %w", c.Seq, c.Table, err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, s.q("INSERT INTO %s.diff_chunks (run_id, table_idx, seq, lo_bound, hi_bound, is_last, state, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, NOW(3))"),
+		s.runID, c.Table, c.Seq, lo, hi, c.Last, chunkPending); err != nil {
+		return fmt.Errorf("record chunk %d of table %d: %w", c.Seq, c.Table, err)
+	}
+	if c.Last {
+		if _, err := tx.ExecContext(ctx, s.q("UPDATE %s.diff_tables SET split_done = 1 WHERE run_id = ? AND table_idx = ?"), s.runID, c.Table); err != nil {
+			return fmt.Errorf("record split of table %d: %w", c.Table, err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("record chunk %d of table %d: %w", c.Seq, c.Table, err)
+	}
+	return nil
+}
+
+type storedChunk struct {
+	Chunk
+	state                string
+	upCount, downCount   int64
+	differences          int64
+}
+
+func (s *store) chunks(ctx context.Context, table int) ([]storedChunk, error) {
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+	rows, err := s.db.QueryContext(ctx, s.q("SELECT seq, lo_bound, hi_bound, is_last, state, IFNULL(up_count,0), IFNULL(down_count,0), differences FROM %s.diff_chunks WHERE run_id = ? AND table_idx = ? ORDER BY seq"), s.runID, table)
+	if err != nil {
+		return nil, fmt.Errorf("read chunks of table %d: %w", table, err)
+	}
+	defer rows.Close()
+	var out []storedChunk
+	for rows.Next() {
+		var c storedChunk
+		var lo, hi string
+		c.Table = table
+		if err := rows.Scan(&c.Seq, &lo, &hi, &c.Last, &c.state, &c.upCount, &c.downCount, &c.differences); err != nil {
+			return nil, fmt.Errorf("read chunks of table %d: %w", table, err)
+		}
+		if c.Range.Lo, err = decodeBound(lo); err != nil {
+			return nil, err
+		}
+		if c.Range.Hi, err = decodeBound(hi); err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	return out, rows.Err()
+}
+
+// startChunk marks a chunk in flight and drops differences a previous attempt recorded.
+func (s *store) startChunk(ctx context.Context, c Chunk) error {
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+	if _, err := s.db.ExecContext(ctx, s.q("UPDATE %s.diff_chunks SET state = ?, attempts = attempts + 1, updated_at = NOW(3) WHERE run_id = ? AND table_idx = ? AND seq = ?"),
+		chunkRunning, s.runID, c.Table, c.Seq); err != nil {
+		return fmt.Errorf("start chunk %d of table %d: %w", c.Seq, c.Table, err)
+	}
+	if _, err := s.db.ExecContext(ctx, s.q("DELETE FROM %s.diff_differences WHERE run_id = ? AND table_idx = ? AND chunk_seq = ?"), s.runID, c.Table, c.Seq); err != nil {
+		return fmt.Errorf("start chunk %d of table %d: %w", c.Seq, c.Table, err)
+	}
+	return nil
+}
+
+type storedDiff struct {
+	n    int
+	diff Difference
+}
+
+// addDifferences stores a batch of differences of a chunk.
+func (s *store) addDifferences(ctx context.Context, c Chunk, batch []storedDiff) error {
+	if len(batch) == 0 {
+		return nil
+	}
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+	var sb strings.Builder
+	args := make([]any, 0, len(batch)*7)
+	sb.WriteString(s.q("INSERT INTO %s.diff_differences (run_id, table_idx, chunk_seq, n, kind, diff, fix_sql) VALUES "))
+	for i, d := range batch {
+		if i > 0 {
+			sb.WriteString(", ")
+		}
+		sb.WriteString("(?, ?, ?, ?, ?, ?, ?)")
+		data, _ := json.Marshal(d.diff)
+		args = append(args, s.runID, c.Table, c.Seq, d.n, string(d.diff.Kind), string(data), d.diff.fix)
+	}
+	if _, err := s.db.ExecContext(ctx, sb.String(), args...); err != nil {
+		return fmt.Errorf("record differences of chunk %d of table %d: %w", c.Seq, c.Table, err)
+	}
+	return nil
+}
+
+// finishChunk marks a chunk done with its results and advances the table's checkpoint.
+func (s *store) finishChunk(ctx context.Context, c Chunk, res chunkResult, checkpoint int) error {
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("finish chunk %d of table %d: %w", c.Seq, c.Table, err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, s.q("UPDATE %s.diff_chunks SET state = ?, up_count = ?, down_count = ?, up_sum = ?, down_sum = ?, differences = ?, updated_at = NOW(3) WHERE run_id = ? AND table_idx = ? AND seq = ?"),
+		chunkDone, res.up.count, res.down.count, res.up.sum, res.down.sum, res.differences, s.runID, c.Table, c.Seq); err != nil {
+		return fmt.Errorf("finish chunk %d of table %d: %w", c.Seq, c.Table, err)
+	}
+	if _, err := tx.ExecContext(ctx, s.q("UPDATE %s.diff_tables SET checkpoint_seq = GREATEST(checkpoint_seq, ?) WHERE run_id = ? AND table_idx = ?"), checkpoint, s.runID, c.Table); err != nil {
+		return fmt.Errorf("advance checkpoint of table %d: %w", c.Table, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("finish chunk %d of table %d: %w", c.Seq, c.Table, err)
+	}
+	return nil
+}
+
+// differences streams the stored differences of a table in key order (extra rows first
+// when deletesFirst) to fn. limit < 0 means all.
+func (s *store) differences(ctx context.Context, table int, limit int, deletesFirst bool, fn func(Difference, string) error) error {
+	q := s.q("SELECT diff, fix_sql FROM %s.diff_differences WHERE run_id = ? AND table_idx = ? ORDER BY ")
+	if deletesFirst {
+		q += "kind <> 'extra', "
+	}
+	q += "chunk_seq, n"
+	if limit >= 0 {
+		q += fmt.Sprintf(" LIMIT %d", limit)
+	}
+	rows, err := s.db.QueryContext(ctx, q, s.runID, table)
+	if err != nil {
+		return fmt.Errorf("read differences of table %d: %w", table, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var data, fix string
+		if err := rows.Scan(&data, &fix); err != nil {
+			return fmt.Errorf("read differences of table %d: %w", table, err)
+		}
+		var d Difference
+		if err := json.Unmarshal([]byte(data), &d); err != nil {
+			return fmt.Errorf("decode difference of table %d: %w", table, err)
+		}
+		if err := fn(d, fix); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}
