@@ -283,7 +283,7 @@ func prevString(prev *Event, f func(*Event) string) string {
 func (st *decodeState) string(same string) (string, error) {
 	s := &st.sc
 	if s.peek() != '"' {
-		return "", &syntaxError{pos: s.pos, msg: "expected a string, found " + s.describe(), err: ErrValue}
+		return "", s.wrongType("a string")
 	}
 	var b []byte
 	var err error
@@ -301,7 +301,7 @@ func (st *decodeState) number() ([]byte, error) {
 	s := &st.sc
 	c := s.peek()
 	if c != '-' && (c < '0' || c > '9') {
-		return nil, &syntaxError{pos: s.pos, msg: "expected a number, found " + s.describe(), err: ErrValue}
+		return nil, s.wrongType("a number")
 	}
 	return s.number()
 }
@@ -472,7 +472,7 @@ func (st *decodeState) columns(section string, hint []Column, ev *Event) ([]Colu
 	if c := s.peek(); c == 'n' {
 		return nil, inField(section, s.literal("null"))
 	} else if c != '{' {
-		return nil, inField(section, &syntaxError{pos: s.pos, msg: "expected an object, found " + s.describe(), err: ErrValue})
+		return nil, inField(section, s.wrongType("an object"))
 	}
 	s.pos++
 	n := len(hint)
@@ -539,8 +539,8 @@ func (st *decodeState) column(col *Column) error {
 			if t, err = st.int64(); err != nil {
 				return inField("t", err)
 			}
-			if t < 0 || t > 255 {
-				return inField("t", fmt.Errorf("%w %d", ErrUnknownType, t))
+			if t < 0 || t > 255 || !KnownType(byte(t)) {
+				return inField("t", &syntaxError{pos: s.pos, msg: fmt.Sprintf("%v %d", ErrUnknownType, t), err: ErrUnknownType})
 			}
 			haveT = true
 		case "f":

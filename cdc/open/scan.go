@@ -301,7 +301,18 @@ func (s *scanner) boolean() (bool, error) {
 	case 'n':
 		return false, s.literal("null")
 	}
-	return false, &syntaxError{pos: s.pos, msg: "expected a boolean, found " + s.describe(), err: ErrValue}
+	return false, s.wrongType("a boolean")
+}
+
+// wrongType reports that the next value is not of the wanted JSON type: ErrValue when a
+// value of another type starts there, ErrSyntax when no JSON value does.
+func (s *scanner) wrongType(want string) error {
+	err := ErrSyntax
+	switch c := s.peek(); {
+	case c == '"' || c == '{' || c == '[' || c == 't' || c == 'f' || c == 'n' || c == '-' || (c >= '0' && c <= '9'):
+		err = ErrValue
+	}
+	return &syntaxError{pos: s.pos, msg: "expected " + want + ", found " + s.describe(), err: err}
 }
 
 // skip skips any JSON value.

@@ -241,7 +241,7 @@ func goUnquote(raw []byte) ([]byte, error) {
 			break
 		}
 	}
-	if plain {
+	if plain && utf8.Valid(raw) {
 		out := make([]byte, len(raw)) // non-nil even when empty: '' is not NULL
 		copy(out, raw)
 		return out, nil
