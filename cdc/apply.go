@@ -1,0 +1,474 @@
+package cdc
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"log/slog"
+	"math"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/tidb-parity/parity/cdc/open"
+)
+
+// applier writes rows and DDLs into the downstream.
+//
+// Rows of a round (every buffered row with commit ts <= target) are spread over Workers
+// connections:
+//   - tables whose handle is their only unique key: by hash of (table, handle), so all
+//     versions of one row go to one connection in commit-ts order; statements are
+//     idempotent upserts/deletes and replaying a round converges;
+//   - tables with other unique keys: by table, in order, with REPLACE (TiCDC's safe
+//     mode), which also converges on replay;
+//   - tables without a handle: the table's rows of the round and its table_progress row
+//     commit in one transaction, so a replay skips them and duplicates never double.
+//
+// The round's checkpoint is written only after every worker finished.
+type applier struct {
+	db    *sql.DB // apply sessions: time_zone of the changefeed, foreign_key_checks=0
+	meta  *meta
+	cfg   Config
+	log   *slog.Logger
+	hooks *testHooks
+
+	mu            sync.Mutex
+	tableProgress map[tableKey]uint64
+
+	rows atomic.Int64 // rows applied (statements' row images), for metrics
+}
+
+// op is one unit of work for a worker.
+type op struct {
+	schema, table string // downstream names
+	del           bool
+	mode          writeMode
+	cols          []open.Column // upsert: the row to write; delete: the handle columns
+	unit          *keylessUnit
+}
+
+// keylessUnit applies a table without a handle in one transaction.
+type keylessUnit struct {
+	tb     *tableBuf
+	target uint64
+}
+
+func (a *applier) progressOf(k tableKey) uint64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.tableProgress[k]
+}
+
+// applyRows applies every buffered row with commit ts <= target.
+func (a *applier) applyRows(ctx context.Context, buf *buffer, target uint64) error {
+	tables := buf.tablesUpTo(target)
+	if len(tables) == 0 {
+		return nil
+	}
+	w := a.cfg.Applier.Workers
+	chans := make([]chan op, w)
+	for i := range chans {
+		chans[i] = make(chan op, 4*a.cfg.Applier.BatchRows)
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	for i := range chans {
+		ch := chans[i]
+		g.Go(func() error {
+			err := a.worker(gctx, ch)
+			if err != nil {
+				for range ch { // let the producer finish
+				}
+			}
+			return err
+		})
+	}
+	g.Go(func() error {
+		defer func() {
+			for _, ch := range chans {
+				close(ch)
+			}
+		}()
+		for _, tb := range tables {
+			if err := a.produce(gctx, tb, target, chans); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return g.Wait()
+}
+
+func (a *applier) produce(ctx context.Context, tb *tableBuf, target uint64, chans []chan op) error {
+	it, err := tb.iter(target)
+	if err != nil {
+		return err
+	}
+	defer it.close()
+	schema, table := a.cfg.targetSchema(tb.key.Schema), tb.key.Table
+	tableWorker := int(hashString(tb.key.String()) % uint64(len(chans)))
+	send := func(w int, o op) error {
+		select {
+		case chans[w] <- o:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	first := true
+	for {
+		ev, err := it.next()
+		if err != nil {
+			return err
+		}
+		if ev == nil {
+			return nil
+		}
+		cols := writable(ev.Columns)
+		handle := handleCols(cols)
+		if first {
+			first = false
+			if len(handle) == 0 {
+				return send(tableWorker, op{unit: &keylessUnit{tb: tb, target: target}})
+			}
+		}
+		if len(handle) == 0 {
+			return fmt.Errorf("table %s: row at commit ts %d has no handle key while earlier rows of the round had one", tb.key, ev.CommitTs)
+		}
+		mode, w := modeUpsert, -1
+		if hasOtherUnique(cols) {
+			mode, w = modeReplace, tableWorker
+		}
+		route := func(h []open.Column) int {
+			if w >= 0 {
+				return w
+			}
+			return int(hashRow(tb.key.String(), h) % uint64(len(chans)))
+		}
+		switch ev.Op {
+		case open.OpDelete:
+			if err := send(route(handle), op{schema: schema, table: table, del: true, cols: handle}); err != nil {
+				return err
+			}
+		case open.OpUpdate:
+			if ev.OldColumns != nil {
+				old := handleCols(writable(ev.OldColumns))
+				if len(old) == len(handle) && !sameValues(old, handle) {
+					if err := send(route(old), op{schema: schema, table: table, del: true, cols: old}); err != nil {
+						return err
+					}
+				}
+			}
+			fallthrough
+		default:
+			if err := send(route(handle), op{schema: schema, table: table, mode: mode, cols: cols}); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// batch is a multi-row statement being assembled.
+type batch struct {
+	schema, table string
+	del           bool
+	mode          writeMode
+	sig           string
+	rows          [][]open.Column
+	bytes         int
+}
+
+const maxStatementBytes = 4 << 20
+
+func (a *applier) worker(ctx context.Context, ch <-chan op) error {
+	var b batch
+	flush := func() error {
+		if len(b.rows) == 0 {
+			return nil
+		}
+		var q string
+		var args []any
+		if b.del {
+			q, args = buildDeleteByHandle(b.schema, b.table, b.rows)
+		} else {
+			q, args = buildUpsert(b.schema, b.table, b.rows, b.mode)
+		}
+		err := a.retry(ctx, quoteTable(b.schema, b.table), func(ctx context.Context) error {
+			_, err := a.db.ExecContext(ctx, q, args...)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		a.rows.Add(int64(len(b.rows)))
+		b.rows = b.rows[:0]
+		b.bytes = 0
+		return nil
+	}
+	for o := range ch {
+		if o.unit != nil {
+			if err := flush(); err != nil {
+				return err
+			}
+			if err := a.applyKeyless(ctx, o.unit); err != nil {
+				return err
+			}
+			continue
+		}
+		sig := colSignature(o.cols)
+		if len(b.rows) > 0 && (b.schema != o.schema || b.table != o.table || b.del != o.del || b.mode != o.mode ||
+			b.sig != sig || len(b.rows) >= a.cfg.Applier.BatchRows || b.bytes >= maxStatementBytes) {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+		if len(b.rows) == 0 {
+			b.schema, b.table, b.del, b.mode, b.sig = o.schema, o.table, o.del, o.mode, sig
+		}
+		b.rows = append(b.rows, o.cols)
+		b.bytes += rowBytes(o.cols)
+	}
+	if err := flush(); err != nil {
+		return err
+	}
+	return ctx.Err()
+}
+
+// applyKeyless applies a table without a handle: inserts append, deletes remove exactly
+// one equal row, updates do both; all in one transaction with the table's progress.
+func (a *applier) applyKeyless(ctx context.Context, u *keylessUnit) error {
+	k := u.tb.key
+	done := a.progressOf(k)
+	schema, table := a.cfg.targetSchema(k.Schema), k.Table
+	var n int64
+	err := a.retry(ctx, quoteTable(schema, table), func(ctx context.Context) error {
+		n = 0
+		it, err := u.tb.iter(u.target)
+		if err != nil {
+			return err
+		}
+		defer it.close()
+		tx, err := a.db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback() //nolint:errcheck // no-op after commit
+		var ins [][]open.Column
+		var insSig string
+		flush := func() error {
+			if len(ins) == 0 {
+				return nil
+			}
+			q, args := buildUpsert(schema, table, ins, modeInsert)
+			ins = ins[:0]
+			_, err := tx.ExecContext(ctx, q, args...)
+			return err
+		}
+		for {
+			ev, err := it.next()
+			if err != nil {
+				return err
+			}
+			if ev == nil {
+				break
+			}
+			if ev.CommitTs <= done {
+				continue // applied before a crash, together with its progress row
+			}
+			n++
+			cols := writable(ev.Columns)
+			if ev.Op == open.OpDelete || ev.Op == open.OpUpdate {
+				old := cols
+				if ev.Op == open.OpUpdate {
+					if ev.OldColumns == nil {
+						return fmt.Errorf("table %s has no primary or unique key and an update at commit ts %d carries no old row (enable TiCDC output-old-value)", k, ev.CommitTs)
+					}
+					old = writable(ev.OldColumns)
+				}
+				if err := flush(); err != nil {
+					return err
+				}
+				q, args := buildDeleteOne(schema, table, old)
+				if _, err := tx.ExecContext(ctx, q, args...); err != nil {
+					return err
+				}
+				if ev.Op == open.OpDelete {
+					continue
+				}
+			}
+			sig := colSignature(cols)
+			if len(ins) > 0 && (sig != insSig || len(ins) >= a.cfg.Applier.BatchRows) {
+				if err := flush(); err != nil {
+					return err
+				}
+			}
+			insSig = sig
+			ins = append(ins, cols)
+		}
+		if err := flush(); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, a.meta.tableProgressSQL(), a.meta.changefeed, k.Schema, k.Table, u.target); err != nil {
+			return fmt.Errorf("recording table progress: %w", err)
+		}
+		if err := a.hooks.fire(hookBeforeKeylessCommit); err != nil {
+			return err
+		}
+		return tx.Commit()
+	})
+	if err != nil {
+		return err
+	}
+	a.rows.Add(n)
+	a.mu.Lock()
+	a.tableProgress[k] = u.target
+	a.mu.Unlock()
+	return nil
+}
+
+// retry runs f with a per-attempt timeout, retrying transient errors with backoff.
+func (a *applier) retry(ctx context.Context, what string, f func(context.Context) error) error {
+	backoff := a.cfg.Applier.RetryBackoff
+	for attempt := 0; ; attempt++ {
+		actx, cancel := context.WithTimeout(ctx, a.cfg.Applier.QueryTimeout)
+		err := f(actx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if !isTransient(err) || attempt >= a.cfg.Applier.MaxRetries {
+			return fmt.Errorf("applying to %s: %w", what, err)
+		}
+		a.log.Warn("transient downstream error, retrying", "table", what, "attempt", attempt+1, "backoff", backoff, "err", err)
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+// isTransient reports whether a downstream error is worth retrying.
+func isTransient(err error) bool {
+	if errors.Is(err, driver.ErrBadConn) || errors.Is(err, mysql.ErrInvalidConn) ||
+		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) {
+		return true
+	}
+	var me *mysql.MySQLError
+	if errors.As(err, &me) {
+		switch me.Number {
+		case 1205, // lock wait timeout
+			1213, // deadlock
+			1040, // too many connections
+			1053, // server shutdown in progress
+			1159, 1161, // network read/write timeout
+			1927, // MariaDB: connection was killed
+			2006, 2013: // gone away, lost connection
+			return true
+		}
+		return false
+	}
+	var ne net.Error
+	return errors.As(err, &ne)
+}
+
+func sameValues(a, b []open.Column) bool {
+	for i := range a {
+		if a[i].Name != b[i].Name || !valueEqual(a[i].Value, b[i].Value) {
+			return false
+		}
+	}
+	return true
+}
+
+func valueEqual(x, y any) bool {
+	if bx, ok := x.([]byte); ok {
+		by, ok := y.([]byte)
+		return ok && bytes.Equal(bx, by)
+	}
+	if _, ok := y.([]byte); ok {
+		return false
+	}
+	return x == y
+}
+
+func hashString(s string) uint64 {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(s))
+	return h.Sum64()
+}
+
+func hashRow(table string, cols []open.Column) uint64 {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(table))
+	var buf [20]byte
+	for _, c := range cols {
+		_, _ = h.Write([]byte{0})
+		switch v := c.Value.(type) {
+		case int64:
+			_, _ = h.Write(strconv.AppendInt(buf[:0], v, 10))
+		case uint64:
+			_, _ = h.Write(strconv.AppendUint(buf[:0], v, 10))
+		case string:
+			_, _ = h.Write([]byte(v))
+		case []byte:
+			_, _ = h.Write(v)
+		case float64:
+			_, _ = h.Write(strconv.AppendUint(buf[:0], math.Float64bits(v), 10))
+		default:
+			_, _ = fmt.Fprint(h, v)
+		}
+	}
+	return h.Sum64()
+}
+
+func rowBytes(cols []open.Column) int {
+	n := 0
+	for _, c := range cols {
+		switch v := c.Value.(type) {
+		case string:
+			n += len(v) + 3
+		case []byte:
+			n += 2*len(v) + 10
+		default:
+			n += 21
+		}
+	}
+	return n
+}
+
+// Test hooks inject failures at named points, to prove crash convergence.
+type hookPoint string
+
+const (
+	hookBeforeKeylessCommit hookPoint = "before-keyless-commit"
+	hookAfterRows           hookPoint = "after-rows"  // rows of a round applied, checkpoint not written
+	hookBeforeDDLRecord     hookPoint = "before-ddl-record"
+)
+
+type testHooks struct {
+	f func(hookPoint) error
+}
+
+func (h *testHooks) fire(p hookPoint) error {
+	if h == nil || h.f == nil {
+		return nil
+	}
+	return h.f(p)
+}

@@ -1,0 +1,556 @@
+package cdc
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+
+	"github.com/tidb-parity/parity/cdc/open"
+)
+
+// tableKey names an upstream table.
+type tableKey struct {
+	Schema string
+	Table  string
+}
+
+func (t tableKey) String() string { return t.Schema + "." + t.Table }
+
+// bufEvent is a buffered row event. seq is the global arrival order: rows of one commit
+// ts keep the order they arrived in (within a partition, Kafka offset order).
+type bufEvent struct {
+	ev   *open.Event
+	ts   uint64
+	seq  uint64
+	size int64
+}
+
+func lessEv(a, b *bufEvent) bool {
+	if a.ts != b.ts {
+		return a.ts < b.ts
+	}
+	return a.seq < b.seq
+}
+
+// buffer holds row events per table until the global resolved ts passes them. Memory is
+// bounded by limit: beyond it the largest tables' in-memory rows are sorted and written
+// to a spill run on disk. Runs are immutable, sorted files with a ts index, so the rows
+// of a round are a prefix of every run and are read with one sequential pass; a round
+// consumes that prefix only when release is called after it committed, so a failed
+// round can be read again.
+type buffer struct {
+	dir      string
+	limit    int64
+	memBytes int64
+	memCount int64
+	spilled  int64 // events in spill runs not yet released
+	files    int
+	tables   map[tableKey]*tableBuf
+}
+
+type tableBuf struct {
+	key      tableKey
+	mem      []bufEvent
+	sorted   bool
+	memBytes int64
+	runs     []*spillRun
+}
+
+// spillRun is one sorted spill file. marks[i] is the first event with marks[i].ts;
+// events before marks[cursor] were released.
+type spillRun struct {
+	path   string
+	marks  []runMark
+	end    int64 // file size
+	count  int64 // events in the file
+	cursor int
+}
+
+type runMark struct {
+	ts  uint64
+	pos int64
+	n   int64 // events before pos
+}
+
+func newBuffer(dir string, limit int64) (*buffer, error) {
+	if err := os.RemoveAll(dir); err != nil {
+		return nil, fmt.Errorf("clearing spill dir: %w", err)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("creating spill dir: %w", err)
+	}
+	return &buffer{dir: dir, limit: limit, tables: map[tableKey]*tableBuf{}}, nil
+}
+
+// close removes the spill files.
+func (b *buffer) close() error { return os.RemoveAll(b.dir) }
+
+func (b *buffer) add(ev *open.Event, seq uint64) error {
+	k := tableKey{ev.Schema, ev.Table}
+	tb := b.tables[k]
+	if tb == nil {
+		tb = &tableBuf{key: k, sorted: true}
+		b.tables[k] = tb
+	}
+	be := bufEvent{ev: ev, ts: ev.CommitTs, seq: seq, size: estimateSize(ev)}
+	if n := len(tb.mem); n > 0 && tb.sorted && lessEv(&be, &tb.mem[n-1]) {
+		tb.sorted = false
+	}
+	tb.mem = append(tb.mem, be)
+	tb.memBytes += be.size
+	b.memBytes += be.size
+	b.memCount++
+	for b.memBytes > b.limit {
+		var big *tableBuf
+		for _, t := range b.tables {
+			if big == nil || t.memBytes > big.memBytes {
+				big = t
+			}
+		}
+		if big == nil || len(big.mem) == 0 {
+			break
+		}
+		if err := b.spill(big); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (tb *tableBuf) sortMem() {
+	if !tb.sorted {
+		sort.SliceStable(tb.mem, func(i, j int) bool { return lessEv(&tb.mem[i], &tb.mem[j]) })
+		tb.sorted = true
+	}
+}
+
+// spill writes the table's in-memory rows to a new sorted run.
+func (b *buffer) spill(tb *tableBuf) error {
+	tb.sortMem()
+	b.files++
+	path := filepath.Join(b.dir, fmt.Sprintf("run-%06d", b.files))
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return fmt.Errorf("spilling %s: %w", tb.key, err)
+	}
+	w := &countWriter{w: bufio.NewWriterSize(f, 1<<20)}
+	run := &spillRun{path: path}
+	var scratch []byte
+	for i := range tb.mem {
+		e := &tb.mem[i]
+		if len(run.marks) == 0 || run.marks[len(run.marks)-1].ts != e.ts {
+			run.marks = append(run.marks, runMark{ts: e.ts, pos: w.n, n: int64(i)})
+		}
+		scratch = encodeEvent(scratch[:0], e)
+		if _, err := w.Write(scratch); err != nil {
+			f.Close()
+			return fmt.Errorf("spilling %s: %w", tb.key, err)
+		}
+	}
+	if err := w.w.(*bufio.Writer).Flush(); err != nil {
+		f.Close()
+		return fmt.Errorf("spilling %s: %w", tb.key, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("spilling %s: %w", tb.key, err)
+	}
+	run.end = w.n
+	run.count = int64(len(tb.mem))
+	tb.runs = append(tb.runs, run)
+	b.spilled += run.count
+	b.memBytes -= tb.memBytes
+	b.memCount -= int64(len(tb.mem))
+	tb.mem = nil
+	tb.memBytes = 0
+	tb.sorted = true
+	return nil
+}
+
+// minTs returns the smallest buffered commit ts of the table, or MaxUint64.
+func (tb *tableBuf) minTs() uint64 {
+	m := uint64(math.MaxUint64)
+	if len(tb.mem) > 0 {
+		tb.sortMem()
+		m = tb.mem[0].ts
+	}
+	for _, r := range tb.runs {
+		if r.cursor < len(r.marks) && r.marks[r.cursor].ts < m {
+			m = r.marks[r.cursor].ts
+		}
+	}
+	return m
+}
+
+// tablesUpTo lists the tables holding rows with ts <= target, in a stable order.
+func (b *buffer) tablesUpTo(target uint64) []*tableBuf {
+	var out []*tableBuf
+	for _, tb := range b.tables {
+		if tb.minTs() <= target {
+			out = append(out, tb)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].key.Schema != out[j].key.Schema {
+			return out[i].key.Schema < out[j].key.Schema
+		}
+		return out[i].key.Table < out[j].key.Table
+	})
+	return out
+}
+
+// release drops every row with ts <= target (after they were applied).
+func (b *buffer) release(target uint64) {
+	for k, tb := range b.tables {
+		tb.sortMem()
+		n := sort.Search(len(tb.mem), func(i int) bool { return tb.mem[i].ts > target })
+		if n > 0 {
+			var freed int64
+			for i := 0; i < n; i++ {
+				freed += tb.mem[i].size
+			}
+			tb.mem = append([]bufEvent(nil), tb.mem[n:]...)
+			tb.memBytes -= freed
+			b.memBytes -= freed
+			b.memCount -= int64(n)
+		}
+		runs := tb.runs[:0]
+		for _, r := range tb.runs {
+			before := r.released()
+			for r.cursor < len(r.marks) && r.marks[r.cursor].ts <= target {
+				r.cursor++
+			}
+			b.spilled -= r.released() - before
+			if r.cursor == len(r.marks) {
+				_ = os.Remove(r.path)
+				continue
+			}
+			runs = append(runs, r)
+		}
+		tb.runs = runs
+		if len(tb.mem) == 0 && len(tb.runs) == 0 {
+			delete(b.tables, k)
+		}
+	}
+}
+
+func (r *spillRun) released() int64 {
+	if r.cursor >= len(r.marks) {
+		return r.count
+	}
+	return r.marks[r.cursor].n
+}
+
+// endFor returns the file position after the last event with ts <= target.
+func (r *spillRun) endFor(target uint64) int64 {
+	i := sort.Search(len(r.marks), func(i int) bool { return r.marks[i].ts > target })
+	if i == len(r.marks) {
+		return r.end
+	}
+	return r.marks[i].pos
+}
+
+// tableIter yields a table's rows with ts <= target in (ts, arrival) order, merging the
+// in-memory rows with every spill run.
+type tableIter struct {
+	key     tableKey
+	mem     []bufEvent
+	runs    []*runReader
+	headMem int
+}
+
+type runReader struct {
+	f     *os.File
+	r     *bufio.Reader
+	left  int64
+	head  bufEvent
+	ok    bool
+	names map[string]string
+}
+
+func (tb *tableBuf) iter(target uint64) (*tableIter, error) {
+	tb.sortMem()
+	n := sort.Search(len(tb.mem), func(i int) bool { return tb.mem[i].ts > target })
+	it := &tableIter{key: tb.key, mem: tb.mem[:n]}
+	for _, r := range tb.runs {
+		if r.cursor >= len(r.marks) || r.marks[r.cursor].ts > target {
+			continue
+		}
+		start, end := r.marks[r.cursor].pos, r.endFor(target)
+		f, err := os.Open(r.path)
+		if err != nil {
+			it.close()
+			return nil, fmt.Errorf("reading spill run of %s: %w", tb.key, err)
+		}
+		if _, err := f.Seek(start, io.SeekStart); err != nil {
+			f.Close()
+			it.close()
+			return nil, fmt.Errorf("reading spill run of %s: %w", tb.key, err)
+		}
+		rr := &runReader{f: f, r: bufio.NewReaderSize(io.LimitReader(f, end-start), 1<<20), left: end - start, names: map[string]string{}}
+		if err := rr.next(tb.key); err != nil {
+			f.Close()
+			it.close()
+			return nil, err
+		}
+		it.runs = append(it.runs, rr)
+	}
+	return it, nil
+}
+
+func (rr *runReader) next(k tableKey) error {
+	ev, ts, seq, err := decodeEvent(rr.r, rr.names)
+	if errors.Is(err, io.EOF) {
+		rr.ok = false
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reading spill run of %s: %w", k, err)
+	}
+	ev.Schema, ev.Table = k.Schema, k.Table
+	rr.head = bufEvent{ev: ev, ts: ts, seq: seq}
+	rr.ok = true
+	return nil
+}
+
+// next returns the next event, or nil at the end.
+func (it *tableIter) next() (*open.Event, error) {
+	var best *bufEvent
+	bestRun := -1
+	if it.headMem < len(it.mem) {
+		best = &it.mem[it.headMem]
+	}
+	for i, rr := range it.runs {
+		if rr.ok && (best == nil || lessEv(&rr.head, best)) {
+			best, bestRun = &rr.head, i
+		}
+	}
+	if best == nil {
+		return nil, nil
+	}
+	ev := best.ev
+	if bestRun < 0 {
+		it.headMem++
+		return ev, nil
+	}
+	if err := it.runs[bestRun].next(it.key); err != nil {
+		return nil, err
+	}
+	return ev, nil
+}
+
+func (it *tableIter) close() {
+	for _, rr := range it.runs {
+		rr.f.Close()
+	}
+	it.runs = nil
+}
+
+type countWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// Spill encoding of one event: uvarint length, then ts, seq, partition id, op, columns,
+// old columns (count+1, 0 meaning nil). Column: name, type, flags, value tag + value.
+const (
+	tagNil byte = iota
+	tagInt
+	tagUint
+	tagFloat
+	tagString
+	tagBytes
+)
+
+func encodeEvent(dst []byte, e *bufEvent) []byte {
+	body := make([]byte, 0, 256)
+	body = binary.AppendUvarint(body, e.ts)
+	body = binary.AppendUvarint(body, e.seq)
+	body = binary.AppendVarint(body, e.ev.Partition)
+	body = append(body, byte(e.ev.Op))
+	body = appendCols(body, e.ev.Columns)
+	if e.ev.OldColumns == nil {
+		body = binary.AppendUvarint(body, 0)
+	} else {
+		body = binary.AppendUvarint(body, uint64(len(e.ev.OldColumns))+1)
+		body = appendColList(body, e.ev.OldColumns)
+	}
+	dst = binary.AppendUvarint(dst, uint64(len(body)))
+	return append(dst, body...)
+}
+
+func appendCols(b []byte, cols []open.Column) []byte {
+	b = binary.AppendUvarint(b, uint64(len(cols)))
+	return appendColList(b, cols)
+}
+
+func appendColList(b []byte, cols []open.Column) []byte {
+	for _, c := range cols {
+		b = binary.AppendUvarint(b, uint64(len(c.Name)))
+		b = append(b, c.Name...)
+		b = append(b, c.Type)
+		b = binary.AppendUvarint(b, uint64(c.Flags))
+		switch v := c.Value.(type) {
+		case nil:
+			b = append(b, tagNil)
+		case int64:
+			b = append(b, tagInt)
+			b = binary.AppendVarint(b, v)
+		case uint64:
+			b = append(b, tagUint)
+			b = binary.AppendUvarint(b, v)
+		case float64:
+			b = append(b, tagFloat)
+			b = binary.BigEndian.AppendUint64(b, math.Float64bits(v))
+		case string:
+			b = append(b, tagString)
+			b = binary.AppendUvarint(b, uint64(len(v)))
+			b = append(b, v...)
+		case []byte:
+			b = append(b, tagBytes)
+			b = binary.AppendUvarint(b, uint64(len(v)))
+			b = append(b, v...)
+		default:
+			// The codec documents exactly the types above; anything else is a bug there.
+			s := fmt.Sprint(v)
+			b = append(b, tagString)
+			b = binary.AppendUvarint(b, uint64(len(s)))
+			b = append(b, s...)
+		}
+	}
+	return b
+}
+
+var errSpillCorrupt = errors.New("corrupt spill record")
+
+func decodeEvent(r *bufio.Reader, names map[string]string) (*open.Event, uint64, uint64, error) {
+	n, err := binary.ReadUvarint(r)
+	if err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, 0, 0, io.EOF
+		}
+		return nil, 0, 0, err
+	}
+	body := make([]byte, n)
+	if _, err := io.ReadFull(r, body); err != nil {
+		return nil, 0, 0, err
+	}
+	d := decoder{b: body, names: names}
+	ts := d.uvarint()
+	seq := d.uvarint()
+	ev := &open.Event{Kind: open.KindRow, CommitTs: ts}
+	ev.Partition = d.varint()
+	ev.Op = open.Op(d.byte())
+	ev.Columns = d.cols(int(d.uvarint()))
+	if k := d.uvarint(); k > 0 {
+		ev.OldColumns = d.cols(int(k - 1))
+	}
+	if d.err != nil {
+		return nil, 0, 0, d.err
+	}
+	return ev, ts, seq, nil
+}
+
+type decoder struct {
+	b     []byte
+	err   error
+	names map[string]string
+}
+
+func (d *decoder) fail() {
+	if d.err == nil {
+		d.err = errSpillCorrupt
+	}
+	d.b = nil
+}
+
+func (d *decoder) uvarint() uint64 {
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.fail()
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) varint() int64 {
+	v, n := binary.Varint(d.b)
+	if n <= 0 {
+		d.fail()
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) byte() byte {
+	if len(d.b) < 1 {
+		d.fail()
+		return 0
+	}
+	c := d.b[0]
+	d.b = d.b[1:]
+	return c
+}
+
+func (d *decoder) bytes() []byte {
+	n := d.uvarint()
+	if uint64(len(d.b)) < n {
+		d.fail()
+		return nil
+	}
+	v := d.b[:n:n]
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) cols(n int) []open.Column {
+	if n < 0 || n > len(d.b) {
+		d.fail()
+		return nil
+	}
+	cols := make([]open.Column, n)
+	for i := range cols {
+		nb := d.bytes()
+		name, ok := d.names[string(nb)]
+		if !ok {
+			name = string(nb)
+			d.names[name] = name
+		}
+		c := open.Column{Name: name, Type: d.byte(), Flags: open.Flag(d.uvarint())}
+		switch d.byte() {
+		case tagNil:
+		case tagInt:
+			c.Value = d.varint()
+		case tagUint:
+			c.Value = d.uvarint()
+		case tagFloat:
+			if len(d.b) < 8 {
+				d.fail()
+				break
+			}
+			c.Value = math.Float64frombits(binary.BigEndian.Uint64(d.b))
+			d.b = d.b[8:]
+		case tagString:
+			c.Value = string(d.bytes())
+		case tagBytes:
+			c.Value = append([]byte{}, d.bytes()...)
+		default:
+			d.fail()
+		}
+		cols[i] = c
+	}
+	return cols
+}

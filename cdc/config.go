@@ -1,0 +1,258 @@
+package cdc
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/tidb-parity/parity/cdc/open"
+)
+
+// Config configures a Replicator: where the changefeed comes from, where it is applied
+// and how. The TOML keys are the kebab-case names in the struct tags; Validate reports
+// problems with those key paths.
+type Config struct {
+	// Changefeed is the TiCDC changefeed as it appears in Kafka.
+	Changefeed ChangefeedConfig `toml:"changefeed"`
+	// Downstream is the fallback MySQL the changefeed is applied to.
+	Downstream DownstreamConfig `toml:"downstream"`
+	// Applier tunes buffering, spilling and applying.
+	Applier ApplierConfig `toml:"applier"`
+}
+
+// ChangefeedConfig describes the Kafka side of the changefeed.
+type ChangefeedConfig struct {
+	// ID names the changefeed in the meta schema; two replicators with different IDs can
+	// share one meta schema.
+	// Default: "default"
+	ID string `toml:"id"`
+	// Brokers are the Kafka bootstrap addresses (host:port).
+	// Default: none (required)
+	Brokers []string `toml:"brokers"`
+	// Topics are the topics of the changefeed; every partition of every topic is read.
+	// Default: none (set topics or topic-regex)
+	Topics []string `toml:"topics"`
+	// TopicRegex selects the changefeed's topics by name at start-up (anchored).
+	// Default: "" (use topics)
+	TopicRegex string `toml:"topic-regex"`
+	// Compression is TiCDC's large-message-handle-compression: none, snappy or lz4.
+	// Default: "none"
+	Compression string `toml:"compression"`
+	// TimeZone is the TiCDC server's --tz, in which TIMESTAMP values are rendered; the
+	// apply sessions use it as time_zone. "UTC", "+08:00" or a zone name the downstream
+	// knows.
+	// Default: "UTC"
+	TimeZone string `toml:"time-zone"`
+	// ClaimCheckDir is the local directory (or mounted bucket) holding claim-check files.
+	// Default: "" (claim-check messages are a decode error)
+	ClaimCheckDir string `toml:"claim-check-dir"`
+	// SchemaMap renames upstream schemas downstream ({"app" = "app_fallback"}). DDL
+	// statements run with the mapped schema as default database; statements naming a
+	// schema explicitly are not rewritten.
+	// Default: {} (same names)
+	SchemaMap map[string]string `toml:"schema-map"`
+	// MaxMessageBytes bounds one decompressed payload (a defence against corrupt input).
+	// Default: 0 (the codec's default)
+	MaxMessageBytes int `toml:"max-message-bytes"`
+}
+
+// DownstreamConfig is the fallback MySQL.
+type DownstreamConfig struct {
+	// DSN is a go-sql-driver/mysql DSN (user:pass@tcp(host:port)/). The database part is
+	// ignored; the env var PARITY_DOWNSTREAM_DSN overrides it in `parity serve`.
+	// Default: none (required)
+	DSN string `toml:"dsn"`
+}
+
+// ApplierConfig tunes how the changefeed is buffered and applied.
+type ApplierConfig struct {
+	// Workers is the number of downstream connections applying rows in parallel.
+	// Default: 8
+	Workers int `toml:"workers"`
+	// BatchRows is the most rows in one multi-row statement.
+	// Default: 256
+	BatchRows int `toml:"batch-rows"`
+	// MemoryBytes bounds the row events held in memory while they wait for the resolved
+	// ts; beyond it, buffered rows spill to SpillDir.
+	// Default: 268435456 (256 MiB)
+	MemoryBytes int64 `toml:"memory-bytes"`
+	// SpillDir is the local directory for spilled rows; emptied at start.
+	// Default: "" (a "parity-spill-<changefeed>" directory under the system temp dir)
+	SpillDir string `toml:"spill-dir"`
+	// MetaSchema is the downstream schema holding parity's checkpoint, offsets, applied
+	// DDLs and dead letters. Created and migrated by parity.
+	// Default: "parity_meta"
+	MetaSchema string `toml:"meta-schema"`
+	// DeadLetter copies a record that cannot be decoded into <meta-schema>.dead_letter and
+	// continues; when false such a record stops the applier at its offset.
+	// Default: false
+	DeadLetter bool `toml:"dead-letter"`
+	// MaxRetries is how often a transient downstream error (deadlock, lock wait timeout,
+	// lost connection) is retried before the applier stops.
+	// Default: 10
+	MaxRetries int `toml:"max-retries"`
+	// RetryBackoff is the first retry delay; it doubles up to 5s.
+	// Default: 100ms
+	RetryBackoff time.Duration `toml:"retry-backoff"`
+	// QueryTimeout bounds every downstream statement.
+	// Default: 60s
+	QueryTimeout time.Duration `toml:"query-timeout"`
+	// DDLTimeout bounds one DDL statement.
+	// Default: 1h
+	DDLTimeout time.Duration `toml:"ddl-timeout"`
+}
+
+// DefaultConfig returns the defaults documented on each field.
+func DefaultConfig() Config {
+	return Config{
+		Changefeed: ChangefeedConfig{
+			ID:          "default",
+			Compression: "none",
+			TimeZone:    "UTC",
+			SchemaMap:   map[string]string{},
+		},
+		Applier: ApplierConfig{
+			Workers:      8,
+			BatchRows:    256,
+			MemoryBytes:  256 << 20,
+			MetaSchema:   "parity_meta",
+			MaxRetries:   10,
+			RetryBackoff: 100 * time.Millisecond,
+			QueryTimeout: 60 * time.Second,
+			DDLTimeout:   time.Hour,
+		},
+	}
+}
+
+var (
+	identRe = regexp.MustCompile(`^[A-Za-z0-9_$]{1,64}$`)
+	tzRe    = regexp.MustCompile(`^[+-](0\d|1[0-4]):[0-5]\d$`)
+)
+
+// Validate reports every problem of c, each prefixed with its TOML key path.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(key, format string, a ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", key, fmt.Sprintf(format, a...)))
+	}
+	cf := c.Changefeed
+	if cf.ID == "" {
+		bad("changefeed.id", "required")
+	} else if len(cf.ID) > 128 {
+		bad("changefeed.id", "longer than 128 bytes")
+	}
+	if len(cf.Brokers) == 0 {
+		bad("changefeed.brokers", "required")
+	}
+	for i, b := range cf.Brokers {
+		if !strings.Contains(b, ":") {
+			bad(fmt.Sprintf("changefeed.brokers[%d]", i), "%q is not host:port", b)
+		}
+	}
+	switch {
+	case len(cf.Topics) == 0 && cf.TopicRegex == "":
+		bad("changefeed.topics", "set topics or topic-regex")
+	case len(cf.Topics) > 0 && cf.TopicRegex != "":
+		bad("changefeed.topic-regex", "set topics or topic-regex, not both")
+	}
+	for i, t := range cf.Topics {
+		if t == "" {
+			bad(fmt.Sprintf("changefeed.topics[%d]", i), "empty topic name")
+		}
+	}
+	if cf.TopicRegex != "" {
+		if _, err := regexp.Compile(cf.TopicRegex); err != nil {
+			bad("changefeed.topic-regex", "%v", err)
+		}
+	}
+	if err := open.Compression(cf.Compression).Validate(); err != nil {
+		bad("changefeed.compression", "%v", err)
+	}
+	if _, err := sessionTimeZone(cf.TimeZone); err != nil {
+		bad("changefeed.time-zone", "%v", err)
+	}
+	if cf.ClaimCheckDir != "" {
+		if st, err := os.Stat(cf.ClaimCheckDir); err != nil || !st.IsDir() {
+			bad("changefeed.claim-check-dir", "%q is not a directory", cf.ClaimCheckDir)
+		}
+	}
+	for up, down := range cf.SchemaMap {
+		if up == "" || down == "" {
+			bad("changefeed.schema-map", "empty schema name in %q = %q", up, down)
+		}
+	}
+	if cf.MaxMessageBytes < 0 {
+		bad("changefeed.max-message-bytes", "must not be negative")
+	}
+
+	if c.Downstream.DSN == "" {
+		bad("downstream.dsn", "required")
+	} else if _, err := mysql.ParseDSN(c.Downstream.DSN); err != nil {
+		bad("downstream.dsn", "%v", err)
+	}
+
+	a := c.Applier
+	if a.Workers < 1 || a.Workers > 256 {
+		bad("applier.workers", "must be between 1 and 256, got %d", a.Workers)
+	}
+	if a.BatchRows < 1 || a.BatchRows > 10000 {
+		bad("applier.batch-rows", "must be between 1 and 10000, got %d", a.BatchRows)
+	}
+	if a.MemoryBytes < 1<<10 {
+		bad("applier.memory-bytes", "must be at least 1024, got %d", a.MemoryBytes)
+	}
+	if !identRe.MatchString(a.MetaSchema) {
+		bad("applier.meta-schema", "%q is not a plain identifier", a.MetaSchema)
+	}
+	if a.MaxRetries < 0 {
+		bad("applier.max-retries", "must not be negative")
+	}
+	if a.RetryBackoff <= 0 {
+		bad("applier.retry-backoff", "must be positive")
+	}
+	if a.QueryTimeout <= 0 {
+		bad("applier.query-timeout", "must be positive")
+	}
+	if a.DDLTimeout <= 0 {
+		bad("applier.ddl-timeout", "must be positive")
+	}
+	return errors.Join(errs...)
+}
+
+// spillDir returns the configured spill directory or the default one.
+func (c Config) spillDir() string {
+	if c.Applier.SpillDir != "" {
+		return c.Applier.SpillDir
+	}
+	return filepath.Join(os.TempDir(), "parity-spill-"+c.Changefeed.ID)
+}
+
+// targetSchema maps an upstream schema name to the downstream one.
+func (c Config) targetSchema(s string) string {
+	if t, ok := c.Changefeed.SchemaMap[s]; ok {
+		return t
+	}
+	return s
+}
+
+// sessionTimeZone turns the configured zone into a time_zone value for SET.
+func sessionTimeZone(tz string) (string, error) {
+	switch {
+	case tz == "" || strings.EqualFold(tz, "UTC") || tz == "Z":
+		return "+00:00", nil
+	case tzRe.MatchString(tz):
+		return tz, nil
+	case strings.EqualFold(tz, "SYSTEM"):
+		return "SYSTEM", nil
+	}
+	if _, err := time.LoadLocation(tz); err != nil {
+		return "", fmt.Errorf("unknown time zone %q (want UTC, +HH:MM or a zone name)", tz)
+	}
+	return tz, nil
+}

@@ -1,0 +1,269 @@
+package cdc
+
+import (
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// The meta schema lives in the downstream so that progress becomes durable in the same
+// server (and, for keyless tables, the same transaction) as the rows it covers.
+//
+// migrations are append-only: never edit or reorder one, add a new one. Each runs once,
+// recorded in schema_migrations. "%s" is the quoted meta schema.
+var migrations = []struct {
+	name  string
+	stmts []string
+}{
+	{"create checkpoint, offsets, ddl and dead letter tables", []string{
+		`CREATE TABLE IF NOT EXISTS %s.checkpoint (
+			changefeed VARCHAR(128) NOT NULL PRIMARY KEY,
+			applied_ts BIGINT UNSIGNED NOT NULL,
+			updated_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6) ON UPDATE CURRENT_TIMESTAMP(6)
+		) ENGINE=InnoDB`,
+		`CREATE TABLE IF NOT EXISTS %s.partition_offset (
+			changefeed VARCHAR(128) NOT NULL,
+			topic VARCHAR(249) NOT NULL,
+			kafka_partition INT NOT NULL,
+			next_offset BIGINT NOT NULL,
+			PRIMARY KEY (changefeed, topic, kafka_partition)
+		) ENGINE=InnoDB`,
+		`CREATE TABLE IF NOT EXISTS %s.table_progress (
+			changefeed VARCHAR(128) NOT NULL,
+			schema_name VARCHAR(64) NOT NULL,
+			table_name VARCHAR(64) NOT NULL,
+			applied_ts BIGINT UNSIGNED NOT NULL,
+			PRIMARY KEY (changefeed, schema_name, table_name)
+		) ENGINE=InnoDB`,
+		`CREATE TABLE IF NOT EXISTS %s.ddl_applied (
+			changefeed VARCHAR(128) NOT NULL,
+			commit_ts BIGINT UNSIGNED NOT NULL,
+			query_hash CHAR(64) NOT NULL,
+			query LONGTEXT NOT NULL,
+			executed LONGTEXT NOT NULL,
+			applied_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
+			PRIMARY KEY (changefeed, commit_ts, query_hash)
+		) ENGINE=InnoDB`,
+		`CREATE TABLE IF NOT EXISTS %s.dead_letter (
+			changefeed VARCHAR(128) NOT NULL,
+			topic VARCHAR(249) NOT NULL,
+			kafka_partition INT NOT NULL,
+			kafka_offset BIGINT NOT NULL,
+			record_key LONGBLOB,
+			record_value LONGBLOB,
+			error TEXT NOT NULL,
+			created_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
+			PRIMARY KEY (changefeed, topic, kafka_partition, kafka_offset)
+		) ENGINE=InnoDB`,
+	}},
+}
+
+// meta reads and writes the meta schema.
+type meta struct {
+	db         *sql.DB
+	schema     string // quoted
+	changefeed string
+	timeout    time.Duration
+}
+
+func (m *meta) q(format string) string { return strings.ReplaceAll(format, "%s", m.schema) }
+
+// migrate creates the meta schema and applies the migrations not yet recorded.
+func (m *meta) migrate(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*m.timeout)
+	defer cancel()
+	if _, err := m.db.ExecContext(ctx, "CREATE DATABASE IF NOT EXISTS "+m.schema); err != nil {
+		return fmt.Errorf("creating meta schema %s: %w", m.schema, err)
+	}
+	if _, err := m.db.ExecContext(ctx, m.q(`CREATE TABLE IF NOT EXISTS %s.schema_migrations (
+		version INT NOT NULL PRIMARY KEY,
+		name VARCHAR(255) NOT NULL,
+		applied_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)
+	) ENGINE=InnoDB`)); err != nil {
+		return fmt.Errorf("creating schema_migrations: %w", err)
+	}
+	var have int
+	if err := m.db.QueryRowContext(ctx, m.q("SELECT COALESCE(MAX(version),0) FROM %s.schema_migrations")).Scan(&have); err != nil {
+		return fmt.Errorf("reading meta schema version: %w", err)
+	}
+	if have > len(migrations) {
+		return fmt.Errorf("meta schema %s is at version %d, newer than this binary knows (%d)", m.schema, have, len(migrations))
+	}
+	for v := have + 1; v <= len(migrations); v++ {
+		mg := migrations[v-1]
+		for _, s := range mg.stmts {
+			if _, err := m.db.ExecContext(ctx, m.q(s)); err != nil {
+				return fmt.Errorf("meta migration %d (%s): %w", v, mg.name, err)
+			}
+		}
+		if _, err := m.db.ExecContext(ctx, m.q("INSERT IGNORE INTO %s.schema_migrations (version, name) VALUES (?, ?)"), v, mg.name); err != nil {
+			return fmt.Errorf("recording meta migration %d: %w", v, err)
+		}
+	}
+	return nil
+}
+
+// partKey identifies a Kafka partition.
+type partKey struct {
+	Topic     string
+	Partition int
+}
+
+func (p partKey) String() string { return fmt.Sprintf("%s/%d", p.Topic, p.Partition) }
+
+// savedState is what a restart resumes from.
+type savedState struct {
+	appliedTs     uint64
+	hasCheckpoint bool
+	offsets       map[partKey]int64
+	tableProgress map[tableKey]uint64 // keyless tables applied beyond appliedTs
+	ddlApplied    map[ddlKey]bool     // DDLs with commit ts >= appliedTs already executed
+}
+
+func (m *meta) load(ctx context.Context) (savedState, error) {
+	ctx, cancel := context.WithTimeout(ctx, m.timeout)
+	defer cancel()
+	st := savedState{offsets: map[partKey]int64{}, tableProgress: map[tableKey]uint64{}, ddlApplied: map[ddlKey]bool{}}
+	err := m.db.QueryRowContext(ctx, m.q("SELECT applied_ts FROM %s.checkpoint WHERE changefeed=?"), m.changefeed).Scan(&st.appliedTs)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+	case err != nil:
+		return st, fmt.Errorf("reading checkpoint: %w", err)
+	default:
+		st.hasCheckpoint = true
+	}
+	rows, err := m.db.QueryContext(ctx, m.q("SELECT topic, kafka_partition, next_offset FROM %s.partition_offset WHERE changefeed=?"), m.changefeed)
+	if err != nil {
+		return st, fmt.Errorf("reading offsets: %w", err)
+	}
+	for rows.Next() {
+		var p partKey
+		var off int64
+		if err := rows.Scan(&p.Topic, &p.Partition, &off); err != nil {
+			rows.Close()
+			return st, fmt.Errorf("reading offsets: %w", err)
+		}
+		st.offsets[p] = off
+	}
+	if err := rows.Close(); err != nil {
+		return st, fmt.Errorf("reading offsets: %w", err)
+	}
+	rows, err = m.db.QueryContext(ctx, m.q("SELECT schema_name, table_name, applied_ts FROM %s.table_progress WHERE changefeed=? AND applied_ts>?"), m.changefeed, st.appliedTs)
+	if err != nil {
+		return st, fmt.Errorf("reading table progress: %w", err)
+	}
+	for rows.Next() {
+		var t tableKey
+		var ts uint64
+		if err := rows.Scan(&t.Schema, &t.Table, &ts); err != nil {
+			rows.Close()
+			return st, fmt.Errorf("reading table progress: %w", err)
+		}
+		st.tableProgress[t] = ts
+	}
+	if err := rows.Close(); err != nil {
+		return st, fmt.Errorf("reading table progress: %w", err)
+	}
+	rows, err = m.db.QueryContext(ctx, m.q("SELECT commit_ts, query_hash FROM %s.ddl_applied WHERE changefeed=? AND commit_ts>=?"), m.changefeed, st.appliedTs)
+	if err != nil {
+		return st, fmt.Errorf("reading applied DDLs: %w", err)
+	}
+	for rows.Next() {
+		var k ddlKey
+		if err := rows.Scan(&k.ts, &k.hash); err != nil {
+			rows.Close()
+			return st, fmt.Errorf("reading applied DDLs: %w", err)
+		}
+		st.ddlApplied[k] = true
+	}
+	if err := rows.Close(); err != nil {
+		return st, fmt.Errorf("reading applied DDLs: %w", err)
+	}
+	return st, nil
+}
+
+// saveCheckpoint records appliedTs and the resume offsets in one transaction. It is
+// called only after every row up to appliedTs is durable downstream.
+func (m *meta) saveCheckpoint(ctx context.Context, appliedTs uint64, offsets map[partKey]int64) error {
+	ctx, cancel := context.WithTimeout(ctx, m.timeout)
+	defer cancel()
+	tx, err := m.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("saving checkpoint: %w", err)
+	}
+	defer tx.Rollback() //nolint:errcheck // no-op after commit
+	if _, err := tx.ExecContext(ctx, m.q(`INSERT INTO %s.checkpoint (changefeed, applied_ts) VALUES (?, ?)
+		ON DUPLICATE KEY UPDATE applied_ts=VALUES(applied_ts)`), m.changefeed, appliedTs); err != nil {
+		return fmt.Errorf("saving checkpoint: %w", err)
+	}
+	if len(offsets) > 0 {
+		var b strings.Builder
+		b.WriteString(m.q("INSERT INTO %s.partition_offset (changefeed, topic, kafka_partition, next_offset) VALUES "))
+		args := make([]any, 0, 4*len(offsets))
+		i := 0
+		for p, off := range offsets {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString("(?,?,?,?)")
+			args = append(args, m.changefeed, p.Topic, p.Partition, off)
+			i++
+		}
+		b.WriteString(" ON DUPLICATE KEY UPDATE next_offset=VALUES(next_offset)")
+		if _, err := tx.ExecContext(ctx, b.String(), args...); err != nil {
+			return fmt.Errorf("saving offsets: %w", err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("saving checkpoint: %w", err)
+	}
+	return nil
+}
+
+// recordDDL marks a DDL executed.
+func (m *meta) recordDDL(ctx context.Context, k ddlKey, query, executed string) error {
+	ctx, cancel := context.WithTimeout(ctx, m.timeout)
+	defer cancel()
+	_, err := m.db.ExecContext(ctx, m.q("INSERT IGNORE INTO %s.ddl_applied (changefeed, commit_ts, query_hash, query, executed) VALUES (?,?,?,?,?)"),
+		m.changefeed, k.ts, k.hash, query, executed)
+	if err != nil {
+		return fmt.Errorf("recording DDL: %w", err)
+	}
+	return nil
+}
+
+// deadLetter stores an undecodable record before its offset is passed.
+func (m *meta) deadLetter(ctx context.Context, p partKey, offset int64, key, value []byte, cause error) error {
+	ctx, cancel := context.WithTimeout(ctx, m.timeout)
+	defer cancel()
+	_, err := m.db.ExecContext(ctx, m.q(`INSERT IGNORE INTO %s.dead_letter
+		(changefeed, topic, kafka_partition, kafka_offset, record_key, record_value, error) VALUES (?,?,?,?,?,?,?)`),
+		m.changefeed, p.Topic, p.Partition, offset, key, value, cause.Error())
+	if err != nil {
+		return fmt.Errorf("writing dead letter: %w", err)
+	}
+	return nil
+}
+
+// tableProgressSQL is executed inside the transaction that applies a keyless table's
+// rows up to ts, so those rows and the fact they were applied commit together.
+func (m *meta) tableProgressSQL() string {
+	return m.q(`INSERT INTO %s.table_progress (changefeed, schema_name, table_name, applied_ts) VALUES (?,?,?,?)
+		ON DUPLICATE KEY UPDATE applied_ts=VALUES(applied_ts)`)
+}
+
+// ddlKey dedupes a DDL that TiCDC broadcast to every partition (and may replay).
+type ddlKey struct {
+	ts   uint64
+	hash string
+}
+
+func newDDLKey(ts uint64, query string) ddlKey {
+	h := sha256.Sum256([]byte(query))
+	return ddlKey{ts: ts, hash: hex.EncodeToString(h[:])}
+}

@@ -1,0 +1,814 @@
+package cdc
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/segmentio/kafka-go"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/tidb-parity/parity/cdc/open"
+)
+
+// ErrBarrierPassed is returned by Barrier when the applied checkpoint is already beyond
+// the requested ts: the downstream can no longer be held exactly there.
+var ErrBarrierPassed = errors.New("applied checkpoint is already past the barrier ts")
+
+// ErrStopped is returned by Barrier when the replicator is not running.
+var ErrStopped = errors.New("replicator is not running")
+
+// RecordError names a Kafka record the replicator cannot use. Without dead-lettering it
+// stops the partition (and the replicator) at that offset; the offset is never passed.
+type RecordError struct {
+	Topic     string
+	Partition int
+	Offset    int64
+	Err       error
+}
+
+func (e *RecordError) Error() string {
+	return fmt.Sprintf("topic %s partition %d offset %d: %v", e.Topic, e.Partition, e.Offset, e.Err)
+}
+
+func (e *RecordError) Unwrap() error { return e.Err }
+
+// Replicator consumes a TiCDC open-protocol changefeed from Kafka and applies it to the
+// downstream MySQL exactly once, in commit-ts order. Create it with New, run it with Run;
+// Status, Barrier and AppliedNotify may be called from other goroutines.
+type Replicator struct {
+	cfg   Config
+	log   *slog.Logger
+	hooks *testHooks
+
+	reqs    chan *barrierReq
+	running chan struct{} // closed when Run started serving requests
+	done    chan struct{} // closed when Run returned
+
+	mu      sync.Mutex
+	status  Status
+	applied uint64
+	waiters []waiter
+}
+
+type waiter struct {
+	ts uint64
+	ch chan struct{}
+}
+
+type barrierReq struct {
+	ctx    context.Context
+	ts     uint64
+	fn     func(ctx context.Context) error
+	result chan error
+}
+
+// New validates cfg and returns a Replicator. logger may be nil (slog.Default()).
+func New(cfg Config, logger *slog.Logger) (*Replicator, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if logger == nil {
+		logger = slog.Default()
+	}
+	return &Replicator{
+		cfg:     cfg,
+		log:     logger.With("changefeed", cfg.Changefeed.ID),
+		reqs:    make(chan *barrierReq),
+		running: make(chan struct{}),
+		done:    make(chan struct{}),
+		status:  Status{Changefeed: cfg.Changefeed.ID, State: "starting"},
+	}, nil
+}
+
+// AppliedNotify returns a channel closed once the applied checkpoint is >= ts.
+func (r *Replicator) AppliedNotify(ts uint64) <-chan struct{} {
+	ch := make(chan struct{})
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.applied >= ts {
+		close(ch)
+		return ch
+	}
+	r.waiters = append(r.waiters, waiter{ts, ch})
+	return ch
+}
+
+// WaitApplied blocks until the applied checkpoint is >= ts or ctx ends.
+func (r *Replicator) WaitApplied(ctx context.Context, ts uint64) error {
+	select {
+	case <-r.AppliedNotify(ts):
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Barrier makes the applier stop exactly at ts: once every event with commit ts <= ts is
+// committed downstream (checkpoint recorded) and before anything newer is applied, fn
+// runs on the applier's goroutine; applying resumes when fn returns. Barrier returns fn's
+// error, ErrBarrierPassed if the checkpoint is already beyond ts, ErrStopped if the
+// replicator is not running, or ctx's error if ctx ends first (the barrier is dropped).
+// A DDL with commit ts == ts that TiCDC delivers after the resolved ts is applied after
+// the barrier.
+func (r *Replicator) Barrier(ctx context.Context, ts uint64, fn func(ctx context.Context) error) error {
+	req := &barrierReq{ctx: ctx, ts: ts, fn: fn, result: make(chan error, 1)}
+	select {
+	case <-r.running:
+	case <-r.done:
+		return ErrStopped
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case r.reqs <- req:
+	case <-r.done:
+		return ErrStopped
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case err := <-req.result:
+		return err
+	case <-r.done:
+		select {
+		case err := <-req.result:
+			return err
+		default:
+			return ErrStopped
+		}
+	case <-ctx.Done():
+		// The coordinator drops a barrier whose context ended; if fn is already
+		// running it sees the same context.
+		return ctx.Err()
+	}
+}
+
+// record is one Kafka record handed from a partition reader to the coordinator.
+type record struct {
+	part   int
+	offset int64
+	hw     int64
+	key    []byte
+	value  []byte
+	events []open.Event
+	err    error
+}
+
+// partState is the coordinator's view of one partition.
+type partState struct {
+	key      partKey
+	resolved uint64
+	nextRead int64 // offset after the last ingested record
+	saved    int64 // resume offset in the last checkpoint (-1 none)
+	hw       int64
+	pending  []pendingRec // records holding buffered rows, in offset order
+}
+
+// pendingRec: the record at offset holds buffered rows up to maxTs.
+type pendingRec struct {
+	offset int64
+	maxTs  uint64
+}
+
+type pendingDDL struct {
+	key     ddlKey
+	ev      open.Event
+	seen    uint64
+	offsets map[int]int64 // partition index -> smallest offset of a copy
+}
+
+// coordinator owns all ingest and apply state; it runs on one goroutine.
+type coordinator struct {
+	r          *Replicator
+	cfg        Config
+	log        *slog.Logger
+	meta       *meta
+	ap         *applier
+	buf        *buffer
+	parts      []*partState
+	applied    uint64
+	startTs    uint64 // checkpoint at start: a DDL at this ts may have run before a crash
+	seq        uint64
+	ddls       []*pendingDDL
+	ddlDone    map[ddlKey]bool
+	barriers   []*barrierReq
+	deadLetter int64
+	ddlCount   int64
+	lastPub    time.Time
+}
+
+// Run consumes and applies until ctx ends (then it finishes the round in progress and
+// returns nil) or an error stops it.
+func (r *Replicator) Run(ctx context.Context) (err error) {
+	defer func() {
+		r.mu.Lock()
+		if err != nil {
+			r.status.State, r.status.Error = "failed", err.Error()
+		} else {
+			r.status.State = "stopped"
+		}
+		r.mu.Unlock()
+		close(r.done)
+	}()
+	cfg := r.cfg
+	tz, _ := sessionTimeZone(cfg.Changefeed.TimeZone)
+	applyDB, err := openDB(cfg.Downstream.DSN, map[string]string{
+		"time_zone":          "'" + tz + "'",
+		"foreign_key_checks": "0",
+	}, cfg.Applier.Workers+2)
+	if err != nil {
+		return err
+	}
+	defer applyDB.Close()
+	metaDB, err := openDB(cfg.Downstream.DSN, nil, 4)
+	if err != nil {
+		return err
+	}
+	defer metaDB.Close()
+	m := &meta{db: metaDB, schema: quoteIdent(cfg.Applier.MetaSchema), changefeed: cfg.Changefeed.ID, timeout: cfg.Applier.QueryTimeout}
+	if err := m.migrate(ctx); err != nil {
+		return err
+	}
+	saved, err := m.load(ctx)
+	if err != nil {
+		return err
+	}
+	parts, err := listPartitions(ctx, cfg.Changefeed)
+	if err != nil {
+		return err
+	}
+	buf, err := newBuffer(cfg.spillDir(), cfg.Applier.MemoryBytes)
+	if err != nil {
+		return err
+	}
+	defer buf.close()
+	dec, err := open.NewDecoder(open.DecoderConfig{
+		Compression:     open.Compression(cfg.Changefeed.Compression),
+		ClaimCheck:      claimCheckLoader(cfg.Changefeed.ClaimCheckDir),
+		MaxPayloadBytes: cfg.Changefeed.MaxMessageBytes,
+	})
+	if err != nil {
+		return err
+	}
+	c := &coordinator{
+		r: r, cfg: cfg, log: r.log, meta: m, buf: buf,
+		ap:      &applier{db: applyDB, meta: m, cfg: cfg, log: r.log, hooks: r.hooks, tableProgress: saved.tableProgress},
+		applied: saved.appliedTs, startTs: saved.appliedTs, ddlDone: saved.ddlApplied,
+	}
+	for _, pk := range parts {
+		ps := &partState{key: pk, nextRead: -1, saved: -1, hw: -1}
+		if off, ok := saved.offsets[pk]; ok {
+			ps.nextRead, ps.saved = off, off
+			ps.resolved = saved.appliedTs // everything <= checkpoint is applied
+		}
+		c.parts = append(c.parts, ps)
+	}
+	r.mu.Lock()
+	r.applied = saved.appliedTs
+	r.mu.Unlock()
+	r.log.Info("replicator starting", "resolved_ts", saved.appliedTs, "partitions", len(parts),
+		"workers", cfg.Applier.Workers, "spill_dir", cfg.spillDir())
+
+	records := make(chan record, 64)
+	g, gctx := errgroup.WithContext(ctx)
+	for i, ps := range c.parts {
+		start := ps.nextRead
+		g.Go(func() error { return r.consume(gctx, dec, i, ps.key, start, records) })
+	}
+	g.Go(func() error { return c.run(gctx, records) })
+	close(r.running)
+	err = g.Wait()
+	if err == nil || (ctx.Err() != nil && errors.Is(err, context.Canceled)) {
+		r.log.Info("replicator stopped", "resolved_ts", c.applied)
+		return nil
+	}
+	return err
+}
+
+func openDB(dsn string, params map[string]string, conns int) (*sql.DB, error) {
+	mc, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("parsing downstream DSN: %w", err)
+	}
+	mc.DBName = ""
+	if mc.Params == nil {
+		mc.Params = map[string]string{}
+	}
+	for k, v := range params {
+		mc.Params[k] = v
+	}
+	mc.InterpolateParams = true
+	mc.MultiStatements = false
+	mc.ParseTime = false
+	db, err := sql.Open("mysql", mc.FormatDSN())
+	if err != nil {
+		return nil, fmt.Errorf("opening downstream: %w", err)
+	}
+	db.SetMaxOpenConns(conns)
+	db.SetMaxIdleConns(conns)
+	db.SetConnMaxLifetime(30 * time.Minute)
+	return db, nil
+}
+
+func claimCheckLoader(dir string) func(string) ([]byte, error) {
+	if dir == "" {
+		return nil
+	}
+	return func(loc string) ([]byte, error) {
+		return os.ReadFile(filepath.Join(dir, open.ClaimCheckFileName(loc)))
+	}
+}
+
+// listPartitions returns every partition of the changefeed's topics.
+func listPartitions(ctx context.Context, cf ChangefeedConfig) ([]partKey, error) {
+	var lastErr error
+	for _, b := range cf.Brokers {
+		d := kafka.Dialer{Timeout: 10 * time.Second}
+		conn, err := d.DialContext(ctx, "tcp", b)
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		var parts []kafka.Partition
+		if cf.TopicRegex != "" {
+			parts, err = conn.ReadPartitions()
+		} else {
+			parts, err = conn.ReadPartitions(cf.Topics...)
+		}
+		conn.Close()
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		var re *regexp.Regexp
+		if cf.TopicRegex != "" {
+			re = regexp.MustCompile("^(?:" + cf.TopicRegex + ")$")
+		}
+		var out []partKey
+		seen := map[string]bool{}
+		for _, p := range parts {
+			if re != nil && !re.MatchString(p.Topic) {
+				continue
+			}
+			seen[p.Topic] = true
+			out = append(out, partKey{p.Topic, p.ID})
+		}
+		for _, t := range cf.Topics {
+			if !seen[t] {
+				return nil, fmt.Errorf("topic %s has no partitions (does it exist?)", t)
+			}
+		}
+		if len(out) == 0 {
+			return nil, fmt.Errorf("no topic matches changefeed.topic-regex %q", cf.TopicRegex)
+		}
+		sort.Slice(out, func(i, j int) bool {
+			if out[i].Topic != out[j].Topic {
+				return out[i].Topic < out[j].Topic
+			}
+			return out[i].Partition < out[j].Partition
+		})
+		return out, nil
+	}
+	return nil, fmt.Errorf("listing changefeed partitions: %w", lastErr)
+}
+
+// consume reads one partition from start (-1: the first offset) and hands decoded
+// records to the coordinator. It never commits offsets to Kafka: progress lives in the
+// meta schema.
+func (r *Replicator) consume(ctx context.Context, dec *open.Decoder, idx int, pk partKey, start int64, out chan<- record) error {
+	rd := kafka.NewReader(kafka.ReaderConfig{
+		Brokers:         r.cfg.Changefeed.Brokers,
+		Topic:           pk.Topic,
+		Partition:       pk.Partition,
+		MinBytes:        1,
+		MaxBytes:        32 << 20,
+		MaxWait:         100 * time.Millisecond,
+		ReadLagInterval: -1,
+		ErrorLogger: kafka.LoggerFunc(func(f string, a ...any) {
+			r.log.Warn("kafka reader", "partition", pk.String(), "msg", fmt.Sprintf(f, a...))
+		}),
+	})
+	defer rd.Close()
+	if start < 0 {
+		start = kafka.FirstOffset
+	}
+	if err := rd.SetOffset(start); err != nil {
+		return fmt.Errorf("seeking %s to %d: %w", pk, start, err)
+	}
+	for {
+		msg, err := rd.FetchMessage(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("reading %s: %w", pk, err)
+		}
+		rec := record{part: idx, offset: msg.Offset, hw: msg.HighWaterMark}
+		rec.events, err = dec.Decode(msg.Key, msg.Value)
+		if err == nil {
+			err = checkEvents(rec.events)
+		}
+		if err != nil {
+			rec.events = nil
+			rec.key, rec.value = msg.Key, msg.Value
+			rec.err = &RecordError{Topic: pk.Topic, Partition: pk.Partition, Offset: msg.Offset, Err: open.WithRecord(err, pk.Topic, pk.Partition, msg.Offset)}
+		}
+		select {
+		case out <- rec:
+		case <-ctx.Done():
+			return nil
+		}
+	}
+}
+
+// checkEvents rejects events the applier cannot apply correctly.
+func checkEvents(evs []open.Event) error {
+	for i := range evs {
+		ev := &evs[i]
+		if ev.Kind == open.KindRow && ev.OnlyHandleKey && ev.Op != open.OpDelete {
+			return fmt.Errorf("event %d (%s.%s, commit ts %d) carries only handle-key columns (TiCDC large-message-handle-option handle-key-only); parity cannot apply it", i, ev.Schema, ev.Table, ev.CommitTs)
+		}
+		if ev.Kind == open.KindRow && ev.Table == "" {
+			return fmt.Errorf("row event %d has no table", i)
+		}
+	}
+	return nil
+}
+
+func (c *coordinator) run(ctx context.Context, records <-chan record) error {
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	c.publish(true)
+	for {
+		select {
+		case <-ctx.Done():
+			c.failBarriers(ErrStopped)
+			c.publish(true)
+			return nil
+		case rec := <-records:
+			if err := c.ingest(ctx, rec); err != nil {
+				c.failBarriers(err)
+				return err
+			}
+			// Drain what is already queued before deciding on a round.
+		drain:
+			for i := 0; i < 1024; i++ {
+				select {
+				case rec := <-records:
+					if err := c.ingest(ctx, rec); err != nil {
+						c.failBarriers(err)
+						return err
+					}
+				default:
+					break drain
+				}
+			}
+		case req := <-c.r.reqs:
+			if req.ts < c.applied {
+				req.result <- fmt.Errorf("barrier at %d: %w (applied %d)", req.ts, ErrBarrierPassed, c.applied)
+				break
+			}
+			c.barriers = append(c.barriers, req)
+			sort.SliceStable(c.barriers, func(i, j int) bool { return c.barriers[i].ts < c.barriers[j].ts })
+		case <-tick.C:
+		}
+		if err := c.step(ctx); err != nil {
+			c.failBarriers(err)
+			return err
+		}
+		c.publish(false)
+	}
+}
+
+func (c *coordinator) failBarriers(err error) {
+	for _, b := range c.barriers {
+		b.result <- err
+	}
+	c.barriers = nil
+}
+
+func (c *coordinator) global() uint64 {
+	g := uint64(math.MaxUint64)
+	for _, p := range c.parts {
+		g = min(g, p.resolved)
+	}
+	return g
+}
+
+// step applies what the resolved ts allows, stopping at barriers.
+func (c *coordinator) step(ctx context.Context) error {
+	for {
+		// Drop barriers whose caller went away.
+		live := c.barriers[:0]
+		for _, b := range c.barriers {
+			if b.ctx.Err() == nil {
+				live = append(live, b)
+			}
+		}
+		c.barriers = live
+		if len(c.barriers) > 0 && c.barriers[0].ts == c.applied {
+			b := c.barriers[0]
+			c.barriers = c.barriers[1:]
+			c.publish(true)
+			c.log.Info("barrier reached", "resolved_ts", b.ts)
+			b.result <- b.fn(b.ctx)
+			continue
+		}
+		target := c.global()
+		if len(c.barriers) > 0 && c.barriers[0].ts < target {
+			target = c.barriers[0].ts
+		}
+		if target <= c.applied && !c.ddlDue(target) {
+			return nil
+		}
+		if err := c.round(ctx, target); err != nil {
+			return err
+		}
+	}
+}
+
+func (c *coordinator) ddlDue(target uint64) bool {
+	for _, d := range c.ddls {
+		if d.ev.CommitTs <= target {
+			return true
+		}
+	}
+	return false
+}
+
+// round applies everything up to target: rows up to each due DDL, the DDL, then the rest.
+func (c *coordinator) round(ctx context.Context, target uint64) error {
+	// A started round finishes even when ctx ends (SIGTERM drains).
+	actx := context.WithoutCancel(ctx)
+	sort.SliceStable(c.ddls, func(i, j int) bool {
+		if c.ddls[i].ev.CommitTs != c.ddls[j].ev.CommitTs {
+			return c.ddls[i].ev.CommitTs < c.ddls[j].ev.CommitTs
+		}
+		return c.ddls[i].seen < c.ddls[j].seen
+	})
+	for len(c.ddls) > 0 && c.ddls[0].ev.CommitTs <= target {
+		d := c.ddls[0]
+		if d.ev.CommitTs > c.applied {
+			if err := c.rowsUpTo(actx, d.ev.CommitTs); err != nil {
+				return err
+			}
+		}
+		if err := c.execDDL(actx, d); err != nil {
+			return err
+		}
+		c.ddls = c.ddls[1:]
+		c.ddlDone[d.key] = true
+		c.ddlCount++
+	}
+	if target > c.applied {
+		return c.rowsUpTo(actx, target)
+	}
+	return nil
+}
+
+// rowsUpTo applies all buffered rows with commit ts <= ts and records the checkpoint.
+func (c *coordinator) rowsUpTo(ctx context.Context, ts uint64) error {
+	start := time.Now()
+	before := c.ap.rows.Load()
+	if err := c.ap.applyRows(ctx, c.buf, ts); err != nil {
+		return err
+	}
+	if err := c.ap.hooks.fire(hookAfterRows); err != nil {
+		return err
+	}
+	c.buf.release(ts)
+	offsets := map[partKey]int64{}
+	for i, p := range c.parts {
+		n := 0
+		for n < len(p.pending) && p.pending[n].maxTs <= ts {
+			n++
+		}
+		p.pending = p.pending[n:]
+		resume := p.nextRead
+		if len(p.pending) > 0 {
+			resume = p.pending[0].offset
+		}
+		for _, d := range c.ddls {
+			if off, ok := d.offsets[i]; ok && off < resume {
+				resume = off
+			}
+		}
+		if resume >= 0 && resume != p.saved {
+			offsets[p.key] = resume
+		}
+	}
+	err := c.ap.retry(ctx, "meta checkpoint", func(ctx context.Context) error {
+		return c.meta.saveCheckpoint(ctx, ts, offsets)
+	})
+	if err != nil {
+		return err
+	}
+	for _, p := range c.parts {
+		if off, ok := offsets[p.key]; ok {
+			p.saved = off
+		}
+	}
+	c.applied = ts
+	for k := range c.ddlDone {
+		if k.ts < ts {
+			delete(c.ddlDone, k)
+		}
+	}
+	c.r.advance(ts)
+	c.publish(true)
+	if n := c.ap.rows.Load() - before; n > 0 {
+		c.log.Debug("round applied", "resolved_ts", ts, "rows", n, "duration", time.Since(start))
+	}
+	return nil
+}
+
+func (r *Replicator) advance(ts uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.applied = ts
+	keep := r.waiters[:0]
+	for _, w := range r.waiters {
+		if w.ts <= ts {
+			close(w.ch)
+		} else {
+			keep = append(keep, w)
+		}
+	}
+	r.waiters = keep
+}
+
+// ingest takes one record into the buffers.
+func (c *coordinator) ingest(ctx context.Context, rec record) error {
+	p := c.parts[rec.part]
+	if rec.err != nil {
+		if !c.cfg.Applier.DeadLetter {
+			return fmt.Errorf("partition stopped at an unusable record: %w", rec.err)
+		}
+		if err := c.meta.deadLetter(ctx, p.key, rec.offset, rec.key, rec.value, rec.err); err != nil {
+			return err
+		}
+		c.deadLetter++
+		c.log.Error("record copied to dead letter table, continuing", "partition", p.key.String(), "offset", rec.offset, "err", rec.err)
+		p.nextRead, p.hw = rec.offset+1, rec.hw
+		return nil
+	}
+	var maxTs uint64
+	rows := false
+	for i := range rec.events {
+		ev := &rec.events[i]
+		switch ev.Kind {
+		case open.KindResolved:
+			if ev.CommitTs > p.resolved {
+				p.resolved = ev.CommitTs
+			}
+		case open.KindDDL:
+			k := newDDLKey(ev.CommitTs, ev.Query)
+			if ev.CommitTs < c.applied || c.ddlDone[k] {
+				continue // a copy from another partition, or a replay
+			}
+			found := false
+			for _, d := range c.ddls {
+				if d.key == k {
+					if off, ok := d.offsets[rec.part]; !ok || rec.offset < off {
+						d.offsets[rec.part] = rec.offset
+					}
+					found = true
+					break
+				}
+			}
+			if !found {
+				c.seq++
+				c.ddls = append(c.ddls, &pendingDDL{key: k, ev: *ev, seen: c.seq, offsets: map[int]int64{rec.part: rec.offset}})
+			}
+		case open.KindRow:
+			if ev.CommitTs <= c.applied {
+				continue // durably applied before (a replay)
+			}
+			c.seq++
+			if err := c.buf.add(ev, c.seq); err != nil {
+				return err
+			}
+			rows = true
+			maxTs = max(maxTs, ev.CommitTs)
+		}
+	}
+	if rows {
+		p.pending = append(p.pending, pendingRec{offset: rec.offset, maxTs: maxTs})
+	}
+	p.nextRead, p.hw = rec.offset+1, rec.hw
+	return nil
+}
+
+// execDDL runs one DDL downstream after translating TiDB-only syntax.
+func (c *coordinator) execDDL(ctx context.Context, d *pendingDDL) error {
+	q, skip, reason := translateDDL(d.ev.Query, d.ev.DDLType)
+	log := c.log.With("resolved_ts", d.ev.CommitTs, "table", d.ev.Schema+"."+d.ev.Table)
+	if skip {
+		log.Warn("skipping TiDB-only DDL", "reason", reason)
+		return c.meta.recordDDL(ctx, d.key, d.ev.Query, "")
+	}
+	q = idempotentDDL(q)
+	schema := c.cfg.targetSchema(d.ev.Schema)
+	attempt := 0
+	err := c.ap.retry(ctx, "DDL", func(ctx context.Context) error {
+		attempt++
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.Applier.DDLTimeout)
+		defer cancel()
+		conn, err := c.ap.db.Conn(ctx)
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		if schema != "" && d.ev.Table != "" {
+			if _, err := conn.ExecContext(ctx, "USE "+quoteIdent(schema)); err != nil {
+				return err
+			}
+		}
+		_, err = conn.ExecContext(ctx, q)
+		if err != nil && (attempt > 1 || d.ev.CommitTs == c.startTs) && alreadyApplied(err) {
+			// The statement ran before a crash (or a lost connection) but was not
+			// recorded; its effect is there.
+			log.Warn("DDL was already applied before a restart", "err", err)
+			return nil
+		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("DDL at commit ts %d rejected by downstream: %q (executed as %q): %w", d.ev.CommitTs, d.ev.Query, q, err)
+	}
+	if err := c.ap.hooks.fire(hookBeforeDDLRecord); err != nil {
+		return err
+	}
+	log.Info("DDL applied")
+	return c.meta.recordDDL(ctx, d.key, d.ev.Query, q)
+}
+
+// alreadyApplied reports errors a repeated DDL produces.
+func alreadyApplied(err error) bool {
+	var me *mysql.MySQLError
+	if !errors.As(err, &me) {
+		return false
+	}
+	switch me.Number {
+	case 1007, // database exists
+		1008, // database doesn't exist
+		1050, // table exists
+		1051, // unknown table
+		1060, // duplicate column
+		1061, // duplicate key name
+		1068, // multiple primary key
+		1091, // can't drop; check that it exists
+		1146: // table doesn't exist
+		return true
+	}
+	return false
+}
+
+// publish refreshes the status snapshot (at most every 100ms unless forced).
+func (c *coordinator) publish(force bool) {
+	now := time.Now()
+	if !force && now.Sub(c.lastPub) < 100*time.Millisecond {
+		return
+	}
+	c.lastPub = now
+	g := c.global()
+	if g == math.MaxUint64 {
+		g = 0
+	}
+	st := Status{
+		Changefeed:    c.cfg.Changefeed.ID,
+		State:         "running",
+		AppliedTs:     c.applied,
+		ResolvedTs:    g,
+		BufferedRows:  c.buf.memCount + c.buf.spilled,
+		SpilledRows:   c.buf.spilled,
+		BufferedBytes: c.buf.memBytes,
+		PendingDDLs:   len(c.ddls),
+		RowsApplied:   c.ap.rows.Load(),
+		DDLsApplied:   c.ddlCount,
+		DeadLetters:   c.deadLetter,
+		UpdatedAt:     now,
+	}
+	for _, p := range c.parts {
+		ps := PartitionStatus{Topic: p.key.Topic, Partition: p.key.Partition, ResolvedTs: p.resolved,
+			NextOffset: p.nextRead, CheckpointOffset: p.saved, HighWatermark: p.hw}
+		if p.hw >= 0 && p.nextRead >= 0 {
+			ps.Lag = max(0, p.hw-p.nextRead)
+		}
+		st.Partitions = append(st.Partitions, ps)
+	}
+	c.r.mu.Lock()
+	c.r.status = st
+	c.r.mu.Unlock()
+}

@@ -1,0 +1,55 @@
+package cdc
+
+import (
+	"testing"
+
+	"github.com/tidb-parity/parity/cdc/open"
+	"github.com/tidb-parity/parity/internal/testenv"
+)
+
+// TestApplyRowsInCommitOrder: inserts, updates, deletes, a primary-key change and a
+// keyless table with duplicate rows, spread over 3 partitions, applied up to the
+// resolved ts and no further.
+func TestApplyRowsInCommitOrder(t *testing.T) {
+	down := testenv.Downstream(t)
+	f := newFeed(t, 3)
+	s := down.Name
+	exec(t, down.DB, "CREATE TABLE kv (id BIGINT PRIMARY KEY, v VARCHAR(32))")
+	exec(t, down.DB, "CREATE TABLE nk (a BIGINT, b VARCHAR(32))")
+
+	t1, t2, t3, t4 := f.next(), f.next(), f.next(), f.next()
+	// Partition 0 holds ids 1 and 2, partition 1 id 3 (index-value dispatch).
+	f.rows(0,
+		ins(t1, s, "kv", ci("id", 1, pk), cs("v", "a")),
+		ins(t1, s, "kv", ci("id", 2, pk), cs("v", "b")),
+		upd(t2, s, "kv", []open.Column{ci("id", 2, pk), cs("v", "b")}, []open.Column{ci("id", 2, pk), cs("v", "b2")}),
+		upd(t3, s, "kv", []open.Column{ci("id", 1, pk), cs("v", "a")}, []open.Column{ci("id", 10, pk), cs("v", "a10")}),
+	)
+	f.rows(1,
+		ins(t1, s, "kv", ci("id", 3, pk), cs("v", "c")),
+		del(t2, s, "kv", ci("id", 3, pk), cs("v", "c")),
+		ins(t4, s, "kv", ci("id", 4, pk), cs("v", "after resolved")),
+	)
+	f.rows(2,
+		ins(t1, s, "nk", ci("a", 1, 0), cs("b", "dup")),
+		ins(t1, s, "nk", ci("a", 1, 0), cs("b", "dup")),
+		ins(t1, s, "nk", ci("a", 1, 0), cs("b", nil)),
+		del(t2, s, "nk", ci("a", 1, 0), cs("b", "dup")),
+		upd(t3, s, "nk", []open.Column{ci("a", 1, 0), cs("b", nil)}, []open.Column{ci("a", 2, 0), cs("b", "x")}),
+	)
+	f.resolved(t3)
+
+	cfg := testConfig(t, f, down)
+	run := start(t, cfg, nil)
+	run.wait(t, t3)
+	equal(t, "kv", dump(t, down.DB, s, "kv"), []string{"10|a10", "2|b2"})
+	equal(t, "nk", dump(t, down.DB, s, "nk"), []string{"1|dup", "2|x"})
+	st := run.r.Status()
+	if st.AppliedTs != t3 || st.ResolvedTs != t3 || st.BufferedRows != 1 {
+		t.Fatalf("status after t3: %+v", st)
+	}
+
+	f.resolved(t4)
+	run.wait(t, t4)
+	equal(t, "kv", dump(t, down.DB, s, "kv"), []string{"10|a10", "2|b2", "4|after resolved"})
+}

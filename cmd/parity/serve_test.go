@@ -1,0 +1,66 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The example config documents every key with its default: it must decode strictly and,
+// apart from the required placeholders, equal the defaults.
+func TestExampleConfigIsValidAndDefault(t *testing.T) {
+	cfg, err := loadServeConfig(filepath.Join("..", "..", "deploy", "parity.example.toml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("example config invalid: %v", err)
+	}
+	want := defaultServeConfig()
+	want.Changefeed.Brokers = []string{"127.0.0.1:9092"}
+	want.Changefeed.Topics = []string{"ticdc-open"}
+	want.Downstream.DSN = "parity:secret@tcp(127.0.0.1:3306)/"
+	if !reflect.DeepEqual(cfg, want) {
+		t.Fatalf("example config differs from the defaults:\n got %+v\nwant %+v", cfg, want)
+	}
+	if cfg.Applier.RetryBackoff != 100*time.Millisecond {
+		t.Fatalf("retry-backoff decoded as %v", cfg.Applier.RetryBackoff)
+	}
+}
+
+func TestConfigRejectsUnknownKeysAndReportsEveryProblem(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "bad.toml")
+	if err := os.WriteFile(p, []byte("[changefeed]\nbrokers=[\"k:9092\"]\ntopix=[\"x\"]\n[applier]\nworkers=1\nbogus=2\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := loadServeConfig(p)
+	if err == nil {
+		t.Fatal("unknown keys accepted")
+	}
+	for _, k := range []string{"changefeed.topix: unknown key", "applier.bogus: unknown key"} {
+		if !strings.Contains(err.Error(), k) {
+			t.Errorf("error %q does not name %q", err, k)
+		}
+	}
+
+	cfg := defaultServeConfig()
+	cfg.Changefeed.Compression = "zstd"
+	cfg.Changefeed.TimeZone = "Mars/Olympus"
+	cfg.Applier.Workers = 0
+	cfg.Applier.MetaSchema = "bad name"
+	cfg.Log.Format = "xml"
+	err = cfg.Validate()
+	if err == nil {
+		t.Fatal("invalid config accepted")
+	}
+	for _, k := range []string{"changefeed.brokers: required", "changefeed.topics:", "changefeed.compression:",
+		"changefeed.time-zone:", "downstream.dsn: required", "applier.workers:", "applier.meta-schema:", "log.format:"} {
+		if !strings.Contains(err.Error(), k) {
+			t.Errorf("error does not report %q:\n%v", k, err)
+		}
+	}
+}
