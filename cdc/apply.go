@@ -374,11 +374,11 @@ func isTransient(err error) bool {
 	if errors.As(err, &me) {
 		switch me.Number {
 		case 1205, // lock wait timeout
-			1213, // deadlock
-			1040, // too many connections
-			1053, // server shutdown in progress
+			1213,       // deadlock
+			1040,       // too many connections
+			1053,       // server shutdown in progress
 			1159, 1161, // network read/write timeout
-			1927, // MariaDB: connection was killed
+			1927,       // MariaDB: connection was killed
 			2006, 2013: // gone away, lost connection
 			return true
 		}
@@ -458,7 +458,7 @@ type hookPoint string
 
 const (
 	hookBeforeKeylessCommit hookPoint = "before-keyless-commit"
-	hookAfterRows           hookPoint = "after-rows"  // rows of a round applied, checkpoint not written
+	hookAfterRows           hookPoint = "after-rows" // rows of a round applied, checkpoint not written
 	hookBeforeDDLRecord     hookPoint = "before-ddl-record"
 )
 

@@ -154,4 +154,3 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	g(c.up, up, cf)
 }
-

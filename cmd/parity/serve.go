@@ -131,15 +131,15 @@ func loadServeConfig(path string) (serveConfig, error) {
 }
 
 type serveFlags struct {
-	config                                     string
+	config                                    string
 	changefeedID, topicRegex, compression, tz string
-	brokers, topics                            []string
-	upstreamDSN, downstreamDSN                 string
-	workers, batchRows                         int
-	memoryBytes                                int64
-	spillDir, metaSchema                       string
-	deadLetter                                 bool
-	statusAddr, logLevel, logFormat            string
+	brokers, topics                           []string
+	upstreamDSN, downstreamDSN                string
+	workers, batchRows                        int
+	memoryBytes                               int64
+	spillDir, metaSchema                      string
+	deadLetter                                bool
+	statusAddr, logLevel, logFormat           string
 }
 
 // resolveServeConfig builds the effective config: defaults < file < env < flags.
