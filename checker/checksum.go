@@ -112,7 +112,7 @@ func (p *TablePlan) text(s Side, c PlanColumn) string {
 // encode returns the injective per-column encoding: 'N' for NULL; for variable bytes
 // (strings, binaries, JSON) the byte length, ':' and the bytes; for numbers and temporal
 // values their text, which never contains ',' and never equals 'N'. The fields are then
-// joined with ',' so the row encoding is a prefix-free code: NULL, '', 'NULL', and values
+// joined with ',' so the row encoding is a prefix-free code: NULL, ”, 'NULL', and values
 // that contain the separator all encode differently, and so does every column order.
 func (p *TablePlan) encode(s Side, c PlanColumn) string {
 	x := p.text(s, c)

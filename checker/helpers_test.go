@@ -3,6 +3,7 @@ package checker
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -117,3 +118,5 @@ func applyFix(t *testing.T, db *sql.DB, fix string) {
 		}
 	}
 }
+
+func asRunError(err error, target **RunError) bool { return errors.As(err, target) }

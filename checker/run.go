@@ -163,7 +163,7 @@ func RunWith(ctx context.Context, cfg Config, src Sources) (*Report, error) {
 	}
 	if err != nil {
 		r.log.Error("diff stopped", "state", state, "err", err)
-		return nil, fmt.Errorf("run %s: %w", r.st.runID, err)
+		return nil, &RunError{RunID: r.st.runID, State: state, Err: err}
 	}
 	rep, err := r.report(context.WithoutCancel(ctx))
 	if err != nil {
@@ -173,8 +173,16 @@ func RunWith(ctx context.Context, cfg Config, src Sources) (*Report, error) {
 	return rep, nil
 }
 
-// RunID returns the ID a report belongs to (also in Report.RunID).
-func (r *runner) runID() string { return r.st.runID }
+// RunError is returned when a run stops before finishing; resume it with
+// Config.Resume = RunID.
+type RunError struct {
+	RunID string
+	State string // RunFailed or RunCancelled
+	Err   error
+}
+
+func (e *RunError) Error() string { return fmt.Sprintf("run %s %s: %v", e.RunID, e.State, e.Err) }
+func (e *RunError) Unwrap() error { return e.Err }
 
 func (r *runner) run(ctx context.Context) error {
 	if err := r.setupTables(ctx); err != nil {
@@ -657,7 +665,7 @@ func (r *runner) process(ctx context.Context, ch Chunk) error {
 	res := chunkResult{up: up, down: down}
 	if !sameChecksum(up, down) {
 		log.Debug("chunk differs", "up_count", up.count, "down_count", down.count)
-		sink := &diffSink{r: r, chunk: ch}
+		sink := &diffSink{ctx: ctx, r: r, chunk: ch}
 		if err := r.drill(ctx, ts, ch.Range, up, down, sink.emit, 0); err != nil {
 			return fmt.Errorf("chunk %d of %s: %w", ch.Seq, ts.name, err)
 		}
@@ -742,6 +750,7 @@ func (r *runner) drill(ctx context.Context, ts *tableState, rng Range, up, down 
 // diffSink persists a chunk's differences in batches, so memory stays bounded however
 // many rows differ.
 type diffSink struct {
+	ctx   context.Context
 	r     *runner
 	chunk Chunk
 	batch []storedDiff
@@ -752,7 +761,7 @@ func (s *diffSink) emit(d Difference) error {
 	s.batch = append(s.batch, storedDiff{n: s.n, diff: d})
 	s.n++
 	if len(s.batch) >= 200 {
-		return s.flush(context.Background())
+		return s.flush(s.ctx)
 	}
 	return nil
 }

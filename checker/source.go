@@ -167,4 +167,3 @@ func (s *ConnSource) Acquire(ctx context.Context) (Querier, func(), error) {
 
 func (s *ConnSource) Flavor() Flavor   { return s.flavor }
 func (s *ConnSource) Describe() string { return s.desc }
-

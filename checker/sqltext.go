@@ -42,7 +42,7 @@ func (v Value) clone() Value {
 var numericText = regexp.MustCompile(`^[-+]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?$`)
 
 // Literal renders v as SQL text for a column of kind k, so that it can be pasted into any
-// statement regardless of the session's sql_mode: numbers unquoted, text quoted with ''
+// statement regardless of the session's sql_mode: numbers unquoted, text quoted with ”
 // when it is plain printable UTF-8 without quotes or backslashes, everything else as a hex
 // literal X'..' (which MySQL converts to the column's character set on assignment). This
 // is the form used in fix SQL and in report.json.

@@ -250,9 +250,9 @@ func (s *store) addChunk(ctx context.Context, c Chunk) error {
 
 type storedChunk struct {
 	Chunk
-	state                string
-	upCount, downCount   int64
-	differences          int64
+	state              string
+	upCount, downCount int64
+	differences        int64
 }
 
 func (s *store) chunks(ctx context.Context, table int) ([]storedChunk, error) {

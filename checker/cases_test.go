@@ -1,0 +1,187 @@
+package checker
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+func diffsByKind(tr TableReport) map[DiffKind]int {
+	out := map[DiffKind]int{}
+	for _, d := range tr.Differences {
+		n := d.Count
+		if n == 0 {
+			n = 1
+		}
+		out[d.Kind] += n
+	}
+	return out
+}
+
+func TestKeylessDuplicates(t *testing.T) {
+	p := mariaPair(t)
+	p.both(t, "CREATE TABLE k (a INT NOT NULL, b VARCHAR(10), c TEXT)")
+	exec(t, p.up.DB, "INSERT INTO k VALUES (1,'x','t'),(1,'x','t'),(1,'x','t'),(2,NULL,'u'),(3,'y',NULL),(4,'z','w')")
+	exec(t, p.down.DB, "INSERT INTO k VALUES (1,'x','t'),(2,NULL,'u'),(3,'y',NULL),(3,'y',NULL),(4,'z','W')")
+	cfg := p.config(t, "k")
+	rep := run(t, cfg)
+	tr := tableReport(t, rep, "k")
+	if !tr.Keyless {
+		t.Fatalf("table should be keyless: %+v", tr)
+	}
+	// Upstream has two more (1,x,t) and (4,z,w); downstream one more (3,y,NULL) and (4,z,W).
+	got := diffsByKind(tr)
+	if got[Missing] != 3 || got[Extra] != 2 || tr.DifferencesTotal != 4 {
+		t.Fatalf("got %v (total %d): %+v", got, tr.DifferencesTotal, tr.Differences)
+	}
+	applyFix(t, p.down.DB, readFix(t, cfg, tr))
+	if rep := run(t, cfg); !rep.Equal {
+		t.Fatalf("after fix: %+v", rep.Tables)
+	}
+}
+
+func TestCompositeStringKey(t *testing.T) {
+	p := mariaPair(t)
+	p.both(t, "CREATE TABLE c (region VARCHAR(20) COLLATE utf8mb4_general_ci NOT NULL, name VARCHAR(40) COLLATE utf8mb4_bin NOT NULL, n INT, PRIMARY KEY (region, name))")
+	var vals []string
+	for i := 0; i < 1200; i++ {
+		vals = append(vals, fmt.Sprintf("('r%02d', 'Name %04d é''\\\\', %d)", i%7, i, i))
+	}
+	p.both(t, "INSERT INTO c VALUES "+strings.Join(vals, ","))
+	exec(t, p.up.DB, "INSERT INTO c VALUES ('Ünïcode', 'x', 1), ('a', 'b', 2)")
+	exec(t, p.down.DB, "INSERT INTO c VALUES ('Ünïcode', 'x', 1), ('A', 'b', 2)",
+		"UPDATE c SET n = -1 WHERE region = 'r03' AND name = 'Name 0500 é''\\\\'",
+		"DELETE FROM c WHERE region = 'r06' AND name = 'Name 1000 é''\\\\'")
+	cfg := p.config(t, "c")
+	cfg.InitialChunkRows = 100
+	cfg.RowDiffRows = 10
+	rep := run(t, cfg)
+	tr := tableReport(t, rep, "c")
+	got := diffsByKind(tr)
+	// 'a' vs 'A' in a _ci key: byte-level comparison reports one missing and one extra row.
+	if got[Missing] != 2 || got[Extra] != 1 || got[Differing] != 1 {
+		t.Fatalf("got %v: %+v", got, tr.Differences)
+	}
+	if tr.Chunks < 5 {
+		t.Errorf("expected several chunks, got %d", tr.Chunks)
+	}
+	applyFix(t, p.down.DB, readFix(t, cfg, tr))
+	if rep := run(t, cfg); !rep.Equal {
+		t.Fatalf("after fix: %+v", rep.Tables)
+	}
+}
+
+func TestEmptyAndSingleRowTables(t *testing.T) {
+	p := mariaPair(t)
+	p.both(t, "CREATE TABLE e (id INT PRIMARY KEY, v INT)", "CREATE TABLE one (id INT PRIMARY KEY, v INT)",
+		"CREATE TABLE e2 (id INT PRIMARY KEY)", "INSERT INTO one VALUES (1, 1)")
+	exec(t, p.down.DB, "INSERT INTO e2 VALUES (7)")
+	cfg := p.config(t, "e", "one", "e2")
+	rep := run(t, cfg)
+	if tr := tableReport(t, rep, "e"); !tr.Equal() || tr.RowsChecked != 0 || tr.Chunks != 1 {
+		t.Errorf("empty table: %+v", tr)
+	}
+	if tr := tableReport(t, rep, "one"); !tr.Equal() || tr.RowsChecked != 1 {
+		t.Errorf("one-row table: %+v", tr)
+	}
+	tr := tableReport(t, rep, "e2")
+	if tr.DifferencesTotal != 1 || tr.Differences[0].Kind != Extra || tr.Differences[0].Key[0].Value != "7" {
+		t.Errorf("empty upstream, one row downstream: %+v", tr)
+	}
+}
+
+func TestStructureDifferences(t *testing.T) {
+	p := mariaPair(t)
+	exec(t, p.up.DB, "CREATE TABLE s (id INT PRIMARY KEY, a INT, b VARCHAR(10), ign INT)", "INSERT INTO s VALUES (1, 1, 'x', 1)")
+	exec(t, p.down.DB, "CREATE TABLE s (id INT PRIMARY KEY, a BIGINT, c INT, ign INT)", "INSERT INTO s VALUES (1, 1, 5, 2)")
+	cfg := p.config(t, "s", "missing_table")
+	cfg.Tables = []string{p.up.Name + ".*"}
+	cfg.IgnoreColumns = []string{"*.s.ign"}
+	exec(t, p.up.DB, "CREATE TABLE nodown (id INT PRIMARY KEY)")
+	rep := run(t, cfg)
+	tr := tableReport(t, rep, "s")
+	if tr.StructureEqual || len(tr.StructureProblems) != 3 || !tr.DataCompared || tr.DifferencesTotal != 0 {
+		t.Errorf("structure: %+v", tr)
+	}
+	if tr := tableReport(t, rep, "nodown"); tr.DataCompared || tr.StructureEqual {
+		t.Errorf("table missing downstream: %+v", tr)
+	}
+	if rep.Equal {
+		t.Error("report should not be equal")
+	}
+}
+
+// TestKillAndResume cancels a run after some chunks and resumes it by ID: chunks finished
+// before the kill are not compared again; at most the in-flight ones are.
+func TestKillAndResume(t *testing.T) {
+	p := mariaPair(t)
+	p.both(t, "CREATE TABLE r (id INT PRIMARY KEY, v VARCHAR(20))")
+	var vals []string
+	for i := 1; i <= 4000; i++ {
+		vals = append(vals, fmt.Sprintf("(%d, 'v%d')", i, i))
+	}
+	p.both(t, "INSERT INTO r VALUES "+strings.Join(vals, ","))
+	exec(t, p.down.DB, "UPDATE r SET v = 'x' WHERE id IN (10, 1990, 3999)")
+	cfg := p.config(t, "r")
+	cfg.InitialChunkRows = 100
+	cfg.MinChunkRows = 100
+	cfg.MaxChunkRows = 100
+	cfg.Concurrency = 3
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var runID string
+	cfg.Progress = func(pr Progress) {
+		runID = pr.RunID
+		if pr.ChunksDone >= 15 {
+			cancel()
+		}
+	}
+	_, err := Run(ctx, cfg)
+	var re *RunError
+	if err == nil || !asRunError(err, &re) || re.State != RunCancelled {
+		t.Fatalf("want a cancelled run error, got %v", err)
+	}
+	if re.RunID != runID {
+		t.Fatalf("run id %s vs progress %s", re.RunID, runID)
+	}
+	meta := p.down.DB
+	var doneBefore int
+	q := "SELECT COUNT(*) FROM parity_meta.diff_chunks WHERE run_id = ? AND state = 'done'"
+	if err := meta.QueryRow(q, runID).Scan(&doneBefore); err != nil {
+		t.Fatal(err)
+	}
+	if doneBefore < 10 || doneBefore >= 40 {
+		t.Fatalf("done chunks before resume: %d", doneBefore)
+	}
+	var state string
+	if err := meta.QueryRow("SELECT state FROM parity_meta.diff_runs WHERE run_id = ?", runID).Scan(&state); err != nil || state != RunCancelled {
+		t.Fatalf("run state %q, %v", state, err)
+	}
+
+	cfg.Progress = nil
+	cfg.Resume = runID
+	rctx, rcancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer rcancel()
+	rep, err := Run(rctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := tableReport(t, rep, "r")
+	if tr.RowsChecked != 4000 || tr.Chunks != 41 || tr.DifferencesTotal != 3 {
+		t.Fatalf("resumed report: rows %d chunks %d diffs %d", tr.RowsChecked, tr.Chunks, tr.DifferencesTotal)
+	}
+	var redone, maxAttempts, checkpoint int
+	if err := meta.QueryRow("SELECT COUNT(*), MAX(attempts) FROM parity_meta.diff_chunks WHERE run_id = ? AND attempts > 1", runID).Scan(&redone, new(any)); err != nil {
+		t.Fatal(err)
+	}
+	_ = maxAttempts
+	if redone > cfg.Concurrency {
+		t.Errorf("%d chunks compared twice; at most the %d in flight may be", redone, cfg.Concurrency)
+	}
+	if err := meta.QueryRow("SELECT checkpoint_seq FROM parity_meta.diff_tables WHERE run_id = ?", runID).Scan(&checkpoint); err != nil || checkpoint != 40 {
+		t.Errorf("checkpoint %d, %v; want 40", checkpoint, err)
+	}
+	t.Logf("done before kill: %d chunks; compared twice: %d", doneBefore, redone)
+}

@@ -1,0 +1,285 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/BurntSushi/toml"
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/tidb-parity/parity/checker"
+)
+
+func init() {
+	addCommand(newDiffCommand)
+}
+
+type diffFlags struct {
+	config        string
+	upstream      string
+	downstream    string
+	snapshot      string
+	tables        []string
+	exclude       []string
+	ignoreColumns []string
+	where         string
+	output        string
+	resume        string
+	concurrency   int
+	maxRows       int
+	maxThreads    int
+	queryTimeout  time.Duration
+	hash          string
+	verbose       bool
+}
+
+func newDiffCommand() *cobra.Command {
+	var f diffFlags
+	cmd := &cobra.Command{
+		Use:   "diff",
+		Short: "Compare tables between upstream and downstream; report differences and write fix SQL",
+		Long: `Compare tables between an upstream (TiDB or MySQL) and a downstream MySQL/MariaDB with
+chunked, pushed-down checksums, drill down to the differing rows and write fix SQL.
+
+  parity diff --config diff.toml
+  parity diff --upstream 'root@tcp(tidb:4000)/' --downstream 'root@tcp(mysql:3306)/' \
+      --table shop.orders --table 'shop.user_*' --output ./diff-out
+
+Exit status: 0 when everything is equal, 1 when differences were found, 2 on error.
+A run is persisted in parity_meta on the downstream; resume a killed run with --resume RUN_ID.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			code, err := runDiff(cmd, &f)
+			if code == 0 {
+				return nil
+			}
+			return &exitError{code: code, err: err}
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.config, "config", "", "TOML config file (see deploy/diff.example.toml); flags override it")
+	fl.StringVar(&f.upstream, "upstream", "", "upstream DSN, e.g. 'root@tcp(127.0.0.1:4000)/'")
+	fl.StringVar(&f.downstream, "downstream", "", "downstream DSN")
+	fl.StringVar(&f.snapshot, "snapshot", "", "read the upstream at this TiDB TSO (tidb_snapshot)")
+	fl.StringArrayVar(&f.tables, "table", nil, "table to compare, schema.table with * and ? wildcards (repeatable)")
+	fl.StringArrayVar(&f.exclude, "exclude", nil, "table pattern to leave out (repeatable)")
+	fl.StringArrayVar(&f.ignoreColumns, "ignore-column", nil, "schema.table.column pattern to leave out (repeatable)")
+	fl.StringVar(&f.where, "where", "", "row filter applied to every table on both sides")
+	fl.StringVar(&f.output, "output", "", "directory for report.json and fix SQL")
+	fl.StringVar(&f.resume, "resume", "", "resume the run with this ID")
+	fl.IntVar(&f.concurrency, "concurrency", 0, "chunks compared at once (default 4)")
+	fl.IntVar(&f.maxRows, "max-rows-per-second", 0, "cap on rows checksummed per second (0: none)")
+	fl.IntVar(&f.maxThreads, "max-threads-running", 0, "pause while downstream Threads_running is above this (0: never)")
+	fl.DurationVar(&f.queryTimeout, "query-timeout", 0, "timeout of every query (default 5m)")
+	fl.StringVar(&f.hash, "hash", "", "per-row hash: sha1 (default), md5")
+	fl.BoolVarP(&f.verbose, "verbose", "v", false, "log progress details to stderr")
+	return cmd
+}
+
+// loadDiffConfig merges the config file and the flags.
+func loadDiffConfig(cmd *cobra.Command, f *diffFlags) (checker.Config, error) {
+	cfg := checker.DefaultConfig()
+	if f.config != "" {
+		md, err := toml.DecodeFile(f.config, &cfg)
+		if err != nil {
+			return cfg, fmt.Errorf("read config %s: %w", f.config, err)
+		}
+		if und := md.Undecoded(); len(und) > 0 {
+			keys := make([]string, len(und))
+			for i, k := range und {
+				keys[i] = k.String()
+			}
+			return cfg, fmt.Errorf("config %s: unknown keys: %s", f.config, strings.Join(keys, ", "))
+		}
+	}
+	fl := cmd.Flags()
+	if fl.Changed("upstream") {
+		cfg.Upstream.DSN = f.upstream
+	}
+	if fl.Changed("downstream") {
+		cfg.Downstream.DSN = f.downstream
+	}
+	if fl.Changed("snapshot") {
+		cfg.Upstream.Snapshot = f.snapshot
+	}
+	if fl.Changed("table") {
+		cfg.Tables = f.tables
+	}
+	if fl.Changed("exclude") {
+		cfg.Exclude = append(cfg.Exclude, f.exclude...)
+	}
+	if fl.Changed("ignore-column") {
+		cfg.IgnoreColumns = append(cfg.IgnoreColumns, f.ignoreColumns...)
+	}
+	if fl.Changed("where") {
+		cfg.TableConfigs = append([]checker.TableConfig{{Table: "*.*", Where: f.where}}, cfg.TableConfigs...)
+	}
+	if fl.Changed("output") {
+		cfg.OutputDir = f.output
+	}
+	if fl.Changed("concurrency") {
+		cfg.Concurrency = f.concurrency
+	}
+	if fl.Changed("max-rows-per-second") {
+		cfg.MaxRowsPerSecond = f.maxRows
+	}
+	if fl.Changed("max-threads-running") {
+		cfg.MaxThreadsRunning = f.maxThreads
+	}
+	if fl.Changed("query-timeout") {
+		cfg.QueryTimeout = f.queryTimeout
+	}
+	if fl.Changed("hash") {
+		cfg.Hash = checker.Hash(f.hash)
+	}
+	cfg.Resume = f.resume
+	var errs []error
+	if cfg.Upstream.DSN == "" {
+		errs = append(errs, errors.New("upstream.dsn (--upstream) is required"))
+	}
+	if cfg.Downstream.DSN == "" {
+		errs = append(errs, errors.New("downstream.dsn (--downstream) is required"))
+	}
+	if err := cfg.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	return cfg, errors.Join(errs...)
+}
+
+func runDiff(cmd *cobra.Command, f *diffFlags) (int, error) {
+	cfg, err := loadDiffConfig(cmd, f)
+	if err != nil {
+		return 2, err
+	}
+	stderr := cmd.ErrOrStderr()
+	level := slog.LevelWarn
+	if f.verbose {
+		level = slog.LevelInfo
+	}
+	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	tty := false
+	if fd, ok := stderr.(interface{ Fd() uintptr }); ok {
+		tty = term.IsTerminal(int(fd.Fd()))
+	}
+	pr := &progressPrinter{w: stderr, tty: tty}
+	cfg.Progress = pr.update
+
+	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	rep, err := checker.Run(ctx, cfg)
+	pr.finish()
+	if err != nil {
+		var re *checker.RunError
+		if errors.As(err, &re) {
+			return 2, fmt.Errorf("%w (resume with: parity diff --resume %s ...)", err, re.RunID)
+		}
+		return 2, err
+	}
+	printSummary(cmd.OutOrStdout(), rep, cfg.OutputDir)
+	if rep.Equal {
+		return 0, nil
+	}
+	return 1, nil
+}
+
+// progressPrinter draws a progress bar with ETA on a terminal, plain lines otherwise.
+type progressPrinter struct {
+	w        io.Writer
+	tty      bool
+	last     time.Time
+	drawn    bool
+	finalMsg string
+}
+
+func (p *progressPrinter) update(pr checker.Progress) {
+	now := time.Now()
+	interval := 10 * time.Second
+	if p.tty {
+		interval = 200 * time.Millisecond
+	}
+	if now.Sub(p.last) < interval {
+		return
+	}
+	p.last = now
+	frac := 0.0
+	if pr.RowsEstimated > 0 {
+		frac = min(1, float64(pr.RowsChecked)/float64(pr.RowsEstimated))
+	}
+	eta := "?"
+	if frac > 0.01 {
+		eta = (time.Duration(float64(pr.Elapsed)/frac) - pr.Elapsed).Round(time.Second).String()
+	}
+	if !p.tty {
+		fmt.Fprintf(p.w, "run %s: %d/%d tables, %d chunks, %d rows (%.0f%%), %d differences, elapsed %s, eta %s\n",
+			pr.RunID, pr.TablesDone, pr.Tables, pr.ChunksDone, pr.RowsChecked, frac*100, pr.Differences,
+			pr.Elapsed.Round(time.Second), eta)
+		return
+	}
+	const width = 30
+	n := int(frac * width)
+	bar := strings.Repeat("█", n) + strings.Repeat("░", width-n)
+	fmt.Fprintf(p.w, "\r\033[K%s %3.0f%%  %d/%d tables  %d rows  %d diffs  ETA %s", bar, frac*100,
+		pr.TablesDone, pr.Tables, pr.RowsChecked, pr.Differences, eta)
+	p.drawn = true
+}
+
+func (p *progressPrinter) finish() {
+	if p.tty && p.drawn {
+		fmt.Fprint(p.w, "\r\033[K")
+	}
+}
+
+func printSummary(w io.Writer, rep *checker.Report, outDir string) {
+	fmt.Fprintf(w, "parity diff run %s (%s)\n", rep.RunID, rep.FinishedAt.Sub(rep.StartedAt).Round(time.Millisecond))
+	for _, t := range rep.Tables {
+		name := t.Schema + "." + t.Table
+		if t.DownstreamSchema != t.Schema || t.DownstreamTable != t.Table {
+			name += " -> " + t.DownstreamSchema + "." + t.DownstreamTable
+		}
+		status := "equal"
+		switch {
+		case !t.DataCompared:
+			status = "NOT COMPARED"
+		case t.DifferencesTotal > 0:
+			status = "DIFFERENT"
+		case !t.StructureEqual:
+			status = "STRUCTURE DIFFERS"
+		}
+		var kinds = map[checker.DiffKind]int{}
+		for _, d := range t.Differences {
+			kinds[d.Kind]++
+		}
+		fmt.Fprintf(w, "  %-18s %s: %d rows upstream, %d downstream, %d chunks, %d differences", status, name,
+			t.RowsChecked, t.DownstreamRows, t.Chunks, t.DifferencesTotal)
+		if t.DifferencesTotal > 0 {
+			fmt.Fprintf(w, " (listed: %d missing, %d extra, %d differing)", kinds[checker.Missing], kinds[checker.Extra], kinds[checker.Differing])
+		}
+		fmt.Fprintln(w)
+		for _, p := range t.StructureProblems {
+			col := ""
+			if p.Column != "" {
+				col = "column " + p.Column + ": "
+			}
+			fmt.Fprintf(w, "      structure: %s%s\n", col, p.Problem)
+		}
+		if t.FixSQLFile != "" {
+			fmt.Fprintf(w, "      fix SQL: %s\n", outDir+string(os.PathSeparator)+t.FixSQLFile)
+		}
+	}
+	if outDir != "" {
+		fmt.Fprintf(w, "report: %s%sreport.json\n", outDir, string(os.PathSeparator))
+	}
+	if rep.Equal {
+		fmt.Fprintln(w, "result: EQUAL")
+	} else {
+		fmt.Fprintln(w, "result: DIFFERENCES FOUND")
+	}
+}
