@@ -541,12 +541,15 @@ func (e *Encoder) appendString(b []byte, s string) []byte {
 	return appendStringClassic(b, s)
 }
 
-func appendStringClassic(b []byte, s string) []byte {
+func appendStringClassic(b []byte, s string) []byte { return appendStringJSON(b, s, true) }
+
+// appendStringJSON is encoding/json's string encoder, with or without HTML escaping.
+func appendStringJSON(b []byte, s string, html bool) []byte {
 	b = append(b, '"')
 	start := 0
 	for i := 0; i < len(s); {
 		if c := s[i]; c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
+			if c >= 0x20 && c != '"' && c != '\\' && (!html || (c != '<' && c != '>' && c != '&')) {
 				i++
 				continue
 			}

@@ -1,0 +1,152 @@
+package open
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"testing"
+)
+
+// allTypesBatch returns one Kafka record of 16 all-types row events, encoded like
+// classic TiCDC: the corpus's typical, max, min/empty, NULL and escape inserts, an
+// update and a delete, repeated.
+func allTypesBatch(b *testing.B, comp Compression) Message {
+	b.Helper()
+	var evs []Event
+	for _, c := range loadCorpus(b) {
+		switch c.Name {
+		case "row-all-types-01-insert-typical", "row-all-types-02-insert-max", "row-all-types-03-insert-min-empty",
+			"row-all-types-04-insert-nulls", "row-all-types-05-insert-escapes-binary", "row-all-types-07-update",
+			"row-all-types-11-delete":
+			got, err := c.decoder(b, false).Decode(c.read(b, c.Messages[0].KeyFile), c.read(b, c.Messages[0].ValueFile))
+			if err != nil {
+				b.Fatal(err)
+			}
+			evs = append(evs, got...)
+		}
+	}
+	if len(evs) != 7 {
+		b.Fatalf("found %d all-types events in the corpus, want 7", len(evs))
+	}
+	enc, err := NewEncoder(EncoderConfig{Compression: comp})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i := range 16 {
+		if err := enc.AppendRow(&evs[i%len(evs)]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	msgs := enc.Build()
+	if len(msgs) != 1 || msgs[0].Events != 16 {
+		b.Fatalf("want one record of 16 events, got %d records", len(msgs))
+	}
+	return msgs[0]
+}
+
+func benchDecode(b *testing.B, comp Compression) {
+	m := allTypesBatch(b, comp)
+	d, err := NewDecoder(DecoderConfig{Compression: comp})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(len(m.Key) + len(m.Value)))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		evs, err := d.Decode(m.Key, m.Value)
+		if err != nil || len(evs) != 16 {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(16*b.N)/b.Elapsed().Seconds(), "events/s")
+}
+
+// BenchmarkDecode: decoding throughput for a 16-event all-types record (target ≥100 MB/s
+// of record bytes per core).
+func BenchmarkDecode(b *testing.B) {
+	b.Run("none", func(b *testing.B) { benchDecode(b, CompressionNone) })
+	b.Run("snappy", func(b *testing.B) { benchDecode(b, CompressionSnappy) })
+	b.Run("lz4", func(b *testing.B) { benchDecode(b, CompressionLZ4) })
+}
+
+// BenchmarkDecodeBaselineEncodingJSON is the named baseline: the same record decoded the
+// way tiflow's reference decoder does it (encoding/json into structs and maps with
+// UseNumber), without even converting the values.
+func BenchmarkDecodeBaselineEncodingJSON(b *testing.B) {
+	m := allTypesBatch(b, CompressionNone)
+	type column struct {
+		T byte        `json:"t"`
+		H *bool       `json:"h"`
+		F uint64      `json:"f"`
+		V interface{} `json:"v"`
+	}
+	type key struct {
+		Ts  uint64 `json:"ts"`
+		Scm string `json:"scm"`
+		Tbl string `json:"tbl"`
+		Rid int64  `json:"rid"`
+		Ptn *int64 `json:"ptn"`
+		T   int    `json:"t"`
+		Ohk bool   `json:"ohk"`
+		Ccl string `json:"ccl"`
+	}
+	type row struct {
+		U map[string]column `json:"u"`
+		P map[string]column `json:"p"`
+		D map[string]column `json:"d"`
+	}
+	b.SetBytes(int64(len(m.Key) + len(m.Value)))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		k, v := m.Key[8:], m.Value
+		n := 0
+		for len(k) > 0 {
+			kl := binary.BigEndian.Uint64(k)
+			var mk key
+			if err := json.Unmarshal(k[8:8+kl], &mk); err != nil {
+				b.Fatal(err)
+			}
+			k = k[8+kl:]
+			vl := binary.BigEndian.Uint64(v)
+			dec := json.NewDecoder(bytes.NewReader(v[8 : 8+vl]))
+			dec.UseNumber()
+			var r row
+			if err := dec.Decode(&r); err != nil {
+				b.Fatal(err)
+			}
+			v = v[8+vl:]
+			n++
+		}
+		if n != 16 {
+			b.Fatal(n)
+		}
+	}
+	b.ReportMetric(float64(16*b.N)/b.Elapsed().Seconds(), "events/s")
+}
+
+// BenchmarkEncode: encoding a 16-event all-types record (used by the load generator).
+func BenchmarkEncode(b *testing.B) {
+	m := allTypesBatch(b, CompressionNone)
+	d, _ := NewDecoder(DefaultDecoderConfig())
+	evs, err := d.Decode(m.Key, m.Value)
+	if err != nil {
+		b.Fatal(err)
+	}
+	enc, _ := NewEncoder(DefaultEncoderConfig())
+	b.SetBytes(int64(len(m.Key) + len(m.Value)))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		for i := range evs {
+			if err := enc.AppendRow(&evs[i]); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if out := enc.Build(); len(out) != 1 {
+			b.Fatal(len(out))
+		}
+	}
+	b.ReportMetric(float64(16*b.N)/b.Elapsed().Seconds(), "events/s")
+}
