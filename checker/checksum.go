@@ -105,8 +105,27 @@ func (p *TablePlan) text(s Side, c PlanColumn) string {
 		return "CAST(" + id + " AS CHAR)"
 	case KindBit:
 		return "CAST(" + id + " AS UNSIGNED)"
+	case KindFloat:
+		return floatText(id, 6)
+	case KindDouble:
+		return floatText(id, 15)
 	}
 	return id
+}
+
+// floatText prints a FLOAT/DOUBLE the same way on TiDB and MySQL/MariaDB, which print
+// floating-point values differently (TiDB: 1.2345678, 100000000000000000000; MariaDB:
+// 1.23457, 1e20): as an integer mantissa of the given significant digits, 'e' and the
+// decimal exponent, computed with IEEE arithmetic that both servers perform identically.
+// FLOOR(LOG10(x)) is corrected by one either way because TiDB's LOG10 is not exact at
+// powers of ten (floor(log10(1e15)) = 14 there). Zero and -0 print as 0.
+func floatText(id string, digits int) string {
+	a := "ABS(" + id + ")"
+	e0 := "FLOOR(LOG10(" + a + "))"
+	p := "POW(10, " + e0 + ")" // never POW(10, 309): that is an error, not infinity
+	e := "(" + e0 + " + (" + a + " / 10 >= " + p + ") - (" + a + " < " + p + "))"
+	m := "CAST(ROUND(" + id + " / POW(10, " + e + " - " + fmt.Sprint(digits-1) + ")) AS SIGNED)"
+	return "CASE WHEN " + id + " = 0 THEN '0' ELSE IFNULL(CONCAT(" + m + ", 'e', " + e + "), CONCAT('raw', " + id + ")) END"
 }
 
 // encode returns the injective per-column encoding: 'N' for NULL; for variable bytes

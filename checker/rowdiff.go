@@ -89,7 +89,8 @@ type Difference struct {
 // canon returns a canonical form of v for kind k: two values are equal exactly when their
 // canonical forms are. Strings and binaries compare by bytes (so 'a' and 'A' differ even in
 // a _ci column: a checker must report what a byte-level reader would see). FLOAT compares
-// at the 6 significant digits MySQL prints it with, DOUBLE by its exact value, -0 equals 0,
+// at the 6 significant digits MySQL prints it with, DOUBLE at 15 (as the checksum SQL
+// does, see floatText), -0 equals 0,
 // DECIMAL by value (1.5 = 1.50), BIT by value, JSON by structure (key order, spacing and
 // number spelling ignored).
 func canon(k Kind, v Value) string {
@@ -107,9 +108,9 @@ func canon(k Kind, v Value) string {
 			return "0"
 		}
 		if k == KindFloat {
-			return strconv.FormatFloat(float64(float32(f)), 'g', 6, 32)
+			return strconv.FormatFloat(float64(float32(f)), 'e', 5, 32)
 		}
-		return strconv.FormatFloat(f, 'g', -1, 64)
+		return strconv.FormatFloat(f, 'e', 14, 64)
 	case KindDecimal:
 		r, ok := new(big.Rat).SetString(s)
 		if !ok {

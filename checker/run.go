@@ -801,7 +801,7 @@ func (r *runner) report(ctx context.Context) (*Report, error) {
 		Upstream: r.src.Upstream.Describe(), Downstream: r.src.Downstream.Describe(), Equal: true}
 	for _, ts := range r.tables {
 		tr := TableReport{Schema: ts.stored.upSchema, Table: ts.stored.upTable, DownstreamSchema: ts.stored.downSchema,
-			DownstreamTable: ts.stored.downName, StructureEqual: len(ts.problems) == 0, StructureProblems: ts.problems,
+			DownstreamTable: ts.stored.downName, StructureEqual: structureEqual(ts.problems), StructureProblems: ts.problems,
 			DataCompared: !ts.fatal, Differences: []Difference{}}
 		if ts.plan != nil {
 			tr.Keyless = ts.plan.Keyless

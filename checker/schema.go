@@ -210,6 +210,20 @@ type StructureProblem struct {
 	Problem string `json:"problem"`
 	// Fatal problems stop the data comparison of the table (e.g. the key is missing).
 	Fatal bool `json:"fatal,omitempty"`
+	// Warning marks differences that do not change stored data (collations: TiDB
+	// defaults to utf8mb4_bin, MariaDB to utf8mb4_general_ci); they are listed but do not
+	// make the structure unequal.
+	Warning bool `json:"warning,omitempty"`
+}
+
+// structureEqual reports whether problems contains anything but warnings.
+func structureEqual(problems []StructureProblem) bool {
+	for _, p := range problems {
+		if !p.Warning {
+			return false
+		}
+	}
+	return true
 }
 
 // compareStructure reports column and key differences between up and down, ignoring the
@@ -232,7 +246,7 @@ func compareStructure(up, down *Table, ignored func(string) bool) []StructurePro
 			out = append(out, StructureProblem{Column: uc.Name, Problem: fmt.Sprintf("nullability differs: upstream nullable=%v, downstream nullable=%v", uc.Nullable, dc.Nullable)})
 		}
 		if uc.Collation != dc.Collation && uc.Kind == KindString {
-			out = append(out, StructureProblem{Column: uc.Name, Problem: fmt.Sprintf("collation differs: upstream %s, downstream %s", uc.Collation, dc.Collation)})
+			out = append(out, StructureProblem{Column: uc.Name, Problem: fmt.Sprintf("collation differs: upstream %s, downstream %s", uc.Collation, dc.Collation), Warning: true})
 		}
 	}
 	for _, dc := range down.Columns {

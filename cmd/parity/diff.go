@@ -268,7 +268,11 @@ func printSummary(w io.Writer, rep *checker.Report, outDir string) {
 			if p.Column != "" {
 				col = "column " + p.Column + ": "
 			}
-			fmt.Fprintf(w, "      structure: %s%s\n", col, p.Problem)
+			kind := "structure"
+			if p.Warning {
+				kind = "warning"
+			}
+			fmt.Fprintf(w, "      %s: %s%s\n", kind, col, p.Problem)
 		}
 		if t.FixSQLFile != "" {
 			fmt.Fprintf(w, "      fix SQL: %s\n", outDir+string(os.PathSeparator)+t.FixSQLFile)
