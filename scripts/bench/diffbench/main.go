@@ -1,0 +1,210 @@
+// Command diffbench is the benchmark harness of parity's diff engine (`make bench`).
+//
+// It builds 1,000,000-row sysbench sbtest1 tables on the test environment's servers
+// (scripts/env up) for two pairs — MariaDB vs MariaDB (fallback → peer) and TiDB vs MariaDB
+// (TiDB → fallback) — and, in one run, times for each pair and for two cases (identical
+// tables, and 100 scattered differences: 50 changed, 25 missing, 25 extra, injected into
+// the downstream copy and reverted afterwards):
+//
+//   - parity: the `parity diff` binary, run as a subprocess (wall time, max RSS, report.json);
+//   - reladiff (pip package in var/venv-reladiff, --threads 4, -c for every non-key column);
+//   - the floor: a bare loop of chunked count+checksum queries on both sides at parity's
+//     concurrency, using parity's own per-chunk checksum SQL over the same key ranges.
+//
+// It prints wall times, ratios and max RSS, checks that parity found exactly the injected
+// differences, and prints PASS/MISS against the targets of issue 5. Tables are reused when
+// their marker (generator seed) and checksum match, so repeated runs do not reload.
+//
+// It lives in the main module so it can import the engine's checksum SQL builder.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/tidb-parity/parity/checker"
+	"github.com/tidb-parity/parity/internal/testenv"
+)
+
+type options struct {
+	rows        int64
+	seed        uint64
+	holes       int
+	db          string
+	table       string
+	pairs       string
+	fallback    string
+	peer        string
+	tidb        string
+	loadOnly    bool
+	inject      string
+	revert      string
+	hashes      bool
+	workDir     string
+	parity      string
+	reladiff    string
+	threads     int
+	parityArgs  string
+	concurrency int
+	repeat      int
+	loadavg     string // /proc/loadavg when the timed part started
+	changed     int
+	missing     int
+	extra       int
+}
+
+func main() {
+	var o options
+	flag.Int64Var(&o.rows, "rows", 1_000_000, "rows per table")
+	flag.Uint64Var(&o.seed, "seed", 20261121, "data generator seed (recorded in the marker table)")
+	flag.IntVar(&o.holes, "holes", 50, "ids left out of the key range, where extra rows get injected")
+	flag.StringVar(&o.db, "db", "bench_diff", "database used on every server")
+	flag.StringVar(&o.table, "table", "sbtest1", "table name")
+	flag.StringVar(&o.pairs, "pairs", "mariadb,tidb", "pairs to run: mariadb (fallback→peer), tidb (TiDB→fallback)")
+	flag.StringVar(&o.fallback, "fallback", envOr(testenv.EnvDownstream, "root@tcp(127.0.0.1:13306)/"), "fallback MariaDB DSN")
+	flag.StringVar(&o.peer, "peer", envOr(testenv.EnvMySQL, "root@tcp(127.0.0.1:13307)/"), "peer MariaDB DSN")
+	flag.StringVar(&o.tidb, "tidb", envOr(testenv.EnvUpstream, "root@tcp(127.0.0.1:14000)/"), "TiDB DSN")
+	flag.BoolVar(&o.loadOnly, "load-only", false, "only make sure the tables are loaded")
+	flag.StringVar(&o.inject, "inject", "", "only inject the differences into the downstream copy of this pair (mariadb or tidb), for manual runs")
+	flag.StringVar(&o.revert, "revert", "", "only revert the injected differences of this pair and verify the downstream copy")
+	flag.BoolVar(&o.hashes, "hashes", true, "also time the per-row hash alternatives over the whole table on every server")
+	flag.StringVar(&o.workDir, "work", "var/bench/diff", "directory for binaries, reports and logs")
+	flag.StringVar(&o.parity, "parity", "", "parity binary (default: go build ./cmd/parity into -work)")
+	flag.StringVar(&o.reladiff, "reladiff", "var/venv-reladiff/bin/reladiff", "reladiff executable (a venv is created when it is missing)")
+	flag.StringVar(&o.parityArgs, "parity-args", "", "extra arguments for `parity diff` (space separated)")
+	flag.IntVar(&o.concurrency, "concurrency", checker.DefaultConfig().Concurrency, "bare loop concurrency: parity's (checker.Config.Concurrency)")
+	flag.IntVar(&o.repeat, "repeat", 1, "run every tool this many times per case (interleaved); the fastest run counts")
+	flag.IntVar(&o.threads, "reladiff-threads", 4, "reladiff --threads")
+	flag.IntVar(&o.changed, "changed", 50, "changed rows in the differences case")
+	flag.IntVar(&o.missing, "missing", 25, "rows missing downstream in the differences case")
+	flag.IntVar(&o.extra, "extra", 25, "extra downstream rows in the differences case")
+	flag.Parse()
+
+	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})))
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, o); err != nil {
+		fmt.Fprintln(os.Stderr, "diffbench:", err)
+		os.Exit(2)
+	}
+}
+
+func envOr(name, def string) string {
+	if v := testenv.Lookup(name); v != "" {
+		return v
+	}
+	return def
+}
+
+// pair is an upstream/downstream pair of table copies.
+type pair struct {
+	name       string // mariadb, tidb
+	label      string // MariaDB vs MariaDB
+	up, down   *Table
+	targetSame float64 // parity at least this many times faster than reladiff, identical
+	targetDiff float64 // ... with differences
+}
+
+const targetFloor = 1.5 // parity within this factor of the bare checksum loop
+
+func run(ctx context.Context, o options) error {
+	data := Dataset{Seed: o.seed, Rows: o.rows, Holes: o.holes}
+	plan, err := data.Differences(o.changed, o.missing, o.extra)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(o.workDir, 0o755); err != nil {
+		return err
+	}
+	wantPairs := map[string]bool{}
+	for _, p := range strings.Split(o.pairs, ",") {
+		wantPairs[strings.TrimSpace(p)] = true
+	}
+
+	servers := map[string]*Server{}
+	need := []struct{ name, dsn string }{{"fallback", o.fallback}}
+	if wantPairs["mariadb"] {
+		need = append(need, struct{ name, dsn string }{"peer", o.peer})
+	}
+	if wantPairs["tidb"] {
+		need = append(need, struct{ name, dsn string }{"tidb", o.tidb})
+	}
+	for _, n := range need {
+		s, err := openServer(ctx, n.name, n.dsn)
+		if err != nil {
+			return fmt.Errorf("%w (is the environment up? scripts/env up)", err)
+		}
+		defer s.DB.Close()
+		servers[n.name] = s
+	}
+	tbl := func(s *Server) *Table { return &Table{S: s, DB: o.db, Name: o.table, Data: data} }
+
+	var pairs []*pair
+	if wantPairs["mariadb"] {
+		pairs = append(pairs, &pair{name: "mariadb", label: "MariaDB vs MariaDB", up: tbl(servers["fallback"]), down: tbl(servers["peer"]), targetSame: 5, targetDiff: 10})
+	}
+	if wantPairs["tidb"] {
+		pairs = append(pairs, &pair{name: "tidb", label: "TiDB vs MariaDB", up: tbl(servers["tidb"]), down: tbl(servers["fallback"]), targetSame: 3, targetDiff: 8})
+	}
+
+	// Load (or reuse) every table; the expected checksum is computed in Go from the
+	// generator, independent of the code under test.
+	t0 := time.Now()
+	want := data.Expected()
+	slog.Info("dataset", "seed", data.Seed, "rows", want.Count, "go_checksum_seconds", time.Since(t0).Seconds())
+	done := map[string]bool{}
+	for _, p := range pairs {
+		for _, t := range []*Table{p.up, p.down} {
+			if done[t.S.Name] {
+				continue
+			}
+			done[t.S.Name] = true
+			if _, err := t.Ensure(ctx, want, plan); err != nil {
+				return err
+			}
+		}
+	}
+	for _, p := range pairs {
+		switch p.name {
+		case o.inject:
+			if err := p.down.Inject(ctx, plan); err != nil {
+				return err
+			}
+			fmt.Printf("injected %s into %s %s\n", kindCounts(plan), p.down.S.Name, p.down.qname())
+			return nil
+		case o.revert:
+			if err := p.down.Revert(ctx, plan); err != nil {
+				return err
+			}
+			got, err := p.down.Checksum(ctx)
+			if err != nil {
+				return err
+			}
+			if got != want {
+				return fmt.Errorf("%s %s differs from the dataset after revert", p.down.S.Name, p.down.qname())
+			}
+			fmt.Printf("reverted %s %s; it holds the dataset again\n", p.down.S.Name, p.down.qname())
+			return nil
+		}
+	}
+	if o.loadOnly {
+		return nil
+	}
+	return bench(ctx, o, data, want, plan, pairs)
+}
+
+func absPath(p string) string {
+	a, err := filepath.Abs(p)
+	if err != nil {
+		return p
+	}
+	return a
+}

@@ -1,0 +1,293 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/tidb-parity/parity/checker"
+)
+
+// parityReport is the part of report.json the benchmark reads.
+type parityReport struct {
+	RunID  string `json:"run_id"`
+	Tables []struct {
+		Schema           string `json:"schema"`
+		Table            string `json:"table"`
+		RowsChecked      int64  `json:"rows_checked"`
+		Chunks           int    `json:"chunks"`
+		DifferencesTotal int64  `json:"differences_total"`
+		Differences      []struct {
+			Kind    string            `json:"kind"`
+			Key     map[string]string `json:"key"`
+			Columns []string          `json:"columns"`
+		} `json:"differences"`
+	} `json:"tables"`
+}
+
+// runParity runs `parity diff` over the pair as a subprocess and reads its report.json.
+// It returns an error only when parity could not be run or its output not read; a wrong
+// result is recorded in Result.Err and reported as a MISS.
+func runParity(ctx context.Context, o options, p *pair, dir string) (Result, error) {
+	out := filepath.Join(dir, "output")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return Result{}, err
+	}
+	args := []string{"diff",
+		"--upstream", p.up.S.DSN, "--downstream", p.down.S.DSN,
+		"--table", p.up.DB + "." + p.up.Name,
+		"--output", out,
+	}
+	args = append(args, strings.Fields(o.parityArgs)...)
+	cmd := exec.CommandContext(ctx, o.parity, args...)
+	logPath := filepath.Join(dir, "parity.log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return Result{}, err
+	}
+	defer logf.Close()
+	fmt.Fprintf(logf, "$ %s %s\n", o.parity, strings.Join(args, " "))
+	cmd.Stdout, cmd.Stderr = logf, logf
+	res, err := timeProcess(cmd)
+	if err != nil {
+		return res, fmt.Errorf("run parity (log %s): %w", logPath, err)
+	}
+	code := cmd.ProcessState.ExitCode()
+	if code != 0 && code != 1 {
+		return res, fmt.Errorf("parity diff %s exited %d (log %s)", p.label, code, logPath)
+	}
+	data, err := os.ReadFile(filepath.Join(out, "report.json"))
+	if err != nil {
+		return res, fmt.Errorf("parity diff %s: %w (log %s)", p.label, err, logPath)
+	}
+	var rep parityReport
+	if err := json.Unmarshal(data, &rep); err != nil {
+		return res, fmt.Errorf("parity diff %s: decode report.json: %w", p.label, err)
+	}
+	res.runID = rep.RunID
+	var total int64
+	for _, t := range rep.Tables {
+		res.Chunks += t.Chunks
+		total += t.DifferencesTotal
+		for _, d := range t.Differences {
+			id, err := strconv.ParseInt(d.Key["id"], 10, 64)
+			if err != nil {
+				return res, fmt.Errorf("parity report: difference key %v: %w", d.Key, err)
+			}
+			f := Difference{Kind: DiffKind(d.Kind), ID: id, Column: strings.Join(d.Columns, ",")}
+			res.Found = append(res.Found, f)
+		}
+	}
+	var problems []string
+	if total != int64(len(res.Found)) {
+		problems = append(problems, fmt.Sprintf("differences_total %d but %d listed", total, len(res.Found)))
+	}
+	if wantCode := map[bool]int{true: 1, false: 0}[total > 0]; code != wantCode {
+		problems = append(problems, fmt.Sprintf("exit code %d with %d differences", code, total))
+	}
+	if len(problems) > 0 {
+		res.Err = fmt.Errorf("%s", strings.Join(problems, "; "))
+	}
+	return res, nil
+}
+
+// chunkRange is a chunk's key range as parity persisted it.
+type chunkRange struct {
+	seq   int
+	r     checker.Range
+	count int64 // upstream rows parity counted in it
+}
+
+// parityChunks reads the chunk ranges of a finished parity run from the meta schema
+// (parity_meta.diff_chunks on the downstream). Bounds are stored as JSON arrays of
+// {"n": true} (NULL) or {"x": base64 bytes}.
+func parityChunks(ctx context.Context, p *pair, runID string) ([]chunkRange, error) {
+	qctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if runID == "" {
+		return nil, fmt.Errorf("report.json has no run_id: cannot find parity's chunks")
+	}
+	rows, err := p.down.S.DB.QueryContext(qctx, "SELECT seq, lo_bound, hi_bound, IFNULL(up_count,0) FROM parity_meta.diff_chunks WHERE run_id = ? ORDER BY table_idx, seq", runID)
+	if err != nil {
+		return nil, fmt.Errorf("read parity chunks of run %s: %w", runID, err)
+	}
+	defer rows.Close()
+	var out []chunkRange
+	for rows.Next() {
+		var c chunkRange
+		var lo, hi string
+		if err := rows.Scan(&c.seq, &lo, &hi, &c.count); err != nil {
+			return nil, err
+		}
+		if c.r.Lo, err = decodeBound(lo); err != nil {
+			return nil, err
+		}
+		if c.r.Hi, err = decodeBound(hi); err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("run %s has no chunks in parity_meta.diff_chunks", runID)
+	}
+	return out, nil
+}
+
+func decodeBound(s string) (checker.Bound, error) {
+	if s == "" {
+		return nil, nil
+	}
+	var in []struct {
+		N bool   `json:"n"`
+		X []byte `json:"x"`
+	}
+	if err := json.Unmarshal([]byte(s), &in); err != nil {
+		return nil, fmt.Errorf("decode chunk bound %q: %w", trunc(s, 60), err)
+	}
+	b := make(checker.Bound, len(in))
+	for i, v := range in {
+		if v.N {
+			b[i] = checker.NullValue
+		} else {
+			b[i] = checker.Value{Bytes: append([]byte{}, v.X...)}
+		}
+	}
+	return b, nil
+}
+
+// tablePlan builds the engine's comparison plan for the pair's table.
+func tablePlan(ctx context.Context, up, down *checker.DSNSource, upT, downT *Table) (*checker.TablePlan, error) {
+	ut, err := checker.LoadTable(ctx, up.DB(), upT.DB, upT.Name)
+	if err != nil {
+		return nil, err
+	}
+	dt, err := checker.LoadTable(ctx, down.DB(), downT.DB, downT.Name)
+	if err != nil {
+		return nil, err
+	}
+	if ut == nil || dt == nil {
+		return nil, fmt.Errorf("table %s missing on a side", upT.qname())
+	}
+	plan, err := checker.NewPlan(ut, dt, nil)
+	if err != nil {
+		return nil, err
+	}
+	// As the engine's planTable does after NewPlan.
+	plan.Flavor = [2]checker.Flavor{up.Flavor(), down.Flavor()}
+	plan.Hash = checker.DefaultConfig().Hash
+	return plan, nil
+}
+
+// runFloor is the bare loop: parity's per-chunk checksum SQL over parity's own chunk
+// ranges, both sides of a chunk at once, `concurrency` chunks at a time — what the
+// engine's compare phase costs with nothing else (no boundary walk, no state writes, no
+// drill-down).
+func runFloor(ctx context.Context, o options, p *pair, par Result) (Result, error) {
+	chunks, err := parityChunks(ctx, p, par.runID)
+	if err != nil {
+		return Result{}, err
+	}
+	conc := o.concurrency
+	up, err := checker.OpenDSN(ctx, p.up.S.DSN, conc, "")
+	if err != nil {
+		return Result{}, err
+	}
+	defer up.Close()
+	down, err := checker.OpenDSN(ctx, p.down.S.DSN, conc, "")
+	if err != nil {
+		return Result{}, err
+	}
+	defer down.Close()
+	plan, err := tablePlan(ctx, up, down, p.up, p.down)
+	if err != nil {
+		return Result{}, err
+	}
+	// Open the connections before the clock starts, as parity's pool has by then.
+	if err := warm(ctx, up, conc); err != nil {
+		return Result{}, err
+	}
+	if err := warm(ctx, down, conc); err != nil {
+		return Result{}, err
+	}
+
+	var mismatched atomic.Int64
+	start := time.Now()
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(conc)
+	for _, c := range chunks {
+		g.Go(func() error {
+			var cnt [2]int64
+			var sum [2]string
+			sg, sctx := errgroup.WithContext(gctx)
+			for s, src := range []*checker.DSNSource{up, down} {
+				side := checker.Side(s)
+				sg.Go(func() error {
+					qctx, cancel := context.WithTimeout(sctx, 5*time.Minute)
+					defer cancel()
+					return src.DB().QueryRowContext(qctx, plan.ChecksumSQL(side, c.r)).Scan(&cnt[s], &sum[s])
+				})
+			}
+			if err := sg.Wait(); err != nil {
+				return fmt.Errorf("chunk %d: %w", c.seq, err)
+			}
+			if cnt[0] != cnt[1] || sum[0] != sum[1] {
+				mismatched.Add(1)
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return Result{}, fmt.Errorf("bare loop %s: %w", p.label, err)
+	}
+	res := Result{Wall: time.Since(start), Chunks: len(chunks)}
+	res.Note = fmt.Sprintf("%d chunks mismatched, concurrency %d", mismatched.Load(), conc)
+	return res, nil
+}
+
+func warm(ctx context.Context, s *checker.DSNSource, n int) error {
+	g, gctx := errgroup.WithContext(ctx)
+	for i := 0; i < n; i++ {
+		g.Go(func() error {
+			_, release, err := s.Acquire(gctx)
+			if err != nil {
+				return err
+			}
+			time.Sleep(10 * time.Millisecond) // hold it so the others open new ones
+			release()
+			return nil
+		})
+	}
+	return g.Wait()
+}
+
+// engineHashSQL returns parity's whole-table checksum query on t for each of the engine's
+// hashes (the plan compares t with itself; only the upstream side's SQL is used).
+func engineHashSQL(ctx context.Context, t *Table) (map[checker.Hash]string, error) {
+	src, err := checker.OpenDSN(ctx, t.S.DSN, 1, "")
+	if err != nil {
+		return nil, err
+	}
+	defer src.Close()
+	plan, err := tablePlan(ctx, src, src, t, t)
+	if err != nil {
+		return nil, err
+	}
+	out := map[checker.Hash]string{}
+	for _, h := range []checker.Hash{checker.HashSHA1, checker.HashMD5, checker.HashCRC32Pair} {
+		plan.Hash = h
+		out[h] = plan.ChecksumSQL(checker.Upstream, checker.Range{})
+	}
+	return out, nil
+}
