@@ -171,7 +171,7 @@ func decodeFiles(dec *open.Decoder, o decodeOptions, w *bufio.Writer) error {
 	}
 	evs, err := dec.Decode(key, value)
 	if err != nil {
-		return &exitError{decodeExitUndecodable, fmt.Errorf("%s + %s: %w", o.keyFile, o.valueFile, err)}
+		return &exitError{decodeExitUndecodable, fmt.Errorf("%s + %s: %w%s", o.keyFile, o.valueFile, err, hint(err, o))}
 	}
 	return writeEvents(w, evs, nil)
 }
@@ -284,7 +284,11 @@ func decodePartition(ctx context.Context, dialer *kafka.Dialer, dec *open.Decode
 			evs, err := dec.Decode(m.Key, m.Value)
 			if err != nil {
 				batch.Close()
-				return n, &exitError{decodeExitUndecodable, open.WithRecord(err, o.topic, partition, m.Offset)}
+				err = open.WithRecord(err, o.topic, partition, m.Offset)
+				if h := hint(err, o); h != "" {
+					err = fmt.Errorf("%w%s", err, h)
+				}
+				return n, &exitError{decodeExitUndecodable, err}
 			}
 			if err := writeEvents(w, evs, &open.RecordRef{Topic: o.topic, Partition: partition, Offset: m.Offset}); err != nil {
 				batch.Close()
@@ -305,4 +309,17 @@ func decodePartition(ctx context.Context, dialer *kafka.Dialer, dec *open.Decode
 		}
 	}
 	return n, nil
+}
+
+// hint suggests the flag that is probably missing for an error.
+func hint(err error, o decodeOptions) string {
+	switch {
+	case errors.Is(err, open.ErrClaimCheck) && o.claimCheckDir == "":
+		return " (give --claim-check-dir)"
+	case (errors.Is(err, open.ErrSyntax) || errors.Is(err, open.ErrCompression)) && o.compression != "none":
+		return " (is --compression " + o.compression + " what the changefeed uses?)"
+	case errors.Is(err, open.ErrSyntax):
+		return " (if the changefeed sets large-message-handle-compression, give --compression)"
+	}
+	return ""
 }

@@ -204,19 +204,11 @@ func TestDecodeKafka(t *testing.T) {
 		},
 	}
 	for p, recs := range plan {
-		conn, err := kafka.DialLeader(ctx, "tcp", broker, topic, p)
-		if err != nil {
-			t.Fatalf("dial leader of partition %d: %v", p, err)
-		}
 		var msgs []kafka.Message
 		for _, r := range recs {
 			msgs = append(msgs, kafka.Message{Key: r.key, Value: r.value})
 		}
-		_ = conn.SetWriteDeadline(time.Now().Add(30 * time.Second))
-		if _, err := conn.WriteMessages(msgs...); err != nil {
-			t.Fatalf("produce to partition %d: %v", p, err)
-		}
-		conn.Close()
+		produce(ctx, t, broker, topic, p, msgs)
 	}
 	// expected renders records [from, to) of partition p as the command must print them.
 	dec, err := open.NewDecoder(open.DefaultDecoderConfig())
@@ -283,4 +275,24 @@ func TestDecodeKafka(t *testing.T) {
 			t.Fatalf("exit code %d (%v), want 2", code, err)
 		}
 	})
+}
+
+// produce writes msgs to one partition, retrying while a new topic's leader settles
+// (a failed produce request writes nothing).
+func produce(ctx context.Context, t *testing.T, broker, topic string, partition int, msgs []kafka.Message) {
+	t.Helper()
+	var err error
+	for ctx.Err() == nil {
+		var conn *kafka.Conn
+		if conn, err = kafka.DialLeader(ctx, "tcp", broker, topic, partition); err == nil {
+			_ = conn.SetWriteDeadline(time.Now().Add(10 * time.Second))
+			_, err = conn.WriteMessages(msgs...)
+			conn.Close()
+			if err == nil {
+				return
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Fatalf("produce to %s partition %d: %v", topic, partition, err)
 }
