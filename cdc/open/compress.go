@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"sync"
 
 	"github.com/klauspost/compress/snappy"
 	"github.com/pierrec/lz4/v4"
@@ -51,6 +52,10 @@ func compress(c Compression, data []byte) ([]byte, error) {
 	return nil, c.Validate()
 }
 
+// lz4Readers keeps frame readers (and their block buffers, up to 4 MiB each) between
+// payloads.
+var lz4Readers = sync.Pool{New: func() any { return lz4.NewReader(nil) }}
+
 // decompress reverses compress, refusing to produce more than limit bytes.
 func decompress(c Compression, data []byte, limit int) ([]byte, error) {
 	switch c {
@@ -64,14 +69,22 @@ func decompress(c Compression, data []byte, limit int) ([]byte, error) {
 		if n > limit {
 			return nil, fmt.Errorf("%w: snappy header claims %d bytes, limit %d", ErrTooLarge, n, limit)
 		}
+		// A snappy element of k bytes expands to at most 64 (a 3-byte copy), so a
+		// larger claim is corrupt: refuse before allocating it.
+		if n > 22*len(data)+64 {
+			return nil, fmt.Errorf("%w: snappy header claims %d bytes from %d compressed bytes", ErrCompression, n, len(data))
+		}
 		out, err := snappy.Decode(nil, data)
 		if err != nil {
 			return nil, fmt.Errorf("%w: snappy: %v", ErrCompression, err)
 		}
 		return out, nil
 	case CompressionLZ4:
-		r := lz4.NewReader(bytes.NewReader(data))
+		r := lz4Readers.Get().(*lz4.Reader)
+		defer lz4Readers.Put(r)
+		r.Reset(bytes.NewReader(data))
 		var buf bytes.Buffer
+		buf.Grow(min(4*len(data), limit) + 1)
 		n, err := io.Copy(&buf, io.LimitReader(r, int64(limit)+1))
 		if err != nil {
 			return nil, fmt.Errorf("%w: lz4: %v", ErrCompression, err)

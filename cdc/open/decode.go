@@ -128,7 +128,7 @@ func (d *Decoder) decode(key, value []byte, depth int) ([]Event, error) {
 		if err := st.key(kjson, ev, prev); err != nil {
 			return nil, locate(err, "key", kpos+8, -1, i)
 		}
-		if err := st.value(ev, prev, payload, vpos+8, i, depth); err != nil {
+		if err := st.value(ev, prev, payload, kpos+8, vpos+8, i, depth); err != nil {
 			return nil, err
 		}
 		kpos += 8 + kl
@@ -318,8 +318,9 @@ func (st *decodeState) int64() (int64, error) {
 	return v, nil
 }
 
-// value decodes the value frame of event i (payload starts at byte base of the value).
-func (st *decodeState) value(ev, prev *Event, payload []byte, base, i, depth int) error {
+// value decodes the value frame of event i (payload starts at byte base of the value,
+// the key JSON at keyBase of the key).
+func (st *decodeState) value(ev, prev *Event, payload []byte, keyBase, base, i, depth int) error {
 	if ev.Kind == KindResolved {
 		return nil // TiCDC writes an empty value; nothing in it is defined
 	}
@@ -345,7 +346,7 @@ func (st *decodeState) value(ev, prev *Event, payload []byte, base, i, depth int
 	}
 	if ev.Kind == KindRow && ev.ClaimCheckLocation != "" && !cfg.KeepClaimCheck {
 		if err := st.d.claimCheck(ev, depth); err != nil {
-			return &DecodeError{Part: "key", Offset: 0, PayloadOffset: -1, Index: i, Field: "ccl", Err: err}
+			return &DecodeError{Part: "key", Offset: keyBase, PayloadOffset: -1, Index: i, Field: "ccl", Err: err}
 		}
 	}
 	return nil

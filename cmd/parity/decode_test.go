@@ -145,7 +145,7 @@ func TestDecodeErrors(t *testing.T) {
 		{"missing file", []string{"--key-file", filepath.Join(tmp, "nope"), "--value-file", junk}, 2, []string{"read key"}},
 		{"bad version", []string{"--key-file", junk, "--value-file", junk}, 1, []string{"junk.bin", "key byte 0", "field version", "unsupported key format version 2"}},
 		{"claim-check without dir", []string{"--key-file", filepath.Join(cc, "key.bin"), "--value-file", filepath.Join(cc, "value.bin")},
-			1, []string{"field ccl", "no claim-check storage is configured"}},
+			1, []string{"key byte 16, event 0, field ccl", "no claim-check storage is configured", "give --claim-check-dir"}},
 		{"wrong compression", []string{"--key-file", filepath.Join(lz4, "key.bin"), "--value-file", filepath.Join(lz4, "value.bin"), "--compression", "snappy"},
 			1, []string{"value byte 8", "event 0", "cannot decompress"}},
 	} {
