@@ -26,6 +26,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -87,6 +88,13 @@ func main() {
 	flag.IntVar(&o.missing, "missing", 25, "rows missing downstream in the differences case")
 	flag.IntVar(&o.extra, "extra", 25, "extra downstream rows in the differences case")
 	flag.Parse()
+	// The bare loop runs at parity's concurrency: follow --concurrency in -parity-args
+	// unless -concurrency was given.
+	explicit := false
+	flag.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "concurrency" })
+	if n, ok := parityConcurrency(o.parityArgs); ok && !explicit {
+		o.concurrency = n
+	}
 
 	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -207,4 +215,21 @@ func absPath(p string) string {
 		return p
 	}
 	return a
+}
+
+// parityConcurrency finds --concurrency N (or --concurrency=N) in parity's arguments.
+func parityConcurrency(args string) (int, bool) {
+	f := strings.Fields(args)
+	for i, a := range f {
+		v, found := strings.CutPrefix(a, "--concurrency=")
+		if !found && a == "--concurrency" && i+1 < len(f) {
+			v, found = f[i+1], true
+		}
+		if found {
+			if n, err := strconv.Atoi(v); err == nil && n > 0 {
+				return n, true
+			}
+		}
+	}
+	return 0, false
 }
