@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
+	"fmt"
+	"sync"
 	"testing"
+	"time"
 )
 
 // allTypesBatch returns one Kafka record of 16 all-types row events, encoded like
@@ -60,7 +63,26 @@ func benchDecode(b *testing.B, comp Compression) {
 		}
 	}
 	b.ReportMetric(float64(16*b.N)/b.Elapsed().Seconds(), "events/s")
+	if comp == CompressionNone {
+		// The ratio against the named baseline, measured in the same run.
+		baselineOnce.Do(func() {
+			start, n := time.Now(), 0
+			for ; time.Since(start) < time.Second; n++ {
+				if err := baselineDecode(m); err != nil {
+					b.Fatal(err)
+				}
+			}
+			baselineNsPerOp = float64(time.Since(start).Nanoseconds()) / float64(n)
+		})
+		perOp := float64(b.Elapsed().Nanoseconds()) / float64(b.N)
+		b.ReportMetric(baselineNsPerOp/perOp, "x-vs-encoding/json")
+	}
 }
+
+var (
+	baselineOnce    sync.Once
+	baselineNsPerOp float64
+)
 
 // BenchmarkDecode: decoding throughput for a 16-event all-types record (target ≥100 MB/s
 // of record bytes per core).
@@ -75,55 +97,66 @@ func BenchmarkDecode(b *testing.B) {
 // UseNumber), without even converting the values.
 func BenchmarkDecodeBaselineEncodingJSON(b *testing.B) {
 	m := allTypesBatch(b, CompressionNone)
-	type column struct {
-		T byte        `json:"t"`
-		H *bool       `json:"h"`
-		F uint64      `json:"f"`
-		V interface{} `json:"v"`
-	}
-	type key struct {
-		Ts  uint64 `json:"ts"`
-		Scm string `json:"scm"`
-		Tbl string `json:"tbl"`
-		Rid int64  `json:"rid"`
-		Ptn *int64 `json:"ptn"`
-		T   int    `json:"t"`
-		Ohk bool   `json:"ohk"`
-		Ccl string `json:"ccl"`
-	}
-	type row struct {
-		U map[string]column `json:"u"`
-		P map[string]column `json:"p"`
-		D map[string]column `json:"d"`
-	}
 	b.SetBytes(int64(len(m.Key) + len(m.Value)))
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {
-		k, v := m.Key[8:], m.Value
-		n := 0
-		for len(k) > 0 {
-			kl := binary.BigEndian.Uint64(k)
-			var mk key
-			if err := json.Unmarshal(k[8:8+kl], &mk); err != nil {
-				b.Fatal(err)
-			}
-			k = k[8+kl:]
-			vl := binary.BigEndian.Uint64(v)
-			dec := json.NewDecoder(bytes.NewReader(v[8 : 8+vl]))
-			dec.UseNumber()
-			var r row
-			if err := dec.Decode(&r); err != nil {
-				b.Fatal(err)
-			}
-			v = v[8+vl:]
-			n++
-		}
-		if n != 16 {
-			b.Fatal(n)
+		if err := baselineDecode(m); err != nil {
+			b.Fatal(err)
 		}
 	}
 	b.ReportMetric(float64(16*b.N)/b.Elapsed().Seconds(), "events/s")
+}
+
+type baselineColumn struct {
+	T byte        `json:"t"`
+	H *bool       `json:"h"`
+	F uint64      `json:"f"`
+	V interface{} `json:"v"`
+}
+
+type baselineKey struct {
+	Ts  uint64 `json:"ts"`
+	Scm string `json:"scm"`
+	Tbl string `json:"tbl"`
+	Rid int64  `json:"rid"`
+	Ptn *int64 `json:"ptn"`
+	T   int    `json:"t"`
+	Ohk bool   `json:"ohk"`
+	Ccl string `json:"ccl"`
+}
+
+type baselineRow struct {
+	U map[string]baselineColumn `json:"u"`
+	P map[string]baselineColumn `json:"p"`
+	D map[string]baselineColumn `json:"d"`
+}
+
+// baselineDecode decodes a record like tiflow's reference decoder.
+func baselineDecode(m Message) error {
+	k, v := m.Key[8:], m.Value
+	n := 0
+	for len(k) > 0 {
+		kl := binary.BigEndian.Uint64(k)
+		var mk baselineKey
+		if err := json.Unmarshal(k[8:8+kl], &mk); err != nil {
+			return err
+		}
+		k = k[8+kl:]
+		vl := binary.BigEndian.Uint64(v)
+		dec := json.NewDecoder(bytes.NewReader(v[8 : 8+vl]))
+		dec.UseNumber()
+		var r baselineRow
+		if err := dec.Decode(&r); err != nil {
+			return err
+		}
+		v = v[8+vl:]
+		n++
+	}
+	if n != 16 {
+		return fmt.Errorf("%d events", n)
+	}
+	return nil
 }
 
 // BenchmarkEncode: encoding a 16-event all-types record (used by the load generator).
