@@ -106,12 +106,17 @@ func compareValue(k Kind, a, b Value) int {
 			return 0
 		}
 	case KindTemporal:
-		// Negative TIME values do not order by text; everything else does.
-		if len(a.Bytes) > 0 && len(b.Bytes) > 0 && (a.Bytes[0] == '-' || b.Bytes[0] == '-') {
+		// TIME values (negative, or with more than two hour digits) do not order by text;
+		// dates and datetimes (fixed width) do.
+		if isTime(a.Bytes) && isTime(b.Bytes) {
 			return compareTime(string(a.Bytes), string(b.Bytes))
 		}
 	}
 	return bytes.Compare(a.Bytes, b.Bytes)
+}
+
+func isTime(b []byte) bool {
+	return len(b) > 1 && !bytes.Contains(b[1:], []byte("-")) && bytes.Contains(b, []byte(":"))
 }
 
 func compareTime(a, b string) int {

@@ -30,7 +30,7 @@ func tidbPair(t *testing.T) pair {
 	return pair{up: testenv.Upstream(t), down: testenv.Downstream(t)}
 }
 
-func exec(t *testing.T, db *sql.DB, stmts ...string) {
+func exec(t testing.TB, db *sql.DB, stmts ...string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

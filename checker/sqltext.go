@@ -61,6 +61,10 @@ func Literal(k Kind, v Value) string {
 	if plainText(v.Bytes) {
 		return "'" + string(v.Bytes) + "'"
 	}
+	if k == KindJSON {
+		// MySQL and TiDB refuse JSON from a binary string.
+		return "CONVERT(" + hexLiteral(v.Bytes) + " USING utf8mb4)"
+	}
 	return hexLiteral(v.Bytes)
 }
 

@@ -1,0 +1,299 @@
+package checker
+
+import (
+	"bytes"
+	"encoding/hex"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files under testdata/")
+
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run with -update to create)", err)
+	}
+	if diff := cmp.Diff(string(want), got); diff != "" {
+		t.Errorf("%s differs (-want +got):\n%s", name, diff)
+	}
+}
+
+func TestQuoteIdent(t *testing.T) {
+	for in, want := range map[string]string{
+		"t": "`t`", "a`b": "`a``b`", "": "``", "`": "````", "x.y": "`x.y`", "日本": "`日本`",
+	} {
+		if got := QuoteIdent(in); got != want {
+			t.Errorf("QuoteIdent(%q) = %s, want %s", in, got, want)
+		}
+	}
+}
+
+func unquoteIdent(s string) (string, bool) {
+	if len(s) < 2 || s[0] != '`' || s[len(s)-1] != '`' {
+		return "", false
+	}
+	inner := s[1 : len(s)-1]
+	var b strings.Builder
+	for i := 0; i < len(inner); i++ {
+		if inner[i] == '`' {
+			if i+1 >= len(inner) || inner[i+1] != '`' {
+				return "", false // an unescaped backtick would end the identifier
+			}
+			i++
+		}
+		b.WriteByte(inner[i])
+	}
+	return b.String(), true
+}
+
+func FuzzQuoteIdent(f *testing.F) {
+	for _, s := range []string{"t", "a`b", "``", "x`.`y", "\x00"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		got, ok := unquoteIdent(QuoteIdent(s))
+		if !ok || got != s {
+			t.Fatalf("QuoteIdent(%q) = %s does not round-trip", s, QuoteIdent(s))
+		}
+	})
+}
+
+func FuzzLiteral(f *testing.F) {
+	f.Add([]byte("it's"), uint8(0))
+	f.Add([]byte{0, 0xff}, uint8(1))
+	f.Add([]byte("1.5e3"), uint8(2))
+	f.Add([]byte("1; DROP TABLE t"), uint8(2))
+	f.Fuzz(func(t *testing.T, b []byte, k uint8) {
+		kind := Kind(int(k) % (int(KindJSON) + 1))
+		lit := Literal(kind, Value{Bytes: b})
+		switch {
+		case strings.HasPrefix(lit, "X'"), strings.HasPrefix(lit, "CONVERT(X'"):
+			h := strings.TrimSuffix(strings.TrimPrefix(lit, "CONVERT("), " USING utf8mb4)")
+			raw, err := hex.DecodeString(h[2 : len(h)-1])
+			if err != nil || !bytes.Equal(raw, b) {
+				t.Fatalf("hex literal %s does not decode to %q", lit, b)
+			}
+		case strings.HasPrefix(lit, "'"):
+			inner := lit[1 : len(lit)-1]
+			if strings.ContainsAny(inner, "'\\") || inner != string(b) {
+				t.Fatalf("quoted literal %s for %q", lit, b)
+			}
+		default:
+			if !numericText.MatchString(lit) || lit != string(b) {
+				t.Fatalf("bare literal %s for %q (kind %s)", lit, b, kind)
+			}
+		}
+	})
+}
+
+func FuzzBoundRoundTrip(f *testing.F) {
+	f.Add([]byte("a"), []byte{}, true)
+	f.Add([]byte{0xff, 0}, []byte("x"), false)
+	f.Fuzz(func(t *testing.T, a, b []byte, null bool) {
+		in := Bound{{Bytes: a}, {Bytes: b}}
+		if null {
+			in[1] = NullValue
+		}
+		s, err := encodeBound(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := decodeBound(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(out) != 2 || !bytes.Equal(out[0].Bytes, a) || out[1].Null != null || (!null && !bytes.Equal(out[1].Bytes, b)) {
+			t.Fatalf("round trip %+v -> %s -> %+v", in, s, out)
+		}
+	})
+}
+
+func TestCanon(t *testing.T) {
+	eq := []struct {
+		k    Kind
+		a, b string
+	}{
+		{KindFloat, "1.23457", "1.2345678"},
+		{KindFloat, "123457000", "123456790"},
+		{KindFloat, "-0", "0"},
+		{KindDouble, "0.30000000000000004", "0.30000000000000004"},
+		{KindDouble, "1e20", "100000000000000000000"},
+		{KindDouble, "-0", "0"},
+		{KindDecimal, "1.50", "1.5"},
+		{KindDecimal, "-0.000", "0.000"},
+		{KindJSON, `{"b":1, "a":[1, 2.0]}`, `{"a": [1, 2], "b": 1}`},
+		{KindJSON, `{"x": 1.5e3}`, `{"x": 1500}`},
+		{KindInt, "007", "7"},
+	}
+	for _, c := range eq {
+		if canon(c.k, StringValue(c.a)) != canon(c.k, StringValue(c.b)) {
+			t.Errorf("%s %q and %q should be equal", c.k, c.a, c.b)
+		}
+	}
+	ne := []struct {
+		k    Kind
+		a, b Value
+	}{
+		{KindString, StringValue("a"), StringValue("A")},
+		{KindString, StringValue(""), NullValue},
+		{KindString, StringValue("NULL"), NullValue},
+		{KindString, StringValue("a "), StringValue("a")},
+		{KindFloat, StringValue("1.2345"), StringValue("1.23457")},
+		{KindDouble, StringValue("0.3"), StringValue("0.30000000000001")},
+		{KindJSON, StringValue(`{"a":1}`), StringValue(`{"a":"1"}`)},
+		{KindJSON, StringValue(`[1,2]`), StringValue(`[2,1]`)},
+		{KindBinary, Value{Bytes: []byte{0}}, Value{Bytes: []byte{}}},
+	}
+	for _, c := range ne {
+		if canon(c.k, c.a) == canon(c.k, c.b) {
+			t.Errorf("%s %+v and %+v should differ", c.k, c.a, c.b)
+		}
+	}
+}
+
+func testPlan() *TablePlan {
+	return &TablePlan{
+		Schema: [2]string{"up`db", "down"}, Table: [2]string{"t", "t`2"},
+		Columns: []PlanColumn{
+			{Name: "region", Kind: KindString, Collation: [2]string{"utf8mb4_bin", "utf8mb4_general_ci"}, Charset: [2]string{"utf8mb4", "utf8mb4"}},
+			{Name: "id", Kind: KindInt},
+			{Name: "v", Kind: KindString},
+			{Name: "b", Kind: KindBinary},
+			{Name: "f", Kind: KindFloat},
+			{Name: "j", Kind: KindJSON},
+		},
+		Key:  []int{0, 1},
+		Hash: HashSHA1,
+	}
+}
+
+func TestRangePredicates(t *testing.T) {
+	p := testPlan()
+	lo := Bound{StringValue("a'b"), StringValue("10")}
+	hi := Bound{StringValue("z"), StringValue("-5")}
+	var out strings.Builder
+	for _, s := range []Side{Upstream, Downstream} {
+		for _, r := range []Range{{}, {Lo: lo}, {Hi: hi}, {Lo: lo, Hi: hi}} {
+			out.WriteString(s.String() + ": " + p.rangePredicate(s, r) + "\n")
+		}
+	}
+	single := &TablePlan{Columns: []PlanColumn{{Name: "id", Kind: KindInt}}, Key: []int{0}}
+	out.WriteString("single: " + single.rangePredicate(Upstream, Range{Lo: Bound{StringValue("1")}, Hi: Bound{StringValue("9")}}) + "\n")
+	p.Where = "id > 0"
+	out.WriteString("checksum: " + p.ChecksumSQL(Downstream, Range{Lo: lo}) + "\n")
+	out.WriteString("rows: " + p.RowsSQL(Upstream, Range{Hi: hi}) + "\n")
+	out.WriteString("boundary: " + p.BoundarySQL(Downstream, Range{Lo: lo}, 999) + "\n")
+	golden(t, "predicates.golden", out.String())
+}
+
+func TestCompareKeys(t *testing.T) {
+	p := &TablePlan{Columns: []PlanColumn{{Name: "a", Kind: KindInt}, {Name: "s", Kind: KindString}, {Name: "d", Kind: KindDecimal}, {Name: "t", Kind: KindTemporal}}, Key: []int{0, 1, 2, 3}}
+	k := func(a, s, d, tm string) []Value {
+		return []Value{StringValue(a), StringValue(s), StringValue(d), StringValue(tm)}
+	}
+	cases := []struct {
+		a, b []Value
+		want int
+	}{
+		{k("9", "a", "1", "00:00:00"), k("10", "a", "1", "00:00:00"), -1},
+		{k("-10", "a", "1", "00:00:00"), k("-9", "a", "1", "00:00:00"), -1},
+		{k("18446744073709551615", "a", "1", "00:00:00"), k("18446744073709551614", "a", "1", "00:00:00"), 1},
+		{k("1", "B", "1", "00:00:00"), k("1", "a", "1", "00:00:00"), -1}, // bytes, not collation
+		{k("1", "a", "1.50", "00:00:00"), k("1", "a", "1.5", "00:00:00"), 0},
+		{k("1", "a", "1", "-01:00:00"), k("1", "a", "1", "-00:30:00"), -1},
+		{k("1", "a", "1", "100:00:00"), k("1", "a", "1", "20:00:00"), 1},
+	}
+	for i, c := range cases {
+		if got := p.compareKeys(c.a, c.b); got != c.want {
+			t.Errorf("case %d: got %d, want %d", i, got, c.want)
+		}
+	}
+}
+
+func TestFixSQL(t *testing.T) {
+	p := testPlan()
+	row := []Value{StringValue("eu'west"), StringValue("42"), NullValue, {Bytes: []byte{0, 0xff, '\''}}, StringValue("-1.5e-3"), StringValue(`{"a": "x\\y"}`)}
+	row2 := []Value{StringValue("back\\slash\n"), StringValue("-7"), StringValue(""), {Bytes: []byte{}}, NullValue, StringValue("null")}
+	var out strings.Builder
+	for _, d := range []Difference{p.missing(row, 1), p.differing(row2, []string{"v", "j"}), p.extra(row2, 1)} {
+		out.WriteString(d.fix + "\n")
+	}
+	p.PartialColumns = true
+	out.WriteString(p.missing(row, 1).fix + "\n")
+	p.PartialColumns = false
+	p.Keyless = true
+	out.WriteString(p.missing(row, 2).fix + "\n")
+	out.WriteString(p.extra(row2, 3).fix + "\n")
+	golden(t, "fix.golden", out.String())
+}
+
+func TestConfigValidate(t *testing.T) {
+	c := DefaultConfig()
+	c.Tables = []string{"db", "a.b.c"}
+	c.Routes = []Route{{From: "x.y", To: "*"}}
+	c.Concurrency = 0
+	c.Hash = "crc"
+	c.IgnoreColumns = []string{"a.b"}
+	err := c.Validate()
+	if err == nil {
+		t.Fatal("want errors")
+	}
+	for _, key := range []string{"tables[0]", "tables[1]", "routes[0].to", "concurrency", "hash", "ignore_columns[0]"} {
+		if !strings.Contains(err.Error(), key+":") {
+			t.Errorf("error does not name %s: %v", key, err)
+		}
+	}
+	c = DefaultConfig()
+	c.Tables = []string{"shop.*"}
+	c.Exclude = []string{"shop.tmp_*"}
+	c.Routes = []Route{{From: "shop.orders", To: "fallback.orders_v2"}, {From: "sh?p", To: "fallback"}}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if !c.selected("shop", "orders") || c.selected("shop", "tmp_x") || c.selected("other", "orders") {
+		t.Error("selection")
+	}
+	if s, tb := c.route("shop", "orders"); s != "fallback" || tb != "orders_v2" {
+		t.Errorf("route orders: %s.%s", s, tb)
+	}
+	if s, tb := c.route("shop", "users"); s != "fallback" || tb != "users" {
+		t.Errorf("route users: %s.%s", s, tb)
+	}
+}
+
+func TestChunkSizer(t *testing.T) {
+	cfg := DefaultConfig()
+	s := newChunkSizer(&cfg)
+	if s.size() != 10000 {
+		t.Fatal(s.size())
+	}
+	s.observe(10000, 0.1) // 100k rows/s: target 50k, but grow at most 2x
+	if s.size() != 20000 {
+		t.Errorf("after fast chunk: %d", s.size())
+	}
+	for range 20 {
+		s.observe(20000, 4) // 5k rows/s: 2.5k rows per 0.5 s
+	}
+	if s.size() < cfg.MinChunkRows || s.size() > 3000 {
+		t.Errorf("after slow chunks: %d", s.size())
+	}
+	for range 50 {
+		s.observe(1000, 0.0001)
+	}
+	if s.size() != cfg.MaxChunkRows {
+		t.Errorf("bounded by max: %d", s.size())
+	}
+}
