@@ -21,6 +21,8 @@ type caseResult struct {
 	parity   Result
 	reladiff Result
 	floor    Result
+	fixOK    *bool // parity's fix SQL made the downstream equal (differences case)
+	fixNote  string
 }
 
 func bench(ctx context.Context, o options, data Dataset, want Expected, plan []Difference, pairs []*pair) error {
@@ -55,6 +57,10 @@ func bench(ctx context.Context, o options, data Dataset, want Expected, plan []D
 		}
 	}
 
+	// reladiff's wall times include the Python interpreter's start; show what that is.
+	if res, err := timeProcess(exec.CommandContext(ctx, o.reladiff, "--version")); err == nil {
+		o.reladiffStart = res.Wall
+	}
 	if la, err := os.ReadFile("/proc/loadavg"); err == nil {
 		o.loadavg = strings.TrimSpace(string(la))
 	}
@@ -138,6 +144,14 @@ func runCase(ctx context.Context, o options, p *pair, name string, diffs []Diffe
 		}
 		slog.Info("reladiff done", "seconds", rr.Wall.Seconds(), "found", len(rr.Found))
 		r.reladiff = best(r.reladiff, rr)
+	}
+	if len(diffs) > 0 {
+		slog.Info("applying parity's fix SQL to the downstream copy", "pair", p.label, "file", r.parity.fixFile)
+		ok, note, err := applyFix(ctx, p.down, r.parity.fixFile, want)
+		if err != nil {
+			return r, err
+		}
+		r.fixOK, r.fixNote = &ok, note
 	}
 	return r, nil
 }

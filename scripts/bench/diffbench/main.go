@@ -20,6 +20,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -36,30 +37,32 @@ import (
 )
 
 type options struct {
-	rows        int64
-	seed        uint64
-	holes       int
-	db          string
-	table       string
-	pairs       string
-	fallback    string
-	peer        string
-	tidb        string
-	loadOnly    bool
-	inject      string
-	revert      string
-	hashes      bool
-	workDir     string
-	parity      string
-	reladiff    string
-	threads     int
-	parityArgs  string
-	concurrency int
-	repeat      int
-	loadavg     string // /proc/loadavg when the timed part started
-	changed     int
-	missing     int
-	extra       int
+	rows          int64
+	seed          uint64
+	holes         int
+	db            string
+	table         string
+	pairs         string
+	fallback      string
+	peer          string
+	tidb          string
+	loadOnly      bool
+	inject        string
+	revert        string
+	hashes        bool
+	fixCheck      string
+	workDir       string
+	parity        string
+	reladiff      string
+	threads       int
+	parityArgs    string
+	concurrency   int
+	repeat        int
+	reladiffStart time.Duration // wall time of `reladiff --version`
+	loadavg       string        // /proc/loadavg when the timed part started
+	changed       int
+	missing       int
+	extra         int
 }
 
 func main() {
@@ -76,6 +79,7 @@ func main() {
 	flag.BoolVar(&o.loadOnly, "load-only", false, "only make sure the tables are loaded")
 	flag.StringVar(&o.inject, "inject", "", "only inject the differences into the downstream copy of this pair (mariadb or tidb), for manual runs")
 	flag.StringVar(&o.revert, "revert", "", "only revert the injected differences of this pair and verify the downstream copy")
+	flag.StringVar(&o.fixCheck, "fix-check", "", "only inject the differences into the first pair's downstream, apply this fix SQL file, verify and revert")
 	flag.BoolVar(&o.hashes, "hashes", true, "also time the per-row hash alternatives over the whole table on every server")
 	flag.StringVar(&o.workDir, "work", "var/bench/diff", "directory for binaries, reports and logs")
 	flag.StringVar(&o.parity, "parity", "", "parity binary (default: go build ./cmd/parity into -work)")
@@ -179,6 +183,19 @@ func run(ctx context.Context, o options) error {
 				return err
 			}
 		}
+	}
+	if o.fixCheck != "" {
+		p := pairs[0]
+		if err := p.down.Inject(ctx, plan); err != nil {
+			return err
+		}
+		ok, note, err := applyFix(ctx, p.down, o.fixCheck, want)
+		rerr := p.down.Revert(ctx, plan)
+		if err != nil || rerr != nil {
+			return errors.Join(err, rerr)
+		}
+		fmt.Printf("fix SQL %s on %s: %s: %s\n", o.fixCheck, p.down.S.Name, verdict(ok), note)
+		return nil
 	}
 	for _, p := range pairs {
 		switch p.name {

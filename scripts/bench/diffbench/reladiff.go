@@ -137,5 +137,6 @@ type Result struct {
 	Note     string          // anything worth printing next to the numbers
 	runID    string          // parity's run (to find its chunks)
 	Runs     []time.Duration // every repeat's wall time
+	fixFile  string          // parity's fix SQL file
 	Err      error
 }

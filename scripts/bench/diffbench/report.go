@@ -50,6 +50,9 @@ func printResults(w io.Writer, o options, results []*caseResult) {
 	}
 	fmt.Fprintf(w, "host: %d CPUs, load average at start %s; parity diff %s; reladiff --threads %d; bare loop concurrency %d; fastest of %d run(s) per tool\n",
 		runtime.NumCPU(), o.loadavg, args, o.threads, o.concurrency, max(o.repeat, 1))
+	if o.reladiffStart > 0 {
+		fmt.Fprintf(w, "reladiff's times include its interpreter start (`reladiff --version`: %s)\n", secs(o.reladiffStart))
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "pair\tcase\ttool\twall\tmax RSS\tchunks\tdifferences found\tnote")
 	for _, r := range results {
@@ -110,6 +113,9 @@ func printResults(w io.Writer, o options, results []*caseResult) {
 			}
 			fmt.Fprintf(tw, "%s\t%s\tparity finds exactly the %d injected differences\t%s: %s\t%s\n", r.pair.label, r.name, len(r.want),
 				kindCounts(r.parity.Found), detail, verdict(ok))
+		}
+		if r.fixOK != nil {
+			fmt.Fprintf(tw, "%s\t%s\tparity's fix SQL makes the downstream equal\t%s\t%s\n", r.pair.label, r.name, r.fixNote, verdict(*r.fixOK))
 		}
 		if r.reladiff.Wall > 0 {
 			ok, detail := compareFound(r.want, r.reladiff.Found)
