@@ -408,7 +408,6 @@ func (st *decodeState) row(data []byte, ev, prev *Event) error {
 		return err
 	}
 	var u, p, del []Column
-	var haveU, haveP, haveD bool
 	for first := true; ; first = false {
 		name, ok, err := s.member(first)
 		if err != nil {
@@ -424,21 +423,18 @@ func (st *decodeState) row(data []byte, ev, prev *Event) error {
 				hint = prev.Columns
 			}
 			u, err = st.columns("u", hint, ev)
-			haveU = true
 		case "p":
 			var hint []Column
 			if prev != nil {
 				hint = prev.OldColumns
 			}
 			p, err = st.columns("p", hint, ev)
-			haveP = true
 		case "d":
 			var hint []Column
 			if prev != nil && prev.Op == OpDelete {
 				hint = prev.Columns
 			}
 			del, err = st.columns("d", hint, ev)
-			haveD = true
 		default:
 			err = inField(string(name), s.skip(0))
 		}
@@ -450,7 +446,7 @@ func (st *decodeState) row(data []byte, ev, prev *Event) error {
 		return err
 	}
 	switch {
-	case haveD && len(del) > 0:
+	case len(del) > 0:
 		if len(u) > 0 || len(p) > 0 {
 			return inField("d", fmt.Errorf("%w: a delete must not carry u or p", ErrSyntax))
 		}
@@ -460,7 +456,6 @@ func (st *decodeState) row(data []byte, ev, prev *Event) error {
 	case len(u) > 0:
 		ev.Op, ev.Columns = OpInsert, u
 	default:
-		_, _ = haveU, haveP
 		return inField("u", ErrEmptyRow)
 	}
 	return nil
