@@ -226,3 +226,42 @@ func TestDecodeDuplicateMembers(t *testing.T) {
 		t.Errorf("got %+v", evs[0])
 	}
 }
+
+// TestDecodeTruncatedCorpus cuts every corpus record short (every key prefix, and value
+// prefixes near the frame boundaries and spread over the payload) and flips bytes: the
+// decoder must return a *DecodeError, never a panic or a partial batch.
+func TestDecodeTruncatedCorpus(t *testing.T) {
+	for _, c := range loadCorpus(t) {
+		d := c.decoder(t, true)
+		for _, m := range c.Messages {
+			key, value := c.read(t, m.KeyFile), c.read(t, m.ValueFile)
+			check := func(k, v []byte, what string) {
+				t.Helper()
+				evs, err := d.Decode(k, v)
+				if err == nil {
+					return // a cut on a frame boundary can still be a valid record
+				}
+				var de *DecodeError
+				if !errors.As(err, &de) || evs != nil {
+					t.Fatalf("%s %s: %T %v with %d events", c.Name, what, err, err, len(evs))
+				}
+			}
+			for i := range len(key) {
+				check(key[:i], value, "key prefix")
+			}
+			step := max(1, len(value)/64)
+			for i := 0; i < len(value); i += step {
+				check(key, value[:i], "value prefix")
+			}
+			for i := max(0, len(value)-16); i < len(value); i++ {
+				check(key, value[:i], "value prefix")
+			}
+			flipped := append([]byte(nil), value...)
+			for i := 0; i < len(flipped); i += step {
+				flipped[i] ^= 0x5a
+				check(key, flipped, "flipped value")
+				flipped[i] ^= 0x5a
+			}
+		}
+	}
+}
