@@ -333,3 +333,16 @@ func (p *TablePlan) RowsByHashSQL(s Side, r Range, h string, limit int) string {
 	}
 	return fmt.Sprintf("SELECT %s FROM %s%s%s = %s LIMIT %d", strings.Join(cols, ", "), p.table(s), w, p.RowHash(s), h, limit)
 }
+
+// numericKey reports whether every key column orders the same in Go and in SQL
+// regardless of collation (numbers and temporal values).
+func (p *TablePlan) numericKey() bool {
+	for _, k := range p.Key {
+		switch p.Columns[k].Kind {
+		case KindInt, KindDecimal, KindTemporal:
+		default:
+			return false
+		}
+	}
+	return true
+}

@@ -527,7 +527,7 @@ func (r *runner) produce(ctx context.Context, ts *tableState, out chan<- Chunk) 
 			return nil // the last stored chunk reached the end of the table
 		}
 	}
-	if ts.plan.Flavor[Upstream] == FlavorTiDB && len(ts.plan.Key) > 0 {
+	if ts.plan.Flavor[Upstream] == FlavorTiDB && len(ts.plan.Key) > 0 && !ts.plan.Keyless && ts.plan.numericKey() {
 		if err := r.loadRegions(ctx, ts); err != nil {
 			return err
 		}
@@ -599,12 +599,12 @@ func (r *runner) nextBoundary(ctx context.Context, ts *tableState, lo Bound) (Bo
 	if len(p.Key) == 0 {
 		return nil, nil // nothing to cut on: one chunk
 	}
+	// Cut at the next region start key (the chunk ends with that key's row, so it reads
+	// at most one row of the next region). Region keys are only used for numeric and
+	// temporal keys, where Go and the server order keys the same way.
 	var limit Bound
-	// The region keys are sorted as the server orders the key; compare with the Go order
-	// only for equality-free progress (region keys are start keys: cut just before them
-	// is not expressible with (lo, hi], so cut at them).
 	for _, k := range ts.regionKeys {
-		if lo == nil || r.greater(ctx, ts, k, lo) {
+		if lo == nil || p.compareKeys(k, lo) > 0 {
 			limit = k
 			break
 		}
@@ -635,14 +635,6 @@ func (r *runner) nextBoundary(ctx context.Context, ts *tableState, lo Bound) (Bo
 		hi = limit
 	}
 	return hi, nil
-}
-
-// greater reports whether region key k is beyond lo. Region keys come from the server in
-// its own key order, so this uses byte/numeric order only for numeric keys and otherwise
-// asks whether lo < k through the boundary predicate's semantics (a cheap local check
-// suffices for the common integer clustered keys).
-func (r *runner) greater(_ context.Context, ts *tableState, k, lo Bound) bool {
-	return ts.plan.compareKeys(k, lo) > 0
 }
 
 // process compares one chunk and records the result.
