@@ -22,21 +22,29 @@ func diffsByKind(tr TableReport) map[DiffKind]int {
 
 func TestKeylessDuplicates(t *testing.T) {
 	p := mariaPair(t)
-	p.both(t, "CREATE TABLE k (a INT NOT NULL, b VARCHAR(10), c TEXT)")
+	p.both(t, "CREATE TABLE k (a INT NOT NULL, b VARCHAR(10), c TEXT, KEY (a))")
 	exec(t, p.up.DB, "INSERT INTO k VALUES (1,'x','t'),(1,'x','t'),(1,'x','t'),(2,NULL,'u'),(3,'y',NULL),(4,'z','w')")
 	exec(t, p.down.DB, "INSERT INTO k VALUES (1,'x','t'),(2,NULL,'u'),(3,'y',NULL),(3,'y',NULL),(4,'z','W')")
-	cfg := p.config(t, "k")
+	p.both(t, "CREATE TABLE k2 AS SELECT * FROM k")
+	cfg := p.config(t, "k", "k2")
+	cfg.InitialChunkRows = 2 // several chunks, cut on index (a)
 	rep := run(t, cfg)
 	tr := tableReport(t, rep, "k")
-	if !tr.Keyless {
-		t.Fatalf("table should be keyless: %+v", tr)
+	if !tr.Keyless || tr.Chunks < 3 {
+		t.Fatalf("table should be keyless, cut into chunks: %+v", tr)
+	}
+	// The same data without any index: one chunk.
+	tr2 := tableReport(t, rep, "k2")
+	if tr2.Chunks != 1 || tr2.DifferencesTotal != 5 {
+		t.Fatalf("keyless table without index: %+v", tr2)
 	}
 	// Upstream has two more (1,x,t) and (4,z,w); downstream one more (3,y,NULL) and (4,z,W).
 	got := diffsByKind(tr)
-	if got[Missing] != 3 || got[Extra] != 2 || tr.DifferencesTotal != 4 {
+	if got[Missing] != 3 || got[Extra] != 2 || tr.DifferencesTotal != 5 {
 		t.Fatalf("got %v (total %d): %+v", got, tr.DifferencesTotal, tr.Differences)
 	}
 	applyFix(t, p.down.DB, readFix(t, cfg, tr))
+	applyFix(t, p.down.DB, readFix(t, cfg, tr2))
 	if rep := run(t, cfg); !rep.Equal {
 		t.Fatalf("after fix: %+v", rep.Tables)
 	}

@@ -38,7 +38,8 @@ type TableReport struct {
 	RowsChecked    int64 `json:"rows_checked"`
 	DownstreamRows int64 `json:"downstream_rows"`
 	Chunks         int   `json:"chunks"`
-	// DifferencesTotal counts every differing row; Differences lists them in key order up
+	// DifferencesTotal counts every differing row (a keyless difference with Count n
+	// counts n); Differences lists them in key order up
 	// to Config.MaxReportedDifferences (DifferencesTruncated says the list is cut).
 	DifferencesTotal     int64        `json:"differences_total"`
 	Differences          []Difference `json:"differences"`

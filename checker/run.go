@@ -301,6 +301,12 @@ func (r *runner) planTable(ctx context.Context, ts *tableState) error {
 				rows.Close()
 			}
 			ts.estRows = n.Int64
+			// Cut at least 4 chunks per worker from a table (when its size is known), so
+			// the workers share the table's tail instead of waiting for one big chunk.
+			if n.Int64 > 0 {
+				ts.sizer.max = max(r.cfg.MinChunkRows, min(r.cfg.MaxChunkRows, int(n.Int64/int64(4*r.cfg.Concurrency))))
+				ts.sizer.cur = min(ts.sizer.cur, ts.sizer.max)
+			}
 		}
 		return err
 	})
@@ -382,24 +388,39 @@ func NewPlan(up, down *Table, ignored func(string) bool) (*TablePlan, error) {
 		return p, nil
 	}
 	p.Keyless = true
-	// Chunks of a keyless table are cut on its NOT NULL columns of orderable types; equal
-	// rows always fall into the same chunk, so duplicates are counted correctly.
-	for i, c := range p.Columns {
-		uc, _ := up.Column(c.Name)
-		dc, _ := down.Column(c.Name)
-		if uc.Nullable || dc.Nullable || uc.Kind != dc.Kind {
-			continue
-		}
-		switch c.Kind {
-		case KindInt, KindDecimal, KindTemporal:
-		case KindString:
-			if strings.Contains(uc.DataType, "text") || c.Collation[0] != c.Collation[1] {
-				continue
+	// Chunks of a keyless table are cut on the columns of an index (so cutting walks the
+	// index instead of sorting the table) whose columns are NOT NULL, of orderable types
+	// and collated alike on both sides. Equal rows always fall into the same chunk, so
+	// duplicates are counted correctly. Without such an index the table is one chunk.
+	for _, ix := range up.Indexes {
+		var cols []int
+		for _, name := range ix {
+			i := index(name)
+			if i < 0 {
+				break
 			}
-		default:
-			continue
+			c := p.Columns[i]
+			uc, _ := up.Column(c.Name)
+			dc, _ := down.Column(c.Name)
+			if uc.Nullable || dc.Nullable || uc.Kind != dc.Kind {
+				break
+			}
+			ok := false
+			switch c.Kind {
+			case KindInt, KindDecimal, KindTemporal:
+				ok = true
+			case KindString:
+				ok = !strings.Contains(uc.DataType, "text") && c.Collation[0] == c.Collation[1]
+			}
+			if !ok {
+				break
+			}
+			cols = append(cols, i)
 		}
-		p.Key = append(p.Key, i)
+		if len(cols) > 0 {
+			p.Key = cols
+			break
+		}
 	}
 	return p, nil
 }
@@ -664,7 +685,7 @@ func (r *runner) process(ctx context.Context, ch Chunk) error {
 		if err := sink.flush(ctx); err != nil {
 			return err
 		}
-		res.differences = int64(sink.n)
+		res.differences = int64(sink.rows)
 	}
 	ts.mu.Lock()
 	ts.done[ch.Seq] = true
@@ -746,12 +767,14 @@ type diffSink struct {
 	r     *runner
 	chunk Chunk
 	batch []storedDiff
-	n     int
+	n     int // differences stored
+	rows  int // differing rows (a keyless difference may stand for several copies)
 }
 
 func (s *diffSink) emit(d Difference) error {
 	s.batch = append(s.batch, storedDiff{n: s.n, diff: d})
 	s.n++
+	s.rows += max(1, d.Count)
 	if len(s.batch) >= 200 {
 		return s.flush(s.ctx)
 	}

@@ -49,6 +49,8 @@ type Table struct {
 	// columns are all NOT NULL.
 	PrimaryKey []string
 	UniqueKeys [][]string
+	// Indexes lists the other (non-unique, or nullable unique) indexes' columns.
+	Indexes [][]string
 }
 
 // Column returns the named column (case-insensitive, as MySQL column names are).
@@ -172,6 +174,9 @@ func LoadTable(ctx context.Context, q Querier, schema, table string) (*Table, er
 	}
 	for _, ix := range idx {
 		if !ix.unique {
+			if len(ix.cols) > 0 {
+				t.Indexes = append(t.Indexes, ix.cols)
+			}
 			continue
 		}
 		if strings.EqualFold(ix.name, "PRIMARY") {
@@ -187,6 +192,8 @@ func LoadTable(ctx context.Context, q Querier, schema, table string) (*Table, er
 		}
 		if ok {
 			t.UniqueKeys = append(t.UniqueKeys, ix.cols)
+		} else {
+			t.Indexes = append(t.Indexes, ix.cols)
 		}
 	}
 	return t, nil
