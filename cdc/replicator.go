@@ -274,9 +274,7 @@ func (r *Replicator) Run(ctx context.Context) (err error) {
 		}
 		c.parts = append(c.parts, ps)
 	}
-	r.mu.Lock()
-	r.applied = saved.appliedTs
-	r.mu.Unlock()
+	r.advance(saved.appliedTs)
 	r.log.Info("replicator starting", "resolved_ts", saved.appliedTs, "partitions", len(parts),
 		"workers", cfg.Applier.Workers, "spill_dir", cfg.spillDir())
 
@@ -393,7 +391,7 @@ func (r *Replicator) consume(ctx context.Context, dec *open.Decoder, idx int, pk
 		Partition:       pk.Partition,
 		MinBytes:        1,
 		MaxBytes:        32 << 20,
-		MaxWait:         100 * time.Millisecond,
+		MaxWait:         1500 * time.Millisecond, // the broker answers as soon as data arrives; must exceed kafka-go's 1s RTT allowance, and bounds Close
 		ReadLagInterval: -1,
 		ErrorLogger: kafka.LoggerFunc(func(f string, a ...any) {
 			r.log.Warn("kafka reader", "partition", pk.String(), "msg", fmt.Sprintf(f, a...))
