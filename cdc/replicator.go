@@ -173,6 +173,7 @@ type partState struct {
 	saved    int64 // resume offset in the last checkpoint (-1 none)
 	hw       int64
 	pending  []pendingRec // records holding buffered rows, in offset order
+	stopped  bool         // an unusable record was met; nothing after it is taken
 }
 
 // pendingRec: the record at offset holds buffered rows up to maxTs.
@@ -205,6 +206,7 @@ type coordinator struct {
 	barriers   []*barrierReq
 	deadLetter int64
 	ddlCount   int64
+	stopErr    error // an unusable record stopped a partition: apply what is possible, then fail
 	lastPub    time.Time
 }
 
@@ -479,6 +481,7 @@ func (c *coordinator) run(ctx context.Context, records <-chan record) error {
 			}
 			c.barriers = append(c.barriers, req)
 			sort.SliceStable(c.barriers, func(i, j int) bool { return c.barriers[i].ts < c.barriers[j].ts })
+			c.publish(true)
 		case <-tick.C:
 		}
 		if err := c.step(ctx); err != nil {
@@ -486,6 +489,10 @@ func (c *coordinator) run(ctx context.Context, records <-chan record) error {
 			return err
 		}
 		c.publish(false)
+		if c.stopErr != nil {
+			c.failBarriers(c.stopErr)
+			return c.stopErr
+		}
 	}
 }
 
@@ -558,7 +565,10 @@ func (c *coordinator) round(ctx context.Context, target uint64) error {
 	for len(c.ddls) > 0 && c.ddls[0].ev.CommitTs <= target {
 		d := c.ddls[0]
 		if d.ev.CommitTs > c.applied {
-			if err := c.rowsUpTo(actx, d.ev.CommitTs); err != nil {
+			// The checkpoint at the DDL's ts is recorded before the DDL runs (its
+			// copies' offsets stay in the resume offsets until it is recorded), but
+			// announced only after it ran.
+			if err := c.rowsUpTo(actx, d.ev.CommitTs, false); err != nil {
 				return err
 			}
 		}
@@ -568,15 +578,20 @@ func (c *coordinator) round(ctx context.Context, target uint64) error {
 		c.ddls = c.ddls[1:]
 		c.ddlDone[d.key] = true
 		c.ddlCount++
+		if len(c.ddls) == 0 || c.ddls[0].ev.CommitTs != d.ev.CommitTs {
+			c.r.advance(c.applied)
+			c.publish(true)
+		}
 	}
 	if target > c.applied {
-		return c.rowsUpTo(actx, target)
+		return c.rowsUpTo(actx, target, true)
 	}
 	return nil
 }
 
 // rowsUpTo applies all buffered rows with commit ts <= ts and records the checkpoint.
-func (c *coordinator) rowsUpTo(ctx context.Context, ts uint64) error {
+// Waiters are notified when announce is set.
+func (c *coordinator) rowsUpTo(ctx context.Context, ts uint64, announce bool) error {
 	start := time.Now()
 	before := c.ap.rows.Load()
 	if err := c.ap.applyRows(ctx, c.buf, ts); err != nil {
@@ -623,7 +638,9 @@ func (c *coordinator) rowsUpTo(ctx context.Context, ts uint64) error {
 			delete(c.ddlDone, k)
 		}
 	}
-	c.r.advance(ts)
+	if announce {
+		c.r.advance(ts)
+	}
 	c.publish(true)
 	if n := c.ap.rows.Load() - before; n > 0 {
 		c.log.Debug("round applied", "resolved_ts", ts, "rows", n, "duration", time.Since(start))
@@ -649,9 +666,18 @@ func (r *Replicator) advance(ts uint64) {
 // ingest takes one record into the buffers.
 func (c *coordinator) ingest(ctx context.Context, rec record) error {
 	p := c.parts[rec.part]
+	if p.stopped {
+		return nil
+	}
 	if rec.err != nil {
 		if !c.cfg.Applier.DeadLetter {
-			return fmt.Errorf("partition stopped at an unusable record: %w", rec.err)
+			// The partition goes no further; what the resolved ts already allows is
+			// still applied before the replicator stops.
+			p.stopped = true
+			if c.stopErr == nil {
+				c.stopErr = fmt.Errorf("partition stopped at an unusable record: %w", rec.err)
+			}
+			return nil
 		}
 		if err := c.meta.deadLetter(ctx, p.key, rec.offset, rec.key, rec.value, rec.err); err != nil {
 			return err
@@ -793,6 +819,7 @@ func (c *coordinator) publish(force bool) {
 		SpilledRows:   c.buf.spilled,
 		BufferedBytes: c.buf.memBytes,
 		PendingDDLs:   len(c.ddls),
+		Barriers:      len(c.barriers),
 		RowsApplied:   c.ap.rows.Load(),
 		DDLsApplied:   c.ddlCount,
 		DeadLetters:   c.deadLetter,

@@ -31,6 +31,7 @@ type Status struct {
 	SpilledRows   int64 `json:"spilled_rows"`
 	BufferedBytes int64 `json:"buffered_bytes"` // approximate memory held by buffered rows
 	PendingDDLs   int   `json:"pending_ddls"`
+	Barriers      int   `json:"barriers"` // Barrier calls waiting for their ts
 	RowsApplied   int64 `json:"rows_applied"` // since start
 	DDLsApplied   int64 `json:"ddls_applied"` // since start
 	DeadLetters   int64 `json:"dead_letters"` // since start
@@ -61,9 +62,7 @@ func (r *Replicator) Status() Status {
 	r.mu.Lock()
 	st := r.status
 	st.Partitions = append([]PartitionStatus(nil), r.status.Partitions...)
-	if r.applied > st.AppliedTs {
-		st.AppliedTs = r.applied
-	}
+	st.AppliedTs = r.applied
 	r.mu.Unlock()
 	now := time.Now()
 	if st.AppliedTs > 0 {

@@ -1,0 +1,353 @@
+package cdc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/tidb-parity/parity/cdc/open"
+	"github.com/tidb-parity/parity/internal/testenv"
+)
+
+// TestUndecodableRecordStopsAtItsOffset: without dead-lettering the replicator applies
+// everything before the bad record, stops with an error naming topic, partition and
+// offset, and keeps the resume offset at (not past) it. With dead-lettering the record is
+// copied to the meta schema and replication continues.
+func TestUndecodableRecordStopsAtItsOffset(t *testing.T) {
+	down := testenv.Downstream(t)
+	f := newFeed(t, 1)
+	s := down.Name
+	exec(t, down.DB, "CREATE TABLE kv (id BIGINT PRIMARY KEY, v VARCHAR(32))")
+	t1, t2 := f.next(), f.next()
+	f.rows(0, ins(t1, s, "kv", ci("id", 1, pk), cs("v", "a")))                       // offset 0
+	f.resolved(t1)                                                                   // offset 1
+	f.write(0, kafka.Message{Key: []byte("not open protocol"), Value: []byte("{}")}) // offset 2
+	f.rows(0, ins(t2, s, "kv", ci("id", 2, pk), cs("v", "b")))                       // offset 3
+	f.resolved(t2)                                                                   // offset 4
+
+	cfg := testConfig(t, f, down)
+	run := start(t, cfg, nil)
+	err := run.result(t)
+	var re *RecordError
+	if !errors.As(err, &re) || re.Topic != f.topic || re.Partition != 0 || re.Offset != 2 {
+		t.Fatalf("error %v: want a RecordError at %s/0 offset 2", err, f.topic)
+	}
+	for _, want := range []string{"topic " + f.topic, "partition 0", "offset 2"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not name %q", err, want)
+		}
+	}
+	var de *open.DecodeError
+	if !errors.As(err, &de) {
+		t.Errorf("error %v does not wrap the codec's DecodeError", err)
+	}
+	equal(t, "kv before the bad record", dump(t, down.DB, s, "kv"), []string{"1|a"})
+	metaOffset := func() int64 {
+		var off int64
+		if err := down.QueryRow("SELECT next_offset FROM " + quoteIdent(cfg.Applier.MetaSchema) + ".partition_offset").Scan(&off); err != nil {
+			t.Fatal(err)
+		}
+		return off
+	}
+	if off := metaOffset(); off > 2 {
+		t.Fatalf("resume offset %d is past the undecodable record at 2", off)
+	}
+
+	// Restarting without dead-lettering stops at the same record again.
+	run = start(t, cfg, nil)
+	if err := run.result(t); !errors.As(err, &re) || re.Offset != 2 {
+		t.Fatalf("second run: %v", err)
+	}
+
+	cfg.Applier.DeadLetter = true
+	run = start(t, cfg, nil)
+	run.wait(t, t2)
+	equal(t, "kv after dead-lettering", dump(t, down.DB, s, "kv"), []string{"1|a", "2|b"})
+	var n int
+	var key []byte
+	var msg string
+	if err := down.QueryRow("SELECT COUNT(*), MAX(record_key), MAX(error) FROM "+quoteIdent(cfg.Applier.MetaSchema)+
+		".dead_letter WHERE kafka_offset=2 AND kafka_partition=0 AND topic=?", f.topic).Scan(&n, &key, &msg); err != nil {
+		t.Fatal(err)
+	}
+	if n != 1 || string(key) != "not open protocol" || !strings.Contains(msg, "offset 2") {
+		t.Fatalf("dead letter: %d rows, key %q, error %q", n, key, msg)
+	}
+	if st := run.r.Status(); st.DeadLetters != 1 {
+		t.Fatalf("status dead letters %d", st.DeadLetters)
+	}
+	if off := metaOffset(); off != 5 {
+		t.Fatalf("resume offset %d after applying everything, want 5", off)
+	}
+}
+
+// TestDDLAtItsBarrier: a DDL broadcast to every partition runs once, after every row
+// before it and before every row after it; TiDB-only syntax is stripped; a DDL that
+// arrives after the resolved ts equal to its commit ts still runs before newer rows;
+// TiDB-only DDLs are skipped; a DDL MySQL rejects stops the applier naming it.
+func TestDDLAtItsBarrier(t *testing.T) {
+	down := testenv.Downstream(t)
+	f := newFeed(t, 2)
+	s := down.Name
+	exec(t, down.DB, "CREATE TABLE kv (id BIGINT PRIMARY KEY, v VARCHAR(32))")
+	t1, t2, t3, t4, t5, t6, t7 := f.next(), f.next(), f.next(), f.next(), f.next(), f.next(), f.next()
+
+	f.rows(0, ins(t1, s, "kv", ci("id", 1, pk), cs("v", "a")))
+	f.rows(1, ins(t1, s, "kv", ci("id", 2, pk), cs("v", "b")))
+	f.ddl(t2, s, "ar", "CREATE TABLE `ar` (`id` BIGINT NOT NULL AUTO_RANDOM(5), `v` VARCHAR(10), "+
+		"PRIMARY KEY (`id`) /*T![clustered_index] CLUSTERED */) SHARD_ROW_ID_BITS = 4 PRE_SPLIT_REGIONS = 2 "+
+		"/*T! PLACEMENT POLICY=`p1` */ COMMENT='AUTO_RANDOM stays in strings'", 3)
+	f.rows(0, ins(t3, s, "ar", ci("id", 7, pk), cs("v", "x")))
+	f.resolved(t3)
+	// The resolved ts t4 arrives before the DDL with commit ts t4 (TiCDC allows this).
+	f.resolved(t4)
+	f.ddl(t4, s, "kv", "ALTER TABLE `kv` ADD COLUMN `w` BIGINT", 5)
+	f.rows(1, ins(t5, s, "kv", ci("id", 3, pk), cs("v", "c"), ci("w", 9, open.FlagNullable)))
+	f.ddl(t6, s, "kv", "ALTER TABLE `kv` SET TIFLASH REPLICA 1", 30)
+	f.resolved(t6)
+
+	cfg := testConfig(t, f, down)
+	run := start(t, cfg, nil)
+	run.wait(t, t6)
+	equal(t, "kv", dump(t, down.DB, s, "kv"), []string{"1|a|NULL", "2|b|NULL", "3|c|9"})
+	equal(t, "ar", dump(t, down.DB, s, "ar"), []string{"7|x"})
+	var create string
+	if err := down.QueryRow("SHOW CREATE TABLE "+quoteTable(s, "ar")).Scan(new(string), &create); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(create, "AUTO_RANDOM stays in strings") {
+		t.Errorf("translation touched a string literal: %s", create)
+	}
+	var n int
+	if err := down.QueryRow("SELECT COUNT(*) FROM " + quoteIdent(cfg.Applier.MetaSchema) + ".ddl_applied").Scan(&n); err != nil || n != 3 {
+		t.Fatalf("ddl_applied has %d rows (%v), want 3 (each DDL once despite 2 partitions)", n, err)
+	}
+	if st := run.r.Status(); st.DDLsApplied != 3 || st.PendingDDLs != 0 {
+		t.Fatalf("status: %+v", st)
+	}
+
+	const bad = "ALTER TABLE `kv` ADD COLUMN `vec` VECTOR(3)"
+	f.ddl(t7, s, "kv", bad, 5)
+	f.resolved(t7)
+	err := run.result(t)
+	if err == nil || !strings.Contains(err.Error(), bad) {
+		t.Fatalf("rejected DDL: %v, want an error naming %q", err, bad)
+	}
+	if st := run.r.Status(); st.AppliedTs != t6 {
+		t.Fatalf("applied %d after the rejected DDL, want %d", st.AppliedTs, t6)
+	}
+}
+
+// TestBarrierHoldsDownstreamExactlyAtTs: Barrier(T) runs its function when every row
+// <= T is committed and nothing newer is applied, then replication resumes.
+func TestBarrierHoldsDownstreamExactlyAtTs(t *testing.T) {
+	down := testenv.Downstream(t)
+	f := newFeed(t, 2)
+	s := down.Name
+	exec(t, down.DB, "CREATE TABLE kv (id BIGINT PRIMARY KEY, v VARCHAR(32))")
+	var ts []uint64
+	for i := 0; i < 6; i++ {
+		ts = append(ts, f.next())
+	}
+	f.rows(0, ins(ts[0], s, "kv", ci("id", 1, pk), cs("v", "a")))
+	f.resolved(ts[0])
+	cfg := testConfig(t, f, down)
+	run := start(t, cfg, nil)
+	run.wait(t, ts[0])
+
+	barrier := ts[3] // not itself a resolved ts: the applier cuts the round there
+	type result struct {
+		rows    []string
+		applied uint64
+		err     error
+	}
+	got := make(chan result, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	go func() {
+		var res result
+		res.err = run.r.Barrier(ctx, barrier, func(context.Context) error {
+			res.rows = dump(t, down.DB, s, "kv")
+			res.applied = run.r.Status().AppliedTs
+			return nil
+		})
+		got <- res
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for run.r.Status().Barriers != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("barrier was not registered")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	passed := run.r.AppliedNotify(ts[5])
+	for i := 1; i < 6; i++ {
+		f.rows(i%2, ins(ts[i], s, "kv", ci("id", int64(i+1), pk), cs("v", fmt.Sprint("r", i))))
+		if i == 1 {
+			f.rows(0, upd(ts[i], s, "kv", []open.Column{ci("id", 1, pk), cs("v", "a")}, []open.Column{ci("id", 1, pk), cs("v", "a1")}))
+		}
+		if i == 4 {
+			f.rows(0, del(ts[i], s, "kv", ci("id", 1, pk), cs("v", "a1")))
+		}
+	}
+	f.resolved(ts[5])
+	res := <-got
+	if res.err != nil {
+		t.Fatal(res.err)
+	}
+	equal(t, "rows at the barrier", res.rows, []string{"1|a1", "2|r1", "3|r2", "4|r3"})
+	if res.applied != barrier {
+		t.Fatalf("applied checkpoint at the barrier %d, want %d", res.applied, barrier)
+	}
+	select {
+	case <-passed:
+	case <-time.After(60 * time.Second):
+		t.Fatal("no notification that the checkpoint passed the last resolved ts")
+	}
+	equal(t, "rows after resuming", dump(t, down.DB, s, "kv"), []string{"2|r1", "3|r2", "4|r3", "5|r4", "6|r5"})
+	if err := run.r.Barrier(ctx, ts[2], func(context.Context) error { return nil }); !errors.Is(err, ErrBarrierPassed) {
+		t.Fatalf("barrier in the past: %v, want ErrBarrierPassed", err)
+	}
+	fnErr := errors.New("snapshot failed")
+	if err := run.r.Barrier(ctx, ts[5], func(context.Context) error { return fnErr }); !errors.Is(err, fnErr) {
+		t.Fatalf("barrier at the checkpoint: %v, want fn's error", err)
+	}
+}
+
+// TestLargeTransactionSpillsToDisk: one upstream transaction far larger than the memory
+// bound waits on disk and is applied completely.
+func TestLargeTransactionSpillsToDisk(t *testing.T) {
+	down := testenv.Downstream(t)
+	f := newFeed(t, 2)
+	s := down.Name
+	exec(t, down.DB, "CREATE TABLE big (id BIGINT PRIMARY KEY, v VARCHAR(64))")
+	exec(t, down.DB, "CREATE TABLE bag (a BIGINT, v VARCHAR(64))")
+	const n, m = 20000, 2000
+	tx, after := f.next(), f.next()
+	cfg := testConfig(t, f, down)
+	cfg.Applier.MemoryBytes = 256 << 10
+	cfg.Applier.BatchRows = 200
+	run := start(t, cfg, nil)
+
+	var evs []open.Event
+	for i := 0; i < n; i++ {
+		evs = append(evs, ins(tx, s, "big", ci("id", int64(i), pk), cs("v", strings.Repeat("x", 40))))
+	}
+	f.enc, _ = open.NewEncoder(open.EncoderConfig{MaxBatchSize: 16})
+	f.rows(0, evs...)
+	evs = evs[:0]
+	for i := 0; i < m; i++ {
+		evs = append(evs, ins(tx, s, "bag", ci("a", int64(i%10), 0), cs("v", "dup")))
+	}
+	f.rows(1, evs...)
+	f.rows(1, ins(after, s, "big", ci("id", -1, pk), cs("v", "after")))
+	deadline := time.Now().Add(60 * time.Second)
+	var st Status
+	for st = run.r.Status(); st.BufferedRows < n+m+1; st = run.r.Status() {
+		if time.Now().After(deadline) {
+			t.Fatalf("rows not buffered: %+v", st)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if st.SpilledRows < n/2 || st.BufferedBytes > cfg.Applier.MemoryBytes {
+		t.Fatalf("expected most rows spilled and memory within the bound: %+v", st)
+	}
+	f.resolved(tx)
+	run.wait(t, tx)
+	var cnt, sum int64
+	if err := down.QueryRow("SELECT COUNT(*), SUM(id) FROM "+quoteTable(s, "big")).Scan(&cnt, &sum); err != nil {
+		t.Fatal(err)
+	}
+	if cnt != n || sum != int64(n)*(n-1)/2 {
+		t.Fatalf("big: %d rows, sum %d", cnt, sum)
+	}
+	if err := down.QueryRow("SELECT COUNT(*) FROM " + quoteTable(s, "bag")).Scan(&cnt); err != nil || cnt != m {
+		t.Fatalf("bag: %d rows (%v), want %d", cnt, err, m)
+	}
+	if st = run.r.Status(); st.BufferedRows != 1 {
+		t.Fatalf("after the round only the row after the resolved ts should remain: %+v", st)
+	}
+	f.resolved(after)
+	run.wait(t, after)
+	if st = run.r.Status(); st.BufferedRows != 0 || st.SpilledRows != 0 {
+		t.Fatalf("rows left after the last round: %+v", st)
+	}
+	files, _ := os.ReadDir(cfg.Applier.SpillDir)
+	if len(files) != 0 {
+		t.Fatalf("spill files left after release: %d", len(files))
+	}
+}
+
+// TestReplaysAreJudgedByWhatIsApplied: TiCDC re-delivers old rows (older commit ts at
+// newer offsets) and stale resolved ts; rows at or below the applied checkpoint are
+// dropped, newer duplicates collapse, and an older version re-delivered after a newer
+// one does not win.
+func TestReplaysAreJudgedByWhatIsApplied(t *testing.T) {
+	down := testenv.Downstream(t)
+	f := newFeed(t, 2)
+	s := down.Name
+	exec(t, down.DB, "CREATE TABLE kv (id BIGINT PRIMARY KEY, v VARCHAR(32))")
+	t1, t2, t3, t4 := f.next(), f.next(), f.next(), f.next()
+	f.rows(0, ins(t1, s, "kv", ci("id", 1, pk), cs("v", "a")))
+	f.rows(0, upd(t2, s, "kv", []open.Column{ci("id", 1, pk), cs("v", "a")}, []open.Column{ci("id", 1, pk), cs("v", "b")}))
+	f.resolved(t2)
+	cfg := testConfig(t, f, down)
+	run := start(t, cfg, nil)
+	run.wait(t, t2)
+
+	// Replay from an old offset: t1's insert again, and a stale resolved.
+	f.rows(0, ins(t1, s, "kv", ci("id", 1, pk), cs("v", "a")))
+	f.resolved(t1)
+	// Not yet applied: t3, then t4, then a replay of t3 at a newer offset.
+	f.rows(1, ins(t3, s, "kv", ci("id", 2, pk), cs("v", "x")))
+	f.rows(1, upd(t4, s, "kv", []open.Column{ci("id", 2, pk), cs("v", "x")}, []open.Column{ci("id", 2, pk), cs("v", "y")}))
+	f.rows(1, ins(t3, s, "kv", ci("id", 2, pk), cs("v", "x")))
+	f.rows(0, ins(t3, s, "kv", ci("id", 3, pk), cs("v", "z")))
+	f.rows(0, ins(t3, s, "kv", ci("id", 3, pk), cs("v", "z")))
+	f.resolved(t4)
+	run.wait(t, t4)
+	equal(t, "kv", dump(t, down.DB, s, "kv"), []string{"1|b", "2|y", "3|z"})
+}
+
+// TestUniqueKeysBesidesTheHandle: a table with a unique key besides its primary key is
+// applied with REPLACE so a stale holder of a unique value is evicted, and converges
+// when the round is replayed after a crash.
+func TestUniqueKeysBesidesTheHandle(t *testing.T) {
+	down := testenv.Downstream(t)
+	f := newFeed(t, 2)
+	s := down.Name
+	exec(t, down.DB, "CREATE TABLE uk (id BIGINT PRIMARY KEY, u BIGINT NOT NULL, UNIQUE KEY (u))")
+	const ukf = open.FlagUniqueKey
+	t1, t2, t3 := f.next(), f.next(), f.next()
+	f.rows(0,
+		ins(t1, s, "uk", ci("id", 1, pk), ci("u", 10, ukf)),
+		ins(t1, s, "uk", ci("id", 2, pk), ci("u", 20, ukf)),
+	)
+	f.resolved(t1)
+	// Swap the unique values through a third, then give 10 to a new row.
+	f.rows(1,
+		upd(t2, s, "uk", []open.Column{ci("id", 1, pk), ci("u", 10, ukf)}, []open.Column{ci("id", 1, pk), ci("u", 30, ukf)}),
+		upd(t2, s, "uk", []open.Column{ci("id", 2, pk), ci("u", 20, ukf)}, []open.Column{ci("id", 2, pk), ci("u", 10, ukf)}),
+		upd(t3, s, "uk", []open.Column{ci("id", 1, pk), ci("u", 30, ukf)}, []open.Column{ci("id", 1, pk), ci("u", 20, ukf)}),
+		ins(t3, s, "uk", ci("id", 3, pk), ci("u", 30, ukf)),
+	)
+	f.resolved(t3)
+	cfg := testConfig(t, f, down)
+	run := start(t, cfg, crashAt(hookAfterRows))
+	if err := run.result(t); !errors.Is(err, errCrash) {
+		t.Fatalf("first run: %v", err)
+	}
+	run = start(t, cfg, crashAt(hookAfterRows))
+	if err := run.result(t); !errors.Is(err, errCrash) {
+		t.Fatalf("second run: %v", err)
+	}
+	run = start(t, cfg, nil)
+	run.wait(t, t3)
+	equal(t, "uk", dump(t, down.DB, s, "uk"), []string{"1|20", "2|10", "3|30"})
+}
