@@ -1,0 +1,448 @@
+package loadgen
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/tidb-parity/parity/cdc/open"
+)
+
+// TiDB DDL action types carried in DDL events ("t").
+const (
+	ddlCreateSchema = 1
+	ddlCreateTable  = 3
+)
+
+// Generator runs one load: set-up, optional import, workload, publishing.
+type Generator struct {
+	cfg    Config
+	log    *slog.Logger
+	up     *sql.DB // TiDB, database selected
+	tables []*genTable
+	seq    *sequencer
+	prod   *producer
+	limit  *limiter
+
+	reserved, committed, rows, records, aborted atomic.Int64
+	resolved                                    atomic.Uint64
+}
+
+// Run sets up the tables, imports if configured, runs the workload until its limit or
+// until ctx ends, publishes a final resolved ts covering every committed transaction and
+// returns what it did. Cancelling ctx stops the workload; the final publish still runs
+// (bounded), so the changefeed ends complete.
+func Run(ctx context.Context, cfg Config) (Result, error) {
+	if err := cfg.Validate(); err != nil {
+		return Result{}, fmt.Errorf("loadgen config: %w", err)
+	}
+	g := &Generator{cfg: cfg, log: cfg.Logger}
+	if g.log == nil {
+		g.log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Rate > 0 {
+		g.limit = &limiter{interval: time.Duration(float64(time.Second) / cfg.Rate)}
+	}
+	return g.run(ctx)
+}
+
+// sessionDSN returns dsn with the database, the session settings the generator relies
+// on and client-side parameter interpolation.
+func sessionDSN(dsn, database, tz string, tidb bool) (string, error) {
+	c, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		return "", err
+	}
+	c.DBName = database
+	c.InterpolateParams = true
+	c.ParseTime = false
+	c.MultiStatements = false
+	if c.Params == nil {
+		c.Params = map[string]string{}
+	}
+	c.Params["time_zone"] = "'" + tz + "'"
+	if tidb {
+		// Async commit and 1PC compute commit ts without asking the TSO: the resolved-ts
+		// bound in sequencer needs every commit ts allocated after COMMIT is sent.
+		c.Params["tidb_enable_async_commit"] = "0"
+		c.Params["tidb_enable_1pc"] = "0"
+		c.Params["tidb_txn_mode"] = "'pessimistic'"
+	}
+	return c.FormatDSN(), nil
+}
+
+func openDB(dsn string, conns int) (*sql.DB, error) {
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		return nil, err
+	}
+	db.SetMaxOpenConns(conns)
+	db.SetMaxIdleConns(conns)
+	db.SetConnMaxLifetime(time.Hour)
+	return db, nil
+}
+
+// currentTSO returns a fresh TSO from TiDB: the start ts of a new transaction.
+func currentTSO(ctx context.Context, conn *sql.Conn) (uint64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := conn.ExecContext(ctx, "BEGIN"); err != nil {
+		return 0, fmt.Errorf("fetch tso: %w", err)
+	}
+	var ts uint64
+	err := conn.QueryRowContext(ctx, "SELECT @@tidb_current_ts").Scan(&ts)
+	if _, rerr := conn.ExecContext(ctx, "ROLLBACK"); err == nil {
+		err = rerr
+	}
+	if err != nil {
+		return 0, fmt.Errorf("fetch tso: %w", err)
+	}
+	if ts == 0 {
+		return 0, errors.New("fetch tso: TiDB returned 0")
+	}
+	return ts, nil
+}
+
+func (g *Generator) tso(ctx context.Context) (uint64, error) {
+	conn, err := g.up.Conn(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("fetch tso: %w", err)
+	}
+	defer conn.Close()
+	return currentTSO(ctx, conn)
+}
+
+func (g *Generator) run(ctx context.Context) (res Result, err error) {
+	cfg := &g.cfg
+	// Create the database first, through a session without a default database.
+	rootDSN, err := sessionDSN(cfg.Upstream, "", cfg.TimeZone, true)
+	if err != nil {
+		return res, fmt.Errorf("upstream dsn: %w", err)
+	}
+	root, err := openDB(rootDSN, 2)
+	if err != nil {
+		return res, fmt.Errorf("open upstream: %w", err)
+	}
+	defer root.Close()
+	createdDB, err := createDatabase(ctx, root, cfg.Database)
+	if err != nil {
+		return res, fmt.Errorf("upstream: %w", err)
+	}
+	dsn, _ := sessionDSN(cfg.Upstream, cfg.Database, cfg.TimeZone, true)
+	if g.up, err = openDB(dsn, cfg.Workers+4); err != nil {
+		return res, fmt.Errorf("open upstream: %w", err)
+	}
+	defer g.up.Close()
+
+	// Tables, each created unless it exists; every DDL gets the ts of a TSO fetched after it.
+	var ddls []*open.Event
+	if createdDB {
+		ts, err := g.tso(ctx)
+		if err != nil {
+			return res, err
+		}
+		ddls = append(ddls, &open.Event{Kind: open.KindDDL, CommitTs: ts, Schema: cfg.Database,
+			Query: "CREATE DATABASE " + quoteIdent(cfg.Database), DDLType: ddlCreateSchema})
+	}
+	for _, s := range specs(cfg) {
+		exists, err := tableExists(ctx, g.up, cfg.Database, s.name)
+		if err != nil {
+			return res, fmt.Errorf("upstream: %w", err)
+		}
+		if !exists {
+			if err := execTimeout(ctx, g.up, s.ddl); err != nil {
+				return res, fmt.Errorf("upstream: create table %s: %w", s.name, err)
+			}
+			ts, err := g.tso(ctx)
+			if err != nil {
+				return res, err
+			}
+			ddls = append(ddls, &open.Event{Kind: open.KindDDL, CommitTs: ts, Schema: cfg.Database, Table: s.name,
+				Query: s.ddl, DDLType: ddlCreateTable})
+		}
+		meta, err := LoadTable(ctx, g.up, cfg.Database, s.name)
+		if err != nil {
+			return res, fmt.Errorf("upstream: %w", err)
+		}
+		gt := &genTable{spec: s, meta: meta, idCol: meta.Col("id")}
+		if s.kind == kindKeyless {
+			gt.idCol = -1
+		}
+		g.tables = append(g.tables, gt)
+	}
+
+	if g.prod, err = newProducer(ctx, cfg); err != nil {
+		return res, err
+	}
+	defer g.prod.Close()
+
+	if cfg.ImportRows > 0 {
+		if res.ImportTs, err = g.importData(ctx); err != nil {
+			return res, err
+		}
+		res.StartTs = res.ImportTs
+		g.log.Info("import finished", "import_ts", res.ImportTs, "rows_per_table", cfg.ImportRows)
+	} else {
+		// No import: the changefeed carries the DDLs, broadcast like TiCDC does.
+		for _, ev := range ddls {
+			if err := g.prod.ddl(ctx, ev); err != nil {
+				return res, err
+			}
+			g.records.Add(int64(g.prod.partitions))
+		}
+		if res.StartTs, err = g.tso(ctx); err != nil {
+			return res, err
+		}
+	}
+	if err := g.prod.resolved(ctx, res.StartTs); err != nil {
+		return res, err
+	}
+	g.records.Add(int64(g.prod.partitions))
+	g.resolved.Store(res.StartTs)
+	g.log.Info("changefeed started", "start_ts", res.StartTs, "topic", cfg.Topic, "partitions", g.prod.partitions,
+		"dispatcher", cfg.Dispatcher)
+
+	for _, t := range g.tables {
+		if t.idCol < 0 {
+			continue
+		}
+		var max int64
+		q := "SELECT IFNULL(MAX(" + quoteIdent(t.meta.Columns[t.idCol].Name) + "), 0) FROM " + t.meta.QualifiedName()
+		if err := g.up.QueryRowContext(ctx, q).Scan(&max); err != nil {
+			return res, fmt.Errorf("read max id of %s: %w", t.meta.QualifiedName(), err)
+		}
+		t.nextID.Store(max + 1)
+	}
+
+	g.seq = newSequencer(res.StartTs)
+	err = g.workload(ctx)
+	res.ResolvedTs = g.resolved.Load()
+	res.Transactions = g.committed.Load()
+	res.Rows = g.rows.Load()
+	res.Records = g.records.Load()
+	res.Aborted = g.aborted.Load()
+	return res, err
+}
+
+// workload runs the workers and the publisher; it returns after the final resolved ts
+// is published (or publishing failed).
+func (g *Generator) workload(ctx context.Context) error {
+	cfg := &g.cfg
+	wctx, cancelWorkers := context.WithCancel(ctx)
+	defer cancelWorkers()
+	if cfg.Duration > 0 {
+		var cancel context.CancelFunc
+		wctx, cancel = context.WithTimeout(wctx, cfg.Duration)
+		defer cancel()
+	}
+	// The publisher outlives a cancelled ctx long enough to publish what was committed.
+	pctx, cancelPublisher := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelPublisher()
+	stopAfter := context.AfterFunc(ctx, func() {
+		t := time.AfterFunc(30*time.Second, cancelPublisher)
+		context.AfterFunc(pctx, func() { t.Stop() })
+	})
+	defer stopAfter()
+
+	workersDone := make(chan struct{})
+	var outer errgroup.Group
+	outer.Go(func() error {
+		err := g.publishLoop(pctx, workersDone)
+		if err != nil {
+			cancelWorkers()
+		}
+		return err
+	})
+	workers, gctx := errgroup.WithContext(wctx)
+	seed := cfg.Seed
+	if seed == 0 {
+		seed = rand.Uint64()
+	}
+	for i := 0; i < cfg.Workers; i++ {
+		r := rand.New(rand.NewPCG(seed, uint64(i)))
+		workers.Go(func() error { return g.worker(gctx, r) })
+	}
+	outer.Go(func() error { return g.progress(pctx, workersDone) })
+	werr := workers.Wait()
+	close(workersDone)
+	perr := outer.Wait()
+	return errors.Join(werr, perr)
+}
+
+func (g *Generator) reserve() bool {
+	if g.cfg.Transactions == 0 {
+		return true
+	}
+	if g.reserved.Add(1) > int64(g.cfg.Transactions) {
+		g.reserved.Add(-1)
+		return false
+	}
+	return true
+}
+
+func (g *Generator) unreserve() {
+	if g.cfg.Transactions > 0 {
+		g.reserved.Add(-1)
+	}
+}
+
+func (g *Generator) worker(ctx context.Context, r *rand.Rand) error {
+	conn, err := g.up.Conn(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("upstream connection: %w", err)
+	}
+	defer conn.Close()
+	for ctx.Err() == nil {
+		if !g.reserve() {
+			return nil
+		}
+		if err := g.limit.wait(ctx); err != nil {
+			g.unreserve()
+			return nil
+		}
+		ok, err := g.runTxn(ctx, conn, r)
+		switch {
+		case err == nil && ok:
+			g.committed.Add(1)
+		case err == nil:
+			g.unreserve()
+		case errors.Is(err, errUnknownCommit):
+			return err
+		case ctx.Err() != nil:
+			g.unreserve()
+			return nil
+		case retryable(err):
+			g.unreserve()
+			g.aborted.Add(1)
+		default:
+			return err
+		}
+	}
+	return nil
+}
+
+// publishLoop publishes committed transactions every FlushInterval and a resolved ts
+// every ResolvedInterval; after workersDone it publishes everything left and a final
+// resolved ts, then returns.
+func (g *Generator) publishLoop(ctx context.Context, workersDone <-chan struct{}) error {
+	conn, err := g.up.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("upstream connection: %w", err)
+	}
+	defer conn.Close()
+	tick := time.NewTicker(g.cfg.FlushInterval)
+	defer tick.Stop()
+	announced := g.resolved.Load()
+	published := announced
+	lastAnnounce := time.Now()
+	for {
+		final := false
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("publish: %w", ctx.Err())
+		case <-tick.C:
+		case <-workersDone:
+			final = true
+		}
+		n, err := currentTSO(ctx, conn)
+		if err != nil {
+			return err
+		}
+		txns, bound := g.seq.take(n)
+		recs, rows, err := g.prod.publishTxns(ctx, txns)
+		if err != nil {
+			return err
+		}
+		g.records.Add(int64(recs))
+		g.rows.Add(int64(rows))
+		published = max(published, bound)
+		if final && g.seq.inflight() > 0 {
+			// A worker stopped with an unknown commit outcome; never claim it.
+			return errors.New("publish: transactions with unknown commit outcome remain; no final resolved ts")
+		}
+		if (final || time.Since(lastAnnounce) >= g.cfg.ResolvedInterval) && published > announced {
+			if err := g.prod.resolved(ctx, published); err != nil {
+				return err
+			}
+			g.records.Add(int64(g.prod.partitions))
+			announced = published
+			g.resolved.Store(announced)
+			lastAnnounce = time.Now()
+		}
+		if final {
+			return nil
+		}
+	}
+}
+
+func (g *Generator) progress(ctx context.Context, done <-chan struct{}) error {
+	t := time.NewTicker(g.cfg.ProgressInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-done:
+			return nil
+		case <-t.C:
+			r := g.resolved.Load()
+			g.log.Info("loadgen progress", "transactions", g.committed.Load(), "rows", g.rows.Load(),
+				"aborted", g.aborted.Load(), "resolved_ts", r, "resolved_lag", time.Since(TSOTime(r)).Round(time.Millisecond))
+		}
+	}
+}
+
+func createDatabase(ctx context.Context, db *sql.DB, name string) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	var n int
+	if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = ?", name).Scan(&n); err != nil {
+		return false, fmt.Errorf("look up database %s: %w", name, err)
+	}
+	if n > 0 {
+		return false, nil
+	}
+	if _, err := db.ExecContext(ctx, "CREATE DATABASE "+quoteIdent(name)); err != nil {
+		return false, fmt.Errorf("create database %s: %w", name, err)
+	}
+	return true, nil
+}
+
+func tableExists(ctx context.Context, db *sql.DB, schema, table string) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	var n int
+	err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?",
+		schema, table).Scan(&n)
+	if err != nil {
+		return false, fmt.Errorf("look up table %s.%s: %w", schema, table, err)
+	}
+	return n > 0, nil
+}
+
+func execTimeout(ctx context.Context, db *sql.DB, q string, args ...any) error {
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	_, err := db.ExecContext(ctx, q, args...)
+	return err
+}
+
+func writeFileAtomic(path string, data []byte) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}

@@ -1,0 +1,259 @@
+package loadgen
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/tidb-parity/parity/cdc/open"
+)
+
+// txn is one committed upstream transaction waiting to be published.
+type txn struct {
+	commitTs uint64
+	events   []*open.Event
+}
+
+// sequencer keeps the resolved-ts invariant while workers commit concurrently.
+//
+// A worker registers itself (begin) immediately before it sends COMMIT, with a lower
+// bound lb: the most recent TSO the publisher fetched. That TSO was allocated before the
+// registration, the registration happens before COMMIT is sent, and TiDB allocates a 2PC
+// commit ts only after COMMIT arrives (async commit and 1PC are switched off for the
+// session), so lb < commit ts.
+//
+// Each round the publisher fetches a fresh TSO N, then under the lock computes
+// B = min(N, lb of every registered worker) and takes every committed transaction with
+// commit ts ≤ B. Any transaction with commit ts c ≤ B < N had its commit ts allocated
+// before N, so its worker registered before the lock was taken: it is either still
+// registered (then lb < c, and B ≤ lb < c contradicts c ≤ B), or already handed over
+// (taken now, or earlier and already acknowledged). Hence once the taken transactions
+// are acknowledged by Kafka, every transaction with commit ts ≤ B is in Kafka and B may
+// be published as a resolved ts.
+type sequencer struct {
+	mu         sync.Mutex
+	nextToken  uint64
+	committing map[uint64]uint64 // token -> lower bound of its commit ts
+	pending    []*txn
+	lastTSO    atomic.Uint64
+	wake       chan struct{}
+}
+
+func newSequencer(start uint64) *sequencer {
+	s := &sequencer{committing: map[uint64]uint64{}, wake: make(chan struct{}, 1)}
+	s.lastTSO.Store(start)
+	return s
+}
+
+// begin registers a transaction about to commit; it returns its token and lower bound.
+func (s *sequencer) begin() (token, lb uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.nextToken++
+	lb = s.lastTSO.Load()
+	s.committing[s.nextToken] = lb
+	return s.nextToken, lb
+}
+
+// committed hands over a committed transaction.
+func (s *sequencer) committed(token uint64, t *txn) {
+	s.mu.Lock()
+	delete(s.committing, token)
+	s.pending = append(s.pending, t)
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// abort forgets a transaction whose COMMIT failed or that wrote nothing.
+func (s *sequencer) abort(token uint64) {
+	s.mu.Lock()
+	delete(s.committing, token)
+	s.mu.Unlock()
+}
+
+// take returns, in commit-ts order, the committed transactions that may be published
+// given a fresh TSO n, and the bound B up to which everything is then published.
+func (s *sequencer) take(n uint64) ([]*txn, uint64) {
+	s.lastTSO.Store(n)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	bound := n
+	for _, lb := range s.committing {
+		bound = min(bound, lb)
+	}
+	var out, keep []*txn
+	for _, t := range s.pending {
+		if t.commitTs <= bound {
+			out = append(out, t)
+		} else {
+			keep = append(keep, t)
+		}
+	}
+	s.pending = keep
+	slices.SortStableFunc(out, func(a, b *txn) int {
+		switch {
+		case a.commitTs < b.commitTs:
+			return -1
+		case a.commitTs > b.commitTs:
+			return 1
+		}
+		return 0
+	})
+	return out, bound
+}
+
+// inflight reports how many transactions are registered or waiting.
+func (s *sequencer) inflight() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.committing) + len(s.pending)
+}
+
+// producer writes open-protocol records to explicit partitions of one topic.
+type producer struct {
+	w          *kafka.Writer
+	topic      string
+	partitions int
+	dispatcher Dispatcher
+	encCfg     open.EncoderConfig
+	enc        *open.Encoder // for DDL and resolved records
+}
+
+// partitionBalancer routes a message to the partition already set on it.
+var partitionBalancer = kafka.BalancerFunc(func(m kafka.Message, _ ...int) int { return m.Partition })
+
+// TopicPartitions returns the number of partitions of a topic.
+func TopicPartitions(ctx context.Context, brokers []string, topic string) (int, error) {
+	var d kafka.Dialer
+	var lastErr error
+	for _, b := range brokers {
+		conn, err := d.DialContext(ctx, "tcp", b)
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		parts, err := conn.ReadPartitions(topic)
+		conn.Close()
+		if err != nil {
+			return 0, fmt.Errorf("read partitions of topic %s: %w", topic, err)
+		}
+		if len(parts) == 0 {
+			return 0, fmt.Errorf("topic %s has no partitions", topic)
+		}
+		return len(parts), nil
+	}
+	return 0, fmt.Errorf("dial kafka %v: %w", brokers, lastErr)
+}
+
+func newProducer(ctx context.Context, cfg *Config) (*producer, error) {
+	n, err := TopicPartitions(ctx, cfg.Brokers, cfg.Topic)
+	if err != nil {
+		return nil, err
+	}
+	d, err := NewDispatcher(cfg.Dispatcher)
+	if err != nil {
+		return nil, err
+	}
+	enc, err := open.NewEncoder(cfg.Encoder)
+	if err != nil {
+		return nil, err
+	}
+	maxBytes := cfg.Encoder.MaxMessageBytes
+	if maxBytes == 0 {
+		maxBytes = open.DefaultEncoderConfig().MaxMessageBytes
+	}
+	w := &kafka.Writer{
+		Addr:         kafka.TCP(cfg.Brokers...),
+		Topic:        cfg.Topic,
+		Balancer:     partitionBalancer,
+		BatchSize:    1000,
+		BatchBytes:   int64(maxBytes) + 1<<20,
+		BatchTimeout: time.Millisecond,
+		RequiredAcks: kafka.RequireAll, // TiCDC's default: WaitForAll
+		MaxAttempts:  10,
+		Transport:    &kafka.Transport{Dial: (&net.Dialer{Timeout: 10 * time.Second}).DialContext},
+	}
+	return &producer{w: w, topic: cfg.Topic, partitions: n, dispatcher: d, encCfg: cfg.Encoder, enc: enc}, nil
+}
+
+func (p *producer) Close() error { return p.w.Close() }
+
+// group is the records of one (partition, partition key) in one round.
+type group struct {
+	partition int
+	enc       *open.Encoder
+}
+
+// publishTxns encodes transactions (in commit-ts order) and writes them, returning once
+// Kafka acknowledged every record. Like TiCDC's MQ worker it batches only events with the
+// same partition and partition key into one record.
+func (p *producer) publishTxns(ctx context.Context, txns []*txn) (records, rows int, err error) {
+	if len(txns) == 0 {
+		return 0, 0, nil
+	}
+	groups := map[string]*group{}
+	var order []*group
+	for _, t := range txns {
+		for _, ev := range t.events {
+			part, key := p.dispatcher.Dispatch(ev, p.partitions)
+			gk := fmt.Sprintf("%d/%s", part, key)
+			g := groups[gk]
+			if g == nil {
+				enc, err := open.NewEncoder(p.encCfg)
+				if err != nil {
+					return 0, 0, err
+				}
+				g = &group{partition: part, enc: enc}
+				groups[gk] = g
+				order = append(order, g)
+			}
+			if err := g.enc.AppendRow(ev); err != nil {
+				return 0, 0, fmt.Errorf("encode %s.%s row at ts %d: %w", ev.Schema, ev.Table, ev.CommitTs, err)
+			}
+			rows++
+		}
+	}
+	var msgs []kafka.Message
+	for _, g := range order {
+		for _, m := range g.enc.Build() {
+			msgs = append(msgs, kafka.Message{Partition: g.partition, Key: m.Key, Value: m.Value})
+		}
+	}
+	if err := p.w.WriteMessages(ctx, msgs...); err != nil {
+		return 0, 0, fmt.Errorf("write %d records to topic %s: %w", len(msgs), p.topic, err)
+	}
+	return len(msgs), rows, nil
+}
+
+// broadcast writes one record to every partition (TiCDC's SyncBroadcastMessage).
+func (p *producer) broadcast(ctx context.Context, m open.Message) error {
+	msgs := make([]kafka.Message, p.partitions)
+	for i := range msgs {
+		msgs[i] = kafka.Message{Partition: i, Key: m.Key, Value: m.Value}
+	}
+	if err := p.w.WriteMessages(ctx, msgs...); err != nil {
+		return fmt.Errorf("broadcast to topic %s: %w", p.topic, err)
+	}
+	return nil
+}
+
+func (p *producer) resolved(ctx context.Context, ts uint64) error {
+	return p.broadcast(ctx, p.enc.EncodeResolved(ts))
+}
+
+func (p *producer) ddl(ctx context.Context, ev *open.Event) error {
+	m, err := p.enc.EncodeDDL(ev)
+	if err != nil {
+		return fmt.Errorf("encode ddl %q: %w", ev.Query, err)
+	}
+	return p.broadcast(ctx, m)
+}

@@ -1,0 +1,107 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tidb-parity/parity/cdc/loadgen"
+	"github.com/tidb-parity/parity/cdc/open"
+)
+
+func init() {
+	addCommand(newLoadgenCommand)
+}
+
+func newLoadgenCommand() *cobra.Command {
+	cfg := loadgen.DefaultConfig()
+	var compression, logLevel string
+	cmd := &cobra.Command{
+		Use:   "loadgen",
+		Short: "Run a workload on TiDB and publish it to Kafka as TiCDC's open protocol would",
+		Long: `loadgen stands in for TiCDC in tests, benchmarks and the demo. It creates sysbench-style
+tables (sbtest1..N), an all-types table and a keyless table on the upstream TiDB,
+optionally imports them into the downstream as a dump/import would (--import-rows; the
+import TSO is printed and written to --import-ts-file), then runs insert/update/delete
+transactions on TiDB and publishes every committed transaction to the Kafka topic with
+its real commit ts, dispatched to partitions like TiCDC ("table" or "index-value"),
+with resolved events broadcast to every partition. A resolved ts is published only after
+every transaction committed at or before it is acknowledged by Kafka.
+
+It stops after --duration or --transactions (or on SIGINT/SIGTERM), publishes a final
+resolved ts covering everything it committed, and prints:
+
+  start_ts=<ts>       where the changefeed starts (the import TSO with --import-rows)
+  import_ts=<ts>      with --import-rows
+  resolved_ts=<ts>    the final resolved ts: the fallback must equal TiDB at this TSO
+  transactions=<n> rows=<n> records=<n> aborted=<n>`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg.Encoder.Compression = open.Compression(compression)
+			var lvl slog.Level
+			if err := lvl.UnmarshalText([]byte(logLevel)); err != nil {
+				return &exitError{code: 2, err: fmt.Errorf("log-level: %w", err)}
+			}
+			cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+			if err := cfg.Validate(); err != nil {
+				return &exitError{code: 2, err: err}
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			res, err := loadgen.Run(ctx, cfg)
+			out := cmd.OutOrStdout()
+			if res.StartTs != 0 {
+				fmt.Fprintf(out, "start_ts=%d\n", res.StartTs)
+			}
+			if res.ImportTs != 0 {
+				fmt.Fprintf(out, "import_ts=%d\n", res.ImportTs)
+			}
+			if res.ResolvedTs != 0 {
+				fmt.Fprintf(out, "resolved_ts=%d\n", res.ResolvedTs)
+			}
+			fmt.Fprintf(out, "transactions=%d rows=%d records=%d aborted=%d\n", res.Transactions, res.Rows, res.Records, res.Aborted)
+			if err != nil {
+				return &exitError{code: 1, err: err}
+			}
+			return nil
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&cfg.Upstream, "upstream-dsn", cfg.Upstream, "upstream TiDB DSN")
+	fl.StringVar(&cfg.Downstream, "downstream-dsn", cfg.Downstream, "downstream MySQL DSN (for --import-rows)")
+	fl.StringSliceVar(&cfg.Brokers, "brokers", cfg.Brokers, "Kafka bootstrap addresses")
+	fl.StringVar(&cfg.Topic, "topic", cfg.Topic, "Kafka topic of the changefeed (must exist)")
+	fl.StringVar(&cfg.Database, "database", cfg.Database, "schema of the tables, on both sides")
+	fl.IntVar(&cfg.Tables, "tables", cfg.Tables, "number of sysbench tables sbtest1..N")
+	fl.StringVar(&cfg.IDType, "id-type", cfg.IDType, "type of the sysbench id column: int or bigint")
+	fl.BoolVar(&cfg.AllTypes, "all-types", cfg.AllTypes, "add the table alltypes")
+	fl.BoolVar(&cfg.Keyless, "keyless", cfg.Keyless, "add the table keyless (no primary or unique key)")
+	fl.IntVar(&cfg.ImportRows, "import-rows", cfg.ImportRows, "rows per sysbench table to import before the changefeed starts (0: none)")
+	fl.StringVar(&cfg.ImportTSFile, "import-ts-file", cfg.ImportTSFile, "file receiving the import TSO")
+	fl.StringVar(&cfg.Dispatcher, "dispatcher", cfg.Dispatcher, "partition dispatcher: table or index-value")
+	fl.IntVar(&cfg.Workers, "workers", cfg.Workers, "concurrent TiDB sessions")
+	fl.Float64Var(&cfg.Rate, "rate", cfg.Rate, "transactions per second over all workers (0: unlimited)")
+	fl.DurationVar(&cfg.Duration, "duration", cfg.Duration, "stop after this long (0: no limit)")
+	fl.IntVar(&cfg.Transactions, "transactions", cfg.Transactions, "stop after this many transactions (0: no limit)")
+	fl.IntVar(&cfg.RowsPerTxn, "rows-per-txn", cfg.RowsPerTxn, "most row changes per table in a transaction")
+	fl.Float64Var(&cfg.MultiTable, "multi-table", cfg.MultiTable, "probability that a transaction changes 2-3 tables")
+	fl.IntVar(&cfg.InsertWeight, "insert-weight", cfg.InsertWeight, "weight of inserts in the mix")
+	fl.IntVar(&cfg.UpdateWeight, "update-weight", cfg.UpdateWeight, "weight of updates in the mix")
+	fl.IntVar(&cfg.DeleteWeight, "delete-weight", cfg.DeleteWeight, "weight of deletes in the mix")
+	fl.Float64Var(&cfg.PKUpdate, "pk-update", cfg.PKUpdate, "fraction of updates that change the primary key")
+	fl.BoolVar(&cfg.RawPKUpdates, "raw-pk-updates", cfg.RawPKUpdates, "send primary-key updates as one update event, not delete+insert")
+	fl.DurationVar(&cfg.FlushInterval, "flush-interval", cfg.FlushInterval, "how often committed transactions are published")
+	fl.DurationVar(&cfg.ResolvedInterval, "resolved-interval", cfg.ResolvedInterval, "how often a resolved ts is broadcast")
+	fl.StringVar(&cfg.TimeZone, "time-zone", cfg.TimeZone, "session time zone of TIMESTAMP values (TiCDC's --tz)")
+	fl.IntVar(&cfg.Encoder.MaxBatchSize, "max-batch-size", cfg.Encoder.MaxBatchSize, "most row events per Kafka record")
+	fl.IntVar(&cfg.Encoder.MaxMessageBytes, "max-message-bytes", cfg.Encoder.MaxMessageBytes, "Kafka record size limit")
+	fl.StringVar(&compression, "compression", string(cfg.Encoder.Compression), "payload compression: none, snappy or lz4")
+	fl.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "random seed (0: random)")
+	fl.DurationVar(&cfg.ProgressInterval, "progress-interval", cfg.ProgressInterval, "how often progress is logged")
+	fl.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	return cmd
+}
