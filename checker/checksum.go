@@ -45,6 +45,9 @@ func (s Side) String() string {
 type PlanColumn struct {
 	Name string
 	Kind Kind
+	// NotNull is set when the column is NOT NULL on both sides (its encoding then needs
+	// no NULL marker).
+	NotNull bool
 	// per side: character set and collation (index 0 upstream, 1 downstream).
 	Charset   [2]string
 	Collation [2]string
@@ -137,7 +140,10 @@ func (p *TablePlan) encode(s Side, c PlanColumn) string {
 	x := p.text(s, c)
 	switch c.Kind {
 	case KindString, KindBinary, KindJSON:
-		return "IFNULL(CONCAT(LENGTH(" + x + "),':'," + x + "),'N')"
+		x = "CONCAT(LENGTH(" + x + "),':'," + x + ")"
+	}
+	if c.NotNull {
+		return x
 	}
 	return "IFNULL(" + x + ",'N')"
 }

@@ -359,7 +359,7 @@ func NewPlan(up, down *Table, ignored func(string) bool) (*TablePlan, error) {
 		if !ok || ignored(uc.Name) || uc.Generated {
 			continue
 		}
-		p.Columns = append(p.Columns, PlanColumn{Name: uc.Name, Kind: uc.Kind,
+		p.Columns = append(p.Columns, PlanColumn{Name: uc.Name, Kind: uc.Kind, NotNull: !uc.Nullable && !dc.Nullable,
 			Charset: [2]string{uc.Charset, dc.Charset}, Collation: [2]string{uc.Collation, dc.Collation}})
 	}
 	for _, dc := range down.Columns {
