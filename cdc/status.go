@@ -31,7 +31,7 @@ type Status struct {
 	SpilledRows   int64 `json:"spilled_rows"`
 	BufferedBytes int64 `json:"buffered_bytes"` // approximate memory held by buffered rows
 	PendingDDLs   int   `json:"pending_ddls"`
-	Barriers      int   `json:"barriers"` // Barrier calls waiting for their ts
+	Barriers      int   `json:"barriers"`     // Barrier calls waiting for their ts
 	RowsApplied   int64 `json:"rows_applied"` // since start
 	DDLsApplied   int64 `json:"ddls_applied"` // since start
 	DeadLetters   int64 `json:"dead_letters"` // since start
