@@ -174,6 +174,70 @@ type partState struct {
 	hw       int64
 	pending  []pendingRec // records holding buffered rows, in offset order
 	stopped  bool         // an unusable record was met; nothing after it is taken
+
+	// Replay detection for tables without a handle key (see keylessRun).
+	runs   map[runKey]*keylessRun
+	lastTs map[tableKey]uint64 // commit ts of the last keyless row per table
+}
+
+type runKey struct {
+	table tableKey
+	ts    uint64
+}
+
+// keylessRun tells TiCDC's re-deliveries of a keyless table's transaction apart from
+// genuine duplicate rows. On first delivery a transaction's rows of one table arrive in
+// one partition as one run (TiCDC does not interleave transactions of a table). A run
+// ends when a row of the same table with another commit ts, or a resolved ts >= its
+// commit ts, arrives in the partition; rows of the same (table, ts) after that are a
+// replay, which TiCDC sends from the start of the transaction: its first `count` rows
+// repeat rows already taken and are dropped, any beyond (the first delivery was cut
+// short) are taken.
+type keylessRun struct {
+	count int // rows taken
+	cur   int // rows seen in the current run
+	open  bool
+}
+
+// takeKeyless reports whether a keyless row is new (not a re-delivery).
+func (p *partState) takeKeyless(ev *open.Event) bool {
+	t := tableKey{ev.Schema, ev.Table}
+	if p.runs == nil {
+		p.runs, p.lastTs = map[runKey]*keylessRun{}, map[tableKey]uint64{}
+	}
+	if last, ok := p.lastTs[t]; ok && last != ev.CommitTs {
+		if r := p.runs[runKey{t, last}]; r != nil {
+			r.open = false
+		}
+	}
+	p.lastTs[t] = ev.CommitTs
+	k := runKey{t, ev.CommitTs}
+	r := p.runs[k]
+	if r == nil {
+		r = &keylessRun{}
+		p.runs[k] = r
+	}
+	if !r.open {
+		r.open, r.cur = true, 0
+	}
+	r.cur++
+	if r.cur <= r.count {
+		return false
+	}
+	r.count = r.cur
+	return true
+}
+
+// closeRuns ends the runs a resolved ts proves complete and forgets applied ones.
+func (p *partState) closeRuns(resolved, applied uint64) {
+	for k, r := range p.runs {
+		switch {
+		case k.ts <= applied:
+			delete(p.runs, k)
+		case k.ts <= resolved:
+			r.open = false
+		}
+	}
 }
 
 // pendingRec: the record at offset holds buffered rows up to maxTs.
@@ -696,6 +760,7 @@ func (c *coordinator) ingest(ctx context.Context, rec record) error {
 			if ev.CommitTs > p.resolved {
 				p.resolved = ev.CommitTs
 			}
+			p.closeRuns(ev.CommitTs, c.applied)
 		case open.KindDDL:
 			k := newDDLKey(ev.CommitTs, ev.Query)
 			if ev.CommitTs < c.applied || c.ddlDone[k] {
@@ -718,6 +783,11 @@ func (c *coordinator) ingest(ctx context.Context, rec record) error {
 		case open.KindRow:
 			if ev.CommitTs <= c.applied {
 				continue // durably applied before (a replay)
+			}
+			if len(handleCols(ev.Columns)) == 0 && !p.takeKeyless(ev) {
+				c.log.Debug("dropping re-delivered row of a table without handle key", "table", ev.Schema+"."+ev.Table,
+					"partition", p.key.String(), "offset", rec.offset, "resolved_ts", ev.CommitTs)
+				continue
 			}
 			c.seq++
 			if err := c.buf.add(ev, c.seq); err != nil {
