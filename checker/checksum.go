@@ -352,3 +352,18 @@ func (p *TablePlan) numericKey() bool {
 	}
 	return true
 }
+
+// MinMaxSQL returns the smallest and largest key of a range (single-column keys).
+func (p *TablePlan) MinMaxSQL(s Side, r Range) string {
+	k := QuoteIdent(p.Columns[p.Key[0]].Name)
+	return "SELECT MIN(" + k + "), MAX(" + k + ") FROM " + p.table(s) + p.whereClause(s, r)
+}
+
+// BucketChecksumSQL returns (bucket, cnt, sum) per bucket of an integer key range, where
+// bucket = FLOOR((key - base) / width) computed exactly in DECIMAL: one scan yields the
+// checksums of many sub-ranges, so a mismatched chunk is narrowed in one query per side.
+func (p *TablePlan) BucketChecksumSQL(s Side, r Range, base, width string) string {
+	k := QuoteIdent(p.Columns[p.Key[0]].Name)
+	b := "FLOOR((CAST(" + k + " AS DECIMAL(65,0)) - " + base + ") / " + width + ")"
+	return "SELECT " + b + " AS b, COUNT(*), IFNULL(SUM(" + p.RowHash(s) + "),0) FROM " + p.table(s) + p.whereClause(s, r) + " GROUP BY b ORDER BY b"
+}

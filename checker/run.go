@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/big"
 	"os"
+	"slices"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -723,6 +725,9 @@ func (r *runner) drill(ctx context.Context, ts *tableState, rng Range, up, down 
 	if n <= int64(r.cfg.RowDiffRows) || depth > 64 {
 		return r.mergeRows(ctx, ts, rng, emit)
 	}
+	if len(p.Key) == 1 && p.Columns[p.Key[0]].Kind == KindInt {
+		return r.drillBuckets(ctx, ts, rng, n, emit, depth)
+	}
 	var mid Bound
 	err := r.withSide(ctx, side, func(ctx context.Context, q Querier) error {
 		rows, err := q.QueryContext(ctx, p.BoundarySQL(side, rng, int(n/2)-1))
@@ -758,6 +763,133 @@ func (r *runner) drill(ctx context.Context, ts *tableState, rng Range, up, down 
 		}
 	}
 	return nil
+}
+
+// drillBuckets narrows a mismatched range of a single integer key: it checksums
+// ~n/(RowDiffRows/2) equal-width key buckets in one grouped query per side and follows only
+// the buckets that differ.
+func (r *runner) drillBuckets(ctx context.Context, ts *tableState, rng Range, n int64, emit func(Difference) error, depth int) error {
+	p := ts.plan
+	var lo, hi *big.Int
+	for _, side := range []Side{Upstream, Downstream} {
+		err := r.withSide(ctx, side, func(ctx context.Context, q Querier) error {
+			var mn, mx sql.NullString
+			if err := queryRow(ctx, q, p.MinMaxSQL(side, rng), &mn, &mx); err != nil {
+				return err
+			}
+			if !mn.Valid {
+				return nil
+			}
+			a, ok1 := new(big.Int).SetString(mn.String, 10)
+			b, ok2 := new(big.Int).SetString(mx.String, 10)
+			if !ok1 || !ok2 {
+				return fmt.Errorf("key bounds %q, %q are not integers", mn.String, mx.String)
+			}
+			if lo == nil || a.Cmp(lo) < 0 {
+				lo = a
+			}
+			if hi == nil || b.Cmp(hi) > 0 {
+				hi = b
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("key bounds: %w", err)
+		}
+	}
+	if lo == nil {
+		return nil // both sides empty: cannot be
+	}
+	buckets := max(2, min(1024, n/int64(max(1, r.cfg.RowDiffRows/2))))
+	span := new(big.Int).Add(new(big.Int).Sub(hi, lo), big.NewInt(1))
+	width := new(big.Int).Div(new(big.Int).Add(span, big.NewInt(buckets-1)), big.NewInt(buckets))
+	if width.Sign() <= 0 {
+		width.SetInt64(1)
+	}
+	type bsum struct {
+		cnt int64
+		sum string
+	}
+	read := func(side Side) (map[string]bsum, error) {
+		out := map[string]bsum{}
+		err := r.withSide(ctx, side, func(ctx context.Context, q Querier) error {
+			rows, err := q.QueryContext(ctx, p.BucketChecksumSQL(side, rng, lo.String(), width.String()))
+			if err != nil {
+				return err
+			}
+			defer rows.Close()
+			for rows.Next() {
+				var b string
+				var s bsum
+				if err := rows.Scan(&b, &s.cnt, &s.sum); err != nil {
+					return err
+				}
+				out[b] = s
+			}
+			return rows.Err()
+		})
+		if err != nil {
+			return nil, fmt.Errorf("%s bucket checksums: %w", side, err)
+		}
+		return out, nil
+	}
+	var ub, db map[string]bsum
+	g, gctx := errgroup.WithContext(ctx)
+	_ = gctx
+	g.Go(func() (err error) { ub, err = read(Upstream); return })
+	g.Go(func() (err error) { db, err = read(Downstream); return })
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	var differing []int64
+	for b, u := range ub {
+		if d, ok := db[b]; !ok || d != u {
+			i, _ := strconv.ParseInt(b, 10, 64)
+			differing = append(differing, i)
+		}
+	}
+	for b := range db {
+		if _, ok := ub[b]; !ok {
+			i, _ := strconv.ParseInt(b, 10, 64)
+			differing = append(differing, i)
+		}
+	}
+	slices.Sort(differing)
+	for _, b := range differing {
+		// Bucket b holds keys in [lo + b*w, lo + (b+1)*w - 1] = (lo + b*w - 1, lo + (b+1)*w - 1].
+		start := new(big.Int).Add(lo, new(big.Int).Mul(big.NewInt(b), width))
+		sub := Range{Lo: Bound{StringValue(new(big.Int).Sub(start, big.NewInt(1)).String())},
+			Hi: Bound{StringValue(new(big.Int).Sub(new(big.Int).Add(start, width), big.NewInt(1)).String())}}
+		u, d := ub[strconv.FormatInt(b, 10)], db[strconv.FormatInt(b, 10)]
+		if max(u.cnt, d.cnt) <= int64(r.cfg.RowDiffRows) || width.Cmp(big.NewInt(1)) == 0 {
+			if err := r.mergeRows(ctx, ts, sub, emit); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := r.drill(ctx, ts, sub, checksum{count: u.cnt, sum: u.sum}, checksum{count: d.cnt, sum: d.sum}, emit, depth+1); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func queryRow(ctx context.Context, q Querier, query string, dest ...any) error {
+	rows, err := q.QueryContext(ctx, query)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		return sql.ErrNoRows
+	}
+	if err := rows.Scan(dest...); err != nil {
+		return err
+	}
+	return rows.Err()
 }
 
 // diffSink persists a chunk's differences in batches, so memory stays bounded however
