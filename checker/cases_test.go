@@ -170,6 +170,11 @@ func TestKillAndResume(t *testing.T) {
 
 	cfg.Progress = nil
 	cfg.Resume = runID
+	bad := cfg
+	bad.Hash = HashMD5
+	if _, err := Run(context.Background(), bad); err == nil || !strings.Contains(err.Error(), "hash") {
+		t.Fatalf("resume with another hash: want an error naming hash, got %v", err)
+	}
 	rctx, rcancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer rcancel()
 	rep, err := Run(rctx, cfg)
@@ -192,4 +197,24 @@ func TestKillAndResume(t *testing.T) {
 		t.Errorf("checkpoint %d, %v; want 40", checkpoint, err)
 	}
 	t.Logf("done before kill: %d chunks; compared twice: %d", doneBefore, redone)
+}
+
+// TestMaxRowsPerSecond: the rate cap paces the run (3000 rows at 3000 rows/s cannot finish
+// much faster than a second).
+func TestMaxRowsPerSecond(t *testing.T) {
+	p := mariaPair(t)
+	p.both(t, "CREATE TABLE rl (id INT PRIMARY KEY)")
+	var vals []string
+	for i := 1; i <= 3000; i++ {
+		vals = append(vals, fmt.Sprintf("(%d)", i))
+	}
+	p.both(t, "INSERT INTO rl VALUES "+strings.Join(vals, ","))
+	cfg := p.config(t, "rl")
+	cfg.InitialChunkRows, cfg.MaxChunkRows = 500, 500
+	cfg.MaxRowsPerSecond = 3000
+	start := time.Now()
+	rep := run(t, cfg)
+	if el := time.Since(start); el < 700*time.Millisecond || !rep.Equal {
+		t.Fatalf("3000 rows at 3000 rows/s took %s (equal %v)", el, rep.Equal)
+	}
 }

@@ -8,8 +8,8 @@ import (
 	"log/slog"
 	"math/big"
 	"os"
-	"slices"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -138,7 +138,7 @@ func RunWith(ctx context.Context, cfg Config, src Sources) (*Report, error) {
 	}
 	if cfg.Resume != "" {
 		r.st.runID = cfg.Resume
-		if err := r.st.resumeRun(ctx); err != nil {
+		if err := r.st.resumeRun(ctx, &cfg); err != nil {
 			return nil, err
 		}
 	} else {

@@ -144,16 +144,38 @@ func (s *store) createRun(ctx context.Context, cfg *Config) error {
 // ErrRunNotFound is returned when --resume names an unknown run.
 var ErrRunNotFound = errors.New("run not found")
 
-func (s *store) resumeRun(ctx context.Context) error {
+// resumeRun moves a stored run back to running. Settings that decide what a chunk's
+// result means (hash, row filters, ignored columns, routes) must not change on resume.
+func (s *store) resumeRun(ctx context.Context, cfg *Config) error {
 	ctx, cancel := s.ctx(ctx)
 	defer cancel()
-	var state string
-	err := s.db.QueryRowContext(ctx, s.q("SELECT state FROM %s.diff_runs WHERE run_id = ?"), s.runID).Scan(&state)
+	var state, stored string
+	err := s.db.QueryRowContext(ctx, s.q("SELECT state, config FROM %s.diff_runs WHERE run_id = ?"), s.runID).Scan(&state, &stored)
 	if errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("resume %s: %w", s.runID, ErrRunNotFound)
 	}
 	if err != nil {
 		return fmt.Errorf("read run %s: %w", s.runID, err)
+	}
+	var old Config
+	if err := json.Unmarshal([]byte(stored), &old); err != nil {
+		return fmt.Errorf("read config of run %s: %w", s.runID, err)
+	}
+	var changed []string
+	same := func(key string, a, b any) {
+		x, _ := json.Marshal(a)
+		y, _ := json.Marshal(b)
+		if string(x) != string(y) {
+			changed = append(changed, key)
+		}
+	}
+	same("hash", old.Hash, cfg.Hash)
+	same("table", old.TableConfigs, cfg.TableConfigs)
+	same("ignore_columns", old.IgnoreColumns, cfg.IgnoreColumns)
+	same("routes", old.Routes, cfg.Routes)
+	same("upstream.snapshot", old.Upstream.Snapshot, cfg.Upstream.Snapshot)
+	if len(changed) > 0 {
+		return fmt.Errorf("resume %s: settings changed since the run started: %s (start a new run instead)", s.runID, strings.Join(changed, ", "))
 	}
 	if _, err := s.db.ExecContext(ctx, s.q("UPDATE %s.diff_runs SET state = ?, error = NULL, updated_at = NOW(3) WHERE run_id = ?"), RunRunning, s.runID); err != nil {
 		return fmt.Errorf("mark run %s running: %w", s.runID, err)
