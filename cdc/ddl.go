@@ -2,6 +2,7 @@ package cdc
 
 import (
 	"regexp"
+	"strconv"
 	"strings"
 )
 
@@ -38,7 +39,10 @@ var tidbOnlyDDL = map[int]string{
 
 // TiDB-only clauses removed from statements MySQL otherwise accepts. TiCDC usually puts
 // them in /*T![feature] */ comments (which MySQL ignores), but a statement may carry
-// them bare.
+// them bare. The patterns run on the masked statement (see mask), where every string
+// literal and quoted identifier is a placeholder matched by lit.
+const lit = "\x01\\d+\x02"
+
 var tidbClauses = []*regexp.Regexp{
 	regexp.MustCompile(`(?i)\bAUTO_RANDOM\s*(\(\s*\d+\s*(,\s*\d+\s*)?\))?`),
 	regexp.MustCompile(`(?i)\bAUTO_RANDOM_BASE\s*=?\s*\d+`),
@@ -47,15 +51,18 @@ var tidbClauses = []*regexp.Regexp{
 	regexp.MustCompile(`(?i)\bAUTO_ID_CACHE\s*=?\s*\d+`),
 	regexp.MustCompile(`(?i)\bNONCLUSTERED\b`),
 	regexp.MustCompile(`(?i)\bCLUSTERED\b`),
-	regexp.MustCompile(`(?i)\bPLACEMENT\s+POLICY\s*=?\s*(DEFAULT|` + "`[^`]*`" + `|\w+)`),
-	regexp.MustCompile(`(?i)\bTTL_ENABLE\s*=?\s*'[^']*'`),
-	regexp.MustCompile(`(?i)\bTTL_JOB_INTERVAL\s*=?\s*'[^']*'`),
-	regexp.MustCompile(`(?i)\bTTL\s*=\s*` + "`?\\w+`?" + `\s*\+\s*INTERVAL\s+\S+\s+\w+`),
-	regexp.MustCompile(`(?i)\bSTATS_(BUCKETS|TOPN|CMSKETCH_WIDTH|CMSKETCH_DEPTH|SAMPLE_RATE|COL_CHOICE|COL_LIST)\s*=?\s*('[^']*'|[\d.]+)`),
+	regexp.MustCompile(`(?i)\bPLACEMENT\s+POLICY\s*=?\s*(DEFAULT|` + lit + `|\w+)`),
+	regexp.MustCompile(`(?i)\bTTL_ENABLE\s*=?\s*` + lit),
+	regexp.MustCompile(`(?i)\bTTL_JOB_INTERVAL\s*=?\s*` + lit),
+	regexp.MustCompile(`(?i)\bTTL\s*=\s*(` + lit + `|\w+)\s*\+\s*INTERVAL\s+(` + lit + `|[\w.]+)\s+\w+`),
+	regexp.MustCompile(`(?i)\bSTATS_(BUCKETS|TOPN|CMSKETCH_WIDTH|CMSKETCH_DEPTH|SAMPLE_RATE|COL_CHOICE|COL_LIST)\s*=?\s*(` + lit + `|[\d.]+)`),
 }
 
-// tidbComment matches TiDB's feature comments /*T![feature] ... */.
-var tidbComment = regexp.MustCompile(`/\*T!\[[^\]]*\][^*]*(\*+[^*/][^*]*)*\*+/`)
+var (
+	// tidbComment matches TiDB's feature comments /*T![feature] ... */ and /*T! ... */.
+	tidbComment = regexp.MustCompile(`(?s)/\*T!(\[[^\]]*\])?.*?\*/`)
+	anyComment  = regexp.MustCompile(`(?s)/\*.*?\*/`)
+)
 
 // translateDDL turns a TiDB DDL into one MySQL accepts. skip is true (with a reason)
 // for DDLs that only change TiDB-specific state.
@@ -63,39 +70,34 @@ func translateDDL(query string, ddlType int) (out string, skip bool, reason stri
 	if r, ok := tidbOnlyDDL[ddlType]; ok {
 		return "", true, r
 	}
-	up := strings.ToUpper(strings.TrimSpace(stripComments(query)))
+	masked, lits := mask(query)
+	up := strings.ToUpper(strings.TrimSpace(anyComment.ReplaceAllString(masked, " ")))
 	for _, p := range []string{"CREATE PLACEMENT POLICY", "ALTER PLACEMENT POLICY", "DROP PLACEMENT POLICY",
 		"CREATE RESOURCE GROUP", "ALTER RESOURCE GROUP", "DROP RESOURCE GROUP", "FLASHBACK "} {
 		if strings.HasPrefix(up, p) {
 			return "", true, strings.ToLower(p)
 		}
 	}
-	return rewriteCode(query, func(code string) string {
-		code = tidbComment.ReplaceAllString(code, "")
-		for _, re := range tidbClauses {
-			code = re.ReplaceAllString(code, "")
-		}
-		return code
-	}), false, ""
+	masked = tidbComment.ReplaceAllString(masked, "")
+	for _, re := range tidbClauses {
+		masked = re.ReplaceAllString(masked, "")
+	}
+	return unmask(masked, lits), false, ""
 }
 
-// stripComments removes /* */ comments (outside literals), for classifying a statement.
-func stripComments(q string) string {
-	return rewriteCode(q, func(code string) string { return tidbComment.ReplaceAllString(code, " ") })
-}
+var placeholder = regexp.MustCompile(lit)
 
-// rewriteCode applies f to the parts of q outside string literals and quoted
-// identifiers, so a column called `clustered` or a comment 'AUTO_RANDOM' is untouched.
-// TiDB feature comments are code here (f decides what to do with them).
-func rewriteCode(q string, f func(string) string) string {
+// mask replaces string literals and quoted identifiers with numbered placeholders, so
+// the clause patterns never touch a column called `clustered` or a comment text.
+func mask(q string) (string, []string) {
 	var out strings.Builder
-	start := 0
+	var lits []string
 	for i := 0; i < len(q); i++ {
 		c := q[i]
 		if c != '\'' && c != '"' && c != '`' {
+			out.WriteByte(c)
 			continue
 		}
-		out.WriteString(f(q[start:i]))
 		j := i + 1
 		for j < len(q) {
 			if q[j] == '\\' && c != '`' {
@@ -114,14 +116,21 @@ func rewriteCode(q string, f func(string) string) string {
 		if j >= len(q) {
 			j = len(q) - 1
 		}
-		out.WriteString(q[i : j+1])
+		out.WriteString("\x01" + strconv.Itoa(len(lits)) + "\x02")
+		lits = append(lits, q[i:j+1])
 		i = j
-		start = j + 1
 	}
-	if start < len(q) {
-		out.WriteString(f(q[start:]))
-	}
-	return out.String()
+	return out.String(), lits
+}
+
+func unmask(s string, lits []string) string {
+	return placeholder.ReplaceAllStringFunc(s, func(m string) string {
+		n, err := strconv.Atoi(m[1 : len(m)-1])
+		if err != nil || n >= len(lits) {
+			return m
+		}
+		return lits[n]
+	})
 }
 
 // idempotentDDL makes statements that can be repeated after a crash between executing a

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -375,4 +377,59 @@ func TestKeylessReplayInsideARound(t *testing.T) {
 	run := start(t, cfg, nil)
 	run.wait(t, t3)
 	equal(t, "nk", dump(t, down.DB, s, "nk"), []string{"1|dup", "1|dup", "2|two", "3|x", "3|y"})
+}
+
+// TestValueTypesTimeZoneAndGeneratedColumns: every value kind the codec produces binds
+// without loss, TIMESTAMP text is read in the changefeed's time zone, and generated
+// columns are never written.
+func TestValueTypesTimeZoneAndGeneratedColumns(t *testing.T) {
+	down := testenv.Downstream(t)
+	f := newFeed(t, 1)
+	s := down.Name
+	exec(t, down.DB, "CREATE TABLE ty (id BIGINT UNSIGNED PRIMARY KEY, ts TIMESTAMP(3) NULL, dt DATETIME, d DECIMAL(20,6), "+
+		"fl FLOAT, db DOUBLE, bin VARBINARY(8), bl BLOB, tx TEXT, e ENUM('a','b','c'), st SET('x','y','z'), bt BIT(10), "+
+		"j JSON, n VARCHAR(5), g VARCHAR(20) AS (CONCAT(e, '-g')) STORED)")
+	t1 := f.next()
+	cols := []open.Column{
+		{Name: "id", Type: open.TypeLonglong, Flags: pk | open.FlagUnsigned, Value: uint64(math.MaxUint64)},
+		{Name: "ts", Type: open.TypeTimestamp, Value: "2024-01-01 08:00:00.125"},
+		{Name: "dt", Type: open.TypeDatetime, Value: "2024-01-01 08:00:00"},
+		{Name: "d", Type: open.TypeNewDecimal, Value: "-12345678901234.123456"},
+		{Name: "fl", Type: open.TypeFloat, Value: float64(float32(1.1))},
+		{Name: "db", Type: open.TypeDouble, Value: 2.2250738585072014e-308},
+		{Name: "bin", Type: open.TypeVarchar, Flags: open.FlagBinary, Value: []byte{0, 'a', 0xff}},
+		{Name: "bl", Type: open.TypeBlob, Flags: open.FlagBinary, Value: []byte("\x00blob")},
+		{Name: "tx", Type: open.TypeBlob, Value: "tëxt"},
+		{Name: "e", Type: open.TypeEnum, Value: uint64(2)},
+		{Name: "st", Type: open.TypeSet, Value: uint64(5)},
+		{Name: "bt", Type: open.TypeBit, Value: uint64(682)},
+		{Name: "j", Type: open.TypeJSON, Value: `{"k": [1, 2]}`},
+		{Name: "n", Type: open.TypeVarchar, Flags: open.FlagNullable, Value: nil},
+		{Name: "g", Type: open.TypeLonglong, Flags: open.FlagGenerated, Value: int64(12345)},
+	}
+	f.rows(0, open.Event{Kind: open.KindRow, CommitTs: t1, Schema: s, Table: "ty", Op: open.OpInsert, Columns: cols})
+	f.resolved(t1)
+	cfg := testConfig(t, f, down)
+	cfg.Changefeed.TimeZone = "+08:00"
+	run := start(t, cfg, nil)
+	run.wait(t, t1)
+	var unix, dt, d, bin, bl, tx, e, st, j string
+	var fl float32
+	var db float64
+	var bt uint64
+	var n *string
+	var g string
+	err := down.QueryRow("SELECT UNIX_TIMESTAMP(ts), dt, d, fl, db, HEX(bin), HEX(bl), tx, e, st, bt+0, j, n, CAST(g AS CHAR) FROM "+
+		quoteTable(s, "ty")+" WHERE id = 18446744073709551615").Scan(&unix, &dt, &d, &fl, &db, &bin, &bl, &tx, &e, &st, &bt, &j, &n, &g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := []any{unix, dt, d, fl, db, bin, bl, tx, e, st, bt, j, n, g}
+	want := []any{"1704067200.125", "2024-01-01 08:00:00", "-12345678901234.123456", float32(1.1), 2.2250738585072014e-308,
+		"0061FF", "00626C6F62", "tëxt", "b", "x,z", uint64(682), `{"k": [1, 2]}`, (*string)(nil), "b-g"}
+	for i := range want {
+		if !reflect.DeepEqual(got[i], want[i]) {
+			t.Errorf("column %d: got %#v, want %#v", i, got[i], want[i])
+		}
+	}
 }

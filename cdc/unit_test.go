@@ -1,0 +1,186 @@
+package cdc
+
+import (
+	"bufio"
+	"bytes"
+	"math"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/tidb-parity/parity/cdc/open"
+)
+
+func TestTranslateDDL(t *testing.T) {
+	tests := []struct {
+		name, in string
+		typ      int
+		want     string // "" with skip
+		skip     bool
+	}{
+		{"plain", "ALTER TABLE `t` ADD COLUMN `c` INT", 5, "ALTER TABLE `t` ADD COLUMN `c` INT", false},
+		{"tidb comments", "CREATE TABLE `t` (`id` BIGINT /*T![auto_rand] AUTO_RANDOM(5) */ PRIMARY KEY /*T![clustered_index] CLUSTERED */)", 3,
+			"CREATE TABLE `t` (`id` BIGINT  PRIMARY KEY )", false},
+		{"bare tidb clauses", "CREATE TABLE `t` (`id` BIGINT AUTO_RANDOM(5, 54), PRIMARY KEY (`id`) NONCLUSTERED) SHARD_ROW_ID_BITS = 4 PRE_SPLIT_REGIONS=2 AUTO_ID_CACHE 100", 3,
+			"CREATE TABLE `t` (`id` BIGINT , PRIMARY KEY (`id`) )   ", false},
+		{"placement and ttl", "CREATE TABLE `t` (`c` DATETIME) PLACEMENT POLICY = `p1` TTL = `c` + INTERVAL 1 DAY TTL_ENABLE = 'OFF' TTL_JOB_INTERVAL = '1h'", 3,
+			"CREATE TABLE `t` (`c` DATETIME)    ", false},
+		{"literals untouched", "ALTER TABLE `clustered` COMMENT = 'AUTO_RANDOM(5) CLUSTERED'", 17,
+			"ALTER TABLE `clustered` COMMENT = 'AUTO_RANDOM(5) CLUSTERED'", false},
+		{"tiflash replica", "ALTER TABLE `t` SET TIFLASH REPLICA 1", 30, "", true},
+		{"placement policy ddl", "CREATE PLACEMENT POLICY p1 PRIMARY_REGION=\"r1\"", 51, "", true},
+		{"resource group by text", "/* x */ CREATE RESOURCE GROUP rg1 RU_PER_SEC = 100", 0, "", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, skip, _ := translateDDL(tt.in, tt.typ)
+			if skip != tt.skip || got != tt.want {
+				t.Fatalf("translateDDL(%q) = %q, skip %v; want %q, skip %v", tt.in, got, skip, tt.want, tt.skip)
+			}
+		})
+	}
+}
+
+func TestIdempotentDDL(t *testing.T) {
+	for in, want := range map[string]string{
+		"CREATE TABLE `t` (a INT)":             "CREATE TABLE IF NOT EXISTS `t` (a INT)",
+		"create table if not exists t (a int)": "create table if not exists t (a int)",
+		"DROP TABLE `t`":                       "DROP TABLE IF EXISTS `t`",
+		"CREATE DATABASE `d`":                  "CREATE DATABASE IF NOT EXISTS `d`",
+		"DROP SCHEMA d":                        "DROP SCHEMA IF EXISTS d",
+		"ALTER TABLE t ADD COLUMN c INT":       "ALTER TABLE t ADD COLUMN c INT",
+	} {
+		if got := idempotentDDL(in); got != want {
+			t.Errorf("idempotentDDL(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestSpillEncodingRoundTrips(t *testing.T) {
+	ev := &open.Event{Kind: open.KindRow, CommitTs: 42, Partition: -3, Op: open.OpUpdate,
+		Columns: []open.Column{
+			{Name: "i", Type: open.TypeLonglong, Flags: open.FlagHandleKey, Value: int64(math.MinInt64)},
+			{Name: "u", Type: open.TypeLonglong, Flags: open.FlagUnsigned, Value: uint64(math.MaxUint64)},
+			{Name: "f", Type: open.TypeDouble, Value: -0.125},
+			{Name: "s", Type: open.TypeVarchar, Value: "naïve\x00"},
+			{Name: "b", Type: open.TypeBlob, Flags: open.FlagBinary, Value: []byte{0, 1, 255}},
+			{Name: "e", Type: open.TypeBlob, Flags: open.FlagBinary, Value: []byte{}},
+			{Name: "n", Type: open.TypeVarchar, Value: nil},
+		},
+		OldColumns: []open.Column{},
+	}
+	var buf []byte
+	buf = encodeEvent(buf, &bufEvent{ev: ev, ts: 42, seq: 7})
+	ev2 := *ev
+	ev2.OldColumns = nil
+	buf = encodeEvent(buf, &bufEvent{ev: &ev2, ts: 43, seq: 8})
+	r := bufio.NewReader(bytes.NewReader(buf))
+	names := map[string]string{}
+	got, ts, seq, err := decodeEvent(r, names)
+	if err != nil || ts != 42 || seq != 7 {
+		t.Fatalf("decode: %v ts %d seq %d", err, ts, seq)
+	}
+	if !reflect.DeepEqual(got, ev) {
+		t.Fatalf("round trip:\n got %#v\nwant %#v", got, ev)
+	}
+	got, _, _, err = decodeEvent(r, names)
+	if err != nil || got.OldColumns != nil {
+		t.Fatalf("second event: %v, old columns %#v", err, got.OldColumns)
+	}
+	if _, _, _, err := decodeEvent(r, names); err == nil || !strings.Contains(err.Error(), "EOF") {
+		t.Fatalf("end: %v", err)
+	}
+}
+
+func TestBufferSpillsSortedRunsAndReleasesPrefixes(t *testing.T) {
+	b, err := newBuffer(t.TempDir(), 4<<10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.close()
+	var seq uint64
+	add := func(ts uint64, id int64) {
+		seq++
+		ev := &open.Event{Kind: open.KindRow, CommitTs: ts, Schema: "s", Table: "t", Op: open.OpInsert,
+			Columns: []open.Column{{Name: "id", Type: open.TypeLonglong, Flags: open.FlagHandleKey, Value: id}}}
+		if err := b.add(ev, seq); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Out of ts order across "partitions": 300 rows at ts 1..3 interleaved.
+	for i := 0; i < 300; i++ {
+		add(uint64(3-i%3), int64(i))
+	}
+	if b.spilled == 0 || b.memBytes > 4<<10 {
+		t.Fatalf("nothing spilled: spilled %d, mem %d", b.spilled, b.memBytes)
+	}
+	read := func(target uint64) []int64 {
+		tb := b.tables[tableKey{"s", "t"}]
+		it, err := tb.iter(target)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer it.close()
+		var ids []int64
+		var last uint64
+		for {
+			ev, err := it.next()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ev == nil {
+				return ids
+			}
+			if ev.CommitTs < last || ev.CommitTs > target {
+				t.Fatalf("ts %d after %d (target %d)", ev.CommitTs, last, target)
+			}
+			last = ev.CommitTs
+			ids = append(ids, ev.Columns[0].Value.(int64))
+		}
+	}
+	first := read(1)
+	if len(first) != 100 || !reflect.DeepEqual(first, read(1)) {
+		t.Fatalf("ts<=1: %d rows, not repeatable", len(first))
+	}
+	for i := 1; i < len(first); i++ {
+		if first[i] <= first[i-1] {
+			t.Fatalf("rows of one ts not in arrival order: %v", first)
+		}
+	}
+	b.release(1)
+	if got := read(3); len(got) != 200 {
+		t.Fatalf("after release: %d rows, want 200", len(got))
+	}
+	b.release(3)
+	if len(b.tables) != 0 || b.spilled != 0 || b.memCount != 0 || b.memBytes != 0 {
+		t.Fatalf("buffer not empty: %+v", b)
+	}
+}
+
+func TestStatementBuilders(t *testing.T) {
+	h := open.FlagHandleKey
+	rows := [][]open.Column{
+		{{Name: "id", Flags: h, Value: int64(1)}, {Name: "v`x", Value: "a"}},
+		{{Name: "id", Flags: h, Value: int64(2)}, {Name: "v`x", Value: nil}},
+	}
+	q, args := buildUpsert("s", "t", rows, modeUpsert)
+	if q != "INSERT INTO `s`.`t` (`id`,`v``x`) VALUES (?,?),(?,?) ON DUPLICATE KEY UPDATE `v``x`=VALUES(`v``x`)" || len(args) != 4 {
+		t.Errorf("upsert: %s %v", q, args)
+	}
+	q, _ = buildUpsert("s", "t", rows, modeReplace)
+	if q != "REPLACE INTO `s`.`t` (`id`,`v``x`) VALUES (?,?),(?,?)" {
+		t.Errorf("replace: %s", q)
+	}
+	q, args = buildDeleteByHandle("s", "t", [][]open.Column{{rows[0][0]}, {rows[1][0]}})
+	if q != "DELETE FROM `s`.`t` WHERE `id` IN (?,?)" || len(args) != 2 {
+		t.Errorf("delete: %s", q)
+	}
+	q, _ = buildDeleteByHandle("s", "t", rows)
+	if q != "DELETE FROM `s`.`t` WHERE (`id`=? AND `v``x`=?) OR (`id`=? AND `v``x`=?)" {
+		t.Errorf("composite delete: %s", q)
+	}
+	q, args = buildDeleteOne("s", "t", []open.Column{{Name: "a", Value: int64(1)}, {Name: "f", Type: open.TypeFloat, Value: 1.5}, {Name: "n", Value: nil}})
+	if q != "DELETE FROM `s`.`t` WHERE `a`=? AND `f`=CAST(? AS FLOAT) AND `n` IS NULL LIMIT 1" || len(args) != 2 {
+		t.Errorf("keyless delete: %s %v", q, args)
+	}
+}
