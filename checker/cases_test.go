@@ -218,3 +218,33 @@ func TestMaxRowsPerSecond(t *testing.T) {
 		t.Fatalf("3000 rows at 3000 rows/s took %s (equal %v)", el, rep.Equal)
 	}
 }
+
+// TestOddKeys: an ENUM in the primary key, a float primary key (compared as a multiset)
+// and a prefix-unique key (not a row identity).
+func TestOddKeys(t *testing.T) {
+	p := mariaPair(t)
+	p.both(t, "CREATE TABLE ek (e ENUM('zz','aa','mm') NOT NULL, n INT NOT NULL, v INT, PRIMARY KEY (e, n))",
+		"CREATE TABLE fk (f DOUBLE PRIMARY KEY, v INT)",
+		"CREATE TABLE pk (s VARCHAR(20) NOT NULL, v INT, UNIQUE KEY (s(2)))")
+	var vals []string
+	for i := 0; i < 300; i++ {
+		vals = append(vals, fmt.Sprintf("('%s', %d, %d)", []string{"zz", "aa", "mm"}[i%3], i, i))
+	}
+	p.both(t, "INSERT INTO ek VALUES "+strings.Join(vals, ","),
+		"INSERT INTO fk VALUES (0.1, 1), (1e-300, 2), (1.2345678901234567, 3)",
+		"INSERT INTO pk VALUES ('abc', 1), ('xyz', 2)")
+	exec(t, p.down.DB, "UPDATE ek SET v = -1 WHERE e = 'mm' AND n = 2", "UPDATE fk SET v = 9 WHERE v = 3", "UPDATE pk SET v = 5 WHERE s = 'xyz'")
+	cfg := p.config(t, "ek", "fk", "pk")
+	cfg.InitialChunkRows = 20
+	rep := run(t, cfg)
+	if tr := tableReport(t, rep, "ek"); tr.DifferencesTotal != 1 || tr.RowsChecked != 300 || tr.Chunks < 10 ||
+		tr.Differences[0].Key[0].Value != "'mm'" || tr.Differences[0].Key[1].Value != "2" {
+		t.Errorf("enum key: %+v", tr)
+	}
+	if tr := tableReport(t, rep, "fk"); !tr.Keyless || tr.DifferencesTotal != 2 {
+		t.Errorf("float key: %+v", tr)
+	}
+	if tr := tableReport(t, rep, "pk"); !tr.Keyless || tr.DifferencesTotal != 2 {
+		t.Errorf("prefix unique key: %+v", tr)
+	}
+}

@@ -48,6 +48,9 @@ type PlanColumn struct {
 	// NotNull is set when the column is NOT NULL on both sides (its encoding then needs
 	// no NULL marker).
 	NotNull bool
+	// Enum is set for ENUM and SET columns: their index orders by member number, but
+	// they compare with strings as text, so key predicates and walks use their text.
+	Enum bool
 	// per side: character set and collation (index 0 upstream, 1 downstream).
 	Charset   [2]string
 	Collation [2]string
@@ -207,6 +210,9 @@ func (p *TablePlan) whereClause(s Side, r Range) string {
 // collation so a row falls into the same chunk on both sides.
 func (p *TablePlan) keyRef(s Side, c PlanColumn) string {
 	id := QuoteIdent(c.Name)
+	if c.Enum {
+		id = "CAST(" + id + " AS CHAR)"
+	}
 	if s == Downstream && c.Kind == KindString && c.Collation[0] != "" && c.Collation[0] != c.Collation[1] {
 		if c.Charset[0] != c.Charset[1] {
 			id = "CONVERT(" + id + " USING " + c.Charset[0] + ")"

@@ -342,6 +342,13 @@ func (r *runner) planTable(ctx context.Context, ts *tableState) error {
 		return nil
 	}
 	plan.Flavor = [2]Flavor{r.src.Upstream.Flavor(), r.src.Downstream.Flavor()}
+	for _, k := range plan.Key {
+		c := plan.Columns[k]
+		if c.Kind == KindString && c.Collation[0] != c.Collation[1] {
+			r.log.Warn("key column collations differ: the downstream compares chunk ranges with the upstream collation and may not use its index",
+				"table", ts.name, "column", c.Name, "upstream", c.Collation[0], "downstream", c.Collation[1])
+		}
+	}
 	plan.Hash = r.cfg.Hash
 	plan.Where = r.cfg.where(t.upSchema, t.upTable)
 	ts.plan = plan
@@ -362,6 +369,7 @@ func NewPlan(up, down *Table, ignored func(string) bool) (*TablePlan, error) {
 			continue
 		}
 		p.Columns = append(p.Columns, PlanColumn{Name: uc.Name, Kind: uc.Kind, NotNull: !uc.Nullable && !dc.Nullable,
+			Enum: uc.DataType == "enum" || uc.DataType == "set",
 			Charset: [2]string{uc.Charset, dc.Charset}, Collation: [2]string{uc.Collation, dc.Collation}})
 	}
 	for _, dc := range down.Columns {
