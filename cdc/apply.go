@@ -163,7 +163,7 @@ func (a *applier) produce(ctx context.Context, tb *tableBuf, target uint64, chan
 			}
 		case open.OpUpdate:
 			if ev.OldColumns != nil {
-				old := handleCols(writable(ev.OldColumns))
+				old := handleCols(writable(oldRow(ev)))
 				if len(old) == len(handle) && !sameValues(old, handle) {
 					if err := send(route(old), op{schema: schema, table: table, del: true, cols: old}); err != nil {
 						return err
@@ -294,7 +294,7 @@ func (a *applier) applyKeyless(ctx context.Context, u *keylessUnit) error {
 					if ev.OldColumns == nil {
 						return fmt.Errorf("table %s has no primary or unique key and an update at commit ts %d carries no old row (enable TiCDC output-old-value)", k, ev.CommitTs)
 					}
-					old = writable(ev.OldColumns)
+					old = writable(oldRow(ev))
 				}
 				if err := flush(); err != nil {
 					return err
@@ -386,6 +386,26 @@ func isTransient(err error) bool {
 	}
 	var ne net.Error
 	return errors.As(err, &ne)
+}
+
+// oldRow returns the complete old row of an update. With TiCDC's
+// only-output-updated-columns the old row ("p") holds only the changed columns; the
+// unchanged ones are taken from the new row.
+func oldRow(ev *open.Event) []open.Column {
+	if len(ev.OldColumns) >= len(ev.Columns) {
+		return ev.OldColumns
+	}
+	out := make([]open.Column, len(ev.Columns))
+	copy(out, ev.Columns)
+	for _, o := range ev.OldColumns {
+		for i := range out {
+			if out[i].Name == o.Name {
+				out[i] = o
+				break
+			}
+		}
+	}
+	return out
 }
 
 func sameValues(a, b []open.Column) bool {

@@ -7,6 +7,9 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/tidb-parity/parity/cdc/open"
 )
@@ -182,5 +185,40 @@ func TestStatementBuilders(t *testing.T) {
 	q, args = buildDeleteOne("s", "t", []open.Column{{Name: "a", Value: int64(1)}, {Name: "f", Type: open.TypeFloat, Value: 1.5}, {Name: "n", Value: nil}})
 	if q != "DELETE FROM `s`.`t` WHERE `a`=? AND `f`=CAST(? AS FLOAT) AND `n` IS NULL LIMIT 1" || len(args) != 2 {
 		t.Errorf("keyless delete: %s %v", q, args)
+	}
+}
+
+func TestOldRowCompletesOnlyUpdatedColumns(t *testing.T) {
+	ev := &open.Event{Op: open.OpUpdate,
+		Columns:    []open.Column{{Name: "a", Value: int64(1)}, {Name: "b", Value: "new"}, {Name: "c", Value: nil}},
+		OldColumns: []open.Column{{Name: "b", Value: "old"}},
+	}
+	want := []open.Column{{Name: "a", Value: int64(1)}, {Name: "b", Value: "old"}, {Name: "c", Value: nil}}
+	if got := oldRow(ev); !reflect.DeepEqual(got, want) {
+		t.Fatalf("oldRow = %#v", got)
+	}
+	if ev.Columns[1].Value != "new" {
+		t.Fatal("oldRow modified the new row")
+	}
+}
+
+func TestCollectorMetricsLint(t *testing.T) {
+	r, err := New(func() Config {
+		c := DefaultConfig()
+		c.Changefeed.Brokers = []string{"127.0.0.1:1"}
+		c.Changefeed.Topics = []string{"t"}
+		c.Downstream.DSN = "root@tcp(127.0.0.1:1)/"
+		return c
+	}(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.status.Partitions = []PartitionStatus{{Topic: "t", Partition: 0, ResolvedTs: TSOFromTime(time.Now())}}
+	problems, err := testutil.CollectAndLint(NewCollector(r))
+	if err != nil || len(problems) > 0 {
+		t.Fatalf("lint: %v %v", problems, err)
+	}
+	if n := testutil.CollectAndCount(NewCollector(r)); n != 13 {
+		t.Fatalf("%d metrics, want 13", n)
 	}
 }
