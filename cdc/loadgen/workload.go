@@ -71,8 +71,11 @@ func retryable(err error) bool {
 			1205, // lock wait timeout
 			9007, // write conflict
 			8022, // txn retry error
-			8028: // schema changed
+			8028, // schema changed
+			8002: // can not retry select for update
 			return true
+		case 1105:
+			return strings.Contains(me.Message, "pessimistic lock retry limit reached")
 		}
 	}
 	return false

@@ -1,0 +1,560 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/segmentio/kafka-go"
+
+	"github.com/tidb-parity/parity/cdc/loadgen"
+	"github.com/tidb-parity/parity/internal/testenv"
+)
+
+// parityBin is the binary built once by TestMain.
+var parityBin string
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "parity-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	defer os.RemoveAll(dir)
+	parityBin = filepath.Join(dir, "parity")
+	root, err := repoRoot()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	cmd := exec.Command("go", "build", "-o", parityBin, "./cmd/parity")
+	cmd.Dir = root
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build parity:", err)
+		return 2
+	}
+	return m.Run()
+}
+
+func repoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("no go.mod above %s", dir)
+		}
+		dir = parent
+	}
+}
+
+// env is one test's world: an upstream database on TiDB, the database of the same name
+// on the fallback, a topic, and a serve configuration.
+type env struct {
+	t          *testing.T
+	db         string // database name, the same on both sides
+	upDSN      string // TiDB root DSN
+	downDSN    string // fallback root DSN
+	broker     string
+	topic      string
+	partitions int
+	statusAddr string
+	configPath string
+	logPath    string // serve's stdout and stderr, appended by every start
+	meta       string // meta schema of this test's serve
+}
+
+func newEnv(t *testing.T, partitions int, createDown bool) *env {
+	t.Helper()
+	up := testenv.Upstream(t)
+	e := &env{
+		t:          t,
+		db:         up.Name,
+		upDSN:      testenv.Require(t, testenv.EnvUpstream),
+		downDSN:    testenv.Require(t, testenv.EnvDownstream),
+		broker:     testenv.Kafka(t),
+		topic:      testenv.NewTopic(t, "e2e", partitions),
+		partitions: partitions,
+		meta:       testenv.UniqueName("pmeta"),
+	}
+	down := e.open(e.downDSN, "")
+	if createDown {
+		if _, err := down.Exec("CREATE DATABASE " + quote(e.db)); err != nil {
+			t.Fatalf("create downstream database: %v", err)
+		}
+	}
+	t.Cleanup(func() {
+		if os.Getenv("PARITY_TEST_KEEP") == "1" {
+			return
+		}
+		_, _ = down.Exec("DROP DATABASE IF EXISTS " + quote(e.db))
+		_, _ = down.Exec("DROP DATABASE IF EXISTS " + quote(e.meta))
+	})
+	t.Cleanup(func() {
+		if t.Failed() {
+			// Keep serve's log: the test's temp dir is about to go.
+			if b, err := os.ReadFile(e.logPath); err == nil {
+				keep := filepath.Join(os.TempDir(), "parity-e2e-"+strings.ReplaceAll(t.Name(), "/", "_")+"-serve.log")
+				if os.WriteFile(keep, b, 0o644) == nil {
+					t.Logf("parity serve log kept at %s", keep)
+				}
+			}
+		}
+	})
+	e.statusAddr = freeAddr(t)
+	dir := t.TempDir()
+	e.configPath = filepath.Join(dir, "parity.toml")
+	e.logPath = filepath.Join(dir, "serve.log")
+	e.writeConfig("")
+	return e
+}
+
+func quote(name string) string { return "`" + strings.ReplaceAll(name, "`", "``") + "`" }
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// writeConfig writes the serve config; extra is appended to the [applier] section.
+func (e *env) writeConfig(extraApplier string) {
+	e.t.Helper()
+	cfg := fmt.Sprintf(`[changefeed]
+id = %q
+brokers = [%q]
+topics = [%q]
+time-zone = "+00:00"
+
+[downstream]
+dsn = %q
+
+[applier]
+meta-schema = %q
+spill-dir = %q
+%s
+[log]
+level = "info"
+
+[status]
+addr = %q
+`, e.meta, e.broker, e.topic, e.downDSN, e.meta, filepath.Join(e.t.TempDir(), "spill"), extraApplier, e.statusAddr)
+	if err := os.WriteFile(e.configPath, []byte(cfg), 0o644); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func (e *env) open(dsn, db string) *sql.DB {
+	e.t.Helper()
+	c, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	c.DBName = db
+	c.ParseTime = false
+	if c.Params == nil {
+		c.Params = map[string]string{}
+	}
+	c.Params["time_zone"] = "'+00:00'"
+	sdb, err := sql.Open("mysql", c.FormatDSN())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	sdb.SetMaxOpenConns(4)
+	e.t.Cleanup(func() { sdb.Close() })
+	return sdb
+}
+
+// loadgenConfig returns a generator configuration for this env.
+func (e *env) loadgenConfig() loadgen.Config {
+	cfg := loadgen.DefaultConfig()
+	cfg.Upstream = e.upDSN
+	cfg.Downstream = e.downDSN
+	cfg.Brokers = []string{e.broker}
+	cfg.Topic = e.topic
+	cfg.Database = e.db
+	cfg.Tables = 3
+	cfg.Workers = 4
+	cfg.FlushInterval = 5 * time.Millisecond
+	cfg.ResolvedInterval = 100 * time.Millisecond
+	return cfg
+}
+
+// serve is a running `parity serve` subprocess.
+type serve struct {
+	cmd  *exec.Cmd
+	log  *os.File
+	done chan struct{} // closed when the process has exited
+	err  error         // its exit error, valid after done
+}
+
+func (e *env) startServe() *serve {
+	e.t.Helper()
+	logf, err := os.OpenFile(e.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	cmd := exec.Command(parityBin, "serve", "--config", e.configPath)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		e.t.Fatalf("start parity serve: %v", err)
+	}
+	s := &serve{cmd: cmd, log: logf, done: make(chan struct{})}
+	go func() {
+		s.err = cmd.Wait()
+		logf.Close()
+		close(s.done)
+	}()
+	e.t.Cleanup(s.kill)
+	return s
+}
+
+// kill sends SIGKILL and waits for the process to be gone.
+func (s *serve) kill() {
+	select {
+	case <-s.done:
+		return
+	default:
+	}
+	_ = s.cmd.Process.Signal(syscall.SIGKILL)
+	<-s.done
+}
+
+// stop sends SIGTERM and waits for a clean exit.
+func (s *serve) stop(t *testing.T) {
+	t.Helper()
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-s.done:
+		if s.err != nil {
+			t.Errorf("parity serve exited with %v after SIGTERM", s.err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Errorf("parity serve did not exit within 30s of SIGTERM")
+		s.kill()
+	}
+}
+
+// exited reports the exit error if the process has ended.
+func (s *serve) exited() (bool, error) {
+	select {
+	case <-s.done:
+		return true, s.err
+	default:
+		return false, nil
+	}
+}
+
+// status is the part of serve's /status this test reads.
+type status struct {
+	State      string  `json:"state"`
+	Error      string  `json:"error"`
+	AppliedTs  uint64  `json:"applied_ts"`
+	ResolvedTs uint64  `json:"resolved_ts"`
+	AppliedLag float64 `json:"applied_lag_seconds"`
+	Rows       int64   `json:"rows_applied"`
+}
+
+func (e *env) status(ctx context.Context) (status, error) {
+	var st status
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+e.statusAddr+"/status", nil)
+	if err != nil {
+		return st, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return st, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return st, err
+	}
+	return st, json.Unmarshal(body, &st)
+}
+
+// waitApplied waits until serve's applied checkpoint reaches ts.
+func (e *env) waitApplied(s *serve, ts uint64, timeout time.Duration) {
+	e.t.Helper()
+	deadline := time.Now().Add(timeout)
+	var last status
+	for time.Now().Before(deadline) {
+		if done, err := s.exited(); done {
+			e.t.Fatalf("parity serve exited (%v) before applying ts %d; log:\n%s", err, ts, e.serveLog())
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		st, err := e.status(ctx)
+		cancel()
+		if err == nil {
+			last = st
+			if st.State == "failed" {
+				e.t.Fatalf("parity serve failed: %s; log:\n%s", st.Error, e.serveLog())
+			}
+			if st.AppliedTs >= ts {
+				return
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	e.t.Fatalf("applied ts did not reach %d within %v (last status %+v); log:\n%s", ts, timeout, last, e.serveLog())
+}
+
+func (e *env) serveLog() string {
+	b, _ := os.ReadFile(e.logPath)
+	if len(b) > 8000 {
+		b = b[len(b)-8000:]
+	}
+	return string(b)
+}
+
+// compareAt proves the fallback equals TiDB at ts: every table of the database, every
+// row, every column. TiDB is read with @@tidb_snapshot = ts. Rows are compared as
+// sorted multisets (so keyless tables with duplicate rows count every copy).
+func (e *env) compareAt(ts uint64) {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	up := e.open(e.upDSN, e.db)
+	down := e.open(e.downDSN, e.db)
+	upConn, err := up.Conn(ctx)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer upConn.Close()
+	if _, err := upConn.ExecContext(ctx, "SET @@tidb_snapshot = ?", strconv.FormatUint(ts, 10)); err != nil {
+		e.t.Fatalf("TiDB snapshot at %d: %v", ts, err)
+	}
+	tables := listTables(e.t, ctx, upConn, e.db)
+	if len(tables) == 0 {
+		e.t.Fatalf("no tables in %s at ts %d", e.db, ts)
+	}
+	downTables := listTables(e.t, ctx, down, e.db)
+	if strings.Join(tables, ",") != strings.Join(downTables, ",") {
+		e.t.Fatalf("tables differ: TiDB %v, fallback %v", tables, downTables)
+	}
+	total := 0
+	for _, table := range tables {
+		cols := listColumns(e.t, ctx, upConn, e.db, table)
+		want := readTable(e.t, ctx, upConn, e.db, table, cols)
+		got := readTable(e.t, ctx, down, e.db, table, cols)
+		if len(want) != len(got) {
+			e.t.Errorf("table %s: TiDB has %d rows at ts %d, fallback %d", table, len(want), ts, len(got))
+		}
+		bad := 0
+		for i := 0; i < len(want) || i < len(got); i++ {
+			var w, g string
+			if i < len(want) {
+				w = want[i]
+			}
+			if i < len(got) {
+				g = got[i]
+			}
+			if w != g {
+				if bad < 3 {
+					e.t.Errorf("table %s row %d differs:\n  TiDB     %s\n  fallback %s", table, i, w, g)
+				}
+				bad++
+			}
+		}
+		if bad > 0 {
+			e.t.Fatalf("table %s: %d of %d rows differ at ts %d", table, bad, len(want), ts)
+		}
+		total += len(want)
+	}
+	e.t.Logf("fallback equals TiDB at ts %d: %d tables, %d rows", ts, len(tables), total)
+}
+
+type queryer interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+func listTables(t *testing.T, ctx context.Context, q queryer, db string) []string {
+	t.Helper()
+	rows, err := q.QueryContext(ctx, "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_TYPE = 'BASE TABLE' ORDER BY TABLE_NAME", db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+type column struct{ name, dataType string }
+
+func listColumns(t *testing.T, ctx context.Context, q queryer, db, table string) []column {
+	t.Helper()
+	rows, err := q.QueryContext(ctx, "SELECT COLUMN_NAME, DATA_TYPE FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION", db, table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []column
+	for rows.Next() {
+		var c column
+		if err := rows.Scan(&c.name, &c.dataType); err != nil {
+			t.Fatal(err)
+		}
+		c.dataType = strings.ToLower(c.dataType)
+		out = append(out, c)
+	}
+	return out
+}
+
+// readTable returns every row of a table rendered canonically, sorted. FLOAT and DOUBLE
+// are compared by value (servers print them differently); everything else by its bytes.
+func readTable(t *testing.T, ctx context.Context, q queryer, db, table string, cols []column) []string {
+	t.Helper()
+	names := make([]string, len(cols))
+	for i, c := range cols {
+		names[i] = quote(c.name)
+	}
+	rows, err := q.QueryContext(ctx, "SELECT "+strings.Join(names, ", ")+" FROM "+quote(db)+"."+quote(table))
+	if err != nil {
+		t.Fatalf("read %s: %v", table, err)
+	}
+	defer rows.Close()
+	raw := make([]sql.RawBytes, len(cols))
+	dest := make([]any, len(cols))
+	for i := range raw {
+		dest[i] = &raw[i]
+	}
+	var out []string
+	for rows.Next() {
+		if err := rows.Scan(dest...); err != nil {
+			t.Fatal(err)
+		}
+		var b bytes.Buffer
+		for i, c := range cols {
+			if i > 0 {
+				b.WriteString(" | ")
+			}
+			b.WriteString(c.name + "=")
+			switch {
+			case raw[i] == nil:
+				b.WriteString("NULL")
+			case c.dataType == "float":
+				f, err := strconv.ParseFloat(string(raw[i]), 32)
+				if err != nil {
+					t.Fatalf("%s.%s: %v", table, c.name, err)
+				}
+				b.WriteString(strconv.FormatFloat(f, 'g', -1, 32))
+			case c.dataType == "double":
+				f, err := strconv.ParseFloat(string(raw[i]), 64)
+				if err != nil {
+					t.Fatalf("%s.%s: %v", table, c.name, err)
+				}
+				b.WriteString(strconv.FormatFloat(f, 'g', -1, 64))
+			default:
+				b.WriteString(strconv.Quote(string(raw[i])))
+			}
+		}
+		out = append(out, b.String())
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// rawRecord is a Kafka record as stored.
+type rawRecord struct {
+	partition  int
+	offset     int64
+	key, value []byte
+}
+
+// readRaw reads every record of every partition of the topic.
+func (e *env) readRaw() [][]rawRecord {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out := make([][]rawRecord, e.partitions)
+	for p := 0; p < e.partitions; p++ {
+		conn, err := kafka.DialLeader(ctx, "tcp", e.broker, e.topic, p)
+		if err != nil {
+			e.t.Fatalf("dial partition %d: %v", p, err)
+		}
+		last, err := conn.ReadLastOffset()
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		for off := int64(0); off < last; {
+			if _, err := conn.Seek(off, kafka.SeekAbsolute); err != nil {
+				e.t.Fatal(err)
+			}
+			_ = conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+			batch := conn.ReadBatchWith(kafka.ReadBatchConfig{MinBytes: 1, MaxBytes: 32 << 20, MaxWait: 100 * time.Millisecond})
+			for off < last {
+				m, err := batch.ReadMessage()
+				if err != nil {
+					break
+				}
+				out[p] = append(out[p], rawRecord{partition: p, offset: m.Offset, key: m.Key, value: m.Value})
+				off = m.Offset + 1
+			}
+			_ = batch.Close()
+		}
+		conn.Close()
+	}
+	return out
+}
+
+// republish writes records again, each to its own partition, in the given order.
+func (e *env) republish(recs []rawRecord) {
+	e.t.Helper()
+	w := &kafka.Writer{
+		Addr:         kafka.TCP(e.broker),
+		Topic:        e.topic,
+		Balancer:     kafka.BalancerFunc(func(m kafka.Message, _ ...int) int { return m.Partition }),
+		BatchTimeout: time.Millisecond,
+		BatchBytes:   32 << 20,
+		RequiredAcks: kafka.RequireAll,
+	}
+	defer w.Close()
+	msgs := make([]kafka.Message, len(recs))
+	for i, r := range recs {
+		msgs[i] = kafka.Message{Partition: r.partition, Key: r.key, Value: r.value}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := w.WriteMessages(ctx, msgs...); err != nil {
+		e.t.Fatalf("republish %d records: %v", len(recs), err)
+	}
+}
