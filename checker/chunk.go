@@ -164,6 +164,8 @@ type Chunk struct {
 	Range Range
 	// Last marks the final chunk of its table.
 	Last bool
+
+	retry bool // from a resumed run: an earlier attempt may have stored differences
 }
 
 // chunkSizer adapts the number of rows per chunk so that a checksum query takes about

@@ -546,6 +546,7 @@ func (r *runner) produce(ctx context.Context, ts *tableState, out chan<- Chunk) 
 		ts.mu.Unlock()
 		for _, c := range stored {
 			if c.state != chunkDone {
+				c.retry = true
 				if err := send(c.Chunk); err != nil {
 					return err
 				}

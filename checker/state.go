@@ -312,6 +312,9 @@ func (s *store) startChunk(ctx context.Context, c Chunk) error {
 		chunkRunning, s.runID, c.Table, c.Seq); err != nil {
 		return fmt.Errorf("start chunk %d of table %d: %w", c.Seq, c.Table, err)
 	}
+	if !c.retry {
+		return nil
+	}
 	if _, err := s.db.ExecContext(ctx, s.q("DELETE FROM %s.diff_differences WHERE run_id = ? AND table_idx = ? AND chunk_seq = ?"), s.runID, c.Table, c.Seq); err != nil {
 		return fmt.Errorf("start chunk %d of table %d: %w", c.Seq, c.Table, err)
 	}
