@@ -21,6 +21,7 @@ func testBasicDiff(t *testing.T, p pair) {
 	cfg := p.config(t, "t")
 	cfg.InitialChunkRows = 500
 	cfg.RowDiffRows = 100
+	cfg.MaxThreadsRunning = 10000 // probes the real Threads_running, never pauses
 	rep := run(t, cfg)
 	if tr := tableReport(t, rep, "t"); !rep.Equal || tr.RowsChecked != 3000 {
 		t.Fatalf("equal tables: equal=%v report %+v", rep.Equal, tr)

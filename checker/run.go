@@ -148,7 +148,7 @@ func RunWith(ctx context.Context, cfg Config, src Sources) (*Report, error) {
 		}
 	}
 	r.log = log.With("run_id", r.st.runID)
-	r.busy = &busyGate{r: r, limit: cfg.MaxThreadsRunning}
+	r.busy = newBusyGate(r)
 	r.log.Info("diff started", "resume", cfg.Resume != "", "upstream", src.Upstream.Describe(), "downstream", src.Downstream.Describe())
 
 	err := r.run(ctx)

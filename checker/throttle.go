@@ -2,7 +2,7 @@ package checker
 
 import (
 	"context"
-	"database/sql"
+	"fmt"
 	"sync"
 	"time"
 )
@@ -48,14 +48,37 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// busyGate holds new chunks back while the downstream's Threads_running is above limit.
+// busyGate holds new chunks back while the downstream's Threads_running (minus the
+// checker's own connections) is above limit.
 type busyGate struct {
-	r     *runner
 	limit int
+	own   int                                    // the checker's own concurrent queries
+	probe func(ctx context.Context) (int, error) // reads Threads_running
+	every time.Duration                          // re-probe interval
+	log   func(threads int)
 
 	mu      sync.Mutex
 	checked time.Time
 	busy    bool
+}
+
+func newBusyGate(r *runner) *busyGate {
+	return &busyGate{
+		limit: r.cfg.MaxThreadsRunning,
+		own:   r.cfg.Concurrency,
+		every: time.Second,
+		probe: func(ctx context.Context) (int, error) {
+			var name string
+			var n int
+			err := r.withSide(ctx, Downstream, func(ctx context.Context, q Querier) error {
+				return queryRow(ctx, q, "SHOW GLOBAL STATUS LIKE 'Threads_running'", &name, &n)
+			})
+			return n, err
+		},
+		log: func(n int) {
+			r.log.Info("downstream busy; pausing", "threads_running", n, "limit", r.cfg.MaxThreadsRunning)
+		},
+	}
 }
 
 func (g *busyGate) wait(ctx context.Context) error {
@@ -70,7 +93,7 @@ func (g *busyGate) wait(ctx context.Context) error {
 		if !busy {
 			return nil
 		}
-		if err := sleep(ctx, time.Second); err != nil {
+		if err := sleep(ctx, g.every); err != nil {
 			return err
 		}
 	}
@@ -79,34 +102,17 @@ func (g *busyGate) wait(ctx context.Context) error {
 func (g *busyGate) isBusy(ctx context.Context) (bool, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if time.Since(g.checked) < time.Second {
+	if !g.checked.IsZero() && time.Since(g.checked) < g.every {
 		return g.busy, nil
 	}
-	var name string
-	var n int
-	err := g.r.withSide(ctx, Downstream, func(ctx context.Context, q Querier) error {
-		rows, err := q.QueryContext(ctx, "SHOW GLOBAL STATUS LIKE 'Threads_running'")
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		if rows.Next() {
-			if err := rows.Scan(&name, &n); err != nil {
-				return err
-			}
-		}
-		return rows.Err()
-	})
+	n, err := g.probe(ctx)
 	if err != nil {
-		return false, err
+		return false, fmt.Errorf("read downstream Threads_running: %w", err)
 	}
 	g.checked = time.Now()
-	// Our own connections count too: allow for them.
-	g.busy = n-g.r.cfg.Concurrency > g.limit
-	if g.busy {
-		g.r.log.Info("downstream busy; pausing", "threads_running", n, "limit", g.limit)
+	g.busy = n-g.own > g.limit
+	if g.busy && g.log != nil {
+		g.log(n)
 	}
 	return g.busy, nil
 }
-
-var _ = sql.ErrNoRows

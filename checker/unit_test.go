@@ -2,12 +2,16 @@ package checker
 
 import (
 	"bytes"
+	"context"
 	"encoding/hex"
+	"errors"
 	"flag"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -295,5 +299,55 @@ func TestChunkSizer(t *testing.T) {
 	}
 	if s.size() != cfg.MaxChunkRows {
 		t.Errorf("bounded by max: %d", s.size())
+	}
+}
+
+func TestBusyGatePauses(t *testing.T) {
+	var mu sync.Mutex
+	threads, probes := 50, 0
+	g := &busyGate{limit: 10, own: 4, every: 5 * time.Millisecond, probe: func(context.Context) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		probes++
+		if probes == 3 {
+			threads = 12 // 12 - 4 own = 8 <= 10: no longer busy
+		}
+		return threads, nil
+	}}
+	start := time.Now()
+	if err := g.wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if probes != 3 || time.Since(start) < 10*time.Millisecond {
+		t.Fatalf("gate opened after %d probes, %s", probes, time.Since(start))
+	}
+	// Busy forever: the wait ends with the context.
+	threads, probes = 100, 10
+	g.checked = time.Time{}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+	defer cancel()
+	if err := g.wait(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("want deadline exceeded, got %v", err)
+	}
+	// Disabled gate never probes.
+	off := &busyGate{probe: func(context.Context) (int, error) { t.Fatal("probed"); return 0, nil }}
+	if err := off.wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestRateLimiter(t *testing.T) {
+	l := newRateLimiter(1000)
+	start := time.Now()
+	for range 3 {
+		if err := l.take(context.Background(), 50); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if el := time.Since(start); el < 140*time.Millisecond {
+		t.Fatalf("150 rows at 1000 rows/s took %s", el)
+	}
+	if err := newRateLimiter(0).take(context.Background(), 1e9); err != nil {
+		t.Fatal(err)
 	}
 }
