@@ -433,3 +433,44 @@ func TestValueTypesTimeZoneAndGeneratedColumns(t *testing.T) {
 		}
 	}
 }
+
+// TestDownstreamErrors: a statement blocked by a lock past the query timeout is retried
+// until the lock goes away; an error that retrying cannot fix stops the replicator with
+// an error naming the table.
+func TestDownstreamErrors(t *testing.T) {
+	down := testenv.Downstream(t)
+	f := newFeed(t, 1)
+	s := down.Name
+	exec(t, down.DB, "CREATE TABLE kv (id BIGINT PRIMARY KEY, v VARCHAR(32))")
+	exec(t, down.DB, "INSERT INTO kv VALUES (1, 'locked')")
+	ctx := context.Background()
+	lock, err := down.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lock.ExecContext(ctx, "SELECT * FROM kv WHERE id=1 FOR UPDATE"); err != nil {
+		t.Fatal(err)
+	}
+	t1, t2 := f.next(), f.next()
+	f.rows(0, upd(t1, s, "kv", []open.Column{ci("id", 1, pk), cs("v", "locked")}, []open.Column{ci("id", 1, pk), cs("v", "free")}))
+	f.resolved(t1)
+	cfg := testConfig(t, f, down)
+	cfg.Applier.QueryTimeout = 300 * time.Millisecond
+	run := start(t, cfg, nil)
+	time.Sleep(1500 * time.Millisecond)
+	if st := run.r.Status(); st.AppliedTs == t1 {
+		t.Fatal("applied through a held lock")
+	}
+	if err := lock.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	run.wait(t, t1)
+	equal(t, "kv", dump(t, down.DB, s, "kv"), []string{"1|free"})
+
+	f.rows(0, ins(t2, s, "missing", ci("id", 1, pk)))
+	f.resolved(t2)
+	err = run.result(t)
+	if err == nil || !strings.Contains(err.Error(), "`missing`") || !strings.Contains(err.Error(), "1146") {
+		t.Fatalf("missing table: %v", err)
+	}
+}
