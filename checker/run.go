@@ -207,7 +207,7 @@ func (r *runner) run(ctx context.Context) error {
 	for range r.cfg.Concurrency {
 		g.Go(func() error {
 			for ch := range chunks {
-				if err := r.process(gctx, ch); err != nil {
+				if err := r.processWithRetry(gctx, ch); err != nil {
 					return err
 				}
 			}
@@ -688,6 +688,24 @@ func cutSide(p *TablePlan) Side {
 	return Downstream
 }
 
+// chunkRetries is how often a failed chunk (a timeout, a lost connection, a lock wait)
+// is compared again before the run fails.
+const chunkRetries = 2
+
+func (r *runner) processWithRetry(ctx context.Context, ch Chunk) error {
+	for attempt := 0; ; attempt++ {
+		err := r.process(ctx, ch)
+		if err == nil || ctx.Err() != nil || attempt == chunkRetries {
+			return err
+		}
+		r.log.Warn("chunk failed; retrying", "table", r.tables[ch.Table].name, "chunk", ch.Seq, "attempt", attempt+1, "err", err)
+		ch.retry = true
+		if err := sleep(ctx, time.Duration(attempt+1)*time.Second); err != nil {
+			return err
+		}
+	}
+}
+
 // process compares one chunk and records the result.
 func (r *runner) process(ctx context.Context, ch Chunk) error {
 	ts := r.tables[ch.Table]
@@ -717,18 +735,27 @@ func (r *runner) process(ctx context.Context, ch Chunk) error {
 		}
 		res.differences = int64(sink.rows)
 	}
+	// The chunk counts only once its result is committed (a failed commit is retried).
 	ts.mu.Lock()
 	ts.done[ch.Seq] = true
+	cp := ts.checkpoint
+	for ts.done[cp+1] {
+		cp++
+	}
+	ts.mu.Unlock()
+	if err := r.st.finishChunk(ctx, ch, res, cp); err != nil {
+		ts.mu.Lock()
+		delete(ts.done, ch.Seq)
+		ts.mu.Unlock()
+		return err
+	}
+	ts.mu.Lock()
 	ts.chunksDone++
 	ts.upRows += up.count
 	ts.downRows += down.count
 	ts.differences += res.differences
 	ts.advanceCheckpoint()
-	cp := ts.checkpoint
 	ts.mu.Unlock()
-	if err := r.st.finishChunk(ctx, ch, res, cp); err != nil {
-		return err
-	}
 	r.reportProgress()
 	return r.limiter.take(ctx, int(max(up.count, down.count)))
 }
