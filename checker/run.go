@@ -736,20 +736,19 @@ func (r *runner) process(ctx context.Context, ch Chunk) error {
 		res.differences = int64(sink.rows)
 	}
 	// The chunk counts only once its result is committed (a failed commit is retried).
+	// Other chunks see this one as done only after that commit, so the stored
+	// checkpoint never passes an uncommitted chunk.
 	ts.mu.Lock()
-	ts.done[ch.Seq] = true
 	cp := ts.checkpoint
-	for ts.done[cp+1] {
+	for ts.done[cp+1] || cp+1 == ch.Seq {
 		cp++
 	}
 	ts.mu.Unlock()
 	if err := r.st.finishChunk(ctx, ch, res, cp); err != nil {
-		ts.mu.Lock()
-		delete(ts.done, ch.Seq)
-		ts.mu.Unlock()
 		return err
 	}
 	ts.mu.Lock()
+	ts.done[ch.Seq] = true
 	ts.chunksDone++
 	ts.upRows += up.count
 	ts.downRows += down.count
