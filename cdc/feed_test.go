@@ -6,9 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -73,7 +71,11 @@ func (f *feed) rows(part int, evs ...open.Event) {
 	for _, m := range f.enc.Build() {
 		msgs = append(msgs, kafka.Message{Key: m.Key, Value: m.Value})
 	}
-	f.write(part, msgs...)
+	for len(msgs) > 0 {
+		n := min(len(msgs), 200)
+		f.write(part, msgs[:n]...)
+		msgs = msgs[n:]
+	}
 }
 
 // resolved broadcasts a resolved ts to every partition.
@@ -290,6 +292,3 @@ func crashAt(point hookPoint) *testHooks {
 		return nil
 	}}
 }
-
-var _ = net.JoinHostPort
-var _ = strconv.Itoa

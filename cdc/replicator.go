@@ -459,6 +459,8 @@ func (r *Replicator) consume(ctx context.Context, dec *open.Decoder, idx int, pk
 		MaxBytes:        32 << 20,
 		MaxWait:         1500 * time.Millisecond, // the broker answers as soon as data arrives; must exceed kafka-go's 1s RTT allowance, and bounds Close
 		ReadLagInterval: -1,
+		// Never let the reader jump over records deleted by retention: fail instead.
+		OffsetOutOfRangeError: true,
 		ErrorLogger: kafka.LoggerFunc(func(f string, a ...any) {
 			r.log.Warn("kafka reader", "partition", pk.String(), "msg", fmt.Sprintf(f, a...))
 		}),
