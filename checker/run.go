@@ -754,7 +754,16 @@ func (r *runner) process(ctx context.Context, ch Chunk) error {
 	ts.downRows += down.count
 	ts.differences += res.differences
 	ts.advanceCheckpoint()
+	after := ts.checkpoint
 	ts.mu.Unlock()
+	if after > cp {
+		// Neighbours committed meanwhile: the watermark moved past what was stored. The
+		// chunk is already committed, so a failure here must not redo it; the next
+		// chunk's commit carries the watermark anyway.
+		if err := r.st.advanceCheckpoint(ctx, ch.Table, after); err != nil {
+			r.log.Warn("checkpoint not advanced", "table", ts.name, "chunk", ch.Seq, "err", err)
+		}
+	}
 	r.reportProgress()
 	return r.limiter.take(ctx, int(max(up.count, down.count)))
 }

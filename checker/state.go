@@ -372,6 +372,15 @@ func (s *store) finishChunk(ctx context.Context, c Chunk, res chunkResult, check
 	return nil
 }
 
+func (s *store) advanceCheckpoint(ctx context.Context, table, checkpoint int) error {
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+	if _, err := s.db.ExecContext(ctx, s.q("UPDATE %s.diff_tables SET checkpoint_seq = GREATEST(checkpoint_seq, ?) WHERE run_id = ? AND table_idx = ?"), checkpoint, s.runID, table); err != nil {
+		return fmt.Errorf("advance checkpoint of table %d: %w", table, err)
+	}
+	return nil
+}
+
 // differences streams the stored differences of a table in key order (extra rows first
 // when deletesFirst) to fn. limit < 0 means all.
 func (s *store) differences(ctx context.Context, table int, limit int, deletesFirst bool, fn func(Difference, string) error) error {
