@@ -65,7 +65,7 @@ func TestServeCrashRestart(t *testing.T) {
 	cfg.Dispatcher = loadgen.DispatchTable
 	cfg.RawPKUpdates = true
 	cfg.Rate = 150
-	cfg.Transactions = 3000
+	cfg.Transactions = 2000
 	cfg.Seed = 7
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()

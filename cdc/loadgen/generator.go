@@ -133,6 +133,11 @@ func (g *Generator) run(ctx context.Context) (res Result, err error) {
 		return res, fmt.Errorf("open upstream: %w", err)
 	}
 	defer root.Close()
+	if cfg.Reset {
+		if err := g.reset(ctx, root); err != nil {
+			return res, err
+		}
+	}
 	createdDB, err := createDatabase(ctx, root, cfg.Database)
 	if err != nil {
 		return res, fmt.Errorf("upstream: %w", err)
@@ -402,6 +407,29 @@ func (g *Generator) progress(ctx context.Context, done <-chan struct{}) error {
 				"aborted", g.aborted.Load(), "resolved_ts", r, "resolved_lag", time.Since(TSOTime(r)).Round(time.Millisecond))
 		}
 	}
+}
+
+// reset drops the database on both sides.
+func (g *Generator) reset(ctx context.Context, up *sql.DB) error {
+	if err := execTimeout(ctx, up, "DROP DATABASE IF EXISTS "+quoteIdent(g.cfg.Database)); err != nil {
+		return fmt.Errorf("upstream: drop database %s: %w", g.cfg.Database, err)
+	}
+	if g.cfg.Downstream == "" {
+		return nil
+	}
+	dsn, err := sessionDSN(g.cfg.Downstream, "", g.cfg.TimeZone, false)
+	if err != nil {
+		return fmt.Errorf("downstream dsn: %w", err)
+	}
+	down, err := openDB(dsn, 1)
+	if err != nil {
+		return fmt.Errorf("open downstream: %w", err)
+	}
+	defer down.Close()
+	if err := execTimeout(ctx, down, "DROP DATABASE IF EXISTS "+quoteIdent(g.cfg.Database)); err != nil {
+		return fmt.Errorf("downstream: drop database %s: %w", g.cfg.Database, err)
+	}
+	return nil
 }
 
 func createDatabase(ctx context.Context, db *sql.DB, name string) (bool, error) {

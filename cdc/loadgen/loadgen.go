@@ -35,8 +35,15 @@ type Config struct {
 	Downstream string
 	// Brokers are Kafka bootstrap addresses. Default: ["127.0.0.1:9092"].
 	Brokers []string
-	// Topic receives the changefeed; it must exist. Default: "parity".
+	// Topic receives the changefeed. Default: "parity".
 	Topic string
+	// Partitions is the partition count loadgen creates Topic with when it does not exist
+	// (TiCDC's partition-num); an existing topic keeps its partitions. 0 requires the
+	// topic to exist. Default: 3.
+	Partitions int
+	// Reset drops Database on the upstream (and on Downstream when set) before starting,
+	// so a demo can be re-run. Default: false.
+	Reset bool
 	// Database is the schema the tables live in, on both sides. Default: "parity_load".
 	Database string
 
@@ -105,6 +112,7 @@ func DefaultConfig() Config {
 		Upstream:         "root@tcp(127.0.0.1:4000)/",
 		Brokers:          []string{"127.0.0.1:9092"},
 		Topic:            "parity",
+		Partitions:       3,
 		Database:         "parity_load",
 		Tables:           4,
 		IDType:           "int",
@@ -150,6 +158,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Topic == "" {
 		bad("topic", "required")
+	}
+	if c.Partitions < 0 {
+		bad("partitions", "must not be negative, got %d", c.Partitions)
 	}
 	if c.Database == "" {
 		bad("database", "required")

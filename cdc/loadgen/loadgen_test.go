@@ -375,3 +375,74 @@ func tidbLikeDownstream(t *testing.T, downDSN, db, upDSN string, tables []string
 	}
 	return st
 }
+
+// TestCreatesMissingTopic: like TiCDC with partition-num, the generator creates a topic
+// that does not exist, and Reset starts the database over.
+func TestCreatesMissingTopic(t *testing.T) {
+	up := testenv.Upstream(t)
+	broker := testenv.Kafka(t)
+	topic := strings.ReplaceAll(testenv.UniqueName("lgnew"), "_", "-")
+	t.Cleanup(func() {
+		conn, err := kafka.Dial("tcp", broker)
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		if ctrl, err := conn.Controller(); err == nil {
+			if cc, err := kafka.Dial("tcp", fmt.Sprintf("%s:%d", ctrl.Host, ctrl.Port)); err == nil {
+				_ = cc.DeleteTopics(topic)
+				cc.Close()
+			}
+		}
+	})
+	cfg := DefaultConfig()
+	cfg.Upstream = testenv.Require(t, testenv.EnvUpstream)
+	cfg.Brokers = []string{broker}
+	cfg.Topic = topic
+	cfg.Partitions = 2
+	cfg.Database = up.Name
+	cfg.Tables = 1
+	cfg.AllTypes, cfg.Keyless = false, false
+	cfg.Transactions = 5
+	cfg.Reset = true
+	if _, err := up.Exec("CREATE TABLE leftover (a INT)"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	res, err := Run(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := TopicPartitions(ctx, cfg.Brokers, topic)
+	if err != nil || n != 2 {
+		t.Fatalf("topic %s: %d partitions, %v; want 2", topic, n, err)
+	}
+	if res.Transactions != 5 {
+		t.Fatalf("%d transactions, want 5", res.Transactions)
+	}
+	var left int
+	if err := up.QueryRow("SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_NAME = 'leftover'", up.Name).Scan(&left); err != nil || left != 0 {
+		t.Fatalf("reset kept table leftover (%d, %v)", left, err)
+	}
+}
+
+func TestConfigValidateNamesEveryProblem(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Topic = ""
+	cfg.Workers = 0
+	cfg.Dispatcher = "columns"
+	cfg.ImportRows = 10 // without downstream
+	err := cfg.Validate()
+	if err == nil {
+		t.Fatal("want errors")
+	}
+	for _, key := range []string{"topic:", "workers:", "dispatcher:", "downstream:"} {
+		if !strings.Contains(err.Error(), key) {
+			t.Errorf("error %q does not name %s", err, key)
+		}
+	}
+	if err := DefaultConfig(); err.Validate() != nil {
+		t.Errorf("defaults invalid: %v", err.Validate())
+	}
+}

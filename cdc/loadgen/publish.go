@@ -2,9 +2,11 @@ package loadgen
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -154,8 +156,61 @@ func TopicPartitions(ctx context.Context, brokers []string, topic string) (int, 
 	return 0, fmt.Errorf("dial kafka %v: %w", brokers, lastErr)
 }
 
+// CreateTopic creates a topic with the given partitions (replication factor 1) and
+// waits until every partition has a leader.
+func CreateTopic(ctx context.Context, brokers []string, topic string, partitions int) error {
+	var d kafka.Dialer
+	conn, err := d.DialContext(ctx, "tcp", brokers[0])
+	if err != nil {
+		return fmt.Errorf("dial kafka %s: %w", brokers[0], err)
+	}
+	defer conn.Close()
+	ctrl, err := conn.Controller()
+	if err != nil {
+		return fmt.Errorf("kafka controller: %w", err)
+	}
+	cc, err := d.DialContext(ctx, "tcp", net.JoinHostPort(ctrl.Host, strconv.Itoa(ctrl.Port)))
+	if err != nil {
+		return fmt.Errorf("dial kafka controller: %w", err)
+	}
+	defer cc.Close()
+	err = cc.CreateTopics(kafka.TopicConfig{Topic: topic, NumPartitions: partitions, ReplicationFactor: 1})
+	if err != nil && !errors.Is(err, kafka.TopicAlreadyExists) {
+		return fmt.Errorf("create topic %s: %w", topic, err)
+	}
+	for {
+		c, err := d.DialContext(ctx, "tcp", brokers[0])
+		if err == nil {
+			parts, err := c.ReadPartitions(topic)
+			c.Close()
+			ready := err == nil && len(parts) == partitions
+			for _, p := range parts {
+				if p.Leader.Host == "" {
+					ready = false
+				}
+			}
+			if ready {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("topic %s has no leaders yet: %w", topic, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
 func newProducer(ctx context.Context, cfg *Config) (*producer, error) {
 	n, err := TopicPartitions(ctx, cfg.Brokers, cfg.Topic)
+	if errors.Is(err, kafka.UnknownTopicOrPartition) && cfg.Partitions > 0 {
+		cctx, cancel := context.WithTimeout(ctx, time.Minute)
+		err = CreateTopic(cctx, cfg.Brokers, cfg.Topic, cfg.Partitions)
+		cancel()
+		if err == nil {
+			n, err = TopicPartitions(ctx, cfg.Brokers, cfg.Topic)
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
