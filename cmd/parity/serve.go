@@ -191,47 +191,53 @@ func newLogger(c logConfig) *slog.Logger {
 
 func init() {
 	addCommand(func() *cobra.Command {
-		f := &serveFlags{}
-		cmd := &cobra.Command{
-			Use:   "serve",
-			Short: "Replicate the TiCDC changefeed from Kafka into the fallback MySQL, exactly once",
-			Long: `serve consumes a TiCDC open-protocol changefeed from Kafka and applies it to the
+		cmd, _ := newServeCommand()
+		return cmd
+	})
+}
+
+// newServeCommand returns the serve command and the flag values it parses into.
+func newServeCommand() (*cobra.Command, *serveFlags) {
+	f := &serveFlags{}
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Replicate the TiCDC changefeed from Kafka into the fallback MySQL, exactly once",
+		Long: `serve consumes a TiCDC open-protocol changefeed from Kafka and applies it to the
 fallback MySQL in commit-ts order, exactly once, recording its progress in the meta
 schema of the downstream. Settings come from --config (TOML), then the environment
 (PARITY_UPSTREAM_DSN, PARITY_DOWNSTREAM_DSN), then flags. SIGTERM or SIGINT finishes the
 round being applied and exits 0; a second signal exits at once.
 
 Exit status: 0 after a signal, 1 when replication failed, 2 for a configuration error.`,
-			Args: cobra.NoArgs,
-			RunE: func(cmd *cobra.Command, _ []string) error {
-				cfg, err := resolveServeConfig(cmd, f)
-				if err != nil {
-					return &exitError{code: 2, err: err}
-				}
-				return runServe(cmd.Context(), cfg)
-			},
-		}
-		fl := cmd.Flags()
-		fl.StringVarP(&f.config, "config", "c", "", "TOML config file (see deploy/parity.example.toml)")
-		fl.StringVar(&f.changefeedID, "changefeed-id", "", "changefeed.id")
-		fl.StringSliceVar(&f.brokers, "brokers", nil, "changefeed.brokers (comma separated)")
-		fl.StringSliceVar(&f.topics, "topics", nil, "changefeed.topics (comma separated)")
-		fl.StringVar(&f.topicRegex, "topic-regex", "", "changefeed.topic-regex")
-		fl.StringVar(&f.compression, "compression", "", "changefeed.compression (none, snappy, lz4)")
-		fl.StringVar(&f.tz, "time-zone", "", "changefeed.time-zone of TIMESTAMP values")
-		fl.StringVar(&f.upstreamDSN, "upstream-dsn", "", "upstream.dsn (prefer "+envUpstreamDSN+")")
-		fl.StringVar(&f.downstreamDSN, "downstream-dsn", "", "downstream.dsn (prefer "+envDownstreamDSN+")")
-		fl.IntVar(&f.workers, "workers", 0, "applier.workers")
-		fl.IntVar(&f.batchRows, "batch-rows", 0, "applier.batch-rows")
-		fl.Int64Var(&f.memoryBytes, "memory-bytes", 0, "applier.memory-bytes")
-		fl.StringVar(&f.spillDir, "spill-dir", "", "applier.spill-dir")
-		fl.StringVar(&f.metaSchema, "meta-schema", "", "applier.meta-schema")
-		fl.BoolVar(&f.deadLetter, "dead-letter", false, "applier.dead-letter")
-		fl.StringVar(&f.statusAddr, "status-addr", "", "status.addr (empty disables)")
-		fl.StringVar(&f.logLevel, "log-level", "", "log.level")
-		fl.StringVar(&f.logFormat, "log-format", "", "log.format (text, json)")
-		return cmd
-	})
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := resolveServeConfig(cmd, f)
+			if err != nil {
+				return &exitError{code: 2, err: err}
+			}
+			return runServe(cmd.Context(), cfg)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVarP(&f.config, "config", "c", "", "TOML config file (see deploy/parity.example.toml)")
+	fl.StringVar(&f.changefeedID, "changefeed-id", "", "changefeed.id")
+	fl.StringSliceVar(&f.brokers, "brokers", nil, "changefeed.brokers (comma separated)")
+	fl.StringSliceVar(&f.topics, "topics", nil, "changefeed.topics (comma separated)")
+	fl.StringVar(&f.topicRegex, "topic-regex", "", "changefeed.topic-regex")
+	fl.StringVar(&f.compression, "compression", "", "changefeed.compression (none, snappy, lz4)")
+	fl.StringVar(&f.tz, "time-zone", "", "changefeed.time-zone of TIMESTAMP values")
+	fl.StringVar(&f.upstreamDSN, "upstream-dsn", "", "upstream.dsn (prefer "+envUpstreamDSN+")")
+	fl.StringVar(&f.downstreamDSN, "downstream-dsn", "", "downstream.dsn (prefer "+envDownstreamDSN+")")
+	fl.IntVar(&f.workers, "workers", 0, "applier.workers")
+	fl.IntVar(&f.batchRows, "batch-rows", 0, "applier.batch-rows")
+	fl.Int64Var(&f.memoryBytes, "memory-bytes", 0, "applier.memory-bytes")
+	fl.StringVar(&f.spillDir, "spill-dir", "", "applier.spill-dir")
+	fl.StringVar(&f.metaSchema, "meta-schema", "", "applier.meta-schema")
+	fl.BoolVar(&f.deadLetter, "dead-letter", false, "applier.dead-letter")
+	fl.StringVar(&f.statusAddr, "status-addr", "", "status.addr (empty disables)")
+	fl.StringVar(&f.logLevel, "log-level", "", "log.level")
+	fl.StringVar(&f.logFormat, "log-format", "", "log.format (text, json)")
+	return cmd, f
 }
 
 func runServe(parent context.Context, cfg serveConfig) error {

@@ -2,6 +2,8 @@ package main
 
 import (
 	"os"
+
+	"github.com/spf13/cobra"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -62,5 +64,49 @@ func TestConfigRejectsUnknownKeysAndReportsEveryProblem(t *testing.T) {
 		if !strings.Contains(err.Error(), k) {
 			t.Errorf("error does not report %q:\n%v", k, err)
 		}
+	}
+}
+
+// Settings are layered: defaults < file < environment < flags.
+func TestServeConfigLayers(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "parity.toml")
+	if err := os.WriteFile(p, []byte(`[changefeed]
+brokers = ["file:9092"]
+topics = ["from-file"]
+[downstream]
+dsn = "file@tcp(file:3306)/"
+[applier]
+workers = 2
+batch-rows = 10
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(envDownstreamDSN, "env@tcp(env:3306)/")
+	t.Setenv(envUpstreamDSN, "up@tcp(env:4000)/")
+	run := func(args ...string) serveConfig {
+		t.Helper()
+		var got serveConfig
+		cmd, f := newServeCommand()
+		cmd.RunE = func(c *cobra.Command, _ []string) error {
+			var err error
+			got, err = resolveServeConfig(c, f)
+			return err
+		}
+		cmd.SetArgs(append([]string{"--config", p}, args...))
+		if err := cmd.Execute(); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	cfg := run("--workers", "5", "--brokers", "a:1,b:2")
+	if cfg.Applier.Workers != 5 || cfg.Applier.BatchRows != 10 || cfg.Downstream.DSN != "env@tcp(env:3306)/" ||
+		cfg.Upstream.DSN != "up@tcp(env:4000)/" || !reflect.DeepEqual(cfg.Changefeed.Brokers, []string{"a:1", "b:2"}) ||
+		!reflect.DeepEqual(cfg.Changefeed.Topics, []string{"from-file"}) || cfg.Applier.MetaSchema != "parity_meta" {
+		t.Fatalf("layered config: %+v", cfg)
+	}
+	cfg = run("--downstream-dsn", "flag@tcp(flag:3306)/")
+	if cfg.Downstream.DSN != "flag@tcp(flag:3306)/" || cfg.Applier.Workers != 2 {
+		t.Fatalf("flag over env: %+v", cfg)
 	}
 }
