@@ -12,7 +12,8 @@
 //   - sqltext.go: the one identifier escaper and value-literal renderer.
 //   - checksum.go: every checksum and row-streaming SQL statement.
 //   - chunk.go: key ranges, boundary predicates, adaptive splitting.
-//   - rowdiff.go: drill-down (bisect, then merge-compare rows in Go).
+//   - drill.go: narrowing a mismatched chunk (key buckets or bisection); rowdiff.go:
+//     merge-comparing rows in Go, type-aware equality.
 //   - fix.go: fix SQL; state.go: the persisted run state machine; run.go: the worker
-//     pool and Run; report.go: the result.
+//     pool and Run; throttle.go: rate cap and busy pause; report.go: the result.
 package checker
