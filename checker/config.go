@@ -93,6 +93,9 @@ type Config struct {
 	// Resume continues the run with this ID instead of starting a new one. Default: "".
 	Resume string `toml:"-" json:"-"`
 
+	// Started, when set, is called once with the run's ID as soon as the run is stored
+	// (before any chunk), so a caller can tell a user how to resume it.
+	Started func(runID string) `toml:"-" json:"-"`
 	// Progress, when set, is called after every finished chunk (never concurrently).
 	Progress func(Progress) `toml:"-" json:"-"`
 	// Logger receives structured logs (never row values). Default: slog.Default().

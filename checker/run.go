@@ -146,6 +146,9 @@ func RunWith(ctx context.Context, cfg Config, src Sources) (*Report, error) {
 		}
 	}
 	r.log = log.With("run_id", r.st.runID)
+	if cfg.Started != nil {
+		cfg.Started(r.st.runID)
+	}
 	r.busy = newBusyGate(r)
 	r.log.Info("diff started", "resume", cfg.Resume != "", "upstream", src.Upstream.Describe(), "downstream", src.Downstream.Describe())
 

@@ -171,6 +171,9 @@ func runDiff(cmd *cobra.Command, f *diffFlags) (int, error) {
 	}
 	pr := &progressPrinter{w: stderr, tty: tty}
 	cfg.Progress = pr.update
+	cfg.Started = func(id string) {
+		fmt.Fprintf(stderr, "parity diff run %s started (if it stops, continue it with --resume %s)\n", id, id)
+	}
 
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
