@@ -36,8 +36,10 @@ func bench(ctx context.Context, o options, data Dataset, want Expected, plan []D
 		}
 	}
 	o.parity = absPath(o.parity)
-	if err := ensureReladiff(ctx, o.reladiff); err != nil {
-		return err
+	if !o.noReladiff {
+		if err := ensureReladiff(ctx, o.reladiff); err != nil {
+			return err
+		}
 	}
 
 	if o.hashes {
@@ -58,7 +60,7 @@ func bench(ctx context.Context, o options, data Dataset, want Expected, plan []D
 	}
 
 	// reladiff's wall times include the Python interpreter's start; show what that is.
-	if res, err := timeProcess(exec.CommandContext(ctx, o.reladiff, "--version")); err == nil {
+	if res, err := timeProcess(exec.CommandContext(ctx, o.reladiff, "--version")); err == nil && !o.noReladiff {
 		o.reladiffStart = res.Wall
 	}
 	if la, err := os.ReadFile("/proc/loadavg"); err == nil {
@@ -137,6 +139,9 @@ func runCase(ctx context.Context, o options, p *pair, name string, diffs []Diffe
 		slog.Info("bare loop done", "seconds", fr.Wall.Seconds(), "chunks", fr.Chunks)
 		r.floor = best(r.floor, fr)
 
+		if o.noReladiff {
+			continue
+		}
 		slog.Info("running reladiff", "pair", p.label, "case", name, "repeat", i+1)
 		rr, err := runReladiff(ctx, o, p, filepath.Join(dir, fmt.Sprintf("reladiff-%d.log", i+1)))
 		if err != nil {

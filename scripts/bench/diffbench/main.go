@@ -51,6 +51,7 @@ type options struct {
 	revert        string
 	hashes        bool
 	fixCheck      string
+	noReladiff    bool
 	workDir       string
 	parity        string
 	reladiff      string
@@ -80,6 +81,7 @@ func main() {
 	flag.StringVar(&o.inject, "inject", "", "only inject the differences into the downstream copy of this pair (mariadb or tidb), for manual runs")
 	flag.StringVar(&o.revert, "revert", "", "only revert the injected differences of this pair and verify the downstream copy")
 	flag.StringVar(&o.fixCheck, "fix-check", "", "only inject the differences into the first pair's downstream, apply this fix SQL file, verify and revert")
+	flag.BoolVar(&o.noReladiff, "no-reladiff", false, "skip reladiff (quick iterations on the engine: parity and the bare loop only)")
 	flag.BoolVar(&o.hashes, "hashes", true, "also time the per-row hash alternatives over the whole table on every server")
 	flag.StringVar(&o.workDir, "work", "var/bench/diff", "directory for binaries, reports and logs")
 	flag.StringVar(&o.parity, "parity", "", "parity binary (default: go build ./cmd/parity into -work)")

@@ -94,7 +94,11 @@ func printResults(w io.Writer, o options, results []*caseResult) {
 			fmt.Fprintf(tw, "%s\t%s\tparity >= %.0fx faster than reladiff\t%.2fx (%s vs %s)\t%s\n", r.pair.label, r.name, target, x,
 				secs(r.parity.Wall), secs(r.reladiff.Wall), verdict(x >= target))
 		} else {
-			fmt.Fprintf(tw, "%s\t%s\tparity >= %.0fx faster than reladiff\tnot measured\tMISS\n", r.pair.label, r.name, target)
+			verdict := "MISS"
+			if o.noReladiff {
+				verdict = "skipped (-no-reladiff)"
+			}
+			fmt.Fprintf(tw, "%s\t%s\tparity >= %.0fx faster than reladiff\tnot measured\t%s\n", r.pair.label, r.name, target, verdict)
 		}
 		if r.parity.Wall > 0 && r.floor.Wall > 0 {
 			x := ratio(r.parity.Wall, r.floor.Wall)
