@@ -57,6 +57,12 @@ type ChangefeedConfig struct {
 	// schema explicitly are not rewritten.
 	// Default: {} (same names)
 	SchemaMap map[string]string `toml:"schema-map"`
+	// StartTs is the applied checkpoint assumed at the very first start, when the meta
+	// schema has none: typically the TSO of the import that loaded the fallback (the
+	// changefeed's start-ts). Events at or below it are skipped. Ignored once a
+	// checkpoint exists.
+	// Default: 0
+	StartTs uint64 `toml:"start-ts"`
 	// MaxMessageBytes bounds one decompressed payload (a defence against corrupt input).
 	// Default: 0 (the codec's default)
 	MaxMessageBytes int `toml:"max-message-bytes"`

@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -51,6 +52,7 @@ type Replicator struct {
 	log   *slog.Logger
 	hooks *testHooks
 
+	started atomic.Bool
 	reqs    chan *barrierReq
 	running chan struct{} // closed when Run started serving requests
 	done    chan struct{} // closed when Run returned
@@ -276,7 +278,12 @@ type coordinator struct {
 
 // Run consumes and applies until ctx ends (then it finishes the round in progress and
 // returns nil) or an error stops it.
+//
+// Run may be called once per Replicator.
 func (r *Replicator) Run(ctx context.Context) (err error) {
+	if !r.started.CompareAndSwap(false, true) {
+		return errors.New("replicator: Run called twice")
+	}
 	defer func() {
 		r.mu.Lock()
 		if err != nil {
@@ -309,6 +316,9 @@ func (r *Replicator) Run(ctx context.Context) (err error) {
 	saved, err := m.load(ctx)
 	if err != nil {
 		return err
+	}
+	if !saved.hasCheckpoint {
+		saved.appliedTs = cfg.Changefeed.StartTs
 	}
 	parts, err := listPartitions(ctx, cfg.Changefeed)
 	if err != nil {

@@ -474,3 +474,21 @@ func TestDownstreamErrors(t *testing.T) {
 		t.Fatalf("missing table: %v", err)
 	}
 }
+
+// TestStartTsSkipsWhatTheImportHolds: at the first start the checkpoint is
+// changefeed.start-ts; events at or below it are already in the fallback.
+func TestStartTsSkipsWhatTheImportHolds(t *testing.T) {
+	down := testenv.Downstream(t)
+	f := newFeed(t, 1)
+	s := down.Name
+	exec(t, down.DB, "CREATE TABLE kv (id BIGINT PRIMARY KEY, v VARCHAR(32))")
+	exec(t, down.DB, "INSERT INTO kv VALUES (1, 'imported')")
+	t1, t2 := f.next(), f.next()
+	f.rows(0, ins(t1, s, "kv", ci("id", 1, pk), cs("v", "before import")), ins(t2, s, "kv", ci("id", 2, pk), cs("v", "after")))
+	f.resolved(t2)
+	cfg := testConfig(t, f, down)
+	cfg.Changefeed.StartTs = t1
+	run := start(t, cfg, nil)
+	run.wait(t, t2)
+	equal(t, "kv", dump(t, down.DB, s, "kv"), []string{"1|imported", "2|after"})
+}

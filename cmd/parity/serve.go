@@ -134,6 +134,7 @@ type serveFlags struct {
 	config                                    string
 	changefeedID, topicRegex, compression, tz string
 	brokers, topics                           []string
+	startTs                                   uint64
 	upstreamDSN, downstreamDSN                string
 	workers, batchRows                        int
 	memoryBytes                               int64
@@ -166,6 +167,7 @@ func resolveServeConfig(cmd *cobra.Command, f *serveFlags) (serveConfig, error) 
 	set("topic-regex", func() { cfg.Changefeed.TopicRegex = f.topicRegex })
 	set("compression", func() { cfg.Changefeed.Compression = f.compression })
 	set("time-zone", func() { cfg.Changefeed.TimeZone = f.tz })
+	set("start-ts", func() { cfg.Changefeed.StartTs = f.startTs })
 	set("upstream-dsn", func() { cfg.Upstream.DSN = f.upstreamDSN })
 	set("downstream-dsn", func() { cfg.Downstream.DSN = f.downstreamDSN })
 	set("workers", func() { cfg.Applier.Workers = f.workers })
@@ -226,6 +228,7 @@ Exit status: 0 after a signal, 1 when replication failed, 2 for a configuration 
 	fl.StringVar(&f.topicRegex, "topic-regex", "", "changefeed.topic-regex")
 	fl.StringVar(&f.compression, "compression", "", "changefeed.compression (none, snappy, lz4)")
 	fl.StringVar(&f.tz, "time-zone", "", "changefeed.time-zone of TIMESTAMP values")
+	fl.Uint64Var(&f.startTs, "start-ts", 0, "changefeed.start-ts: checkpoint assumed at the first start (import TSO)")
 	fl.StringVar(&f.upstreamDSN, "upstream-dsn", "", "upstream.dsn (prefer "+envUpstreamDSN+")")
 	fl.StringVar(&f.downstreamDSN, "downstream-dsn", "", "downstream.dsn (prefer "+envDownstreamDSN+")")
 	fl.IntVar(&f.workers, "workers", 0, "applier.workers")
