@@ -102,15 +102,15 @@ func TestEmptyAndSingleRowTables(t *testing.T) {
 
 func TestStructureDifferences(t *testing.T) {
 	p := mariaPair(t)
-	exec(t, p.up.DB, "CREATE TABLE s (id INT PRIMARY KEY, a INT, b VARCHAR(10), ign INT)", "INSERT INTO s VALUES (1, 1, 'x', 1)")
-	exec(t, p.down.DB, "CREATE TABLE s (id INT PRIMARY KEY, a BIGINT, c INT, ign INT)", "INSERT INTO s VALUES (1, 1, 5, 2)")
+	exec(t, p.up.DB, "CREATE TABLE s (id INT PRIMARY KEY, a INT, b VARCHAR(10), ign INT, u INT NOT NULL, UNIQUE KEY (u))", "INSERT INTO s VALUES (1, 1, 'x', 1, 1)")
+	exec(t, p.down.DB, "CREATE TABLE s (id INT PRIMARY KEY, a BIGINT, c INT, ign INT, u INT NOT NULL)", "INSERT INTO s VALUES (1, 1, 5, 2, 1)")
 	cfg := p.config(t, "s", "missing_table")
 	cfg.Tables = []string{p.up.Name + ".*"}
 	cfg.IgnoreColumns = []string{"*.s.ign"}
 	exec(t, p.up.DB, "CREATE TABLE nodown (id INT PRIMARY KEY)")
 	rep := run(t, cfg)
 	tr := tableReport(t, rep, "s")
-	if tr.StructureEqual || len(tr.StructureProblems) != 3 || !tr.DataCompared || tr.DifferencesTotal != 0 {
+	if tr.StructureEqual || len(tr.StructureProblems) != 4 || !tr.DataCompared || tr.DifferencesTotal != 0 {
 		t.Errorf("structure: %+v", tr)
 	}
 	if tr := tableReport(t, rep, "nodown"); tr.DataCompared || tr.StructureEqual {
@@ -246,5 +246,34 @@ func TestOddKeys(t *testing.T) {
 	}
 	if tr := tableReport(t, rep, "pk"); !tr.Keyless || tr.DifferencesTotal != 2 {
 		t.Errorf("prefix unique key: %+v", tr)
+	}
+}
+
+// TestWhereRouteAndCap: a row filter on both sides, a table-level route to another name,
+// and the cap on listed differences (the total still counts all).
+func TestWhereRouteAndCap(t *testing.T) {
+	p := mariaPair(t)
+	exec(t, p.up.DB, "CREATE TABLE w (id INT PRIMARY KEY, v INT)")
+	exec(t, p.down.DB, "CREATE TABLE w_renamed (id INT PRIMARY KEY, v INT)")
+	var vals []string
+	for i := 1; i <= 200; i++ {
+		vals = append(vals, fmt.Sprintf("(%d, %d)", i, i))
+	}
+	exec(t, p.up.DB, "INSERT INTO w VALUES "+strings.Join(vals, ","))
+	exec(t, p.down.DB, "INSERT INTO w_renamed VALUES "+strings.Join(vals, ","),
+		"UPDATE w_renamed SET v = -v WHERE id BETWEEN 50 AND 59 OR id > 150")
+	cfg := p.config(t, "w")
+	cfg.Routes = []Route{{From: p.up.Name + ".w", To: p.down.Name + ".w_renamed"}}
+	cfg.TableConfigs = []TableConfig{{Table: "*.w", Where: "id <= 100"}}
+	cfg.MaxReportedDifferences = 4
+	rep := run(t, cfg)
+	tr := tableReport(t, rep, "w")
+	if tr.DownstreamTable != "w_renamed" || tr.RowsChecked != 100 || tr.DifferencesTotal != 10 ||
+		len(tr.Differences) != 4 || !tr.DifferencesTruncated || tr.Differences[0].Key[0].Value != "50" {
+		t.Fatalf("report: %+v", tr)
+	}
+	fix := readFix(t, cfg, tr)
+	if n := strings.Count(fix, "REPLACE INTO `"+p.down.Name+"`.`w_renamed`"); n != 10 {
+		t.Fatalf("fix SQL has %d statements, want all 10:\n%s", n, fix)
 	}
 }

@@ -269,6 +269,24 @@ func compareStructure(up, down *Table, ignored func(string) bool) []StructurePro
 			out = append(out, StructureProblem{Column: dc.Name, Problem: "column missing upstream (extra downstream)"})
 		}
 	}
+	keyName := func(k []string) string { return strings.ToLower(strings.Join(k, ",")) }
+	upUK, downUK := map[string]bool{}, map[string]bool{}
+	for _, k := range up.UniqueKeys {
+		upUK[keyName(k)] = true
+	}
+	for _, k := range down.UniqueKeys {
+		downUK[keyName(k)] = true
+	}
+	for _, k := range up.UniqueKeys {
+		if !downUK[keyName(k)] {
+			out = append(out, StructureProblem{Problem: fmt.Sprintf("unique key (%s) missing downstream", strings.Join(k, ","))})
+		}
+	}
+	for _, k := range down.UniqueKeys {
+		if !upUK[keyName(k)] {
+			out = append(out, StructureProblem{Problem: fmt.Sprintf("unique key (%s) only downstream", strings.Join(k, ","))})
+		}
+	}
 	if !equalFoldSlices(up.PrimaryKey, down.PrimaryKey) {
 		out = append(out, StructureProblem{Problem: fmt.Sprintf("primary key differs: upstream (%s), downstream (%s)",
 			strings.Join(up.PrimaryKey, ","), strings.Join(down.PrimaryKey, ","))})
