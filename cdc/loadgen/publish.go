@@ -123,6 +123,7 @@ func (s *sequencer) inflight() int {
 // producer writes open-protocol records to explicit partitions of one topic.
 type producer struct {
 	w          *kafka.Writer
+	transport  *kafka.Transport
 	topic      string
 	partitions int
 	dispatcher Dispatcher
@@ -226,6 +227,7 @@ func newProducer(ctx context.Context, cfg *Config) (*producer, error) {
 	if maxBytes == 0 {
 		maxBytes = open.DefaultEncoderConfig().MaxMessageBytes
 	}
+	transport := &kafka.Transport{Dial: (&net.Dialer{Timeout: 10 * time.Second}).DialContext}
 	w := &kafka.Writer{
 		Addr:         kafka.TCP(cfg.Brokers...),
 		Topic:        cfg.Topic,
@@ -235,12 +237,18 @@ func newProducer(ctx context.Context, cfg *Config) (*producer, error) {
 		BatchTimeout: time.Millisecond,
 		RequiredAcks: kafka.RequireAll, // TiCDC's default: WaitForAll
 		MaxAttempts:  10,
-		Transport:    &kafka.Transport{Dial: (&net.Dialer{Timeout: 10 * time.Second}).DialContext},
+		Transport:    transport,
 	}
-	return &producer{w: w, topic: cfg.Topic, partitions: n, dispatcher: d, encCfg: cfg.Encoder, enc: enc}, nil
+	return &producer{w: w, transport: transport, topic: cfg.Topic, partitions: n, dispatcher: d, encCfg: cfg.Encoder, enc: enc}, nil
 }
 
-func (p *producer) Close() error { return p.w.Close() }
+// Close flushes the writer and closes its connections (a Writer does not close the idle
+// connections of a Transport it was given).
+func (p *producer) Close() error {
+	err := p.w.Close()
+	p.transport.CloseIdleConnections()
+	return err
+}
 
 // group is the records of one (partition, partition key) in one round.
 type group struct {
