@@ -274,6 +274,7 @@ type coordinator struct {
 	ddlCount   int64
 	stopErr    error // an unusable record stopped a partition: apply what is possible, then fail
 	lastPub    time.Time
+	lastLog    time.Time
 }
 
 // Run consumes and applies until ctx ends (then it finishes the round in progress and
@@ -354,7 +355,9 @@ func (r *Replicator) Run(ctx context.Context) (err error) {
 	r.log.Info("replicator starting", "resolved_ts", saved.appliedTs, "partitions", len(parts),
 		"workers", cfg.Applier.Workers, "spill_dir", cfg.spillDir())
 
-	records := make(chan record, 64)
+	// Readers decode ahead while a round is applied; 256 records of at most
+	// max-batch-size events each.
+	records := make(chan record, 256)
 	g, gctx := errgroup.WithContext(ctx)
 	for i, ps := range c.parts {
 		start := ps.nextRead
@@ -565,6 +568,7 @@ func (c *coordinator) run(ctx context.Context, records <-chan record) error {
 			return err
 		}
 		c.publish(false)
+		c.logProgress()
 		if c.stopErr != nil {
 			c.failBarriers(c.stopErr)
 			return c.stopErr
@@ -879,6 +883,18 @@ func alreadyApplied(err error) bool {
 		return true
 	}
 	return false
+}
+
+// logProgress logs the lag every 30 seconds.
+func (c *coordinator) logProgress() {
+	if time.Since(c.lastLog) < 30*time.Second {
+		return
+	}
+	c.lastLog = time.Now()
+	st := c.r.Status()
+	c.log.Info("progress", "resolved_ts", st.AppliedTs, "applied_lag_seconds", st.AppliedLagSeconds,
+		"global_resolved_ts", st.ResolvedTs, "resolved_lag_seconds", st.ResolvedLagSeconds,
+		"buffered_rows", st.BufferedRows, "spilled_rows", st.SpilledRows, "rows_applied", st.RowsApplied)
 }
 
 // publish refreshes the status snapshot (at most every 100ms unless forced).
