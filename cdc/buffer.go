@@ -214,7 +214,11 @@ func (b *buffer) release(target uint64) {
 			for i := 0; i < n; i++ {
 				freed += tb.mem[i].size
 			}
-			tb.mem = append([]bufEvent(nil), tb.mem[n:]...)
+			clear(tb.mem[:n]) // drop the references so the events can be collected
+			tb.mem = tb.mem[n:]
+			if cap(tb.mem) > 2*len(tb.mem)+1024 {
+				tb.mem = append([]bufEvent(nil), tb.mem...)
+			}
 			tb.memBytes -= freed
 			b.memBytes -= freed
 			b.memCount -= int64(n)
