@@ -602,7 +602,7 @@ func (c *coordinator) step(ctx context.Context) error {
 			}
 		}
 		c.barriers = live
-		if len(c.barriers) > 0 && c.barriers[0].ts == c.applied {
+		if len(c.barriers) > 0 && c.barriers[0].ts == c.applied && !c.ddlDue(c.applied) {
 			b := c.barriers[0]
 			c.barriers = c.barriers[1:]
 			c.publish(true)
