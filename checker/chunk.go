@@ -178,7 +178,8 @@ type chunkSizer struct {
 }
 
 func newChunkSizer(cfg *Config) *chunkSizer {
-	return &chunkSizer{target: cfg.ChunkTargetTime.Seconds(), min: cfg.MinChunkRows, max: cfg.MaxChunkRows, cur: cfg.InitialChunkRows}
+	return &chunkSizer{target: cfg.ChunkTargetTime.Seconds(), min: cfg.MinChunkRows, max: cfg.MaxChunkRows,
+		cur: max(cfg.MinChunkRows, min(cfg.MaxChunkRows, cfg.InitialChunkRows))}
 }
 
 // observe records that rows took seconds on the slower side.

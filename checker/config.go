@@ -61,7 +61,8 @@ type Config struct {
 	// ChunkTargetTime is the time a chunk checksum query should take on the slower side;
 	// chunk sizes adapt towards it. Default: 500ms.
 	ChunkTargetTime time.Duration `toml:"chunk_target_time" json:"chunk_target_time"`
-	// InitialChunkRows is the size of the first chunks of a table. Default: 10000.
+	// InitialChunkRows is the size of the first chunks of a table (kept within
+	// [MinChunkRows, MaxChunkRows]). Default: 10000.
 	InitialChunkRows int `toml:"initial_chunk_rows" json:"initial_chunk_rows"`
 	// MinChunkRows and MaxChunkRows bound adaptive chunk sizes. Default: 1000 and 500000.
 	MinChunkRows int `toml:"min_chunk_rows" json:"min_chunk_rows"`
@@ -177,8 +178,8 @@ func (c *Config) Validate() error {
 	if c.MaxChunkRows < c.MinChunkRows {
 		bad("max_chunk_rows", "must be at least min_chunk_rows (%d), got %d", c.MinChunkRows, c.MaxChunkRows)
 	}
-	if c.InitialChunkRows < c.MinChunkRows || c.InitialChunkRows > c.MaxChunkRows {
-		bad("initial_chunk_rows", "must be within [%d, %d], got %d", c.MinChunkRows, c.MaxChunkRows, c.InitialChunkRows)
+	if c.InitialChunkRows < 1 {
+		bad("initial_chunk_rows", "must be at least 1, got %d", c.InitialChunkRows)
 	}
 	if c.RowDiffRows < 1 {
 		bad("row_diff_rows", "must be at least 1, got %d", c.RowDiffRows)
