@@ -351,3 +351,56 @@ func TestRateLimiter(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// FuzzRangePredicate: whatever the key bytes, a chunk predicate has balanced parentheses
+// and quotes, no control bytes, and non-ASCII only inside quotes (values only ever appear
+// hex-encoded, as validated numbers, or quoted without quotes or backslashes).
+func FuzzRangePredicate(f *testing.F) {
+	f.Add([]byte("a'b"), []byte("10"), []byte("z"), []byte("-5"))
+	f.Add([]byte{0, '`', ')'}, []byte("1e5"), []byte{}, []byte("x"))
+	f.Fuzz(func(t *testing.T, s1, n1, s2, n2 []byte) {
+		p := testPlan()
+		for _, side := range []Side{Upstream, Downstream} {
+			pred := p.rangePredicate(side, Range{Lo: Bound{{Bytes: s1}, {Bytes: n1}}, Hi: Bound{{Bytes: s2}, {Bytes: n2}}})
+			depth := 0
+			inQuote := false
+			for _, c := range []byte(pred) {
+				if c < 0x20 || c == 0x7f || (c > 0x7e && !inQuote) {
+					t.Fatalf("unexpected byte %#x in %q", c, pred)
+				}
+				switch {
+				case c == '\'':
+					inQuote = !inQuote
+				case inQuote:
+				case c == '(':
+					depth++
+				case c == ')':
+					depth--
+					if depth < 0 {
+						t.Fatalf("unbalanced: %s", pred)
+					}
+				}
+			}
+			if depth != 0 || inQuote {
+				t.Fatalf("unbalanced: %s", pred)
+			}
+		}
+	})
+}
+
+// FuzzCompareValue: key order is a total order per kind (reflexive, antisymmetric).
+func FuzzCompareValue(f *testing.F) {
+	f.Add([]byte("10"), []byte("9"), uint8(2))
+	f.Add([]byte("-838:59:59"), []byte("100:00:00"), uint8(6))
+	f.Add([]byte("1.50"), []byte("1.5"), uint8(3))
+	f.Fuzz(func(t *testing.T, a, b []byte, k uint8) {
+		kind := Kind(int(k) % (int(KindJSON) + 1))
+		x, y := Value{Bytes: a}, Value{Bytes: b}
+		if compareValue(kind, x, x) != 0 {
+			t.Fatalf("%s %q not equal to itself", kind, a)
+		}
+		if compareValue(kind, x, y) != -compareValue(kind, y, x) {
+			t.Fatalf("%s: compare(%q, %q) not antisymmetric", kind, a, b)
+		}
+	})
+}
