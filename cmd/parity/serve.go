@@ -104,6 +104,21 @@ func (c serveConfig) Validate() error {
 	return errors.Join(errs...)
 }
 
+// redacted returns c with the passwords of its DSNs replaced.
+func (c serveConfig) redacted() serveConfig {
+	red := func(dsn string) string {
+		mc, err := mysql.ParseDSN(dsn)
+		if err != nil || mc.Passwd == "" {
+			return dsn
+		}
+		mc.Passwd = "REDACTED"
+		return mc.FormatDSN()
+	}
+	c.Upstream.DSN = red(c.Upstream.DSN)
+	c.Downstream.DSN = red(c.Downstream.DSN)
+	return c
+}
+
 func parseLevel(s string) (slog.Level, error) {
 	var l slog.Level
 	err := l.UnmarshalText([]byte(s))
@@ -141,6 +156,7 @@ type serveFlags struct {
 	spillDir, metaSchema                      string
 	deadLetter                                bool
 	statusAddr, logLevel, logFormat           string
+	checkConfig                               bool
 }
 
 // resolveServeConfig builds the effective config: defaults < file < env < flags.
@@ -217,11 +233,15 @@ Exit status: 0 after a signal, 1 when replication failed, 2 for a configuration 
 			if err != nil {
 				return &exitError{code: 2, err: err}
 			}
+			if f.checkConfig {
+				return toml.NewEncoder(cmd.OutOrStdout()).Encode(cfg.redacted())
+			}
 			return runServe(cmd.Context(), cfg)
 		},
 	}
 	fl := cmd.Flags()
 	fl.StringVarP(&f.config, "config", "c", "", "TOML config file (see deploy/parity.example.toml)")
+	fl.BoolVar(&f.checkConfig, "check-config", false, "validate the effective configuration, print it (passwords redacted) and exit")
 	fl.StringVar(&f.changefeedID, "changefeed-id", "", "changefeed.id")
 	fl.StringSliceVar(&f.brokers, "brokers", nil, "changefeed.brokers (comma separated)")
 	fl.StringSliceVar(&f.topics, "topics", nil, "changefeed.topics (comma separated)")

@@ -110,3 +110,30 @@ batch-rows = 10
 		t.Fatalf("flag over env: %+v", cfg)
 	}
 }
+
+// --check-config prints the effective configuration, passwords redacted, as TOML that
+// decodes strictly again.
+func TestServeCheckConfig(t *testing.T) {
+	t.Setenv(envDownstreamDSN, "app:s3cret@tcp(db:3306)/")
+	cmd, _ := newServeCommand()
+	var out strings.Builder
+	cmd.SetOut(&out)
+	cmd.SetArgs([]string{"--check-config", "--brokers", "k:9092", "--topics", "t1"})
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(out.String(), "s3cret") || !strings.Contains(out.String(), "REDACTED") {
+		t.Fatalf("password not redacted:\n%s", out.String())
+	}
+	p := filepath.Join(t.TempDir(), "printed.toml")
+	if err := os.WriteFile(p, []byte(out.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := loadServeConfig(p)
+	if err != nil {
+		t.Fatalf("printed config does not decode: %v\n%s", err, out.String())
+	}
+	if cfg.Applier.RetryBackoff != 100*time.Millisecond || cfg.Changefeed.Topics[0] != "t1" {
+		t.Fatalf("printed config: %+v", cfg)
+	}
+}
