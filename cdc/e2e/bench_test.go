@@ -175,7 +175,20 @@ func (f *feed) publish(ctx context.Context, txns []benchTxn) error {
 		}
 	}
 	f.records.Add(int64(len(msgs)))
-	return f.w.WriteMessages(ctx, msgs...)
+	return writeRetry(ctx, f.w, msgs)
+}
+
+// writeRetry writes until Kafka acknowledges every message (duplicates on retry are
+// harmless: delivery is at-least-once, as with TiCDC).
+func writeRetry(ctx context.Context, w *kafka.Writer, msgs []kafka.Message) error {
+	var err error
+	for attempt := 0; attempt < 10; attempt++ {
+		if err = w.WriteMessages(ctx, msgs...); err == nil {
+			return nil
+		}
+		time.Sleep(time.Duration(100*(attempt+1)) * time.Millisecond)
+	}
+	return err
 }
 
 func (f *feed) resolved(ctx context.Context, ts uint64) error {
@@ -185,7 +198,7 @@ func (f *feed) resolved(ctx context.Context, ts uint64) error {
 		msgs[i] = kafka.Message{Partition: i, Key: m.Key, Value: m.Value}
 	}
 	f.records.Add(int64(len(msgs)))
-	return f.w.WriteMessages(ctx, msgs...)
+	return writeRetry(ctx, f.w, msgs)
 }
 
 // benchEnv is a benchmark's downstream database, topic and serve configuration.

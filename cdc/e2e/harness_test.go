@@ -21,6 +21,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/segmentio/kafka-go"
+	"go.uber.org/goleak"
 
 	"github.com/tidb-parity/parity/cdc/loadgen"
 	"github.com/tidb-parity/parity/internal/testenv"
@@ -53,8 +54,24 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "build parity:", err)
 		return 2
 	}
-	return m.Run()
+	code := m.Run()
+	if code == 0 {
+		// Everything a test started (loadgen, Kafka clients, subprocess waiters) must be
+		// gone. kafka-go's Writer sends metadata requests through DefaultTransport, whose
+		// idle connections nothing else closes.
+		if t, ok := kafka.DefaultTransport.(*kafka.Transport); ok {
+			t.CloseIdleConnections()
+		}
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			return 1
+		}
+	}
+	return code
 }
+
+// httpClient polls serve's status without keeping connections (and goroutines) alive.
+var httpClient = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 5 * time.Second}
 
 func repoRoot() (string, error) {
 	dir, err := os.Getwd()
@@ -290,7 +307,7 @@ func (e *env) status(ctx context.Context) (status, error) {
 	if err != nil {
 		return st, err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := httpClient.Do(req)
 	if err != nil {
 		return st, err
 	}
@@ -554,7 +571,7 @@ func (e *env) republish(recs []rawRecord) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := w.WriteMessages(ctx, msgs...); err != nil {
+	if err := writeRetry(ctx, w, msgs); err != nil {
 		e.t.Fatalf("republish %d records: %v", len(recs), err)
 	}
 }

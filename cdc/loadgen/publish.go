@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"slices"
 	"strconv"
@@ -124,6 +125,7 @@ func (s *sequencer) inflight() int {
 type producer struct {
 	w          *kafka.Writer
 	transport  *kafka.Transport
+	log        *slog.Logger
 	topic      string
 	partitions int
 	dispatcher Dispatcher
@@ -239,7 +241,7 @@ func newProducer(ctx context.Context, cfg *Config) (*producer, error) {
 		MaxAttempts:  10,
 		Transport:    transport,
 	}
-	return &producer{w: w, transport: transport, topic: cfg.Topic, partitions: n, dispatcher: d, encCfg: cfg.Encoder, enc: enc}, nil
+	return &producer{w: w, transport: transport, log: cfg.Logger, topic: cfg.Topic, partitions: n, dispatcher: d, encCfg: cfg.Encoder, enc: enc}, nil
 }
 
 // Close flushes the writer and closes its connections (a Writer does not close the idle
@@ -291,7 +293,7 @@ func (p *producer) publishTxns(ctx context.Context, txns []*txn) (records, rows 
 			msgs = append(msgs, kafka.Message{Partition: g.partition, Key: m.Key, Value: m.Value})
 		}
 	}
-	if err := p.w.WriteMessages(ctx, msgs...); err != nil {
+	if err := p.write(ctx, msgs); err != nil {
 		return 0, 0, fmt.Errorf("write %d records to topic %s: %w", len(msgs), p.topic, err)
 	}
 	return len(msgs), rows, nil
@@ -303,10 +305,32 @@ func (p *producer) broadcast(ctx context.Context, m open.Message) error {
 	for i := range msgs {
 		msgs[i] = kafka.Message{Partition: i, Key: m.Key, Value: m.Value}
 	}
-	if err := p.w.WriteMessages(ctx, msgs...); err != nil {
+	if err := p.write(ctx, msgs); err != nil {
 		return fmt.Errorf("broadcast to topic %s: %w", p.topic, err)
 	}
 	return nil
+}
+
+// write writes messages until Kafka acknowledges all of them, retrying failed writes
+// (kafka-go retries only some errors itself, not e.g. a partition briefly without
+// leader). A retry may write some records twice; TiCDC's delivery is at-least-once too.
+func (p *producer) write(ctx context.Context, msgs []kafka.Message) error {
+	backoff := 100 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		err := p.w.WriteMessages(ctx, msgs...)
+		if err == nil || ctx.Err() != nil || attempt == 8 {
+			return err
+		}
+		if p.log != nil {
+			p.log.Warn("kafka write failed; retrying", "topic", p.topic, "attempt", attempt, "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
 }
 
 func (p *producer) resolved(ctx context.Context, ts uint64) error {
