@@ -305,6 +305,12 @@ func (r *Replicator) Run(ctx context.Context) (err error) {
 		return err
 	}
 	defer applyDB.Close()
+	pctx, cancel := context.WithTimeout(ctx, cfg.Applier.QueryTimeout)
+	err = applyDB.PingContext(pctx)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("connecting to the downstream with time_zone %s (changefeed.time-zone): %w", tz, err)
+	}
 	metaDB, err := openDB(cfg.Downstream.DSN, nil, 4)
 	if err != nil {
 		return err
