@@ -205,5 +205,6 @@ func (s *chunkSizer) size() int { return s.cur }
 
 // DecodeBound parses a chunk bound as persisted in parity_meta.diff_chunks.lo_bound /
 // hi_bound ("" is an open end, nil). The format is a JSON array with one object per key
-// column: {"n": true} for NULL, otherwise {"x": "<base64 of the value's bytes>"}.
+// column: {"n": true} for NULL, otherwise {"x": "<base64 of the value's bytes>"} ({} for
+// an empty value).
 func DecodeBound(s string) (Bound, error) { return decodeBound(s) }
