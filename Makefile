@@ -9,6 +9,7 @@ GO      ?= go
 # Every test run reads the servers from var/env.sh (written by `scripts/env up`).
 ENV     := set -a; [ -f var/env.sh ] && . var/env.sh; set +a;
 FUZZTIME ?= 60s
+FUZZTIME_OTHERS ?= 10s
 
 .PHONY: build
 build: ## build bin/parity
@@ -25,7 +26,7 @@ env-status:
 .PHONY: test
 test: env-up build ## the whole suite: environment up, unit + integration tests with -race, fuzzing
 	$(ENV) $(GO) test -race -count=1 -timeout 45m ./...
-	$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZTIME)
+	FUZZTIME=$(FUZZTIME) FUZZTIME_OTHERS=$(FUZZTIME_OTHERS) scripts/fuzz.sh
 
 .PHONY: test-unit
 test-unit: ## unit tests only (integration tests skip without the environment)
@@ -33,8 +34,8 @@ test-unit: ## unit tests only (integration tests skip without the environment)
 		PARITY_TEST_NO_ENV_FILE=1 $(GO) test -race -count=1 ./...
 
 .PHONY: fuzz
-fuzz: ## fuzz the open-protocol decoder (FUZZTIME=60s in make test; longer: make fuzz FUZZTIME=10m)
-	$(GO) test -run='^$$' -fuzz='^FuzzDecode$$' -fuzztime=$(FUZZTIME) ./cdc/open/
+fuzz: ## every fuzz target: the decoder for FUZZTIME, the others for FUZZTIME_OTHERS (e.g. make fuzz FUZZTIME=10m FUZZTIME_OTHERS=2m)
+	FUZZTIME=$(FUZZTIME) FUZZTIME_OTHERS=$(FUZZTIME_OTHERS) scripts/fuzz.sh
 
 .PHONY: bench
 bench: env-up build ## performance targets, each printed against its baseline
