@@ -438,6 +438,9 @@ func appendColList(b []byte, cols []open.Column) []byte {
 
 var errSpillCorrupt = errors.New("corrupt spill record")
 
+// maxSpillRecord bounds one spilled event (a row of TiDB is at most 120 MiB by default).
+const maxSpillRecord = 1 << 30
+
 func decodeEvent(r *bufio.Reader, names map[string]string) (*open.Event, uint64, uint64, error) {
 	n, err := binary.ReadUvarint(r)
 	if err != nil {
@@ -445,6 +448,9 @@ func decodeEvent(r *bufio.Reader, names map[string]string) (*open.Event, uint64,
 			return nil, 0, 0, io.EOF
 		}
 		return nil, 0, 0, err
+	}
+	if n > maxSpillRecord {
+		return nil, 0, 0, errSpillCorrupt
 	}
 	body := make([]byte, n)
 	if _, err := io.ReadFull(r, body); err != nil {
