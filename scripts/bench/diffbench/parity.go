@@ -114,8 +114,7 @@ type chunkRange struct {
 }
 
 // parityChunks reads the chunk ranges of a finished parity run from the meta schema
-// (parity_meta.diff_chunks on the downstream). Bounds are stored as JSON arrays of
-// {"n": true} (NULL) or {"x": base64 bytes}.
+// (parity_meta.diff_chunks on the downstream), decoded by checker.DecodeBound.
 func parityChunks(ctx context.Context, p *pair, runID string) ([]chunkRange, error) {
 	qctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
@@ -151,27 +150,8 @@ func parityChunks(ctx context.Context, p *pair, runID string) ([]chunkRange, err
 	return out, nil
 }
 
-func decodeBound(s string) (checker.Bound, error) {
-	if s == "" {
-		return nil, nil
-	}
-	var in []struct {
-		N bool   `json:"n"`
-		X []byte `json:"x"`
-	}
-	if err := json.Unmarshal([]byte(s), &in); err != nil {
-		return nil, fmt.Errorf("decode chunk bound %q: %w", trunc(s, 60), err)
-	}
-	b := make(checker.Bound, len(in))
-	for i, v := range in {
-		if v.N {
-			b[i] = checker.NullValue
-		} else {
-			b[i] = checker.Value{Bytes: append([]byte{}, v.X...)}
-		}
-	}
-	return b, nil
-}
+// decodeBound reads a persisted chunk bound with the engine's own decoder.
+func decodeBound(s string) (checker.Bound, error) { return checker.DecodeBound(s) }
 
 // tablePlan builds the engine's comparison plan for the pair's table.
 func tablePlan(ctx context.Context, up, down *checker.DSNSource, upT, downT *Table) (*checker.TablePlan, error) {
