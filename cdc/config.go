@@ -109,6 +109,11 @@ type ApplierConfig struct {
 	// QueryTimeout bounds every downstream statement.
 	// Default: 60s
 	QueryTimeout time.Duration `toml:"query-timeout"`
+	// SQLMode, when set, is the sql_mode of the apply sessions (e.g. a mode without
+	// NO_ZERO_DATE when the upstream holds zero dates and the downstream's default
+	// rejects them).
+	// Default: "" (the downstream's default)
+	SQLMode string `toml:"sql-mode"`
 	// DDLTimeout bounds one DDL statement.
 	// Default: 1h
 	DDLTimeout time.Duration `toml:"ddl-timeout"`
@@ -137,8 +142,9 @@ func DefaultConfig() Config {
 }
 
 var (
-	identRe = regexp.MustCompile(`^[A-Za-z0-9_$]{1,64}$`)
-	tzRe    = regexp.MustCompile(`^[+-](0\d|1[0-4]):[0-5]\d$`)
+	identRe   = regexp.MustCompile(`^[A-Za-z0-9_$]{1,64}$`)
+	tzRe      = regexp.MustCompile(`^[+-](0\d|1[0-4]):[0-5]\d$`)
+	sqlModeRe = regexp.MustCompile(`^[A-Za-z_,]*$`)
 )
 
 // Validate reports every problem of c, each prefixed with its TOML key path.
@@ -224,6 +230,9 @@ func (c Config) Validate() error {
 	}
 	if a.QueryTimeout <= 0 {
 		bad("applier.query-timeout", "must be positive")
+	}
+	if !sqlModeRe.MatchString(a.SQLMode) {
+		bad("applier.sql-mode", "%q is not a comma-separated list of modes", a.SQLMode)
 	}
 	if a.DDLTimeout <= 0 {
 		bad("applier.ddl-timeout", "must be positive")

@@ -297,10 +297,14 @@ func (r *Replicator) Run(ctx context.Context) (err error) {
 	}()
 	cfg := r.cfg
 	tz, _ := sessionTimeZone(cfg.Changefeed.TimeZone)
-	applyDB, err := openDB(cfg.Downstream.DSN, map[string]string{
+	session := map[string]string{
 		"time_zone":          "'" + tz + "'",
 		"foreign_key_checks": "0",
-	}, cfg.Applier.Workers+2)
+	}
+	if cfg.Applier.SQLMode != "" {
+		session["sql_mode"] = "'" + cfg.Applier.SQLMode + "'"
+	}
+	applyDB, err := openDB(cfg.Downstream.DSN, session, cfg.Applier.Workers+2)
 	if err != nil {
 		return err
 	}
@@ -309,7 +313,7 @@ func (r *Replicator) Run(ctx context.Context) (err error) {
 	err = applyDB.PingContext(pctx)
 	cancel()
 	if err != nil {
-		return fmt.Errorf("connecting to the downstream with time_zone %s (changefeed.time-zone): %w", tz, err)
+		return fmt.Errorf("connecting to the downstream with time_zone %s (changefeed.time-zone), sql_mode %q (applier.sql-mode): %w", tz, cfg.Applier.SQLMode, err)
 	}
 	metaDB, err := openDB(cfg.Downstream.DSN, nil, 4)
 	if err != nil {

@@ -411,6 +411,7 @@ func TestValueTypesTimeZoneAndGeneratedColumns(t *testing.T) {
 	f.resolved(t1)
 	cfg := testConfig(t, f, down)
 	cfg.Changefeed.TimeZone = "+08:00"
+	cfg.Applier.SQLMode = "STRICT_TRANS_TABLES,NO_ENGINE_SUBSTITUTION"
 	run := start(t, cfg, nil)
 	run.wait(t, t1)
 	var unix, dt, d, bin, bl, tx, e, st, j string
