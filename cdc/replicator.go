@@ -485,7 +485,9 @@ func (r *Replicator) consume(ctx context.Context, dec *open.Decoder, idx int, pk
 		// Never let the reader jump over records deleted by retention: fail instead.
 		OffsetOutOfRangeError: true,
 		ErrorLogger: kafka.LoggerFunc(func(f string, a ...any) {
-			r.log.Warn("kafka reader", "partition", pk.String(), "msg", fmt.Sprintf(f, a...))
+			if ctx.Err() == nil { // errors while stopping are expected
+				r.log.Warn("kafka reader", "partition", pk.String(), "msg", fmt.Sprintf(f, a...))
+			}
 		}),
 	})
 	defer rd.Close()
