@@ -38,26 +38,6 @@ import_rows="${DEMO_IMPORT_ROWS:-20000}"
 mkdir -p "$dir"
 rm -f "$dir/import_ts" "$dir/loadgen.out"
 
-cat >"$dir/parity.toml" <<TOML
-[changefeed]
-id = "demo-$run"
-brokers = ["$PARITY_TEST_KAFKA"]
-topics = ["$topic"]
-time-zone = "+00:00"
-
-[downstream]
-dsn = "$PARITY_TEST_DOWNSTREAM_DSN"
-
-[applier]
-meta-schema = "parity_demo_meta"
-spill-dir = "$dir/spill"
-
-[log]
-level = "warn"
-
-[status]
-addr = "$status_addr"
-TOML
 
 lg_pid="" serve_pid=""
 cleanup() {
@@ -92,6 +72,28 @@ until [[ -s $dir/import_ts ]]; do
   sleep 0.5
 done
 echo "import done at TSO $(cat "$dir/import_ts"); the changefeed starts there"
+cat >"$dir/parity.toml" <<TOML
+[changefeed]
+id = "demo-$run"
+brokers = ["$PARITY_TEST_KAFKA"]
+topics = ["$topic"]
+time-zone = "+00:00"
+# the changefeed starts at the import TSO, like a TiCDC changefeed created with --start-ts
+start-ts = $(cat "$dir/import_ts")
+
+[downstream]
+dsn = "$PARITY_TEST_DOWNSTREAM_DSN"
+
+[applier]
+meta-schema = "parity_demo_meta"
+spill-dir = "$dir/spill"
+
+[log]
+level = "warn"
+
+[status]
+addr = "$status_addr"
+TOML
 
 backlog="${DEMO_BACKLOG_SECONDS:-15}"
 say "the workload runs; parity serve is not running yet, so a backlog builds up for ${backlog}s"

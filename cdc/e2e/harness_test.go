@@ -147,7 +147,7 @@ func newEnv(t *testing.T, partitions int, createDown bool) *env {
 	dir := t.TempDir()
 	e.configPath = filepath.Join(dir, "parity.toml")
 	e.logPath = filepath.Join(dir, "serve.log")
-	e.writeConfig("")
+	e.writeConfig("", "")
 	return e
 }
 
@@ -163,15 +163,16 @@ func freeAddr(t *testing.T) string {
 	return ln.Addr().String()
 }
 
-// writeConfig writes the serve config; extra is appended to the [applier] section.
-func (e *env) writeConfig(extraApplier string) {
+// writeConfig writes the serve config; the extras are appended to the [changefeed] and
+// [applier] sections.
+func (e *env) writeConfig(extraChangefeed, extraApplier string) {
 	e.t.Helper()
 	cfg := fmt.Sprintf(`[changefeed]
 id = %q
 brokers = [%q]
 topics = [%q]
 time-zone = "+00:00"
-
+%s
 [downstream]
 dsn = %q
 
@@ -184,7 +185,7 @@ level = "info"
 
 [status]
 addr = %q
-`, e.meta, e.broker, e.topic, e.downDSN, e.meta, filepath.Join(e.t.TempDir(), "spill"), extraApplier, e.statusAddr)
+`, e.meta, e.broker, e.topic, extraChangefeed, e.downDSN, e.meta, filepath.Join(e.t.TempDir(), "spill"), extraApplier, e.statusAddr)
 	if err := os.WriteFile(e.configPath, []byte(cfg), 0o644); err != nil {
 		e.t.Fatal(err)
 	}

@@ -2,7 +2,12 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -22,6 +27,28 @@ func startLoadgen(ctx context.Context, cfg loadgen.Config) <-chan loadResult {
 		ch <- loadResult{res, err}
 	}()
 	return ch
+}
+
+// waitImport waits for the generator's import TSO file.
+func waitImport(t *testing.T, path string, load <-chan loadResult) uint64 {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for time.Now().Before(deadline) {
+		if b, err := os.ReadFile(path); err == nil && len(b) > 0 {
+			ts, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+			if err != nil {
+				t.Fatalf("import ts file %s: %v", path, err)
+			}
+			return ts
+		}
+		select {
+		case lr := <-load:
+			t.Fatalf("loadgen ended before the import finished: %v", lr.err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	t.Fatal("the import did not finish within 2 minutes")
+	return 0
 }
 
 // TestServeCatchesUp is issue 4's integration test: a few thousand transactions across 3
@@ -69,8 +96,12 @@ func TestServeCrashRestart(t *testing.T) {
 	cfg.Seed = 7
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
+	cfg.ImportTSFile = filepath.Join(t.TempDir(), "import_ts")
 	load := startLoadgen(ctx, cfg)
 
+	// As with a changefeed created at the import's TSO, serve starts from it.
+	importTs := waitImport(t, cfg.ImportTSFile, load)
+	e.writeConfig(fmt.Sprintf("start-ts = %d\n", importTs), "")
 	r := rand.New(rand.NewPCG(7, 7))
 	s := e.startServe()
 	kills, progressed := 0, 0
