@@ -112,26 +112,34 @@ func (p *TablePlan) text(s Side, c PlanColumn) string {
 	case KindBit:
 		return "CAST(" + id + " AS UNSIGNED)"
 	case KindFloat:
-		return floatText(id, 6)
+		return floatText("CAST(" + id + " AS DOUBLE)")
 	case KindDouble:
-		return floatText(id, 15)
+		return floatText(id)
 	}
 	return id
 }
 
-// floatText prints a FLOAT/DOUBLE the same way on TiDB and MySQL/MariaDB, which print
-// floating-point values differently (TiDB: 1.2345678, 100000000000000000000; MariaDB:
-// 1.23457, 1e20): as an integer mantissa of the given significant digits, 'e' and the
-// decimal exponent, computed with IEEE arithmetic that both servers perform identically.
-// FLOOR(LOG10(x)) is corrected by one either way because TiDB's LOG10 is not exact at
-// powers of ten (floor(log10(1e15)) = 14 there). Zero and -0 print as 0.
-func floatText(id string, digits int) string {
-	a := "ABS(" + id + ")"
-	e0 := "FLOOR(LOG10(" + a + "))"
-	p := "POW(10, " + e0 + ")" // never POW(10, 309): that is an error, not infinity
-	e := "(" + e0 + " + (" + a + " / 10 >= " + p + ") - (" + a + " < " + p + "))"
-	m := "CAST(ROUND(" + id + " / POW(10, " + e + " - " + fmt.Sprint(digits-1) + ")) AS SIGNED)"
-	return "CASE WHEN " + id + " = 0 THEN '0' ELSE IFNULL(CONCAT(" + m + ", 'e', " + e + "), CONCAT('raw', " + id + ")) END"
+// floatText encodes a FLOAT/DOUBLE exactly and identically on TiDB and MySQL/MariaDB,
+// which print floating-point values differently (TiDB: 3.1415927, 100000000000000000000;
+// MariaDB: 3.14159, 1e20): as its binary form m 'p' E, the integer mantissa and the binary
+// exponent, x = m × 2^(E-52) (m has 53 bits and the sign; subnormals keep E = -1022 and a
+// shorter m). x is a DOUBLE expression (a FLOAT column is widened exactly by CAST).
+//
+// Only exact IEEE operations decide the result: dividing by a power of two (exact while
+// the quotient is normal or an integer) and comparing. LOG2 merely guesses the exponent:
+// TiDB's and MariaDB's LOG2 differ in the last bit, and LOG2(1.7976931348623157e308) is
+// 1024 on both. Taking the floor of LOG2(|x|) - 1e-9 makes the guess g either the
+// exponent or one less (never 1024, so POW never overflows, which would be an error, not
+// infinity); |x| / 2^g >= 2 says which. The encoding is injective (different doubles
+// never encode alike, unlike a decimal rounding of LOG10/POW(10) arithmetic, which also
+// differs between the servers for about a third of random doubles at 17 digits), and 0
+// and -0 both encode as 0. NaN and infinities cannot be stored in MySQL, TiDB or MariaDB.
+func floatText(x string) string {
+	a := "ABS(" + x + ")"
+	g := "GREATEST(FLOOR(LOG2(" + a + ") - 1e-9), -1074)"
+	e := "GREATEST(" + g + " + (" + a + " / POW(2, " + g + ") >= 2), -1022)"
+	m := "CAST(" + x + " / POW(2, " + e + " - 52) AS SIGNED)"
+	return "CASE WHEN " + x + " = 0 THEN '0' ELSE IFNULL(CONCAT(" + m + ", 'p', CAST(" + e + " AS SIGNED)), CONCAT('raw', " + x + ")) END"
 }
 
 // encode returns the injective per-column encoding: 'N' for NULL; for variable bytes
@@ -278,10 +286,17 @@ func (p *TablePlan) keySelect() string {
 }
 
 // selectExpr is how a column is read for comparison in Go: as the server prints it,
-// except BIT, read as its unsigned integer.
+// except BIT, read as its unsigned integer, and FLOAT/DOUBLE, read as DOUBLE. Both servers
+// print a DOUBLE in its shortest round-trip form, so the text identifies the value exactly;
+// MariaDB prints a FLOAT with 6 digits (3.14159 for a stored 3.1415927), and a
+// FLOAT(M,D)/DOUBLE(M,D) with D decimals, while CAST(... AS DOUBLE) widens exactly and
+// prints in full (3.1415927410125732). The exact text also makes exact literals in fix SQL.
 func (p *TablePlan) selectExpr(c PlanColumn) string {
-	if c.Kind == KindBit {
+	switch c.Kind {
+	case KindBit:
 		return "CAST(" + QuoteIdent(c.Name) + " AS UNSIGNED)"
+	case KindFloat, KindDouble:
+		return "CAST(" + QuoteIdent(c.Name) + " AS DOUBLE)"
 	}
 	return QuoteIdent(c.Name)
 }

@@ -88,10 +88,10 @@ type Difference struct {
 
 // canon returns a canonical form of v for kind k: two values are equal exactly when their
 // canonical forms are. Strings and binaries compare by bytes (so 'a' and 'A' differ even in
-// a _ci column: a checker must report what a byte-level reader would see). FLOAT compares
-// at the 6 significant digits MySQL prints it with, DOUBLE at 15 (as the checksum SQL
-// does, see floatText), -0 equals 0,
-// DECIMAL by value (1.5 = 1.50), BIT by value, JSON by structure (key order, spacing and
+// a _ci column: a checker must report what a byte-level reader would see). FLOAT and
+// DOUBLE compare exactly: both are read as DOUBLE text (selectExpr; a FLOAT widened
+// exactly), parsed to float64 and compared bit for bit, except that -0 equals 0 (as in the
+// checksum SQL, see floatText; NaN cannot be stored). DECIMAL by value (1.5 = 1.50), BIT by value, JSON by structure (key order, spacing and
 // number spelling ignored).
 func canon(k Kind, v Value) string {
 	if v.Null {
@@ -105,12 +105,10 @@ func canon(k Kind, v Value) string {
 			return s
 		}
 		if f == 0 {
-			return "0"
+			return "0" // -0 too
 		}
-		if k == KindFloat {
-			return strconv.FormatFloat(float64(float32(f)), 'e', 5, 32)
-		}
-		return strconv.FormatFloat(f, 'e', 14, 64)
+		// The shortest text that parses back to f: one text per float64 value.
+		return strconv.FormatFloat(f, 'g', -1, 64)
 	case KindDecimal:
 		r, ok := new(big.Rat).SetString(s)
 		if !ok {

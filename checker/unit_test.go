@@ -130,11 +130,13 @@ func TestCanon(t *testing.T) {
 		k    Kind
 		a, b string
 	}{
-		{KindFloat, "1.23457", "1.2345678"},
-		{KindFloat, "123457000", "123456790"},
+		{KindFloat, "3.1415927410125732", "3.14159274101257320"},
+		{KindFloat, "3.4028234663852886e38", "340282346638528860000000000000000000000"},
 		{KindFloat, "-0", "0"},
 		{KindDouble, "0.30000000000000004", "0.30000000000000004"},
 		{KindDouble, "1e20", "100000000000000000000"},
+		{KindDouble, "5e-324", "4.9406564584124654e-324"},
+		{KindDouble, "1.7976931348623157e308", "1.7976931348623157E+308"},
 		{KindDouble, "-0", "0"},
 		{KindDecimal, "1.50", "1.5"},
 		{KindDecimal, "-0.000", "0.000"},
@@ -156,7 +158,14 @@ func TestCanon(t *testing.T) {
 		{KindString, StringValue("NULL"), NullValue},
 		{KindString, StringValue("a "), StringValue("a")},
 		{KindFloat, StringValue("1.2345"), StringValue("1.23457")},
+		// MariaDB prints a FLOAT 3.1415927 as 3.14159: FLOAT is read widened, exactly.
+		{KindFloat, StringValue("3.14159"), StringValue("3.1415927410125732")},
+		{KindFloat, StringValue("3.1415927410125732"), StringValue("3.1415929794311523")}, // last bit
 		{KindDouble, StringValue("0.3"), StringValue("0.30000000000001")},
+		{KindDouble, StringValue("0.3"), StringValue("0.30000000000000004")},               // 17th digit
+		{KindDouble, StringValue("1.2345678901234567"), StringValue("1.2345678901234569")}, // last bit
+		{KindDouble, StringValue("5e-324"), StringValue("1e-323")},
+		{KindDouble, StringValue("0"), StringValue("5e-324")},
 		{KindJSON, StringValue(`{"a":1}`), StringValue(`{"a":"1"}`)},
 		{KindJSON, StringValue(`[1,2]`), StringValue(`[2,1]`)},
 		{KindBinary, Value{Bytes: []byte{0}}, Value{Bytes: []byte{}}},
