@@ -38,7 +38,7 @@ func sysbenchDDL(name, idType string) string {
 		"  `pad` CHAR(60) NOT NULL DEFAULT '',\n"+
 		"  PRIMARY KEY (`id`) /*T![clustered_index] CLUSTERED */,\n"+
 		"  KEY `k_1` (`k`)\n"+
-		") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4", quoteIdent(name), idType)
+		") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin", quoteIdent(name), idType)
 }
 
 const allTypesDDL = "CREATE TABLE `alltypes` (\n" +
@@ -58,12 +58,12 @@ const allTypesDDL = "CREATE TABLE `alltypes` (\n" +
 	"  `c_enum` ENUM('a','b','c') NULL, `c_set` SET('x','y','z') NULL, `c_bit` BIT(10) NULL,\n" +
 	"  `c_json` JSON NULL,\n" +
 	"  PRIMARY KEY (`id`) /*T![clustered_index] CLUSTERED */\n" +
-	") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4"
+	") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"
 
 const keylessDDL = "CREATE TABLE `keyless` (\n" +
 	"  `a` INT NULL,\n" +
 	"  `b` VARCHAR(32) NULL\n" +
-	") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4"
+	") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"
 
 // specs returns the tables a configuration asks for.
 func specs(cfg *Config) []tableSpec {
