@@ -35,6 +35,9 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
+	if testenv.Lookup(testenv.EnvDownstream) == "" && os.Getenv("CI") != "true" {
+		return m.Run() // no test environment: every test skips; nothing to build for
+	}
 	dir, err := os.MkdirTemp("", "parity-e2e-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
