@@ -303,6 +303,10 @@ type status struct {
 	ResolvedTs uint64  `json:"resolved_ts"`
 	AppliedLag float64 `json:"applied_lag_seconds"`
 	Rows       int64   `json:"rows_applied"`
+	Partitions []struct {
+		Partition  int   `json:"partition"`
+		NextOffset int64 `json:"next_offset"`
+	} `json:"partitions"`
 }
 
 func (e *env) status(ctx context.Context) (status, error) {
@@ -355,6 +359,45 @@ func (e *env) serveLog() string {
 		b = b[len(b)-8000:]
 	}
 	return string(b)
+}
+
+// waitRead waits until serve has read every partition up to its current end.
+func (e *env) waitRead(s *serve, timeout time.Duration) {
+	e.t.Helper()
+	ends := make([]int64, e.partitions)
+	for p := range ends {
+		conn, err := kafka.DialLeader(context.Background(), "tcp", e.broker, e.topic, p)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		ends[p], err = conn.ReadLastOffset()
+		conn.Close()
+		if err != nil {
+			e.t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		if done, err := s.exited(); done {
+			e.t.Fatalf("parity serve exited (%v); log:\n%s", err, e.serveLog())
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		st, err := e.status(ctx)
+		cancel()
+		if err == nil && len(st.Partitions) == e.partitions {
+			caught := true
+			for _, p := range st.Partitions {
+				if p.NextOffset < ends[p.Partition] {
+					caught = false
+				}
+			}
+			if caught {
+				return
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	e.t.Fatalf("parity serve did not read the partitions to %v within %v; log:\n%s", ends, timeout, e.serveLog())
 }
 
 // compareAt proves the fallback equals TiDB at ts: every table of the database, every

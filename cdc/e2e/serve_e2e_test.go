@@ -142,7 +142,8 @@ func TestServeCrashRestart(t *testing.T) {
 // TestServeReplay re-delivers the changefeed the way TiCDC does after a restart: old
 // records again at newer offsets (older commit ts after newer ones, resolved ts going
 // back), shuffled, both before parity serve first starts and while it applies the next
-// workload; and it re-reads old offsets after a SIGKILL. The fallback must end equal.
+// workload; it re-reads old offsets after a SIGKILL, and finally the whole topic after
+// its stored offsets are rewound to 0. The fallback must end equal each time.
 func TestServeReplay(t *testing.T) {
 	e := newEnv(t, 3, true)
 	cfg := e.loadgenConfig()
@@ -198,6 +199,23 @@ func TestServeReplay(t *testing.T) {
 	if lr.err != nil {
 		t.Fatalf("loadgen: %v", lr.err)
 	}
+	e.waitApplied(s, lr.res.ResolvedTs, time.Minute)
+	e.compareAt(lr.res.ResolvedTs)
+	s.stop(t)
+
+	// Phase 3: the consumer's offsets are lost (rewound to 0 in the meta schema), so
+	// serve re-reads the whole topic; only the durably applied checkpoint may stop it
+	// from applying anything twice.
+	down := e.open(e.downDSN, "")
+	res, err := down.Exec("UPDATE "+quote(e.meta)+".partition_offset SET next_offset = 0 WHERE changefeed = ?", e.meta)
+	if err != nil {
+		t.Fatalf("rewind offsets: %v", err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		t.Fatalf("no offsets to rewind in %s.partition_offset", e.meta)
+	}
+	s = e.startServe()
+	e.waitRead(s, time.Minute)
 	e.waitApplied(s, lr.res.ResolvedTs, time.Minute)
 	e.compareAt(lr.res.ResolvedTs)
 	s.stop(t)
