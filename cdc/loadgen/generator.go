@@ -301,15 +301,23 @@ func (g *Generator) unreserve() {
 }
 
 func (g *Generator) worker(ctx context.Context, r *rand.Rand) error {
-	conn, err := g.up.Conn(ctx)
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil
+	var conn *sql.Conn
+	defer func() {
+		if conn != nil {
+			conn.Close()
 		}
-		return fmt.Errorf("upstream connection: %w", err)
-	}
-	defer conn.Close()
+	}()
 	for ctx.Err() == nil {
+		if conn == nil {
+			var err error
+			if conn, err = g.up.Conn(ctx); err != nil {
+				conn = nil
+				if ctx.Err() != nil {
+					return nil
+				}
+				return fmt.Errorf("upstream connection: %w", err)
+			}
+		}
 		if !g.reserve() {
 			return nil
 		}
@@ -318,6 +326,10 @@ func (g *Generator) worker(ctx context.Context, r *rand.Rand) error {
 			return nil
 		}
 		ok, err := g.runTxn(ctx, conn, r)
+		if err != nil && conn.PingContext(ctx) != nil {
+			conn.Close() // dropped (a failed ROLLBACK marks it bad): start a new session
+			conn = nil
+		}
 		switch {
 		case err == nil && ok:
 			g.committed.Add(1)

@@ -3,6 +3,7 @@ package loadgen
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -142,10 +143,15 @@ func (g *Generator) runTxn(ctx context.Context, conn *sql.Conn, r *rand.Rand) (b
 	return true, nil
 }
 
+// rollback rolls the open transaction back. If that fails the session is unusable: the
+// next BEGIN would implicitly commit the half-done transaction, which the changefeed
+// would never carry; so the connection is marked bad and dropped.
 func (g *Generator) rollback(conn *sql.Conn) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_, _ = conn.ExecContext(ctx, "ROLLBACK")
+	if _, err := conn.ExecContext(ctx, "ROLLBACK"); err != nil {
+		_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+	}
 }
 
 // pickTables returns one table, or 2–3 distinct ones with probability MultiTable, in a
