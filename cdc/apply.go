@@ -249,21 +249,37 @@ func (a *applier) worker(ctx context.Context, ch <-chan op) error {
 // one equal row, updates do both; all in one transaction with the table's progress.
 func (a *applier) applyKeyless(ctx context.Context, u *keylessUnit) error {
 	k := u.tb.key
-	done := a.progressOf(k)
+	if u.target <= a.progressOf(k) {
+		// Applied before a restart, beyond the checkpoint: the restart's first rounds
+		// may stop at resolved ts below the table's progress. Nothing to do, and the
+		// progress must not move back (rows above target would be applied again).
+		return nil
+	}
 	schema, table := a.cfg.targetSchema(k.Schema), k.Table
 	var n int64
+	var done uint64
 	err := a.retry(ctx, quoteTable(schema, table), func(ctx context.Context) error {
 		n = 0
-		it, err := u.tb.iter(u.target)
-		if err != nil {
-			return err
-		}
-		defer it.close()
 		tx, err := a.db.BeginTx(ctx, nil)
 		if err != nil {
 			return err
 		}
 		defer tx.Rollback() //nolint:errcheck // no-op after commit
+		// The durable progress, read under the row lock: an earlier attempt whose
+		// COMMIT failed on the wire may have committed (or be committing) after all.
+		done, err = a.meta.tableProgress(ctx, tx, k)
+		if err != nil {
+			return fmt.Errorf("reading table progress: %w", err)
+		}
+		done = max(done, a.progressOf(k))
+		if u.target <= done {
+			return nil
+		}
+		it, err := u.tb.iter(u.target)
+		if err != nil {
+			return err
+		}
+		defer it.close()
 		var ins [][]open.Column
 		var insSig string
 		flush := func() error {
@@ -332,7 +348,7 @@ func (a *applier) applyKeyless(ctx context.Context, u *keylessUnit) error {
 	}
 	a.rows.Add(n)
 	a.mu.Lock()
-	a.tableProgress[k] = u.target
+	a.tableProgress[k] = max(a.tableProgress[k], u.target, done)
 	a.mu.Unlock()
 	return nil
 }

@@ -251,10 +251,22 @@ func (m *meta) deadLetter(ctx context.Context, p partKey, offset int64, key, val
 }
 
 // tableProgressSQL is executed inside the transaction that applies a keyless table's
-// rows up to ts, so those rows and the fact they were applied commit together.
+// rows up to ts, so those rows and the fact they were applied commit together. The
+// progress never moves back: a lower ts would make a later round apply rows again.
 func (m *meta) tableProgressSQL() string {
 	return m.q(`INSERT INTO %s.table_progress (changefeed, schema_name, table_name, applied_ts) VALUES (?,?,?,?)
-		ON DUPLICATE KEY UPDATE applied_ts=VALUES(applied_ts)`)
+		ON DUPLICATE KEY UPDATE applied_ts=GREATEST(applied_ts, VALUES(applied_ts))`)
+}
+
+// tableProgress reads a keyless table's progress inside tx, locking its row (0: none).
+func (m *meta) tableProgress(ctx context.Context, tx *sql.Tx, k tableKey) (uint64, error) {
+	var ts uint64
+	err := tx.QueryRowContext(ctx, m.q("SELECT applied_ts FROM %s.table_progress WHERE changefeed=? AND schema_name=? AND table_name=? FOR UPDATE"),
+		m.changefeed, k.Schema, k.Table).Scan(&ts)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, nil
+	}
+	return ts, err
 }
 
 // ddlKey dedupes a DDL that TiCDC broadcast to every partition (and may replay).
