@@ -176,8 +176,8 @@ func tablePlan(ctx context.Context, up, down *checker.DSNSource, upT, downT *Tab
 	return plan, nil
 }
 
-// runFloor is the bare loop: parity's per-chunk checksum SQL over parity's own chunk
-// ranges, both sides of a chunk at once, `concurrency` chunks at a time — what the
+// runFloor is the bare loop: parity's per-chunk checksum SQL over the chunk ranges of the
+// parity run just before it (par), both sides of a chunk at once, `concurrency` chunks at a time — what the
 // engine's compare phase costs with nothing else (no boundary walk, no state writes, no
 // drill-down).
 func runFloor(ctx context.Context, o options, p *pair, par Result) (Result, error) {

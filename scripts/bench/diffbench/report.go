@@ -74,7 +74,7 @@ func printResults(w io.Writer, o options, results []*caseResult) {
 				for _, d := range t.res.Runs {
 					rs = append(rs, fmt.Sprintf("%.2f", d.Seconds()))
 				}
-				note = strings.TrimSpace("runs " + strings.Join(rs, "/") + " s; " + note)
+				note = strings.TrimSuffix("runs "+strings.Join(rs, "/")+" s; "+note, "; ")
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.pair.label, r.name, t.name, secs(t.res.Wall), rss(t.res.MaxRSSKB), chunks, found, note)
 		}
