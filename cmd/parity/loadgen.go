@@ -20,6 +20,7 @@ func init() {
 func newLoadgenCommand() *cobra.Command {
 	cfg := loadgen.DefaultConfig()
 	var compression, logLevel string
+	var bigRows int
 	cmd := &cobra.Command{
 		Use:   "loadgen",
 		Short: "Run a workload on TiDB and publish it to Kafka as TiCDC's open protocol would",
@@ -38,7 +39,12 @@ resolved ts covering everything it committed, and prints:
   start_ts=<ts>       where the changefeed starts (the import TSO with --import-rows)
   import_ts=<ts>      with --import-rows
   resolved_ts=<ts>    the final resolved ts: the fallback must equal TiDB at this TSO
-  transactions=<n> rows=<n> records=<n> aborted=<n>`,
+  transactions=<n> rows=<n> records=<n> aborted=<n>
+
+With --big-transaction-rows N it runs no workload: after the set-up it runs ONE
+transaction inserting N rows into sbtest1 (multi-row INSERTs between BEGIN and COMMIT)
+and publishes all N rows with its commit ts, then a resolved ts after it; it also prints
+commit_ts=<ts> (the big transaction's commit ts).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg.Encoder.Compression = open.Compression(compression)
@@ -47,13 +53,29 @@ resolved ts covering everything it committed, and prints:
 				return &exitError{code: 2, err: fmt.Errorf("log-level: %w", err)}
 			}
 			cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
-			if err := cfg.Validate(); err != nil {
+			validate := cfg.Validate
+			if cmd.Flags().Changed("big-transaction-rows") {
+				validate = func() error { return cfg.ValidateBigTransaction(bigRows) }
+			}
+			if err := validate(); err != nil {
 				return &exitError{code: 2, err: err}
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
-			res, err := loadgen.Run(ctx, cfg)
+			var res loadgen.Result
+			var err error
+			var commitTs uint64
+			if cmd.Flags().Changed("big-transaction-rows") {
+				var big loadgen.BigTxnResult
+				big, err = loadgen.RunBigTransaction(ctx, cfg, bigRows)
+				res, commitTs = big.Result, big.CommitTs
+			} else {
+				res, err = loadgen.Run(ctx, cfg)
+			}
 			out := cmd.OutOrStdout()
+			if commitTs != 0 {
+				fmt.Fprintf(out, "commit_ts=%d\n", commitTs)
+			}
 			if res.StartTs != 0 {
 				fmt.Fprintf(out, "start_ts=%d\n", res.StartTs)
 			}
@@ -102,6 +124,7 @@ resolved ts covering everything it committed, and prints:
 	fl.IntVar(&cfg.Encoder.MaxBatchSize, "max-batch-size", cfg.Encoder.MaxBatchSize, "most row events per Kafka record")
 	fl.IntVar(&cfg.Encoder.MaxMessageBytes, "max-message-bytes", cfg.Encoder.MaxMessageBytes, "Kafka record size limit")
 	fl.StringVar(&compression, "compression", string(cfg.Encoder.Compression), "payload compression: none, snappy or lz4")
+	fl.IntVar(&bigRows, "big-transaction-rows", 0, "instead of the workload, run one transaction inserting this many rows into sbtest1")
 	fl.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "random seed (0: random)")
 	fl.DurationVar(&cfg.ProgressInterval, "progress-interval", cfg.ProgressInterval, "how often progress is logged")
 	fl.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")

@@ -1,0 +1,363 @@
+package loadgen
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/tidb-parity/parity/cdc/open"
+)
+
+// The big-transaction mode: instead of the workload, ONE upstream transaction inserts N
+// rows into sbtest1, and the changefeed carries all N row events with that transaction's
+// commit ts, followed by a resolved ts after it. It demonstrates that the applier's
+// memory is bounded by applier.memory-bytes: a transaction larger than the bound must
+// spill to disk (issue 4: "show it with a single 1,000,000-row upstream transaction").
+
+const (
+	// bigInsertRows is the rows per multi-row INSERT inside the big transaction.
+	bigInsertRows = 1000
+	// bigReadRows is the rows read back, encoded and written to Kafka per step, which
+	// bounds the generator's own memory whatever the transaction size.
+	bigReadRows = 10_000
+)
+
+// BigTxnResult describes a RunBigTransaction run.
+type BigTxnResult struct {
+	Result
+	// CommitTs is the big transaction's commit ts (every published row carries it).
+	CommitTs uint64
+	// Table is the table the rows went into; FirstID..LastID are their ids.
+	Table           string
+	FirstID, LastID int64
+}
+
+// ValidateBigTransaction reports every problem with cfg for RunBigTransaction, each with
+// its key: Validate's, plus the settings the big-transaction mode needs or ignores.
+func (c *Config) ValidateBigTransaction(rows int) error {
+	var errs []error
+	if err := c.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if rows <= 0 {
+		errs = append(errs, fmt.Errorf("big-transaction-rows: must be positive, got %d", rows))
+	}
+	if c.Tables < 1 {
+		errs = append(errs, fmt.Errorf("tables: big-transaction-rows inserts into sbtest1, so tables must be at least 1, got %d", c.Tables))
+	}
+	if c.Transactions != 0 || c.Duration != 0 || c.Rate != 0 {
+		errs = append(errs, errors.New("transactions/duration/rate: not used with big-transaction-rows (it runs exactly one transaction); leave them 0"))
+	}
+	return errors.Join(errs...)
+}
+
+// RunBigTransaction sets up the tables as Run does (reset, tables, CREATE DDL events or
+// the import, a resolved ts at the start), then runs one transaction on TiDB inserting
+// rows rows into sbtest1 with multi-row INSERTs between BEGIN and COMMIT, takes its
+// commit ts from @@tidb_last_txn_info, and publishes all of its rows with that commit ts
+// (read back from TiDB at the commit ts, dispatched and batched like every other
+// transaction), then a resolved ts covering it, by the same sequencer rule as the workload.
+//
+// The transaction is not retried: if TiDB rolls it back (a conflict, or a transaction
+// size limit) the run fails with TiDB's error and publishes no rows of it.
+func RunBigTransaction(ctx context.Context, cfg Config, rows int) (BigTxnResult, error) {
+	if err := cfg.ValidateBigTransaction(rows); err != nil {
+		return BigTxnResult{}, fmt.Errorf("loadgen config: %w", err)
+	}
+	g := &Generator{cfg: cfg, log: cfg.Logger}
+	if g.log == nil {
+		g.log = slog.New(slog.DiscardHandler)
+	}
+	var out BigTxnResult
+	res, err := g.setUp(ctx)
+	defer g.closeSetUp()
+	if err == nil {
+		out, err = g.bigTransaction(ctx, res, rows)
+	}
+	out.StartTs = res.StartTs
+	out.ImportTs = res.ImportTs
+	out.ResolvedTs = g.resolved.Load()
+	out.Transactions = g.committed.Load()
+	out.Rows = g.rows.Load()
+	out.Records = g.records.Load()
+	return out, err
+}
+
+// setUp is the part of run before the workload: reset, database and tables (with their
+// DDL events when the changefeed carries them), the producer, the optional import, and
+// the first resolved ts at the changefeed's start. closeSetUp releases what it opened.
+func (g *Generator) setUp(ctx context.Context) (res Result, err error) {
+	cfg := &g.cfg
+	rootDSN, err := sessionDSN(cfg.Upstream, "", cfg.TimeZone, true)
+	if err != nil {
+		return res, fmt.Errorf("upstream dsn: %w", err)
+	}
+	root, err := openDB(rootDSN, 2)
+	if err != nil {
+		return res, fmt.Errorf("open upstream: %w", err)
+	}
+	defer root.Close()
+	if cfg.Reset {
+		if err := g.reset(ctx, root); err != nil {
+			return res, err
+		}
+	}
+	createdDB, err := createDatabase(ctx, root, cfg.Database)
+	if err != nil {
+		return res, fmt.Errorf("upstream: %w", err)
+	}
+	dsn, _ := sessionDSN(cfg.Upstream, cfg.Database, cfg.TimeZone, true)
+	if g.up, err = openDB(dsn, cfg.Workers+4); err != nil {
+		return res, fmt.Errorf("open upstream: %w", err)
+	}
+	var ddls []*open.Event
+	if createdDB {
+		ts, err := g.tso(ctx)
+		if err != nil {
+			return res, err
+		}
+		ddls = append(ddls, &open.Event{Kind: open.KindDDL, CommitTs: ts, Schema: cfg.Database,
+			Query: "CREATE DATABASE " + quoteIdent(cfg.Database), DDLType: ddlCreateSchema})
+	}
+	for _, s := range specs(cfg) {
+		exists, err := tableExists(ctx, g.up, cfg.Database, s.name)
+		if err != nil {
+			return res, fmt.Errorf("upstream: %w", err)
+		}
+		if !exists {
+			if err := execTimeout(ctx, g.up, s.ddl); err != nil {
+				return res, fmt.Errorf("upstream: create table %s: %w", s.name, err)
+			}
+			ts, err := g.tso(ctx)
+			if err != nil {
+				return res, err
+			}
+			ddls = append(ddls, &open.Event{Kind: open.KindDDL, CommitTs: ts, Schema: cfg.Database, Table: s.name,
+				Query: s.ddl, DDLType: ddlCreateTable})
+		}
+		meta, err := LoadTable(ctx, g.up, cfg.Database, s.name)
+		if err != nil {
+			return res, fmt.Errorf("upstream: %w", err)
+		}
+		gt := &genTable{spec: s, meta: meta, idCol: meta.Col("id")}
+		if s.kind == kindKeyless {
+			gt.idCol = -1
+		}
+		g.tables = append(g.tables, gt)
+	}
+	if g.prod, err = newProducer(ctx, cfg); err != nil {
+		return res, err
+	}
+	if cfg.ImportRows > 0 {
+		if res.ImportTs, err = g.importData(ctx); err != nil {
+			return res, err
+		}
+		res.StartTs = res.ImportTs
+	} else {
+		for _, ev := range ddls {
+			if err := g.prod.ddl(ctx, ev); err != nil {
+				return res, err
+			}
+			g.records.Add(int64(g.prod.partitions))
+		}
+		if res.StartTs, err = g.tso(ctx); err != nil {
+			return res, err
+		}
+	}
+	if err := g.prod.resolved(ctx, res.StartTs); err != nil {
+		return res, err
+	}
+	g.records.Add(int64(g.prod.partitions))
+	g.resolved.Store(res.StartTs)
+	g.log.Info("changefeed started", "start_ts", res.StartTs, "topic", cfg.Topic, "partitions", g.prod.partitions,
+		"dispatcher", cfg.Dispatcher)
+	return res, nil
+}
+
+func (g *Generator) closeSetUp() {
+	if g.prod != nil {
+		_ = g.prod.Close()
+	}
+	if g.up != nil {
+		_ = g.up.Close()
+	}
+}
+
+// bigTransaction runs and publishes the one big transaction.
+func (g *Generator) bigTransaction(ctx context.Context, res Result, rows int) (BigTxnResult, error) {
+	out := BigTxnResult{Result: res}
+	t := g.tables[0] // sbtest1: specs lists the sysbench tables first
+	tname := t.meta.QualifiedName()
+	out.Table = g.cfg.Database + "." + t.meta.Name
+	idName := quoteIdent(t.meta.Columns[t.idCol].Name)
+	var maxID int64
+	if err := g.up.QueryRowContext(ctx, "SELECT IFNULL(MAX("+idName+"), 0) FROM "+tname).Scan(&maxID); err != nil {
+		return out, fmt.Errorf("read max id of %s: %w", tname, err)
+	}
+	out.FirstID, out.LastID = maxID+1, maxID+int64(rows)
+	t.nextID.Store(out.FirstID)
+	g.seq = newSequencer(res.StartTs)
+
+	conn, err := g.up.Conn(ctx)
+	if err != nil {
+		return out, fmt.Errorf("upstream connection: %w", err)
+	}
+	defer conn.Close()
+	// Optimistic: nothing else writes these fresh ids, and a pessimistic transaction
+	// would lock every inserted key one statement at a time for nothing.
+	if _, err := conn.ExecContext(ctx, "BEGIN OPTIMISTIC"); err != nil {
+		return out, fmt.Errorf("begin: %w", err)
+	}
+	seed := g.cfg.Seed
+	if seed == 0 {
+		seed = rand.Uint64()
+	}
+	r := rand.New(rand.NewPCG(seed, 0xb16))
+	start := time.Now()
+	lastLog := start
+	for done := 0; done < rows; {
+		k := min(bigInsertRows, rows-done)
+		vals := make([][]any, k)
+		for i := range vals {
+			id := t.nextID.Add(1) - 1
+			vals[i] = []any{id, sbK(r, int64(rows)), sbC(r), sbPad(r)}
+		}
+		ictx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+		err := g.insertRows(ictx, conn, t, vals)
+		cancel()
+		if err != nil {
+			g.rollback(conn)
+			return out, fmt.Errorf("big transaction, after %d of %d rows: %w", done, rows, err)
+		}
+		done += k
+		if time.Since(lastLog) >= g.cfg.ProgressInterval {
+			g.log.Info("big transaction: inserting", "table", tname, "rows", done, "of", rows)
+			lastLog = time.Now()
+		}
+	}
+	inserted := time.Since(start)
+
+	// As in runTxn: register with the sequencer right before COMMIT, and from here on the
+	// outcome must be known (bounded, cancellation ignored).
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Minute)
+	defer cancel()
+	token, lb := g.seq.begin()
+	commitStart := time.Now()
+	if _, err := conn.ExecContext(cctx, "COMMIT"); err != nil {
+		var me *mysql.MySQLError
+		if retryable(err) || errors.As(err, &me) && me.Number == 8004 { // 8004: transaction too large
+			g.seq.abort(token) // TiDB rolled it back
+			return out, fmt.Errorf("big transaction of %d rows into %s rolled back: COMMIT: %w", rows, tname, err)
+		}
+		// The token stays registered: no resolved ts can pass this transaction.
+		return out, fmt.Errorf("%w: big transaction COMMIT: %v", errUnknownCommit, err)
+	}
+	var info string
+	if err := conn.QueryRowContext(cctx, "SELECT @@tidb_last_txn_info").Scan(&info); err != nil {
+		return out, fmt.Errorf("%w: read @@tidb_last_txn_info: %v", errUnknownCommit, err)
+	}
+	var ti struct {
+		CommitTs uint64 `json:"commit_ts"`
+		Error    string `json:"error"`
+	}
+	if err := json.Unmarshal([]byte(info), &ti); err != nil {
+		return out, fmt.Errorf("%w: parse @@tidb_last_txn_info %q: %v", errUnknownCommit, info, err)
+	}
+	if ti.Error != "" || ti.CommitTs <= lb {
+		return out, fmt.Errorf("%w: @@tidb_last_txn_info %q does not describe a commit after ts %d", errUnknownCommit, info, lb)
+	}
+	out.CommitTs = ti.CommitTs
+	g.seq.committed(token, &txn{commitTs: ti.CommitTs}) // its events are streamed below
+	g.committed.Add(1)
+	g.log.Info("big transaction committed", "table", tname, "rows", rows, "commit_ts", ti.CommitTs,
+		"insert", inserted.Round(time.Millisecond), "commit", time.Since(commitStart).Round(time.Millisecond))
+
+	// Publish: the sequencer's bound B covers the transaction once a fresh TSO is taken;
+	// its rows go to Kafka (acknowledged), and only then B as the resolved ts.
+	pctx, pcancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Minute)
+	defer pcancel()
+	n, err := currentTSO(pctx, conn)
+	if err != nil {
+		return out, err
+	}
+	txns, bound := g.seq.take(n)
+	if len(txns) != 1 || txns[0].commitTs != ti.CommitTs {
+		return out, fmt.Errorf("publish: sequencer released %d transactions at bound %d, want the big transaction at %d", len(txns), bound, ti.CommitTs)
+	}
+	pubStart := time.Now()
+	if err := g.publishBig(pctx, t, ti.CommitTs, out.FirstID, out.LastID); err != nil {
+		return out, err
+	}
+	if err := g.prod.resolved(pctx, bound); err != nil {
+		return out, err
+	}
+	g.records.Add(int64(g.prod.partitions))
+	g.resolved.Store(bound)
+	g.log.Info("big transaction published", "rows", g.rows.Load(), "records", g.records.Load(), "resolved_ts", bound,
+		"publish", time.Since(pubStart).Round(time.Millisecond))
+	return out, nil
+}
+
+// publishBig reads the transaction's rows back from TiDB as of its commit ts, in id
+// order and bigReadRows at a time, and publishes them as insert events at that commit
+// ts, each step acknowledged by Kafka before the next. Every id must be there: a missing
+// row fails the run instead of shipping an incomplete transaction.
+func (g *Generator) publishBig(ctx context.Context, t *genTable, commitTs uint64, first, last int64) error {
+	tname := t.meta.QualifiedName()
+	conn, err := g.up.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("upstream connection: %w", err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, "SET @@tidb_snapshot = ?", strconv.FormatUint(commitTs, 10)); err != nil {
+		return fmt.Errorf("read back %s: set snapshot %d: %w", tname, commitTs, err)
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		_, _ = conn.ExecContext(cctx, "SET @@tidb_snapshot = ''")
+	}()
+	idName := quoteIdent(t.meta.Columns[t.idCol].Name)
+	q := "SELECT " + t.meta.selectList() + " FROM " + tname + " WHERE " + idName + " BETWEEN ? AND ? ORDER BY " + idName
+	lastLog := time.Now()
+	for lo := first; lo <= last; lo += bigReadRows {
+		hi := min(lo+bigReadRows-1, last)
+		qctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+		rows, err := conn.QueryContext(qctx, q, lo, hi)
+		if err != nil {
+			cancel()
+			return fmt.Errorf("read back %s ids %d..%d at ts %d: %w", tname, lo, hi, commitTs, err)
+		}
+		images, _, err := scanRows(rows, t.meta, 0)
+		cancel()
+		if err != nil {
+			return err
+		}
+		if int64(len(images)) != hi-lo+1 {
+			return fmt.Errorf("read back %s ids %d..%d at commit ts %d: %d rows, want %d", tname, lo, hi, commitTs, len(images), hi-lo+1)
+		}
+		events := make([]*open.Event, len(images))
+		for i, img := range images {
+			events[i] = rowEvent(t, open.OpInsert, img, nil)
+			events[i].CommitTs = commitTs
+		}
+		recs, n, err := g.prod.publishTxns(ctx, []*txn{{commitTs: commitTs, events: events}})
+		if err != nil {
+			return err
+		}
+		g.records.Add(int64(recs))
+		g.rows.Add(int64(n))
+		if time.Since(lastLog) >= g.cfg.ProgressInterval {
+			g.log.Info("big transaction: publishing", "table", tname, "rows", g.rows.Load(), "of", last-first+1)
+			lastLog = time.Now()
+		}
+	}
+	return nil
+}
