@@ -122,100 +122,11 @@ func (g *Generator) tso(ctx context.Context) (uint64, error) {
 }
 
 func (g *Generator) run(ctx context.Context) (res Result, err error) {
-	cfg := &g.cfg
-	// Create the database first, through a session without a default database.
-	rootDSN, err := sessionDSN(cfg.Upstream, "", cfg.TimeZone, true)
+	res, err = g.setUp(ctx)
+	defer g.closeSetUp()
 	if err != nil {
-		return res, fmt.Errorf("upstream dsn: %w", err)
-	}
-	root, err := openDB(rootDSN, 2)
-	if err != nil {
-		return res, fmt.Errorf("open upstream: %w", err)
-	}
-	defer root.Close()
-	if cfg.Reset {
-		if err := g.reset(ctx, root); err != nil {
-			return res, err
-		}
-	}
-	createdDB, err := createDatabase(ctx, root, cfg.Database)
-	if err != nil {
-		return res, fmt.Errorf("upstream: %w", err)
-	}
-	dsn, _ := sessionDSN(cfg.Upstream, cfg.Database, cfg.TimeZone, true)
-	if g.up, err = openDB(dsn, cfg.Workers+4); err != nil {
-		return res, fmt.Errorf("open upstream: %w", err)
-	}
-	defer g.up.Close()
-
-	// Tables, each created unless it exists; every DDL gets the ts of a TSO fetched after it.
-	var ddls []*open.Event
-	if createdDB {
-		ts, err := g.tso(ctx)
-		if err != nil {
-			return res, err
-		}
-		ddls = append(ddls, &open.Event{Kind: open.KindDDL, CommitTs: ts, Schema: cfg.Database,
-			Query: "CREATE DATABASE " + quoteIdent(cfg.Database), DDLType: ddlCreateSchema})
-	}
-	for _, s := range specs(cfg) {
-		exists, err := tableExists(ctx, g.up, cfg.Database, s.name)
-		if err != nil {
-			return res, fmt.Errorf("upstream: %w", err)
-		}
-		if !exists {
-			if err := execTimeout(ctx, g.up, s.ddl); err != nil {
-				return res, fmt.Errorf("upstream: create table %s: %w", s.name, err)
-			}
-			ts, err := g.tso(ctx)
-			if err != nil {
-				return res, err
-			}
-			ddls = append(ddls, &open.Event{Kind: open.KindDDL, CommitTs: ts, Schema: cfg.Database, Table: s.name,
-				Query: s.ddl, DDLType: ddlCreateTable})
-		}
-		meta, err := LoadTable(ctx, g.up, cfg.Database, s.name)
-		if err != nil {
-			return res, fmt.Errorf("upstream: %w", err)
-		}
-		gt := &genTable{spec: s, meta: meta, idCol: meta.Col("id")}
-		if s.kind == kindKeyless {
-			gt.idCol = -1
-		}
-		g.tables = append(g.tables, gt)
-	}
-
-	if g.prod, err = newProducer(ctx, cfg); err != nil {
 		return res, err
 	}
-	defer g.prod.Close()
-
-	if cfg.ImportRows > 0 {
-		if res.ImportTs, err = g.importData(ctx); err != nil {
-			return res, err
-		}
-		res.StartTs = res.ImportTs
-		g.log.Info("import finished", "import_ts", res.ImportTs, "rows_per_table", cfg.ImportRows)
-	} else {
-		// No import: the changefeed carries the DDLs, broadcast like TiCDC does.
-		for _, ev := range ddls {
-			if err := g.prod.ddl(ctx, ev); err != nil {
-				return res, err
-			}
-			g.records.Add(int64(g.prod.partitions))
-		}
-		if res.StartTs, err = g.tso(ctx); err != nil {
-			return res, err
-		}
-	}
-	if err := g.prod.resolved(ctx, res.StartTs); err != nil {
-		return res, err
-	}
-	g.records.Add(int64(g.prod.partitions))
-	g.resolved.Store(res.StartTs)
-	g.log.Info("changefeed started", "start_ts", res.StartTs, "topic", cfg.Topic, "partitions", g.prod.partitions,
-		"dispatcher", cfg.Dispatcher)
-
 	for _, t := range g.tables {
 		if t.idCol < 0 {
 			continue
@@ -485,4 +396,105 @@ func writeFileAtomic(path string, data []byte) error {
 		return err
 	}
 	return os.Rename(tmp, path)
+}
+
+// setUp is the part of run before the workload: reset, database and tables (with their
+// DDL events when the changefeed carries them), the producer, the optional import, and
+// the first resolved ts at the changefeed's start. closeSetUp releases what it opened.
+func (g *Generator) setUp(ctx context.Context) (res Result, err error) {
+	cfg := &g.cfg
+	rootDSN, err := sessionDSN(cfg.Upstream, "", cfg.TimeZone, true)
+	if err != nil {
+		return res, fmt.Errorf("upstream dsn: %w", err)
+	}
+	root, err := openDB(rootDSN, 2)
+	if err != nil {
+		return res, fmt.Errorf("open upstream: %w", err)
+	}
+	defer root.Close()
+	if cfg.Reset {
+		if err := g.reset(ctx, root); err != nil {
+			return res, err
+		}
+	}
+	createdDB, err := createDatabase(ctx, root, cfg.Database)
+	if err != nil {
+		return res, fmt.Errorf("upstream: %w", err)
+	}
+	dsn, _ := sessionDSN(cfg.Upstream, cfg.Database, cfg.TimeZone, true)
+	if g.up, err = openDB(dsn, cfg.Workers+4); err != nil {
+		return res, fmt.Errorf("open upstream: %w", err)
+	}
+	var ddls []*open.Event
+	if createdDB {
+		ts, err := g.tso(ctx)
+		if err != nil {
+			return res, err
+		}
+		ddls = append(ddls, &open.Event{Kind: open.KindDDL, CommitTs: ts, Schema: cfg.Database,
+			Query: "CREATE DATABASE " + quoteIdent(cfg.Database), DDLType: ddlCreateSchema})
+	}
+	for _, s := range specs(cfg) {
+		exists, err := tableExists(ctx, g.up, cfg.Database, s.name)
+		if err != nil {
+			return res, fmt.Errorf("upstream: %w", err)
+		}
+		if !exists {
+			if err := execTimeout(ctx, g.up, s.ddl); err != nil {
+				return res, fmt.Errorf("upstream: create table %s: %w", s.name, err)
+			}
+			ts, err := g.tso(ctx)
+			if err != nil {
+				return res, err
+			}
+			ddls = append(ddls, &open.Event{Kind: open.KindDDL, CommitTs: ts, Schema: cfg.Database, Table: s.name,
+				Query: s.ddl, DDLType: ddlCreateTable})
+		}
+		meta, err := LoadTable(ctx, g.up, cfg.Database, s.name)
+		if err != nil {
+			return res, fmt.Errorf("upstream: %w", err)
+		}
+		gt := &genTable{spec: s, meta: meta, idCol: meta.Col("id")}
+		if s.kind == kindKeyless {
+			gt.idCol = -1
+		}
+		g.tables = append(g.tables, gt)
+	}
+	if g.prod, err = newProducer(ctx, cfg); err != nil {
+		return res, err
+	}
+	if cfg.ImportRows > 0 {
+		if res.ImportTs, err = g.importData(ctx); err != nil {
+			return res, err
+		}
+		res.StartTs = res.ImportTs
+		g.log.Info("import finished", "import_ts", res.ImportTs, "rows_per_table", cfg.ImportRows)
+	} else {
+		for _, ev := range ddls {
+			if err := g.prod.ddl(ctx, ev); err != nil {
+				return res, err
+			}
+			g.records.Add(int64(g.prod.partitions))
+		}
+		if res.StartTs, err = g.tso(ctx); err != nil {
+			return res, err
+		}
+	}
+	if err := g.prod.resolved(ctx, res.StartTs); err != nil {
+		return res, err
+	}
+	g.records.Add(int64(g.prod.partitions))
+	g.resolved.Store(res.StartTs)
+	g.log.Info("changefeed started", "start_ts", res.StartTs, "topic", cfg.Topic, "partitions", g.prod.partitions,
+		"dispatcher", cfg.Dispatcher)
+	return res, nil
+}
+
+func (g *Generator) closeSetUp() {
+	if g.prod != nil {
+		_ = g.prod.Close()
+	}
+	if g.up != nil {
+		_ = g.up.Close()
+	}
 }
