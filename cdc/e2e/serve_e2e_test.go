@@ -94,7 +94,47 @@ func TestServeCrashRestart(t *testing.T) {
 	cfg.Rate = 150
 	cfg.Transactions = 2000
 	cfg.Seed = 7
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	e.crashRestart(cfg, crashPlan{minKills: 10, minWait: 300 * time.Millisecond, maxWait: 2 * time.Second, seed: 7})
+}
+
+// TestServeCrashRestartKeyless aims the crashes at tables without a key: the keyless
+// table is in most transactions, next to keyed tables (so a round applies several
+// tables and a kill often lands between a keyless table's commit and the round's
+// checkpoint), and serve is killed at least 30 times, often shortly after a restart
+// (while it re-reads what it had applied beyond its checkpoint). The keyed rows use the
+// index-value dispatcher; the keyless table stays in its table's partition, as in TiCDC.
+// PARITY_E2E_KILLS raises the number of kills.
+func TestServeCrashRestartKeyless(t *testing.T) {
+	e := newEnv(t, 3, false)
+	cfg := e.loadgenConfig()
+	cfg.ImportRows = 200
+	cfg.Tables = 2
+	cfg.AllTypes = false
+	cfg.MultiTable = 0.7
+	cfg.Dispatcher = loadgen.DispatchIndexValue
+	cfg.Rate = 200
+	cfg.Transactions = 3000
+	cfg.ResolvedInterval = 50 * time.Millisecond
+	cfg.Seed = 9
+	kills := 30
+	if v, err := strconv.Atoi(os.Getenv("PARITY_E2E_KILLS")); err == nil && v > kills {
+		kills = v
+	}
+	e.crashRestart(cfg, crashPlan{minKills: kills, minWait: 150 * time.Millisecond, maxWait: 900 * time.Millisecond, seed: 9})
+}
+
+// crashPlan: kill serve at least minKills times, each after a random wait in
+// [minWait, maxWait), and until the workload ended.
+type crashPlan struct {
+	minKills         int
+	minWait, maxWait time.Duration
+	seed             uint64
+}
+
+func (e *env) crashRestart(cfg loadgen.Config, plan crashPlan) {
+	t := e.t
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	cfg.ImportTSFile = filepath.Join(t.TempDir(), "import_ts")
 	load := startLoadgen(ctx, cfg)
@@ -102,19 +142,19 @@ func TestServeCrashRestart(t *testing.T) {
 	// As with a changefeed created at the import's TSO, serve starts from it.
 	importTs := waitImport(t, cfg.ImportTSFile, load)
 	e.writeConfig(fmt.Sprintf("start-ts = %d\n", importTs), "")
-	r := rand.New(rand.NewPCG(7, 7))
+	r := rand.New(rand.NewPCG(plan.seed, plan.seed))
 	s := e.startServe()
 	kills, progressed := 0, 0
 	var lastApplied uint64
 	var lr loadResult
-	for done := false; !done || kills < 10; {
+	for done := false; !done || kills < plan.minKills; {
 		select {
 		case lr = <-load:
 			done = true
 			if lr.err != nil {
 				t.Fatalf("loadgen: %v", lr.err)
 			}
-		case <-time.After(time.Duration(300+r.IntN(1700)) * time.Millisecond):
+		case <-time.After(plan.minWait + time.Duration(r.Int64N(int64(plan.maxWait-plan.minWait)))):
 		}
 		if ok, err := s.exited(); ok {
 			t.Fatalf("parity serve exited by itself (%v); log:\n%s", err, e.serveLog())
