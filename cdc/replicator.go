@@ -365,9 +365,11 @@ func (r *Replicator) Run(ctx context.Context) (err error) {
 	r.log.Info("replicator starting", "resolved_ts", saved.appliedTs, "partitions", len(parts),
 		"workers", cfg.Applier.Workers, "spill_dir", cfg.spillDir())
 
-	// Readers decode ahead while a round is applied; 256 records of at most
-	// max-batch-size events each.
-	records := make(chan record, 256)
+	// Readers decode ahead while a round is applied, so the next round finds a backlog
+	// already decoded and covers several resolved ts at once (larger statements, fewer
+	// checkpoints). The read-ahead is bounded: readAhead records of at most
+	// max-batch-size events each, about a quarter of applier.memory-bytes.
+	records := make(chan record, readAhead(cfg.Applier.MemoryBytes))
 	g, gctx := errgroup.WithContext(ctx)
 	for i, ps := range c.parts {
 		start := ps.nextRead
@@ -381,6 +383,13 @@ func (r *Replicator) Run(ctx context.Context) (err error) {
 		return nil
 	}
 	return err
+}
+
+// readAhead is the number of decoded records the readers may hold ahead of the
+// coordinator: a quarter of the memory bound at ~16 KiB per record (16 events),
+// between 256 and 4096 (the default 256 MiB gives 4096).
+func readAhead(memoryBytes int64) int {
+	return int(min(max(memoryBytes/4/(16<<10), 256), 4096))
 }
 
 func openDB(dsn string, params map[string]string, conns int) (*sql.DB, error) {
@@ -554,7 +563,7 @@ func (c *coordinator) run(ctx context.Context, records <-chan record) error {
 			}
 			// Drain what is already queued before deciding on a round.
 		drain:
-			for i := 0; i < 1024; i++ {
+			for i := 0; i < cap(records); i++ {
 				select {
 				case rec := <-records:
 					if err := c.ingest(ctx, rec); err != nil {
