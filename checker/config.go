@@ -67,6 +67,10 @@ type Config struct {
 	// MinChunkRows and MaxChunkRows bound adaptive chunk sizes. Default: 1000 and 500000.
 	MinChunkRows int `toml:"min_chunk_rows" json:"min_chunk_rows"`
 	MaxChunkRows int `toml:"max_chunk_rows" json:"max_chunk_rows"`
+	// MinChunks is how many chunks a table with a known size is cut into at least (chunks
+	// stay within [MinChunkRows, MaxChunkRows]): small chunks localise differences, so a
+	// mismatched chunk's drill-down re-reads a small part of the table. Default: 256.
+	MinChunks int `toml:"min_chunks" json:"min_chunks"`
 	// RowDiffRows: a mismatched range with at most this many rows is compared row by row;
 	// larger ones are bisected first. Default: 2000.
 	RowDiffRows int `toml:"row_diff_rows" json:"row_diff_rows"`
@@ -111,6 +115,7 @@ func DefaultConfig() Config {
 		InitialChunkRows:       10000,
 		MinChunkRows:           1000,
 		MaxChunkRows:           500000,
+		MinChunks:              256,
 		RowDiffRows:            2000,
 		Hash:                   HashSHA1,
 		QueryTimeout:           5 * time.Minute,
@@ -177,6 +182,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxChunkRows < c.MinChunkRows {
 		bad("max_chunk_rows", "must be at least min_chunk_rows (%d), got %d", c.MinChunkRows, c.MaxChunkRows)
+	}
+	if c.MinChunks < 1 {
+		bad("min_chunks", "must be at least 1, got %d", c.MinChunks)
 	}
 	if c.InitialChunkRows < 1 {
 		bad("initial_chunk_rows", "must be at least 1, got %d", c.InitialChunkRows)

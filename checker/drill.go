@@ -72,7 +72,19 @@ func (r *runner) drill(ctx context.Context, ts *tableState, rng Range, up, down 
 func (r *runner) drillBuckets(ctx context.Context, ts *tableState, rng Range, n int64, emit func(Difference) error, depth int) error {
 	p := ts.plan
 	var lo, hi *big.Int
+	known := false
+	if rng.Lo != nil && rng.Hi != nil && !rng.Lo[0].Null && !rng.Hi[0].Null {
+		// Both ends known: the keys lie in [Lo+1, Hi], no MIN/MAX queries needed.
+		a, ok1 := new(big.Int).SetString(string(rng.Lo[0].Bytes), 10)
+		b, ok2 := new(big.Int).SetString(string(rng.Hi[0].Bytes), 10)
+		if ok1 && ok2 && a.Cmp(b) < 0 {
+			lo, hi, known = a.Add(a, big.NewInt(1)), b, true
+		}
+	}
 	for _, side := range []Side{Upstream, Downstream} {
+		if known {
+			break
+		}
 		err := r.withSide(ctx, side, func(ctx context.Context, q Querier) error {
 			var mn, mx sql.NullString
 			if err := queryRow(ctx, q, p.MinMaxSQL(side, rng), &mn, &mx); err != nil {

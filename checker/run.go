@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -55,7 +56,14 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if metaDSN == "" {
 		metaDSN = cfg.Downstream.DSN
 	}
-	meta, err := sql.Open("mysql", metaDSN)
+	// The run state is written with a few short statements per chunk: interpolated
+	// parameters make each one round trip instead of prepare, execute and close.
+	mcfg, err := mysql.ParseDSN(metaDSN)
+	if err != nil {
+		return nil, fmt.Errorf("meta database: parse dsn: %w", err)
+	}
+	mcfg.InterpolateParams = true
+	meta, err := sql.Open("mysql", mcfg.FormatDSN())
 	if err != nil {
 		return nil, fmt.Errorf("meta database: %w", err)
 	}
@@ -304,10 +312,11 @@ func (r *runner) planTable(ctx context.Context, ts *tableState) error {
 				rows.Close()
 			}
 			ts.estRows = n.Int64
-			// Cut at least 4 chunks per worker from a table (when its size is known), so
-			// the workers share the table's tail instead of waiting for one big chunk.
+			// Cut at least MinChunks chunks, and 4 per worker, from a table (when its size
+			// is known): the workers share the table's tail instead of waiting for one big
+			// chunk, and a difference costs a drill-down of one small chunk.
 			if n.Int64 > 0 {
-				ts.sizer.max = max(r.cfg.MinChunkRows, min(r.cfg.MaxChunkRows, int(n.Int64/int64(4*r.cfg.Concurrency))))
+				ts.sizer.max = max(r.cfg.MinChunkRows, min(r.cfg.MaxChunkRows, int(n.Int64/int64(max(r.cfg.MinChunks, 4*r.cfg.Concurrency)))))
 				ts.sizer.cur = min(ts.sizer.cur, ts.sizer.max)
 			}
 		}
@@ -567,28 +576,33 @@ func (r *runner) produce(ctx context.Context, ts *tableState, out chan<- Chunk) 
 	}
 	seq := ts.lastChunk + 1
 	for {
-		hi, err := r.nextBoundary(ctx, ts, lo)
+		his, err := r.nextBoundaries(ctx, ts, lo)
 		if err != nil {
 			return err
 		}
-		c := Chunk{Table: ts.idx, Seq: seq, Range: Range{Lo: lo, Hi: hi}, Last: hi == nil}
-		if err := r.st.addChunk(ctx, c); err != nil {
+		batch := make([]Chunk, len(his))
+		for i, hi := range his {
+			batch[i] = Chunk{Table: ts.idx, Seq: seq, Range: Range{Lo: lo, Hi: hi}, Last: hi == nil}
+			lo, seq = hi, seq+1
+		}
+		if err := r.st.addChunks(ctx, batch); err != nil {
 			return err
 		}
-		ts.mu.Lock()
-		ts.chunks++
-		ts.lastChunk = seq
-		if c.Last {
-			ts.splitDone = true
+		for _, c := range batch {
+			ts.mu.Lock()
+			ts.chunks++
+			ts.lastChunk = c.Seq
+			if c.Last {
+				ts.splitDone = true
+			}
+			ts.mu.Unlock()
+			if err := send(c); err != nil {
+				return err
+			}
+			if c.Last {
+				return nil
+			}
 		}
-		ts.mu.Unlock()
-		if err := send(c); err != nil {
-			return err
-		}
-		if hi == nil {
-			return nil
-		}
-		lo, seq = hi, seq+1
 	}
 }
 
@@ -623,14 +637,19 @@ func (r *runner) loadRegions(ctx context.Context, ts *tableState) error {
 	return nil
 }
 
-// nextBoundary returns the upper bound of the chunk that starts after lo: the key
-// `size` rows further in key order, cut at the next region start, or nil when the rest of
-// the table fits (the last chunk is open-ended, so rows beyond the last upstream key,
-// extra downstream, are still compared).
-func (r *runner) nextBoundary(ctx context.Context, ts *tableState, lo Bound) (Bound, error) {
+// cutKeys bounds the keys one boundary query reads: chunks smaller than this are cut
+// several at a time (every size-th key of one index walk), so cutting a table of small
+// chunks costs one round trip per cutKeys keys instead of one per chunk.
+const cutKeys = 32768
+
+// nextBoundaries returns the upper bounds of the next chunks after lo, in key order: keys
+// `size` rows apart in key order, cut at the next region start, and nil last when the rest
+// of the table fits (the last chunk is open-ended, so rows beyond the last upstream key,
+// extra downstream, are still compared). It returns at least one bound.
+func (r *runner) nextBoundaries(ctx context.Context, ts *tableState, lo Bound) ([]Bound, error) {
 	p := ts.plan
 	if len(p.Key) == 0 {
-		return nil, nil // nothing to cut on: one chunk
+		return []Bound{nil}, nil // nothing to cut on: one chunk
 	}
 	// Cut at the next region start key (the chunk ends with that key's row, so it reads
 	// at most one row of the next region). Region keys are only used for numeric and
@@ -645,30 +664,48 @@ func (r *runner) nextBoundary(ctx context.Context, ts *tableState, lo Bound) (Bo
 	ts.mu.Lock()
 	size := ts.sizer.size()
 	ts.mu.Unlock()
-	var hi Bound
+	var his []Bound
 	side := cutSide(p)
+	rng := Range{Lo: lo, Hi: limit}
+	batch := max(1, cutKeys/size)
+	full := false
 	err := r.withSide(ctx, side, func(ctx context.Context, q Querier) error {
-		rows, err := q.QueryContext(ctx, p.BoundarySQL(side, Range{Lo: lo, Hi: limit}, size-1))
+		query := p.BoundarySQL(side, rng, size-1)
+		if batch > 1 {
+			query = p.KeysSQL(side, rng, batch*size)
+		}
+		rows, err := q.QueryContext(ctx, query)
 		if err != nil {
 			return err
 		}
 		defer rows.Close()
 		s := newRowStream(rows, len(p.Key))
-		if err := s.next(); err != nil {
-			return err
+		for n := 1; ; n++ {
+			if err := s.next(); err != nil {
+				return err
+			}
+			if s.done {
+				return nil
+			}
+			if batch == 1 {
+				his, full = append(his, Bound(s.row())), true
+			} else if n%size == 0 {
+				his = append(his, Bound(s.row()))
+				full = n == batch*size
+			}
 		}
-		if !s.done {
-			hi = Bound(s.row())
-		}
-		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("cut chunk of %s: %w", ts.name, err)
 	}
-	if hi == nil {
-		hi = limit
+	if !full {
+		// Fewer than size rows are left before the limit (or the end): the next chunk
+		// ends there.
+		if limit == nil || len(his) == 0 || p.compareKeys(his[len(his)-1], limit) != 0 {
+			his = append(his, limit)
+		}
 	}
-	return hi, nil
+	return his, nil
 }
 
 // cutSide is the side whose key index is walked to cut chunks. Any side's keys make valid

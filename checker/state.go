@@ -239,33 +239,57 @@ func (s *store) tables(ctx context.Context) ([]storedTable, error) {
 	return out, rows.Err()
 }
 
-func (s *store) addChunk(ctx context.Context, c Chunk) error {
+// addChunks records newly cut chunks (pending) in one statement; the table's split is
+// recorded with them when the batch holds its last chunk.
+func (s *store) addChunks(ctx context.Context, cs []Chunk) error {
+	if len(cs) == 0 {
+		return nil
+	}
 	ctx, cancel := s.ctx(ctx)
 	defer cancel()
-	lo, err := encodeBound(c.Range.Lo)
-	if err != nil {
-		return err
+	first, last := cs[0], cs[len(cs)-1]
+	var sb strings.Builder
+	args := make([]any, 0, len(cs)*7)
+	sb.WriteString(s.q("INSERT INTO %s.diff_chunks (run_id, table_idx, seq, lo_bound, hi_bound, is_last, state, updated_at) VALUES "))
+	for i, c := range cs {
+		lo, err := encodeBound(c.Range.Lo)
+		if err != nil {
+			return err
+		}
+		hi, err := encodeBound(c.Range.Hi)
+		if err != nil {
+			return err
+		}
+		if i > 0 {
+			sb.WriteString(", ")
+		}
+		sb.WriteString("(?, ?, ?, ?, ?, ?, ?, NOW(3))")
+		args = append(args, s.runID, c.Table, c.Seq, lo, hi, c.Last, chunkPending)
 	}
-	hi, err := encodeBound(c.Range.Hi)
-	if err != nil {
-		return err
+	fail := func(err error) error {
+		return fmt.Errorf("record chunks %d-%d of table %d: %w", first.Seq, last.Seq, first.Table, err)
+	}
+	if !last.Last {
+		// One autocommitted statement: chunks are cut every few thousand rows, so their
+		// round trips count.
+		if _, err := s.db.ExecContext(ctx, sb.String(), args...); err != nil {
+			return fail(err)
+		}
+		return nil
 	}
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
-		return fmt.Errorf("record chunk %d of table %d: %w", c.Seq, c.Table, err)
+		return fail(err)
 	}
 	defer tx.Rollback()
-	if _, err := tx.ExecContext(ctx, s.q("INSERT INTO %s.diff_chunks (run_id, table_idx, seq, lo_bound, hi_bound, is_last, state, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, NOW(3))"),
-		s.runID, c.Table, c.Seq, lo, hi, c.Last, chunkPending); err != nil {
-		return fmt.Errorf("record chunk %d of table %d: %w", c.Seq, c.Table, err)
+	if _, err := tx.ExecContext(ctx, sb.String(), args...); err != nil {
+		return fail(err)
 	}
-	if c.Last {
-		if _, err := tx.ExecContext(ctx, s.q("UPDATE %s.diff_tables SET split_done = 1 WHERE run_id = ? AND table_idx = ?"), s.runID, c.Table); err != nil {
-			return fmt.Errorf("record split of table %d: %w", c.Table, err)
-		}
+	if _, err := tx.ExecContext(ctx, s.q("UPDATE %s.diff_tables SET split_done = 1 WHERE run_id = ? AND table_idx = ?"), s.runID, last.Table); err != nil {
+		return fmt.Errorf("record split of table %d: %w", last.Table, err)
 	}
 	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("record chunk %d of table %d: %w", c.Seq, c.Table, err)
+		return fail(err)
 	}
 	return nil
 }
@@ -354,19 +378,11 @@ func (s *store) addDifferences(ctx context.Context, c Chunk, batch []storedDiff)
 func (s *store) finishChunk(ctx context.Context, c Chunk, res chunkResult, checkpoint int) error {
 	ctx, cancel := s.ctx(ctx)
 	defer cancel()
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("finish chunk %d of table %d: %w", c.Seq, c.Table, err)
-	}
-	defer tx.Rollback()
-	if _, err := tx.ExecContext(ctx, s.q("UPDATE %s.diff_chunks SET state = ?, up_count = ?, down_count = ?, up_sum = ?, down_sum = ?, differences = ?, updated_at = NOW(3) WHERE run_id = ? AND table_idx = ? AND seq = ?"),
-		chunkDone, res.up.count, res.down.count, res.up.sum, res.down.sum, res.differences, s.runID, c.Table, c.Seq); err != nil {
-		return fmt.Errorf("finish chunk %d of table %d: %w", c.Seq, c.Table, err)
-	}
-	if _, err := tx.ExecContext(ctx, s.q("UPDATE %s.diff_tables SET checkpoint_seq = GREATEST(checkpoint_seq, ?) WHERE run_id = ? AND table_idx = ?"), checkpoint, s.runID, c.Table); err != nil {
-		return fmt.Errorf("advance checkpoint of table %d: %w", c.Table, err)
-	}
-	if err := tx.Commit(); err != nil {
+	// One statement updates both rows atomically (autocommit), one round trip per chunk.
+	if _, err := s.db.ExecContext(ctx, fmt.Sprintf("UPDATE %[1]s.diff_chunks c JOIN %[1]s.diff_tables t ON t.run_id = c.run_id AND t.table_idx = c.table_idx"+
+		" SET c.state = ?, c.up_count = ?, c.down_count = ?, c.up_sum = ?, c.down_sum = ?, c.differences = ?, c.updated_at = NOW(3),"+
+		" t.checkpoint_seq = GREATEST(t.checkpoint_seq, ?) WHERE c.run_id = ? AND c.table_idx = ? AND c.seq = ?", s.schema),
+		chunkDone, res.up.count, res.down.count, res.up.sum, res.down.sum, res.differences, checkpoint, s.runID, c.Table, c.Seq); err != nil {
 		return fmt.Errorf("finish chunk %d of table %d: %w", c.Seq, c.Table, err)
 	}
 	return nil
