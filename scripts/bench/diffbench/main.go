@@ -20,6 +20,7 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"flag"
 	"fmt"
@@ -159,6 +160,14 @@ func run(ctx context.Context, o options) error {
 		defer s.DB.Close()
 		servers[n.name] = s
 	}
+	// One harness run at a time: every mode writes the shared bench tables (load, inject,
+	// revert), and two runs would undo each other's differences. The lock is a named lock
+	// on the fallback server (part of both pairs), held by one connection until exit.
+	unlock, err := lockBench(ctx, servers["fallback"])
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	tbl := func(s *Server) *Table { return &Table{S: s, DB: o.db, Name: o.table, Data: data} }
 
 	var pairs []*pair
@@ -251,4 +260,38 @@ func parityConcurrency(args string) (int, bool) {
 		}
 	}
 	return 0, false
+}
+
+// lockBench takes the named lock parity_diffbench on s, waiting as long as a concurrent
+// run holds it (interrupt to give up).
+func lockBench(ctx context.Context, s *Server) (func(), error) {
+	conn, err := s.DB.Conn(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("lock the benchmark tables: %w", err)
+	}
+	for waited := false; ; waited = true {
+		var got sql.NullInt64
+		qctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+		err := conn.QueryRowContext(qctx, "SELECT GET_LOCK('parity_diffbench', 60)").Scan(&got)
+		cancel()
+		if err != nil {
+			conn.Close()
+			return nil, fmt.Errorf("lock the benchmark tables: %w", err)
+		}
+		if got.Int64 == 1 {
+			return func() {
+				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+				defer cancel()
+				_, _ = conn.ExecContext(rctx, "DO RELEASE_LOCK('parity_diffbench')")
+				conn.Close()
+			}, nil
+		}
+		if !waited {
+			slog.Warn("another diffbench run holds the lock parity_diffbench on the fallback server; waiting for it", "server", s.Name)
+		}
+		if ctx.Err() != nil {
+			conn.Close()
+			return nil, ctx.Err()
+		}
+	}
 }
