@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"strings"
@@ -62,6 +63,10 @@ type statusConfig struct {
 	// `parity status`). Empty disables it.
 	// Default: "127.0.0.1:8390"
 	Addr string `toml:"addr"`
+	// Pprof mounts Go's net/http/pprof handlers under /debug/pprof/ on the status
+	// server, for profiling a running daemon. Keep the address on loopback when set.
+	// Default: false
+	Pprof bool `toml:"pprof"`
 }
 
 func defaultServeConfig() serveConfig {
@@ -154,7 +159,7 @@ type serveFlags struct {
 	workers, batchRows                        int
 	memoryBytes                               int64
 	spillDir, metaSchema                      string
-	deadLetter                                bool
+	deadLetter, pprof                         bool
 	statusAddr, logLevel, logFormat           string
 	checkConfig                               bool
 }
@@ -193,6 +198,7 @@ func resolveServeConfig(cmd *cobra.Command, f *serveFlags) (serveConfig, error) 
 	set("meta-schema", func() { cfg.Applier.MetaSchema = f.metaSchema })
 	set("dead-letter", func() { cfg.Applier.DeadLetter = f.deadLetter })
 	set("status-addr", func() { cfg.Status.Addr = f.statusAddr })
+	set("pprof", func() { cfg.Status.Pprof = f.pprof })
 	set("log-level", func() { cfg.Log.Level = f.logLevel })
 	set("log-format", func() { cfg.Log.Format = f.logFormat })
 	return cfg, cfg.Validate()
@@ -258,6 +264,7 @@ Exit status: 0 after a signal, 1 when replication failed, 2 for a configuration 
 	fl.StringVar(&f.metaSchema, "meta-schema", "", "applier.meta-schema")
 	fl.BoolVar(&f.deadLetter, "dead-letter", false, "applier.dead-letter")
 	fl.StringVar(&f.statusAddr, "status-addr", "", "status.addr (empty disables)")
+	fl.BoolVar(&f.pprof, "pprof", false, "status.pprof: serve /debug/pprof/ on the status server")
 	fl.StringVar(&f.logLevel, "log-level", "", "log.level")
 	fl.StringVar(&f.logFormat, "log-format", "", "log.format (text, json)")
 	return cmd, f
@@ -286,7 +293,7 @@ func runServe(parent context.Context, cfg serveConfig) error {
 		if err != nil {
 			return &exitError{code: 2, err: fmt.Errorf("status.addr: %w", err)}
 		}
-		srv = &http.Server{Handler: statusHandler(r), ReadHeaderTimeout: 5 * time.Second}
+		srv = &http.Server{Handler: statusHandler(r, cfg.Status.Pprof), ReadHeaderTimeout: 5 * time.Second}
 		log.Info("status server listening", "addr", ln.Addr().String())
 		g.Go(func() error {
 			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -312,7 +319,7 @@ func runServe(parent context.Context, cfg serveConfig) error {
 	return nil
 }
 
-func statusHandler(r *cdc.Replicator) http.Handler {
+func statusHandler(r *cdc.Replicator, pprofOn bool) http.Handler {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		cdc.NewCollector(r))
@@ -321,6 +328,13 @@ func statusHandler(r *cdc.Replicator) http.Handler {
 	build.Set(1)
 	reg.MustRegister(build)
 	mux := http.NewServeMux()
+	if pprofOn {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("/status", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")

@@ -105,6 +105,12 @@ batch-rows = 10
 		!reflect.DeepEqual(cfg.Changefeed.Topics, []string{"from-file"}) || cfg.Applier.MetaSchema != "parity_meta" {
 		t.Fatalf("layered config: %+v", cfg)
 	}
+	if cfg.Status.Pprof {
+		t.Fatalf("status.pprof on by default")
+	}
+	if cfg = run("--pprof"); !cfg.Status.Pprof {
+		t.Fatalf("--pprof did not set status.pprof")
+	}
 	cfg = run("--downstream-dsn", "flag@tcp(flag:3306)/")
 	if cfg.Downstream.DSN != "flag@tcp(flag:3306)/" || cfg.Applier.Workers != 2 {
 		t.Fatalf("flag over env: %+v", cfg)
