@@ -4,8 +4,10 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -257,7 +259,9 @@ level = "warn"
 
 [status]
 addr = %q
-`, be.meta, be.broker, be.topic, be.downDSN, be.meta, benchWorkers, benchBatchRows, filepath.Join(filepath.Dir(be.configPath), "spill"), be.statusAddr)
+pprof = %t
+`, be.meta, be.broker, be.topic, be.downDSN, be.meta, benchWorkers, benchBatchRows, filepath.Join(filepath.Dir(be.configPath), "spill"), be.statusAddr,
+		os.Getenv("PARITY_BENCH_PPROF") != "")
 	if err := os.WriteFile(be.configPath, []byte(cfg), 0o644); err != nil {
 		tb.Fatal(err)
 	}
@@ -413,6 +417,35 @@ func (be *benchEnv) waitAppliedB(tb testing.TB, s *serve, ts uint64, timeout tim
 	tb.Fatalf("applied ts did not reach %d within %v; log:\n%s", ts, timeout, be.serveLog())
 }
 
+// profile, with PARITY_BENCH_PPROF set (a directory), fetches a CPU profile of serve
+// (/debug/pprof/profile?seconds=10, starting 2 s into the apply) into
+// $PARITY_BENCH_PPROF/serve-<kind>.pprof; the returned func waits for it.
+func (be *benchEnv) profile(tb testing.TB, kind string) func() {
+	dir := os.Getenv("PARITY_BENCH_PPROF")
+	if dir == "" {
+		return func() {}
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		time.Sleep(2 * time.Second)
+		resp, err := http.Get("http://" + be.statusAddr + "/debug/pprof/profile?seconds=10")
+		if err != nil {
+			fmt.Printf("pprof: %v\n", err)
+			return
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err == nil {
+			err = os.WriteFile(filepath.Join(dir, "serve-"+kind+".pprof"), body, 0o644)
+		}
+		if err != nil {
+			fmt.Printf("pprof: %v\n", err)
+		}
+	}()
+	return func() { <-done }
+}
+
 func (be *benchEnv) truncate(tb testing.TB, prefix string) {
 	for i := 0; i < benchTables; i++ {
 		if _, err := be.down.Exec("TRUNCATE TABLE " + quote(prefix+benchTableName(i))); err != nil {
@@ -475,9 +508,11 @@ func benchThroughput(b *testing.B, update bool) {
 		rawBefore := be.rawWrite(b, "raw_", data, update)
 		start := time.Now()
 		s := be.startServeB(b)
+		stopProf := be.profile(b, kind)
 		be.waitAppliedB(b, s, final, 30*time.Minute)
 		applyTime := time.Since(start)
 		b.StopTimer()
+		stopProf()
 		s.kill()
 		be.truncate(b, "raw_")
 		if update {
