@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"math"
 	"net"
+	"sort"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -27,12 +28,16 @@ import (
 // applier writes rows and DDLs into the downstream.
 //
 // Rows of a round (every buffered row with commit ts <= target) are spread over Workers
-// connections:
-//   - tables whose handle is their only unique key: by hash of (table, handle), so all
-//     versions of one row go to one connection in commit-ts order; statements are
-//     idempotent upserts/deletes and replaying a round converges;
-//   - tables with other unique keys: by table, in order, with REPLACE (TiCDC's safe
-//     mode), which also converges on replay;
+// connections. Each table of the round gets a lane: a set of workers sized by its share
+// of the round's rows (one worker for a table with at most 1/Workers of the rows, all of
+// them for a table holding all rows), least-loaded workers first, so that with several
+// tables each connection writes one table in long statements (as a bulk load would)
+// rather than every connection contending for the same table's pages:
+//   - tables whose handle is their only unique key: by hash of (table, handle) over the
+//     table's lane, so all versions of one row go to one connection in commit-ts order;
+//     statements are idempotent upserts/deletes and replaying a round converges;
+//   - tables with other unique keys: by table (the lane's first worker), in order, with
+//     REPLACE (TiCDC's safe mode), which also converges on replay;
 //   - tables without a handle: the table's rows of the round and its table_progress row
 //     commit in one transaction, so a replay skips them and duplicates never double.
 //
@@ -94,30 +99,69 @@ func (a *applier) applyRows(ctx context.Context, buf *buffer, target uint64) err
 			return err
 		})
 	}
+	lanes := assignLanes(tables, target, w)
 	g.Go(func() error {
 		defer func() {
 			for _, ch := range chans {
 				close(ch)
 			}
 		}()
-		for _, tb := range tables {
-			if err := a.produce(gctx, tb, target, chans); err != nil {
-				return err
-			}
+		// One producer per table (a bounded number at a time): a worker never waits for
+		// another table's rows to be read. A table's rows keep their order: one producer
+		// reads them, and each row's versions go to one worker.
+		pg, pctx := errgroup.WithContext(gctx)
+		pg.SetLimit(2 * w)
+		for i, tb := range tables {
+			pg.Go(func() error { return a.produce(pctx, tb, target, chans, lanes[i]) })
 		}
-		return nil
+		return pg.Wait()
 	})
 	return g.Wait()
 }
 
-func (a *applier) produce(ctx context.Context, tb *tableBuf, target uint64, chans []chan op) error {
+// assignLanes gives each table of a round the workers its rows are spread over: a
+// table with n of the round's total rows gets round(n*workers/total) workers (at least
+// one), the least loaded ones; the largest tables are placed first.
+func assignLanes(tables []*tableBuf, target uint64, workers int) [][]int {
+	counts := make([]int64, len(tables))
+	var total int64
+	for i, tb := range tables {
+		counts[i] = max(tb.countUpTo(target), 1)
+		total += counts[i]
+	}
+	order := make([]int, len(tables))
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(x, y int) bool { return counts[order[x]] > counts[order[y]] })
+	load := make([]float64, workers)
+	byLoad := make([]int, workers)
+	lanes := make([][]int, len(tables))
+	for _, ti := range order {
+		k := int(math.Round(float64(counts[ti]) * float64(workers) / float64(total)))
+		k = min(max(k, 1), workers)
+		for i := range byLoad {
+			byLoad[i] = i
+		}
+		sort.SliceStable(byLoad, func(x, y int) bool { return load[byLoad[x]] < load[byLoad[y]] })
+		lane := append([]int(nil), byLoad[:k]...)
+		sort.Ints(lane)
+		for _, wi := range lane {
+			load[wi] += float64(counts[ti]) / float64(k)
+		}
+		lanes[ti] = lane
+	}
+	return lanes
+}
+
+func (a *applier) produce(ctx context.Context, tb *tableBuf, target uint64, chans []chan op, lane []int) error {
 	it, err := tb.iter(target)
 	if err != nil {
 		return err
 	}
 	defer it.close()
 	schema, table := a.cfg.targetSchema(tb.key.Schema), tb.key.Table
-	tableWorker := int(hashString(tb.key.String()) % uint64(len(chans)))
+	tableWorker := lane[0]
 	send := func(w int, o op) error {
 		select {
 		case chans[w] <- o:
@@ -154,7 +198,7 @@ func (a *applier) produce(ctx context.Context, tb *tableBuf, target uint64, chan
 			if w >= 0 {
 				return w
 			}
-			return int(hashRow(tb.key.String(), h) % uint64(len(chans)))
+			return lane[hashRow(tb.key.String(), h)%uint64(len(lane))]
 		}
 		switch ev.Op {
 		case open.OpDelete:
@@ -192,8 +236,13 @@ type batch struct {
 const maxStatementBytes = 4 << 20
 
 func (a *applier) worker(ctx context.Context, ch <-chan op) error {
-	var b batch
-	flush := func() error {
+	// One statement under construction per table: ops of tables produced concurrently
+	// interleave on the channel without cutting each other's statements short. Within a
+	// table, a change of kind (delete/upsert, columns) flushes first, so the versions of
+	// a row are written in order.
+	batches := map[[2]string]*batch{}
+	var order [][2]string
+	flush := func(b *batch) error {
 		if len(b.rows) == 0 {
 			return nil
 		}
@@ -216,9 +265,17 @@ func (a *applier) worker(ctx context.Context, ch <-chan op) error {
 		b.bytes = 0
 		return nil
 	}
+	flushAll := func() error {
+		for _, k := range order {
+			if err := flush(batches[k]); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	for o := range ch {
 		if o.unit != nil {
-			if err := flush(); err != nil {
+			if err := flushAll(); err != nil {
 				return err
 			}
 			if err := a.applyKeyless(ctx, o.unit); err != nil {
@@ -226,20 +283,27 @@ func (a *applier) worker(ctx context.Context, ch <-chan op) error {
 			}
 			continue
 		}
+		k := [2]string{o.schema, o.table}
+		b := batches[k]
+		if b == nil {
+			b = &batch{schema: o.schema, table: o.table}
+			batches[k] = b
+			order = append(order, k)
+		}
 		sig := colSignature(o.cols)
-		if len(b.rows) > 0 && (b.schema != o.schema || b.table != o.table || b.del != o.del || b.mode != o.mode ||
+		if len(b.rows) > 0 && (b.del != o.del || b.mode != o.mode ||
 			b.sig != sig || len(b.rows) >= a.cfg.Applier.BatchRows || b.bytes >= maxStatementBytes) {
-			if err := flush(); err != nil {
+			if err := flush(b); err != nil {
 				return err
 			}
 		}
 		if len(b.rows) == 0 {
-			b.schema, b.table, b.del, b.mode, b.sig = o.schema, o.table, o.del, o.mode, sig
+			b.del, b.mode, b.sig = o.del, o.mode, sig
 		}
 		b.rows = append(b.rows, o.cols)
 		b.bytes += rowBytes(o.cols)
 	}
-	if err := flush(); err != nil {
+	if err := flushAll(); err != nil {
 		return err
 	}
 	return ctx.Err()

@@ -564,3 +564,22 @@ func (d *decoder) cols(n int) []open.Column {
 	}
 	return cols
 }
+
+// countUpTo returns the number of buffered rows with ts <= target (spill runs counted
+// at their ts marks, so exactly).
+func (tb *tableBuf) countUpTo(target uint64) int64 {
+	tb.sortMem()
+	n := int64(sort.Search(len(tb.mem), func(i int) bool { return tb.mem[i].ts > target }))
+	for _, r := range tb.runs {
+		if r.cursor >= len(r.marks) || r.marks[r.cursor].ts > target {
+			continue
+		}
+		i := sort.Search(len(r.marks), func(i int) bool { return r.marks[i].ts > target })
+		end := r.count
+		if i < len(r.marks) {
+			end = r.marks[i].n
+		}
+		n += end - r.released()
+	}
+	return n
+}
