@@ -48,15 +48,31 @@ func (f *feed) write(part int, msgs ...kafka.Message) {
 	f.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	for {
+		err := f.writeOnce(ctx, part, msgs)
+		if err == nil {
+			return
+		}
+		// A fresh topic's partition can still be moving to its leader: Kafka rejects the
+		// whole produce request then, so sending it again cannot duplicate anything.
+		var kerr kafka.Error
+		if errors.As(err, &kerr) && kerr.Temporary() && ctx.Err() == nil {
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		f.t.Fatalf("write %s/%d: %v", f.topic, part, err)
+	}
+}
+
+func (f *feed) writeOnce(ctx context.Context, part int, msgs []kafka.Message) error {
 	conn, err := kafka.DialLeader(ctx, "tcp", f.broker, f.topic, part)
 	if err != nil {
-		f.t.Fatalf("dial leader of %s/%d: %v", f.topic, part, err)
+		return fmt.Errorf("dial leader: %w", err)
 	}
 	defer conn.Close()
 	_ = conn.SetWriteDeadline(time.Now().Add(30 * time.Second))
-	if _, err := conn.WriteMessages(msgs...); err != nil {
-		f.t.Fatalf("write %s/%d: %v", f.topic, part, err)
-	}
+	_, err = conn.WriteMessages(msgs...)
+	return err
 }
 
 // rows writes row events to one partition, batched by the encoder.

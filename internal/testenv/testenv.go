@@ -214,23 +214,45 @@ func waitTopic(t testing.TB, broker, topic string, partitions int) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		conn, err := kafka.Dial("tcp", broker)
-		if err == nil {
-			parts, err2 := conn.ReadPartitions(topic)
-			conn.Close()
-			ok := err2 == nil && len(parts) == partitions
-			for _, p := range parts {
-				if p.Leader.Host == "" {
-					ok = false
-				}
-			}
-			if ok {
-				return
-			}
+		if topicReady(broker, topic, partitions) {
+			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("topic %s did not get %d partitions with leaders in 30s", topic, partitions)
+			t.Fatalf("topic %s did not get %d partitions with working leaders in 30s", topic, partitions)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// topicReady reports whether every partition has a leader in the metadata and that leader
+// answers a ListOffsets request for it: metadata can name a leader before the broker has
+// taken the partition over, and a produce then fails with "Not Leader For Partition".
+func topicReady(broker, topic string, partitions int) bool {
+	conn, err := kafka.Dial("tcp", broker)
+	if err != nil {
+		return false
+	}
+	parts, err := conn.ReadPartitions(topic)
+	conn.Close()
+	if err != nil || len(parts) != partitions {
+		return false
+	}
+	for _, p := range parts {
+		if p.Leader.Host == "" {
+			return false
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		lc, err := kafka.DialLeader(ctx, "tcp", broker, topic, p.ID)
+		cancel()
+		if err != nil {
+			return false
+		}
+		_ = lc.SetDeadline(time.Now().Add(5 * time.Second))
+		_, err = lc.ReadLastOffset()
+		lc.Close()
+		if err != nil {
+			return false
+		}
+	}
+	return true
 }
