@@ -378,7 +378,11 @@ func (g *Generator) changeKeyed(ctx context.Context, conn *sql.Conn, r *rand.Ran
 		return nil, err
 	}
 
-	cur, err := g.readByID(ctx, conn, t, changed, false)
+	// A locking read is a current read: a plain SELECT in a pessimistic transaction reads
+	// the snapshot at its start ts plus its own writes, so a row committed by another
+	// transaction after that start ts and updated here without a change in value (TiDB
+	// writes nothing then) would be invisible to it.
+	cur, err := g.readByID(ctx, conn, t, changed, true)
 	if err != nil {
 		return nil, err
 	}
@@ -388,7 +392,7 @@ func (g *Generator) changeKeyed(ctx context.Context, conn *sql.Conn, r *rand.Ran
 		}
 		// Not seen by the batched read: read it alone (a point get), and name what this
 		// transaction did to it if that fails too.
-		one, err := g.readByID(ctx, conn, t, []int64{id}, false)
+		one, err := g.readByID(ctx, conn, t, []int64{id}, true)
 		if err != nil {
 			return nil, err
 		}
