@@ -27,19 +27,7 @@ func TestChecksumMatchesAcrossServers(t *testing.T) {
 		execSession(t, &p, false, "SET SESSION sql_mode = '', time_zone = '+00:00'", tortureInsert(i+1, o, all))
 	}
 	ctx := context.Background()
-	up, err := LoadTable(ctx, p.up.DB, p.up.Name, "torture")
-	if err != nil {
-		t.Fatal(err)
-	}
-	down, err := LoadTable(ctx, p.down.DB, p.down.Name, "torture")
-	if err != nil {
-		t.Fatal(err)
-	}
-	plan, err := NewPlan(up, down, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	plan.Flavor = [2]Flavor{FlavorTiDB, FlavorMariaDB}
+	plan := p.plan(t, "torture", FlavorTiDB)
 	for id := 1; id <= len(rows); id++ {
 		rng := Range{Lo: Bound{StringValue(fmt.Sprint(id - 1))}, Hi: Bound{StringValue(fmt.Sprint(id))}}
 		var uc, dc int64

@@ -171,19 +171,7 @@ func testFloatExact(t *testing.T, p pair, upFlavor Flavor) {
 
 	// The checksum SQL alone: equal rows checksum equal, every changed row differently.
 	ctx := context.Background()
-	ut, err := LoadTable(ctx, p.up.DB, p.up.Name, "fl")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dt, err := LoadTable(ctx, p.down.DB, p.down.Name, "fl")
-	if err != nil {
-		t.Fatal(err)
-	}
-	plan, err := NewPlan(ut, dt, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	plan.Flavor = [2]Flavor{upFlavor, FlavorMariaDB}
+	plan := p.plan(t, "fl", upFlavor)
 	for _, r := range floatRows {
 		rng := Range{Lo: Bound{StringValue(fmt.Sprint(r.id - 1))}, Hi: Bound{StringValue(fmt.Sprint(r.id))}}
 		var uc, dc int64

@@ -48,6 +48,27 @@ func (p pair) both(t *testing.T, stmts ...string) {
 	exec(t, p.down.DB, stmts...)
 }
 
+// plan loads table on both sides and builds the checksum plan the engine would, with the
+// given upstream flavour and a MariaDB downstream.
+func (p pair) plan(t *testing.T, table string, upFlavor Flavor) *TablePlan {
+	t.Helper()
+	ctx := context.Background()
+	up, err := LoadTable(ctx, p.up.DB, p.up.Name, table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	down, err := LoadTable(ctx, p.down.DB, p.down.Name, table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := NewPlan(up, down, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan.Flavor = [2]Flavor{upFlavor, FlavorMariaDB}
+	return plan
+}
+
 func (p pair) config(t *testing.T, tables ...string) Config {
 	cfg := DefaultConfig()
 	cfg.Upstream.DSN = p.up.DSN
