@@ -239,29 +239,9 @@ func freeAddrTB(tb testing.TB) string {
 }
 
 func (be *benchEnv) writeConfig(tb testing.TB) {
-	cfg := fmt.Sprintf(`[changefeed]
-id = %q
-brokers = [%q]
-topics = [%q]
-time-zone = "+00:00"
-
-[downstream]
-dsn = %q
-
-[applier]
-meta-schema = %q
-workers = %d
-batch-rows = %d
-spill-dir = %q
-
-[log]
-level = "warn"
-
-[status]
-addr = %q
-pprof = %t
-`, be.meta, be.broker, be.topic, be.downDSN, be.meta, benchWorkers, benchBatchRows, filepath.Join(filepath.Dir(be.configPath), "spill"), be.statusAddr,
-		os.Getenv("PARITY_BENCH_PPROF") != "")
+	cfg := be.configTOML(filepath.Join(filepath.Dir(be.configPath), "spill"), "warn", "",
+		fmt.Sprintf("workers = %d\nbatch-rows = %d\n", benchWorkers, benchBatchRows),
+		fmt.Sprintf("pprof = %t\n", os.Getenv("PARITY_BENCH_PPROF") != ""))
 	if err := os.WriteFile(be.configPath, []byte(cfg), 0o644); err != nil {
 		tb.Fatal(err)
 	}

@@ -170,7 +170,16 @@ func freeAddr(t *testing.T) string {
 // [applier] sections.
 func (e *env) writeConfig(extraChangefeed, extraApplier string) {
 	e.t.Helper()
-	cfg := fmt.Sprintf(`[changefeed]
+	cfg := e.configTOML(filepath.Join(e.t.TempDir(), "spill"), "info", extraChangefeed, extraApplier, "")
+	if err := os.WriteFile(e.configPath, []byte(cfg), 0o644); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// configTOML renders the serve config of this environment (tests and benchmarks); the
+// extras are lines appended to the [changefeed], [applier] and [status] sections.
+func (e *env) configTOML(spillDir, logLevel, extraChangefeed, extraApplier, extraStatus string) string {
+	return fmt.Sprintf(`[changefeed]
 id = %q
 brokers = [%q]
 topics = [%q]
@@ -184,14 +193,11 @@ meta-schema = %q
 spill-dir = %q
 %s
 [log]
-level = "info"
+level = %q
 
 [status]
 addr = %q
-`, e.meta, e.broker, e.topic, extraChangefeed, e.downDSN, e.meta, filepath.Join(e.t.TempDir(), "spill"), extraApplier, e.statusAddr)
-	if err := os.WriteFile(e.configPath, []byte(cfg), 0o644); err != nil {
-		e.t.Fatal(err)
-	}
+%s`, e.meta, e.broker, e.topic, extraChangefeed, e.downDSN, e.meta, spillDir, extraApplier, logLevel, e.statusAddr, extraStatus)
 }
 
 func (e *env) open(dsn, db string) *sql.DB {
