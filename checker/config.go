@@ -71,8 +71,12 @@ type Config struct {
 	// stay within [MinChunkRows, MaxChunkRows]): small chunks localise differences, so a
 	// mismatched chunk's drill-down re-reads a small part of the table. Default: 256.
 	MinChunks int `toml:"min_chunks" json:"min_chunks"`
-	// RowDiffRows: a mismatched range with at most this many rows is compared row by row;
-	// larger ones are bisected first. Default: 2000.
+	// RowDiffRows: a mismatched range with at most this many rows is compared row by row
+	// (both sides' full rows streamed in key order and merged); larger ones are narrowed
+	// first by bucket checksums (integer keys) or bisection. Streaming a default-sized
+	// chunk's rows is cheaper than checksumming it again: 3.4 ms against 7.3 ms per 4,000
+	// sysbench rows for the bucket checksum on MariaDB, 8.5 ms against 12 ms on TiDB
+	// (docs/diff.md). Default: 10000.
 	RowDiffRows int `toml:"row_diff_rows" json:"row_diff_rows"`
 	// Hash is the per-row hash of the checksum query. Default: "sha1".
 	Hash Hash `toml:"hash" json:"hash"`
@@ -116,7 +120,7 @@ func DefaultConfig() Config {
 		MinChunkRows:           1000,
 		MaxChunkRows:           500000,
 		MinChunks:              256,
-		RowDiffRows:            2000,
+		RowDiffRows:            10000,
 		Hash:                   HashSHA1,
 		QueryTimeout:           5 * time.Minute,
 		MaxReportedDifferences: 1000,

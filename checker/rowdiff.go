@@ -233,6 +233,17 @@ func (p *TablePlan) keyOf(row []Value) []Value {
 	return out
 }
 
+// compareRowKeys orders two full rows (RowsSQL's columns) by key, like compareKeys of
+// their keyOf, without copying the keys.
+func (p *TablePlan) compareRowKeys(a, b []Value) int {
+	for _, k := range p.Key {
+		if c := compareValue(p.Columns[k].Kind, a[k], b[k]); c != 0 {
+			return c
+		}
+	}
+	return 0
+}
+
 // differingColumns returns the names of the columns whose canonical values differ.
 func (p *TablePlan) differingColumns(up, down []Value) []string {
 	var out []string
@@ -277,7 +288,7 @@ func (r *runner) mergeRows(ctx context.Context, ts *tableState, rng Range, emit 
 			case ds.done:
 				c = -1
 			default:
-				c = p.compareKeys(p.keyOf(us.cur), p.keyOf(ds.cur))
+				c = p.compareRowKeys(us.cur, ds.cur)
 			}
 			switch {
 			case c < 0:
