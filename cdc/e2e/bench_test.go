@@ -239,7 +239,11 @@ func freeAddrTB(tb testing.TB) string {
 }
 
 func (be *benchEnv) writeConfig(tb testing.TB) {
-	cfg := be.configTOML(filepath.Join(filepath.Dir(be.configPath), "spill"), "warn", "",
+	level := "warn"
+	if os.Getenv("PARITY_BENCH_LOG") != "" {
+		level = "debug"
+	}
+	cfg := be.configTOML(filepath.Join(filepath.Dir(be.configPath), "spill"), level, "",
 		fmt.Sprintf("workers = %d\nbatch-rows = %d\n", benchWorkers, benchBatchRows),
 		fmt.Sprintf("pprof = %t\n", os.Getenv("PARITY_BENCH_PPROF") != ""))
 	if err := os.WriteFile(be.configPath, []byte(cfg), 0o644); err != nil {
@@ -426,6 +430,22 @@ func (be *benchEnv) profile(tb testing.TB, kind string) func() {
 	return func() { <-done }
 }
 
+// saveLog, with PARITY_BENCH_LOG set (a directory), copies serve's log (debug level,
+// one line per applied round) to $PARITY_BENCH_LOG/serve-<kind>.log.
+func (be *benchEnv) saveLog(tb testing.TB, kind string) {
+	dir := os.Getenv("PARITY_BENCH_LOG")
+	if dir == "" {
+		return
+	}
+	b, err := os.ReadFile(be.logPath)
+	if err == nil {
+		err = os.WriteFile(filepath.Join(dir, "serve-"+kind+".log"), b, 0o644)
+	}
+	if err != nil {
+		tb.Log(err)
+	}
+}
+
 func (be *benchEnv) truncate(tb testing.TB, prefix string) {
 	for i := 0; i < benchTables; i++ {
 		if _, err := be.down.Exec("TRUNCATE TABLE " + quote(prefix+benchTableName(i))); err != nil {
@@ -494,6 +514,8 @@ func benchThroughput(b *testing.B, update bool) {
 		b.StopTimer()
 		stopProf()
 		s.kill()
+		serveCPU := s.cmd.ProcessState.UserTime() + s.cmd.ProcessState.SystemTime()
+		be.saveLog(b, kind)
 		be.truncate(b, "raw_")
 		if update {
 			be.rawWrite(b, "raw_", old, false)
@@ -513,10 +535,11 @@ func benchThroughput(b *testing.B, update bool) {
 		ratio := applyRate / rawRate
 		fmt.Printf("applier %s: %d rows (%d records published in %v): applier %.0f rows/s (%v, serve start to applied), "+
 			"raw multi-row INSERT%s %.0f rows/s (best of %v before and %v after, %d connections x %d rows/statement): "+
-			"ratio %.1f%% (target >= 70%%)\n",
+			"ratio %.1f%% (target >= 70%%); serve CPU %v (user+sys)\n",
 			kind, rows, f.records.Load(), pubTime.Round(time.Millisecond), applyRate, applyTime.Round(time.Millisecond),
 			map[bool]string{true: " ... ON DUPLICATE KEY UPDATE", false: ""}[update], rawRate,
-			rawBefore.Round(time.Millisecond), rawAfter.Round(time.Millisecond), benchWorkers, benchBatchRows, 100*ratio)
+			rawBefore.Round(time.Millisecond), rawAfter.Round(time.Millisecond), benchWorkers, benchBatchRows, 100*ratio,
+			serveCPU.Round(10*time.Millisecond))
 		b.ReportMetric(applyRate, "applier-rows/s")
 		b.ReportMetric(rawRate, "raw-rows/s")
 		b.ReportMetric(100*ratio, "%-of-raw")
