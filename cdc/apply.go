@@ -83,9 +83,9 @@ func (a *applier) applyRows(ctx context.Context, buf *buffer, target uint64) err
 		return nil
 	}
 	w := a.cfg.Applier.Workers
-	chans := make([]chan op, w)
+	chans := make([]chan []op, w)
 	for i := range chans {
-		chans[i] = make(chan op, 4*a.cfg.Applier.BatchRows)
+		chans[i] = make(chan []op, 4*a.cfg.Applier.BatchRows/opChunk+1)
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	for i := range chans {
@@ -118,6 +118,10 @@ func (a *applier) applyRows(ctx context.Context, buf *buffer, target uint64) err
 	})
 	return g.Wait()
 }
+
+// opChunk is the number of ops a producer hands to a worker at once (one channel
+// operation per chunk rather than per row).
+const opChunk = 64
 
 // assignLanes gives each table of a round the workers its rows are spread over: a
 // table with n of the round's total rows gets round(n*workers/total) workers (at least
@@ -154,21 +158,39 @@ func assignLanes(tables []*tableBuf, target uint64, workers int) [][]int {
 	return lanes
 }
 
-func (a *applier) produce(ctx context.Context, tb *tableBuf, target uint64, chans []chan op, lane []int) error {
+func (a *applier) produce(ctx context.Context, tb *tableBuf, target uint64, chans []chan []op, lane []int) error {
 	it, err := tb.iter(target)
 	if err != nil {
 		return err
 	}
 	defer it.close()
 	schema, table := a.cfg.targetSchema(tb.key.Schema), tb.key.Table
+	name := tb.key.String()
 	tableWorker := lane[0]
-	send := func(w int, o op) error {
+	// Ops wait in a per-worker chunk; a worker receives them in the order they were
+	// produced, since every chunk of this table for it comes from here.
+	pend := make([][]op, len(chans))
+	flush := func(w int) error {
+		if len(pend[w]) == 0 {
+			return nil
+		}
 		select {
-		case chans[w] <- o:
+		case chans[w] <- pend[w]:
+			pend[w] = make([]op, 0, opChunk)
 			return nil
 		case <-ctx.Done():
 			return ctx.Err()
 		}
+	}
+	send := func(w int, o op) error {
+		if pend[w] == nil {
+			pend[w] = make([]op, 0, opChunk)
+		}
+		pend[w] = append(pend[w], o)
+		if len(pend[w]) >= opChunk {
+			return flush(w)
+		}
+		return nil
 	}
 	first := true
 	for {
@@ -177,38 +199,43 @@ func (a *applier) produce(ctx context.Context, tb *tableBuf, target uint64, chan
 			return err
 		}
 		if ev == nil {
-			return nil
+			break
 		}
 		cols := writable(ev.Columns)
-		handle := handleCols(cols)
+		keyed := hasHandle(cols)
 		if first {
 			first = false
-			if len(handle) == 0 {
-				return send(tableWorker, op{unit: &keylessUnit{tb: tb, target: target}})
+			if !keyed {
+				if err := send(tableWorker, op{unit: &keylessUnit{tb: tb, target: target}}); err != nil {
+					return err
+				}
+				return flush(tableWorker)
 			}
 		}
-		if len(handle) == 0 {
+		if !keyed {
 			return fmt.Errorf("table %s: row at commit ts %d has no handle key while earlier rows of the round had one", tb.key, ev.CommitTs)
 		}
 		mode, w := modeUpsert, -1
 		if hasOtherUnique(cols) {
 			mode, w = modeReplace, tableWorker
 		}
-		route := func(h []open.Column) int {
+		// route picks the worker of a row by its handle columns (among cols).
+		route := func(cols []open.Column) int {
 			if w >= 0 {
 				return w
 			}
-			return lane[hashRow(tb.key.String(), h)%uint64(len(lane))]
+			return lane[hashHandle(name, cols)%uint64(len(lane))]
 		}
 		switch ev.Op {
 		case open.OpDelete:
+			handle := handleCols(cols)
 			if err := send(route(handle), op{schema: schema, table: table, del: true, cols: handle}); err != nil {
 				return err
 			}
 		case open.OpUpdate:
 			if ev.OldColumns != nil {
 				old := handleCols(writable(oldRow(ev)))
-				if len(old) == len(handle) && !sameValues(old, handle) {
+				if handle := handleCols(cols); len(old) == len(handle) && !sameValues(old, handle) {
 					if err := send(route(old), op{schema: schema, table: table, del: true, cols: old}); err != nil {
 						return err
 					}
@@ -216,11 +243,17 @@ func (a *applier) produce(ctx context.Context, tb *tableBuf, target uint64, chan
 			}
 			fallthrough
 		default:
-			if err := send(route(handle), op{schema: schema, table: table, mode: mode, cols: cols}); err != nil {
+			if err := send(route(cols), op{schema: schema, table: table, mode: mode, cols: cols}); err != nil {
 				return err
 			}
 		}
 	}
+	for w := range pend {
+		if err := flush(w); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // batch is a multi-row statement being assembled.
@@ -228,14 +261,13 @@ type batch struct {
 	schema, table string
 	del           bool
 	mode          writeMode
-	sig           string
 	rows          [][]open.Column
 	bytes         int
 }
 
 const maxStatementBytes = 4 << 20
 
-func (a *applier) worker(ctx context.Context, ch <-chan op) error {
+func (a *applier) worker(ctx context.Context, ch <-chan []op) error {
 	// One statement under construction per table: ops of tables produced concurrently
 	// interleave on the channel without cutting each other's statements short. Within a
 	// table, a change of kind (delete/upsert, columns) flushes first, so the versions of
@@ -261,6 +293,7 @@ func (a *applier) worker(ctx context.Context, ch <-chan op) error {
 			return err
 		}
 		a.rows.Add(int64(len(b.rows)))
+		clear(b.rows)
 		b.rows = b.rows[:0]
 		b.bytes = 0
 		return nil
@@ -273,35 +306,44 @@ func (a *applier) worker(ctx context.Context, ch <-chan op) error {
 		}
 		return nil
 	}
-	for o := range ch {
+	var last *batch // the batch of the previous op: consecutive ops are mostly of one table
+	add := func(o *op) error {
 		if o.unit != nil {
 			if err := flushAll(); err != nil {
 				return err
 			}
-			if err := a.applyKeyless(ctx, o.unit); err != nil {
-				return err
+			return a.applyKeyless(ctx, o.unit)
+		}
+		b := last
+		if b == nil || b.table != o.table || b.schema != o.schema {
+			k := [2]string{o.schema, o.table}
+			b = batches[k]
+			if b == nil {
+				b = &batch{schema: o.schema, table: o.table, rows: make([][]open.Column, 0, a.cfg.Applier.BatchRows)}
+				batches[k] = b
+				order = append(order, k)
 			}
-			continue
+			last = b
 		}
-		k := [2]string{o.schema, o.table}
-		b := batches[k]
-		if b == nil {
-			b = &batch{schema: o.schema, table: o.table}
-			batches[k] = b
-			order = append(order, k)
-		}
-		sig := colSignature(o.cols)
 		if len(b.rows) > 0 && (b.del != o.del || b.mode != o.mode ||
-			b.sig != sig || len(b.rows) >= a.cfg.Applier.BatchRows || b.bytes >= maxStatementBytes) {
+			!sameNames(b.rows[0], o.cols) || len(b.rows) >= a.cfg.Applier.BatchRows || b.bytes >= maxStatementBytes) {
 			if err := flush(b); err != nil {
 				return err
 			}
 		}
 		if len(b.rows) == 0 {
-			b.del, b.mode, b.sig = o.del, o.mode, sig
+			b.del, b.mode = o.del, o.mode
 		}
 		b.rows = append(b.rows, o.cols)
 		b.bytes += rowBytes(o.cols)
+		return nil
+	}
+	for chunk := range ch {
+		for i := range chunk {
+			if err := add(&chunk[i]); err != nil {
+				return err
+			}
+		}
 	}
 	if err := flushAll(); err != nil {
 		return err
@@ -345,7 +387,6 @@ func (a *applier) applyKeyless(ctx context.Context, u *keylessUnit) error {
 		}
 		defer it.close()
 		var ins [][]open.Column
-		var insSig string
 		flush := func() error {
 			if len(ins) == 0 {
 				return nil
@@ -387,13 +428,11 @@ func (a *applier) applyKeyless(ctx context.Context, u *keylessUnit) error {
 					continue
 				}
 			}
-			sig := colSignature(cols)
-			if len(ins) > 0 && (sig != insSig || len(ins) >= a.cfg.Applier.BatchRows) {
+			if len(ins) > 0 && (!sameNames(ins[0], cols) || len(ins) >= a.cfg.Applier.BatchRows) {
 				if err := flush(); err != nil {
 					return err
 				}
 			}
-			insSig = sig
 			ins = append(ins, cols)
 		}
 		if err := flush(); err != nil {
@@ -514,11 +553,16 @@ func hashString(s string) uint64 {
 	return h.Sum64()
 }
 
-func hashRow(table string, cols []open.Column) uint64 {
+// hashHandle hashes a row's table and the values of its handle-key columns (the
+// columns of cols flagged as handle): every version of a row hashes alike.
+func hashHandle(table string, cols []open.Column) uint64 {
 	h := fnv.New64a()
 	_, _ = h.Write([]byte(table))
 	var buf [20]byte
 	for _, c := range cols {
+		if !c.IsHandle() {
+			continue
+		}
 		_, _ = h.Write([]byte{0})
 		switch v := c.Value.(type) {
 		case int64:

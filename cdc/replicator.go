@@ -821,7 +821,7 @@ func (c *coordinator) ingest(ctx context.Context, rec record) error {
 			if ev.CommitTs <= c.applied {
 				continue // durably applied before (a replay)
 			}
-			if len(handleCols(ev.Columns)) == 0 && !p.takeKeyless(ev) {
+			if !hasHandle(ev.Columns) && !p.takeKeyless(ev) {
 				c.log.Debug("dropping re-delivered row of a table without handle key", "table", ev.Schema+"."+ev.Table,
 					"partition", p.key.String(), "offset", rec.offset, "resolved_ts", ev.CommitTs)
 				continue

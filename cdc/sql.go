@@ -1,6 +1,8 @@
 package cdc
 
 import (
+	"encoding/hex"
+	"strconv"
 	"strings"
 
 	"github.com/tidb-parity/parity/cdc/open"
@@ -55,14 +57,28 @@ func hasOtherUnique(cols []open.Column) bool {
 	return false
 }
 
-// colSignature identifies a column list, so rows with the same columns share a statement.
-func colSignature(cols []open.Column) string {
-	var b strings.Builder
+// hasHandle reports whether a row has handle-key columns (false for a keyless table).
+func hasHandle(cols []open.Column) bool {
 	for _, c := range cols {
-		b.WriteString(c.Name)
-		b.WriteByte(0)
+		if c.IsHandle() {
+			return true
+		}
 	}
-	return b.String()
+	return false
+}
+
+// sameNames reports whether two rows have the same column list, so that they can share
+// a statement.
+func sameNames(a, b []open.Column) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].Name != b[i].Name {
+			return false
+		}
+	}
+	return true
 }
 
 // writeMode says how rows are written.
@@ -74,11 +90,108 @@ const (
 	modeInsert                   // plain INSERT: tables without a handle (rows are appended)
 )
 
+// stmt assembles a statement. Values are written as SQL literals when every value of
+// the statement has a literal that means the same under any sql_mode (see literalOK);
+// otherwise as placeholders that the driver fills in. Literals spare the driver a second
+// pass over the statement and a copy of it.
+type stmt struct {
+	strings.Builder
+	literal bool
+	args    []any
+	scratch []byte
+}
+
+func newStmt(literal bool, values, size int) *stmt {
+	s := &stmt{literal: literal}
+	if literal {
+		s.Grow(size + 64)
+	} else {
+		s.Grow(64 + 2*values)
+		s.args = make([]any, 0, values)
+	}
+	return s
+}
+
+// value writes v as a literal or a placeholder.
+func (s *stmt) value(v any) {
+	if !s.literal {
+		s.WriteByte('?')
+		s.args = append(s.args, v)
+		return
+	}
+	switch v := v.(type) {
+	case nil:
+		s.WriteString("NULL")
+	case int64:
+		s.scratch = strconv.AppendInt(s.scratch[:0], v, 10)
+		s.Write(s.scratch)
+	case uint64:
+		s.scratch = strconv.AppendUint(s.scratch[:0], v, 10)
+		s.Write(s.scratch)
+	case float64:
+		// As the driver interpolates a float64 parameter.
+		s.scratch = strconv.AppendFloat(s.scratch[:0], v, 'g', -1, 64)
+		s.Write(s.scratch)
+	case string:
+		// No backslash or NUL (literalOK): doubling the quote is the only escape
+		// needed, and it means the same with and without NO_BACKSLASH_ESCAPES.
+		s.WriteByte('\'')
+		for {
+			i := strings.IndexByte(v, '\'')
+			if i < 0 {
+				break
+			}
+			s.WriteString(v[:i+1])
+			s.WriteByte('\'')
+			v = v[i+1:]
+		}
+		s.WriteString(v)
+		s.WriteByte('\'')
+	case []byte:
+		if v == nil {
+			s.WriteString("NULL")
+			return
+		}
+		// A binary string, as the driver's _binary'...'.
+		s.WriteString("_binary X'")
+		s.scratch = hex.AppendEncode(s.scratch[:0], v)
+		s.Write(s.scratch)
+		s.WriteByte('\'')
+	}
+}
+
+func (s *stmt) done() (string, []any) { return s.String(), s.args }
+
+// literalOK reports whether every value has a literal stmt writes: NULL, integers,
+// floats, byte strings (hex) and strings without a backslash or NUL (whose escaping
+// depends on the session's sql_mode NO_BACKSLASH_ESCAPES).
+func literalOK(rows [][]open.Column) bool {
+	for _, r := range rows {
+		for _, c := range r {
+			switch v := c.Value.(type) {
+			case nil, int64, uint64, float64, []byte:
+			case string:
+				if strings.IndexByte(v, '\\') >= 0 || strings.IndexByte(v, 0) >= 0 {
+					return false
+				}
+			default:
+				return false
+			}
+		}
+	}
+	return true
+}
+
 // buildUpsert returns a multi-row INSERT ... ON DUPLICATE KEY UPDATE, REPLACE or INSERT
-// for rows that all have the column list of rows[0].
+// for rows that all have the column list of rows[0]. args is nil when the values are
+// written as literals.
 func buildUpsert(schema, table string, rows [][]open.Column, mode writeMode) (string, []any) {
 	cols := rows[0]
-	var b strings.Builder
+	size := 0
+	for _, r := range rows {
+		size += rowBytes(r)
+	}
+	b := newStmt(literalOK(rows), len(rows)*len(cols), size+16*len(cols))
 	if mode == modeReplace {
 		b.WriteString("REPLACE INTO ")
 	} else {
@@ -93,16 +206,18 @@ func buildUpsert(schema, table string, rows [][]open.Column, mode writeMode) (st
 		b.WriteString(quoteIdent(c.Name))
 	}
 	b.WriteString(") VALUES ")
-	ph := "(" + strings.TrimSuffix(strings.Repeat("?,", len(cols)), ",") + ")"
-	args := make([]any, 0, len(rows)*len(cols))
 	for i, r := range rows {
 		if i > 0 {
 			b.WriteByte(',')
 		}
-		b.WriteString(ph)
-		for _, c := range r {
-			args = append(args, c.Value)
+		b.WriteByte('(')
+		for j, c := range r {
+			if j > 0 {
+				b.WriteByte(',')
+			}
+			b.value(c.Value)
 		}
+		b.WriteByte(')')
 	}
 	if mode == modeUpsert {
 		b.WriteString(" ON DUPLICATE KEY UPDATE ")
@@ -123,17 +238,20 @@ func buildUpsert(schema, table string, rows [][]open.Column, mode writeMode) (st
 			b.WriteString(q + "=" + q)
 		}
 	}
-	return b.String(), args
+	return b.done()
 }
 
 // buildDeleteByHandle deletes rows by their handle-key values; keys all have the column
-// list of keys[0].
+// list of keys[0]. args is nil when the values are written as literals.
 func buildDeleteByHandle(schema, table string, keys [][]open.Column) (string, []any) {
-	var b strings.Builder
+	size := 0
+	for _, k := range keys {
+		size += rowBytes(k) + 8*len(k)
+	}
+	b := newStmt(literalOK(keys), len(keys)*len(keys[0]), size)
 	b.WriteString("DELETE FROM ")
 	b.WriteString(quoteTable(schema, table))
 	b.WriteString(" WHERE ")
-	args := make([]any, 0, len(keys)*len(keys[0]))
 	if len(keys[0]) == 1 {
 		b.WriteString(quoteIdent(keys[0][0].Name))
 		b.WriteString(" IN (")
@@ -141,11 +259,10 @@ func buildDeleteByHandle(schema, table string, keys [][]open.Column) (string, []
 			if i > 0 {
 				b.WriteByte(',')
 			}
-			b.WriteByte('?')
-			args = append(args, k[0].Value)
+			b.value(k[0].Value)
 		}
 		b.WriteByte(')')
-		return b.String(), args
+		return b.done()
 	}
 	for i, k := range keys {
 		if i > 0 {
@@ -157,12 +274,12 @@ func buildDeleteByHandle(schema, table string, keys [][]open.Column) (string, []
 				b.WriteString(" AND ")
 			}
 			b.WriteString(quoteIdent(c.Name))
-			b.WriteString("=?")
-			args = append(args, c.Value)
+			b.WriteByte('=')
+			b.value(c.Value)
 		}
 		b.WriteByte(')')
 	}
-	return b.String(), args
+	return b.done()
 }
 
 // buildDeleteOne deletes exactly one row equal to cols on every column (a table without

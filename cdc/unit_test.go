@@ -163,28 +163,42 @@ func TestBufferSpillsSortedRunsAndReleasesPrefixes(t *testing.T) {
 func TestStatementBuilders(t *testing.T) {
 	h := open.FlagHandleKey
 	rows := [][]open.Column{
-		{{Name: "id", Flags: h, Value: int64(1)}, {Name: "v`x", Value: "a"}},
+		{{Name: "id", Flags: h, Value: int64(1)}, {Name: "v`x", Value: "it's"}},
 		{{Name: "id", Flags: h, Value: int64(2)}, {Name: "v`x", Value: nil}},
 	}
 	q, args := buildUpsert("s", "t", rows, modeUpsert)
-	if q != "INSERT INTO `s`.`t` (`id`,`v``x`) VALUES (?,?),(?,?) ON DUPLICATE KEY UPDATE `v``x`=VALUES(`v``x`)" || len(args) != 4 {
+	if q != "INSERT INTO `s`.`t` (`id`,`v``x`) VALUES (1,'it''s'),(2,NULL) ON DUPLICATE KEY UPDATE `v``x`=VALUES(`v``x`)" || args != nil {
 		t.Errorf("upsert: %s %v", q, args)
 	}
 	q, _ = buildUpsert("s", "t", rows, modeReplace)
-	if q != "REPLACE INTO `s`.`t` (`id`,`v``x`) VALUES (?,?),(?,?)" {
+	if q != "REPLACE INTO `s`.`t` (`id`,`v``x`) VALUES (1,'it''s'),(2,NULL)" {
 		t.Errorf("replace: %s", q)
 	}
 	q, args = buildDeleteByHandle("s", "t", [][]open.Column{{rows[0][0]}, {rows[1][0]}})
-	if q != "DELETE FROM `s`.`t` WHERE `id` IN (?,?)" || len(args) != 2 {
+	if q != "DELETE FROM `s`.`t` WHERE `id` IN (1,2)" || args != nil {
 		t.Errorf("delete: %s", q)
 	}
 	q, _ = buildDeleteByHandle("s", "t", rows)
-	if q != "DELETE FROM `s`.`t` WHERE (`id`=? AND `v``x`=?) OR (`id`=? AND `v``x`=?)" {
+	if q != "DELETE FROM `s`.`t` WHERE (`id`=1 AND `v``x`='it''s') OR (`id`=2 AND `v``x`=NULL)" {
 		t.Errorf("composite delete: %s", q)
 	}
 	q, args = buildDeleteOne("s", "t", []open.Column{{Name: "a", Value: int64(1)}, {Name: "f", Type: open.TypeFloat, Value: 1.5}, {Name: "n", Value: nil}})
 	if q != "DELETE FROM `s`.`t` WHERE `a`=? AND `f`=CAST(? AS FLOAT) AND `n` IS NULL LIMIT 1" || len(args) != 2 {
 		t.Errorf("keyless delete: %s %v", q, args)
+	}
+	lit := [][]open.Column{{{Name: "u", Value: uint64(math.MaxUint64)}, {Name: "f", Value: 1.5e300}, {Name: "b", Value: []byte{0, '\\', 0xff}},
+		{Name: "e", Value: []byte{}}, {Name: "s", Value: "\"q\"\n\x1a ü"}}}
+	q, args = buildUpsert("s", "t", lit, modeInsert)
+	if q != "INSERT INTO `s`.`t` (`u`,`f`,`b`,`e`,`s`) VALUES (18446744073709551615,1.5e+300,_binary X'005cff',_binary X'','\"q\"\n\x1a ü')" || args != nil {
+		t.Errorf("literals: %s %v", q, args)
+	}
+	// A backslash or NUL in a string: its literal depends on NO_BACKSLASH_ESCAPES, so
+	// the driver interpolates the statement's values (it knows the session's mode).
+	for _, v := range []string{`a\b`, "a\x00b"} {
+		q, args = buildUpsert("s", "t", [][]open.Column{{{Name: "id", Value: int64(1)}, {Name: "s", Value: v}}}, modeInsert)
+		if q != "INSERT INTO `s`.`t` (`id`,`s`) VALUES (?,?)" || len(args) != 2 {
+			t.Errorf("string %q: %s %v", v, q, args)
+		}
 	}
 }
 
