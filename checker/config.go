@@ -105,7 +105,8 @@ type Config struct {
 	// Started, when set, is called once with the run's ID as soon as the run is stored
 	// (before any chunk), so a caller can tell a user how to resume it.
 	Started func(runID string) `toml:"-" json:"-"`
-	// Progress, when set, is called after every finished chunk (never concurrently).
+	// Progress, when set, is called whenever finished chunks have been stored (once per
+	// batch of the run's journal, so possibly once for several chunks; never concurrently).
 	Progress func(Progress) `toml:"-" json:"-"`
 	// Logger receives structured logs (never row values). Default: slog.Default().
 	Logger *slog.Logger `toml:"-" json:"-"`

@@ -61,6 +61,21 @@ func TestCrashAndResume(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = child.Wait()
+	// A statement the child sent before it died still runs to its end on the server:
+	// wait for those, so the states read below are the ones the resume starts from.
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		var busy int
+		if err := p.down.QueryRow("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID <> CONNECTION_ID() AND INFO LIKE '%parity_meta`.diff%'").Scan(&busy); err != nil {
+			t.Fatal(err)
+		}
+		if busy == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d statements of the killed child still running", busy)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	var doneBefore, inFlight int
 	var state string
 	if err := p.down.QueryRow("SELECT state FROM parity_meta.diff_runs WHERE run_id = ?", runID).Scan(&state); err != nil || state != RunRunning {

@@ -13,7 +13,9 @@ import (
 )
 
 // Run state in the meta schema. A run moves running → done | failed | cancelled (a
-// resumed run goes back to running). A chunk moves pending → running → done; on resume
+// resumed run goes back to running). A chunk moves pending → running → done, written in
+// batches by the run's journal (journal.go; a chunk whose start and result land in the
+// same batch goes from pending to done with its attempt counted); on resume
 // every chunk that is not done (at most the ones that were in flight, plus those cut but
 // not started) is compared again. diff_tables.checkpoint_seq is the low watermark: every
 // chunk with seq <= checkpoint_seq is done. Tables are prefixed diff_ because other parts
@@ -374,27 +376,67 @@ func (s *store) addDifferences(ctx context.Context, c Chunk, batch []storedDiff)
 	return nil
 }
 
-// finishChunk marks a chunk done with its results and advances the table's checkpoint.
-func (s *store) finishChunk(ctx context.Context, c Chunk, res chunkResult, checkpoint int) error {
+// commitChunks stores a batch of the journal in one statement, a multi-row upsert of
+// chunk rows that exist (addChunks stored them): started chunks become running with one
+// more attempt, finished ones done with their results (and one more attempt when their
+// start is in the same batch). Then the tables' checkpoints, when given: a checkpoint is
+// stored only once every chunk up to it is stored as done, so a failure in between leaves
+// it behind, never ahead.
+func (s *store) commitChunks(ctx context.Context, batch []chunkUpdate, checkpoints map[int]int) error {
 	ctx, cancel := s.ctx(ctx)
 	defer cancel()
-	// One statement updates both rows atomically (autocommit), one round trip per chunk.
-	if _, err := s.db.ExecContext(ctx, fmt.Sprintf("UPDATE %[1]s.diff_chunks c JOIN %[1]s.diff_tables t ON t.run_id = c.run_id AND t.table_idx = c.table_idx"+
-		" SET c.state = ?, c.up_count = ?, c.down_count = ?, c.up_sum = ?, c.down_sum = ?, c.differences = ?, c.updated_at = NOW(3),"+
-		" t.checkpoint_seq = GREATEST(t.checkpoint_seq, ?) WHERE c.run_id = ? AND c.table_idx = ? AND c.seq = ?", s.schema),
-		chunkDone, res.up.count, res.down.count, res.up.sum, res.down.sum, res.differences, checkpoint, s.runID, c.Table, c.Seq); err != nil {
-		return fmt.Errorf("finish chunk %d of table %d: %w", c.Seq, c.Table, err)
+	if len(batch) > 0 {
+		var sb strings.Builder
+		args := make([]any, 0, len(batch)*13)
+		sb.WriteString(s.q("INSERT INTO %s.diff_chunks (run_id, table_idx, seq, lo_bound, hi_bound, is_last, state, up_count, down_count, up_sum, down_sum, differences, attempts, updated_at) VALUES "))
+		for i, u := range batch {
+			lo, err := encodeBound(u.chunk.Range.Lo)
+			if err != nil {
+				return err
+			}
+			hi, err := encodeBound(u.chunk.Range.Hi)
+			if err != nil {
+				return err
+			}
+			if i > 0 {
+				sb.WriteString(", ")
+			}
+			sb.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NOW(3))")
+			attempts := 0
+			if u.started {
+				attempts = 1
+			}
+			state := chunkRunning
+			var upCount, downCount, upSum, downSum any // NULL while running
+			if u.finished {
+				state = chunkDone
+				upCount, downCount, upSum, downSum = u.res.up.count, u.res.down.count, u.res.up.sum, u.res.down.sum
+			}
+			args = append(args, s.runID, u.chunk.Table, u.chunk.Seq, lo, hi, u.chunk.Last, state,
+				upCount, downCount, upSum, downSum, u.res.differences, attempts)
+		}
+		sb.WriteString(" ON DUPLICATE KEY UPDATE state = VALUES(state), up_count = VALUES(up_count), down_count = VALUES(down_count)," +
+			" up_sum = VALUES(up_sum), down_sum = VALUES(down_sum), differences = VALUES(differences)," +
+			" attempts = attempts + VALUES(attempts), updated_at = VALUES(updated_at)")
+		if _, err := s.db.ExecContext(ctx, sb.String(), args...); err != nil {
+			return fmt.Errorf("store states of chunks %d-%d of table %d: %w", batch[0].chunk.Seq, batch[len(batch)-1].chunk.Seq, batch[0].chunk.Table, err)
+		}
+	}
+	for t, cp := range checkpoints {
+		if _, err := s.db.ExecContext(ctx, s.q("UPDATE %s.diff_tables SET checkpoint_seq = GREATEST(checkpoint_seq, ?) WHERE run_id = ? AND table_idx = ?"), cp, s.runID, t); err != nil {
+			return fmt.Errorf("advance checkpoint of table %d: %w", t, err)
+		}
 	}
 	return nil
 }
 
-func (s *store) advanceCheckpoint(ctx context.Context, table, checkpoint int) error {
-	ctx, cancel := s.ctx(ctx)
-	defer cancel()
-	if _, err := s.db.ExecContext(ctx, s.q("UPDATE %s.diff_tables SET checkpoint_seq = GREATEST(checkpoint_seq, ?) WHERE run_id = ? AND table_idx = ?"), checkpoint, s.runID, table); err != nil {
-		return fmt.Errorf("advance checkpoint of table %d: %w", table, err)
-	}
-	return nil
+// chunkUpdate is one chunk's row in a journal batch: started (running, one more
+// attempt), finished (done, with res), or both.
+type chunkUpdate struct {
+	chunk    Chunk
+	started  bool
+	finished bool
+	res      chunkResult
 }
 
 // differences streams the stored differences of a table in key order (extra rows first

@@ -1,0 +1,178 @@
+package checker
+
+import (
+	"context"
+)
+
+// journal writes the chunk state transitions (pending → running → done) of a run in
+// batches, off the workers' path: a worker queues "started" and "finished" and goes on
+// to its next chunk, and one writer stores everything queued meanwhile with a few
+// statements (store.commitChunks). Per chunk that replaces two round trips to the meta
+// database, each made while the worker's connections sat idle, by a share of one batch
+// (docs/diff.md has the measurements).
+//
+// What a crash may lose is bounded by the queue: a chunk counts as done (in memory, in
+// progress reports and in the checkpoint) only once its batch is committed, so a chunk
+// whose result was queued but not stored is compared again on resume, like one that was
+// in flight. Its differences were stored before its result was queued, and a resumed
+// chunk drops the differences of earlier attempts (store.startChunk) before adding its
+// own. A chunk is stored as done only after its start was stored (the same or an earlier
+// batch), so attempts > 1 still means that the chunk was running when a run stopped.
+type journal struct {
+	r      *runner
+	ch     chan journalEntry
+	stored map[int]int // table → checkpoint stored by this run (only run touches it)
+}
+
+type journalEntry struct {
+	chunk    Chunk
+	finished bool // false: started
+	res      chunkResult
+}
+
+func newJournal(r *runner) *journal {
+	j := &journal{r: r, ch: make(chan journalEntry, 4*r.cfg.Concurrency), stored: map[int]int{}}
+	for _, ts := range r.tables {
+		j.stored[ts.idx] = ts.checkpoint
+	}
+	return j
+}
+
+// started queues the running state of a chunk.
+func (j *journal) started(ctx context.Context, c Chunk) error {
+	return j.send(ctx, journalEntry{chunk: c})
+}
+
+// finished queues the result of a chunk (its differences are already stored).
+func (j *journal) finished(ctx context.Context, c Chunk, res chunkResult) error {
+	return j.send(ctx, journalEntry{chunk: c, finished: true, res: res})
+}
+
+func (j *journal) send(ctx context.Context, e journalEntry) error {
+	select {
+	case j.ch <- e:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// close ends the queue; run stores what is left and returns.
+func (j *journal) close() { close(j.ch) }
+
+// maxJournalBatch bounds the chunks stored by one batch (statement size).
+const maxJournalBatch = 256
+
+// run stores queued entries until the queue is closed. It is given a context that is
+// not cancelled with the run, so the results of chunks that finished before a
+// cancellation are still stored (each statement is bounded by the query timeout).
+func (j *journal) run(ctx context.Context) error {
+	for {
+		e, ok := <-j.ch
+		if !ok {
+			return nil
+		}
+		batch := []journalEntry{e}
+		open := true
+	drain:
+		for len(batch) < maxJournalBatch {
+			select {
+			case e, ok := <-j.ch:
+				if !ok {
+					open = false
+					break drain
+				}
+				batch = append(batch, e)
+			default:
+				break drain
+			}
+		}
+		if err := j.commit(ctx, batch); err != nil {
+			return err
+		}
+		if !open {
+			return nil
+		}
+	}
+}
+
+// commit stores one batch, then counts its finished chunks as done.
+func (j *journal) commit(ctx context.Context, batch []journalEntry) error {
+	r := j.r
+	type key struct{ table, seq int }
+	var updates []chunkUpdate
+	index := map[key]int{}
+	for _, e := range batch {
+		k := key{e.chunk.Table, e.chunk.Seq}
+		i, ok := index[k]
+		if !ok {
+			i = len(updates)
+			index[k] = i
+			updates = append(updates, chunkUpdate{chunk: e.chunk})
+		}
+		if e.finished {
+			updates[i].finished, updates[i].res = true, e.res
+		} else {
+			updates[i].started = true
+		}
+	}
+	// The checkpoint each table reaches once this batch is stored: never past a chunk
+	// that is not stored as done. Stored only when it moves.
+	checkpoints := map[int]int{}
+	for _, u := range updates {
+		if !u.finished {
+			continue
+		}
+		t := u.chunk.Table
+		if _, ok := checkpoints[t]; ok {
+			continue
+		}
+		ts := r.tables[t]
+		ts.mu.Lock()
+		cp := ts.checkpoint
+		for {
+			if ts.done[cp+1] {
+				cp++
+				continue
+			}
+			if i, ok := index[key{t, cp + 1}]; ok && updates[i].finished {
+				cp++
+				continue
+			}
+			break
+		}
+		ts.mu.Unlock()
+		checkpoints[t] = cp
+	}
+	for t, cp := range checkpoints {
+		if cp <= j.stored[t] {
+			delete(checkpoints, t)
+		}
+	}
+	if err := r.st.commitChunks(ctx, updates, checkpoints); err != nil {
+		return err
+	}
+	for t, cp := range checkpoints {
+		j.stored[t] = cp
+	}
+	progressed := false
+	for _, u := range updates {
+		if !u.finished {
+			continue
+		}
+		progressed = true
+		ts := r.tables[u.chunk.Table]
+		ts.mu.Lock()
+		ts.done[u.chunk.Seq] = true
+		ts.chunksDone++
+		ts.upRows += u.res.up.count
+		ts.downRows += u.res.down.count
+		ts.differences += u.res.differences
+		ts.advanceCheckpoint()
+		ts.mu.Unlock()
+	}
+	if progressed {
+		r.reportProgress()
+	}
+	return nil
+}
