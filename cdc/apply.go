@@ -233,12 +233,10 @@ func (a *applier) produce(ctx context.Context, tb *tableBuf, target uint64, chan
 				return err
 			}
 		case open.OpUpdate:
-			if ev.OldColumns != nil {
+			if ev.OldColumns != nil && handleChanged(ev, cols) {
 				old := handleCols(writable(oldRow(ev)))
-				if handle := handleCols(cols); len(old) == len(handle) && !sameValues(old, handle) {
-					if err := send(route(old), op{schema: schema, table: table, del: true, cols: old}); err != nil {
-						return err
-					}
+				if err := send(route(old), op{schema: schema, table: table, del: true, cols: old}); err != nil {
+					return err
 				}
 			}
 			fallthrough
@@ -527,13 +525,46 @@ func oldRow(ev *open.Event) []open.Column {
 	return out
 }
 
-func sameValues(a, b []open.Column) bool {
-	for i := range a {
-		if a[i].Name != b[i].Name || !valueEqual(a[i].Value, b[i].Value) {
-			return false
+// handleChanged reports whether an update moves its row to another handle: the handle
+// columns of its old row (oldRow, writable) and of its new row (cols) are as many and
+// differ in a name or value. It is handleCols of both compared, without building them.
+func handleChanged(ev *open.Event, cols []open.Column) bool {
+	complete := len(ev.OldColumns) >= len(ev.Columns)
+	src := ev.Columns
+	if complete {
+		src = ev.OldColumns
+	}
+	j, differ := 0, false
+	for k := range src {
+		v := &src[k]
+		if !complete { // the old row lists only changed columns
+			for i := range ev.OldColumns {
+				if ev.OldColumns[i].Name == v.Name {
+					v = &ev.OldColumns[i]
+					break
+				}
+			}
+		}
+		if v.IsGenerated() || !v.IsHandle() {
+			continue
+		}
+		for j < len(cols) && !cols[j].IsHandle() {
+			j++
+		}
+		if j == len(cols) {
+			return false // more old handle columns than new ones
+		}
+		if cols[j].Name != v.Name || !valueEqual(cols[j].Value, v.Value) {
+			differ = true
+		}
+		j++
+	}
+	for ; j < len(cols); j++ {
+		if cols[j].IsHandle() {
+			return false // more new handle columns than old ones
 		}
 	}
-	return true
+	return differ
 }
 
 func valueEqual(x, y any) bool {

@@ -254,3 +254,42 @@ func FuzzSpillDecode(f *testing.F) {
 		}
 	})
 }
+
+func TestHandleChanged(t *testing.T) {
+	h, g := open.FlagHandleKey, open.FlagGenerated
+	col := func(name string, f open.Flag, v any) open.Column { return open.Column{Name: name, Flags: f, Value: v} }
+	// reference: the handle columns of both rows, built and compared
+	ref := func(ev *open.Event) bool {
+		old, cur := handleCols(writable(oldRow(ev))), handleCols(writable(ev.Columns))
+		if len(old) != len(cur) {
+			return false
+		}
+		for i := range old {
+			if old[i].Name != cur[i].Name || !valueEqual(old[i].Value, cur[i].Value) {
+				return true
+			}
+		}
+		return false
+	}
+	tests := []struct {
+		name     string
+		cur, old []open.Column
+		want     bool
+	}{
+		{"same handle", []open.Column{col("id", h, int64(1)), col("v", 0, "b")}, []open.Column{col("id", h, int64(1)), col("v", 0, "a")}, false},
+		{"new handle", []open.Column{col("id", h, int64(2)), col("v", 0, "b")}, []open.Column{col("id", h, int64(1)), col("v", 0, "b")}, true},
+		{"composite, second part", []open.Column{col("a", h, "x"), col("b", h, []byte("2"))}, []open.Column{col("a", h, "x"), col("b", h, []byte("1"))}, true},
+		{"only updated columns, handle unchanged", []open.Column{col("id", h, int64(1)), col("v", 0, "b")}, []open.Column{col("v", 0, "a")}, false},
+		{"only updated columns, handle changed", []open.Column{col("id", h, int64(2)), col("v", 0, "b")}, []open.Column{col("id", h, int64(1))}, true},
+		{"generated columns ignored", []open.Column{col("g", g|h, int64(9)), col("id", h, int64(1))}, []open.Column{col("g", g|h, int64(8)), col("id", h, int64(1))}, false},
+		{"old row without handle flags", []open.Column{col("id", h, int64(2))}, []open.Column{col("id", 0, int64(1))}, false},
+		{"more handle columns in the old row", []open.Column{col("a", h, int64(1)), col("b", 0, int64(2))}, []open.Column{col("a", h, int64(1)), col("b", h, int64(3))}, false},
+		{"bytes against string", []open.Column{col("id", h, "1")}, []open.Column{col("id", h, []byte("1"))}, true},
+	}
+	for _, tc := range tests {
+		ev := &open.Event{Op: open.OpUpdate, Columns: tc.cur, OldColumns: tc.old}
+		if got := handleChanged(ev, writable(ev.Columns)); got != tc.want || got != ref(ev) {
+			t.Errorf("%s: handleChanged %t, want %t (reference %t)", tc.name, got, tc.want, ref(ev))
+		}
+	}
+}
