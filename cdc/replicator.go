@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime/debug"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -296,6 +297,7 @@ func (r *Replicator) Run(ctx context.Context) (err error) {
 		close(r.done)
 	}()
 	cfg := r.cfg
+	defer tuneGC(cfg, r.log)()
 	tz, _ := sessionTimeZone(cfg.Changefeed.TimeZone)
 	session := map[string]string{
 		"time_zone":          "'" + tz + "'",
@@ -383,6 +385,22 @@ func (r *Replicator) Run(ctx context.Context) (err error) {
 		return nil
 	}
 	return err
+}
+
+// tuneGC applies applier.gc-percent and its soft memory limit, unless it is 0 or the
+// environment sets Go's own (GOGC, GOMEMLIMIT); the returned func restores the previous
+// settings.
+func tuneGC(cfg Config, log *slog.Logger) func() {
+	if cfg.Applier.GCPercent == 0 || os.Getenv("GOGC") != "" || os.Getenv("GOMEMLIMIT") != "" {
+		return func() {}
+	}
+	gc := debug.SetGCPercent(cfg.Applier.GCPercent)
+	limit := debug.SetMemoryLimit(cfg.gcLimit())
+	log.Debug("go runtime tuned", "gc_percent", cfg.Applier.GCPercent, "memory_limit", cfg.gcLimit())
+	return func() {
+		debug.SetGCPercent(gc)
+		debug.SetMemoryLimit(limit)
+	}
 }
 
 // readAhead is the number of decoded records the readers may hold ahead of the

@@ -293,3 +293,23 @@ func TestHandleChanged(t *testing.T) {
 		}
 	}
 }
+
+func TestGCSettings(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Changefeed.Brokers, cfg.Changefeed.Topics, cfg.Downstream.DSN = []string{"k:9092"}, []string{"t"}, "root@tcp(h:3306)/"
+	if got := cfg.gcLimit(); got != 2*(256<<20)+32<<20 {
+		t.Errorf("default memory limit %d", got)
+	}
+	cfg.Applier.MemoryBytes = 1 << 20
+	if got := cfg.gcLimit(); got != 128<<20 {
+		t.Errorf("memory limit floor %d", got)
+	}
+	cfg.Applier.GCPercent = -1
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "applier.gc-percent: must be between 0 and 10000, got -1") {
+		t.Errorf("negative gc-percent: %v", err)
+	}
+	cfg.Applier.GCPercent = 0
+	if err := cfg.Validate(); err != nil {
+		t.Errorf("gc-percent 0: %v", err)
+	}
+}
