@@ -2,6 +2,7 @@ package checker
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"math/big"
@@ -68,16 +69,6 @@ func decodeBound(s string) (Bound, error) {
 	return b, nil
 }
 
-func cmpInt(x, y int64) int {
-	switch {
-	case x < y:
-		return -1
-	case x > y:
-		return 1
-	}
-	return 0
-}
-
 // compareValue orders two non-NULL key values of kind k the way the drill-down queries
 // order them (orderExpr): numbers by value, strings and binaries by bytes, temporal values
 // by their fixed-width text. NULL sorts first, as in MySQL.
@@ -95,7 +86,7 @@ func compareValue(k Kind, a, b Value) int {
 		// Fast path without allocation (the drill-down compares every row's key).
 		if x, err1 := strconv.ParseInt(string(a.Bytes), 10, 64); err1 == nil {
 			if y, err2 := strconv.ParseInt(string(b.Bytes), 10, 64); err2 == nil {
-				return cmpInt(x, y)
+				return cmp.Compare(x, y)
 			}
 		}
 		x, ok1 := new(big.Int).SetString(string(a.Bytes), 10)
@@ -113,13 +104,7 @@ func compareValue(k Kind, a, b Value) int {
 		x, err1 := strconv.ParseFloat(string(a.Bytes), 64)
 		y, err2 := strconv.ParseFloat(string(b.Bytes), 64)
 		if err1 == nil && err2 == nil {
-			switch {
-			case x < y:
-				return -1
-			case x > y:
-				return 1
-			}
-			return 0
+			return cmp.Compare(x, y) // no NaN in MySQL; -0 and 0 compare equal
 		}
 	case KindTemporal:
 		// TIME values (negative, or with more than two hour digits) do not order by text;
