@@ -2,7 +2,6 @@ package loadgen
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -159,24 +158,14 @@ func (g *Generator) bigTransaction(ctx context.Context, res Result, rows int) (B
 		// The token stays registered: no resolved ts can pass this transaction.
 		return out, fmt.Errorf("%w: big transaction COMMIT: %v", errUnknownCommit, err)
 	}
-	var info string
-	if err := conn.QueryRowContext(cctx, "SELECT @@tidb_last_txn_info").Scan(&info); err != nil {
-		return out, fmt.Errorf("%w: read @@tidb_last_txn_info: %v", errUnknownCommit, err)
+	commitTs, err := lastCommitTs(cctx, conn, lb)
+	if err != nil {
+		return out, err
 	}
-	var ti struct {
-		CommitTs uint64 `json:"commit_ts"`
-		Error    string `json:"error"`
-	}
-	if err := json.Unmarshal([]byte(info), &ti); err != nil {
-		return out, fmt.Errorf("%w: parse @@tidb_last_txn_info %q: %v", errUnknownCommit, info, err)
-	}
-	if ti.Error != "" || ti.CommitTs <= lb {
-		return out, fmt.Errorf("%w: @@tidb_last_txn_info %q does not describe a commit after ts %d", errUnknownCommit, info, lb)
-	}
-	out.CommitTs = ti.CommitTs
-	g.seq.committed(token, &txn{commitTs: ti.CommitTs}) // its events are streamed below
+	out.CommitTs = commitTs
+	g.seq.committed(token, &txn{commitTs: commitTs}) // its events are streamed below
 	g.committed.Add(1)
-	g.log.Info("big transaction committed", "table", tname, "rows", rows, "commit_ts", ti.CommitTs,
+	g.log.Info("big transaction committed", "table", tname, "rows", rows, "commit_ts", commitTs,
 		"insert", inserted.Round(time.Millisecond), "commit", time.Since(commitStart).Round(time.Millisecond))
 
 	// Publish: the sequencer's bound B covers the transaction once a fresh TSO is taken;
@@ -188,11 +177,11 @@ func (g *Generator) bigTransaction(ctx context.Context, res Result, rows int) (B
 		return out, err
 	}
 	txns, bound := g.seq.take(n)
-	if len(txns) != 1 || txns[0].commitTs != ti.CommitTs {
-		return out, fmt.Errorf("publish: sequencer released %d transactions at bound %d, want the big transaction at %d", len(txns), bound, ti.CommitTs)
+	if len(txns) != 1 || txns[0].commitTs != commitTs {
+		return out, fmt.Errorf("publish: sequencer released %d transactions at bound %d, want the big transaction at %d", len(txns), bound, commitTs)
 	}
 	pubStart := time.Now()
-	if err := g.publishBig(pctx, t, ti.CommitTs, out.FirstID, out.LastID); err != nil {
+	if err := g.publishBig(pctx, t, commitTs, out.FirstID, out.LastID); err != nil {
 		return out, err
 	}
 	if err := g.prod.resolved(pctx, bound); err != nil {

@@ -122,25 +122,36 @@ func (g *Generator) runTxn(ctx context.Context, conn *sql.Conn, r *rand.Rand) (b
 		// The token stays registered: the resolved ts can never pass this transaction.
 		return false, fmt.Errorf("%w: COMMIT: %v", errUnknownCommit, err)
 	}
+	commitTs, err := lastCommitTs(cctx, conn, lb)
+	if err != nil {
+		return false, err
+	}
+	for _, ev := range events {
+		ev.CommitTs = commitTs
+	}
+	g.seq.committed(token, &txn{commitTs: commitTs, events: events})
+	return true, nil
+}
+
+// lastCommitTs returns the commit ts of the transaction the session has just committed,
+// from @@tidb_last_txn_info; it must lie above lb, the sequencer's bound taken before
+// the COMMIT. Any failure is errUnknownCommit: the transaction may have committed.
+func lastCommitTs(ctx context.Context, conn *sql.Conn, lb uint64) (uint64, error) {
 	var info string
-	if err := conn.QueryRowContext(cctx, "SELECT @@tidb_last_txn_info").Scan(&info); err != nil {
-		return false, fmt.Errorf("%w: read @@tidb_last_txn_info: %v", errUnknownCommit, err)
+	if err := conn.QueryRowContext(ctx, "SELECT @@tidb_last_txn_info").Scan(&info); err != nil {
+		return 0, fmt.Errorf("%w: read @@tidb_last_txn_info: %v", errUnknownCommit, err)
 	}
 	var ti struct {
 		CommitTs uint64 `json:"commit_ts"`
 		Error    string `json:"error"`
 	}
 	if err := json.Unmarshal([]byte(info), &ti); err != nil {
-		return false, fmt.Errorf("%w: parse @@tidb_last_txn_info %q: %v", errUnknownCommit, info, err)
+		return 0, fmt.Errorf("%w: parse @@tidb_last_txn_info %q: %v", errUnknownCommit, info, err)
 	}
 	if ti.Error != "" || ti.CommitTs <= lb {
-		return false, fmt.Errorf("%w: @@tidb_last_txn_info %q does not describe a commit after ts %d", errUnknownCommit, info, lb)
+		return 0, fmt.Errorf("%w: @@tidb_last_txn_info %q does not describe a commit after ts %d", errUnknownCommit, info, lb)
 	}
-	for _, ev := range events {
-		ev.CommitTs = ti.CommitTs
-	}
-	g.seq.committed(token, &txn{commitTs: ti.CommitTs, events: events})
-	return true, nil
+	return ti.CommitTs, nil
 }
 
 // rollback rolls the open transaction back. If that fails the session is unusable: the
