@@ -200,15 +200,11 @@ func (e *Encoder) AppendRow(ev *Event) error {
 // claimCheckObject is the external-storage object TiCDC writes for claim-check:
 // {"key":base64(version|len|key),"value":base64(len|value)}.
 func claimCheckObject(key, value []byte) []byte {
-	k := binary.BigEndian.AppendUint64(nil, BatchVersion)
-	k = binary.BigEndian.AppendUint64(k, uint64(len(key)))
-	k = append(k, key...)
-	v := binary.BigEndian.AppendUint64(nil, uint64(len(value)))
-	v = append(v, value...)
+	m := single(key, value)
 	out := []byte(`{"key":"`)
-	out = base64.StdEncoding.AppendEncode(out, k)
+	out = base64.StdEncoding.AppendEncode(out, m.Key)
 	out = append(out, `","value":"`...)
-	out = base64.StdEncoding.AppendEncode(out, v)
+	out = base64.StdEncoding.AppendEncode(out, m.Value)
 	return append(out, `"}`...)
 }
 
@@ -221,10 +217,8 @@ func (e *Encoder) push(key, value []byte) {
 		n++
 	}
 	m := &e.pending[n-1]
-	m.Key = binary.BigEndian.AppendUint64(m.Key, uint64(len(key)))
-	m.Key = append(m.Key, key...)
-	m.Value = binary.BigEndian.AppendUint64(m.Value, uint64(len(value)))
-	m.Value = append(m.Value, value...)
+	m.Key = appendFrame(m.Key, key)
+	m.Value = appendFrame(m.Value, value)
 	m.Events++
 	e.batchSize++
 }
@@ -261,13 +255,16 @@ func (e *Encoder) EncodeResolved(ts uint64) Message {
 	return single(key, nil)
 }
 
+// single is a record holding one event.
 func single(key, value []byte) Message {
-	k := binary.BigEndian.AppendUint64(nil, BatchVersion)
-	k = binary.BigEndian.AppendUint64(k, uint64(len(key)))
-	k = append(k, key...)
-	v := binary.BigEndian.AppendUint64(nil, uint64(len(value)))
-	v = append(v, value...)
-	return Message{Key: k, Value: v, Events: 1}
+	k := appendFrame(binary.BigEndian.AppendUint64(nil, BatchVersion), key)
+	return Message{Key: k, Value: appendFrame(nil, value), Events: 1}
+}
+
+// appendFrame appends p with its 8-byte big-endian length prefix.
+func appendFrame(b, p []byte) []byte {
+	b = binary.BigEndian.AppendUint64(b, uint64(len(p)))
+	return append(b, p...)
 }
 
 func (e *Encoder) appendKey(b []byte, ev *Event, kind Kind, ohk bool, ccl string) []byte {
