@@ -551,22 +551,7 @@ func appendStringJSON(b []byte, s string, html bool) []byte {
 				continue
 			}
 			b = append(b, s[start:i]...)
-			switch c {
-			case '\\', '"':
-				b = append(b, '\\', c)
-			case '\b':
-				b = append(b, '\\', 'b')
-			case '\f':
-				b = append(b, '\\', 'f')
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			default:
-				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
-			}
+			b = appendEscape(b, c, true)
 			i++
 			start = i
 			continue
@@ -592,6 +577,30 @@ func appendStringJSON(b []byte, s string, html bool) []byte {
 	return append(b, '"')
 }
 
+// appendEscape writes the escape of the ASCII byte c: \" \\ \n \r \t, \b and \f when bf is
+// set (encoding/json; jsoniter writes them as \u0008 and \u000c), else \u00XX.
+func appendEscape(b []byte, c byte, bf bool) []byte {
+	switch c {
+	case '\\', '"':
+		return append(b, '\\', c)
+	case '\n':
+		return append(b, '\\', 'n')
+	case '\r':
+		return append(b, '\\', 'r')
+	case '\t':
+		return append(b, '\\', 't')
+	case '\b':
+		if bf {
+			return append(b, '\\', 'b')
+		}
+	case '\f':
+		if bf {
+			return append(b, '\\', 'f')
+		}
+	}
+	return append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
+}
+
 func appendStringNewArch(b []byte, s string) []byte {
 	b = append(b, '"')
 	start := 0
@@ -601,18 +610,7 @@ func appendStringNewArch(b []byte, s string) []byte {
 			continue
 		}
 		b = append(b, s[start:i]...)
-		switch c {
-		case '\\', '"':
-			b = append(b, '\\', c)
-		case '\n':
-			b = append(b, '\\', 'n')
-		case '\r':
-			b = append(b, '\\', 'r')
-		case '\t':
-			b = append(b, '\\', 't')
-		default:
-			b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
-		}
+		b = appendEscape(b, c, false)
 		start = i + 1
 	}
 	b = append(b, s[start:]...)
