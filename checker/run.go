@@ -500,22 +500,9 @@ func (r *runner) checksumSide(ctx context.Context, ts *tableState, s Side, rng R
 	var c checksum
 	err := r.withSide(ctx, s, func(ctx context.Context, q Querier) error {
 		start := time.Now()
-		rows, err := q.QueryContext(ctx, ts.plan.ChecksumSQL(s, rng))
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		if !rows.Next() {
-			if err := rows.Err(); err != nil {
-				return err
-			}
-			return errors.New("checksum query returned no row")
-		}
-		if err := rows.Scan(&c.count, &c.sum); err != nil {
-			return err
-		}
+		err := queryRow(ctx, q, ts.plan.ChecksumSQL(s, rng), &c.count, &c.sum)
 		c.dur = time.Since(start)
-		return rows.Err()
+		return err
 	})
 	if err != nil {
 		return c, fmt.Errorf("%s checksum of %s: %w", s, ts.name, err)
