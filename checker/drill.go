@@ -31,19 +31,9 @@ func (r *runner) drill(ctx context.Context, ts *tableState, rng Range, up, down 
 	}
 	var mid Bound
 	err := r.withSide(ctx, side, func(ctx context.Context, q Querier) error {
-		rows, err := q.QueryContext(ctx, p.BoundarySQL(side, rng, int(n/2)-1))
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		s := newRowStream(rows, len(p.Key))
-		if err := s.next(); err != nil {
-			return err
-		}
-		if !s.done {
-			mid = Bound(s.row())
-		}
-		return nil
+		row, err := firstRow(ctx, q, p.BoundarySQL(side, rng, int(n/2)-1), len(p.Key))
+		mid = Bound(row)
+		return err
 	})
 	if err != nil {
 		return fmt.Errorf("bisect: %w", err)
@@ -202,6 +192,21 @@ func queryRow(ctx context.Context, q Querier, query string, dest ...any) error {
 		return err
 	}
 	return rows.Err()
+}
+
+// firstRow returns the first row of query's n columns as values, or nil when it returns
+// no row.
+func firstRow(ctx context.Context, q Querier, query string, n int) ([]Value, error) {
+	rows, err := q.QueryContext(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	s := newRowStream(rows, n)
+	if err := s.next(); err != nil || s.done {
+		return nil, err
+	}
+	return s.row(), nil
 }
 
 // diffSink persists a chunk's differences in batches, so memory stays bounded however

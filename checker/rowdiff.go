@@ -420,19 +420,9 @@ func (r *runner) diffKeyless(ctx context.Context, ts *tableState, rng Range, emi
 		for _, g := range groups {
 			var row []Value
 			err := r.withSide(ctx, side, func(ctx context.Context, q Querier) error {
-				rows, err := q.QueryContext(ctx, p.RowsByHashSQL(side, rng, g.h, 1))
-				if err != nil {
-					return err
-				}
-				defer rows.Close()
-				s := newRowStream(rows, len(p.Columns))
-				if err := s.next(); err != nil {
-					return err
-				}
-				if !s.done {
-					row = s.row()
-				}
-				return nil
+				var err error
+				row, err = firstRow(ctx, q, p.RowsByHashSQL(side, rng, g.h, 1), len(p.Columns))
+				return err
 			})
 			if err != nil {
 				return nil, fmt.Errorf("read %s rows of %s: %w", side, ts.name, err)
