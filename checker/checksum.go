@@ -258,12 +258,6 @@ func (p *TablePlan) ChecksumSQL(s Side, r Range) string {
 	return "SELECT COUNT(*) AS cnt, IFNULL(SUM(" + p.RowHash(s) + "),0) AS sum FROM " + p.table(s) + p.whereClause(s, r)
 }
 
-// CountSQL counts the rows of a range (used to size the first chunk and for the report
-// of tables that are compared by count only).
-func (p *TablePlan) CountSQL(s Side, r Range) string {
-	return "SELECT COUNT(*) FROM " + p.table(s) + p.whereClause(s, r)
-}
-
 func (p *TablePlan) whereClause(s Side, r Range) string {
 	var conds []string
 	if c := p.rangePredicate(s, r); c != "" {

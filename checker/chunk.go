@@ -19,11 +19,9 @@ type Range struct {
 	Lo, Hi Bound
 }
 
-// boundJSON is the persisted form of a Bound: null or the value's bytes as a string when
-// they are valid UTF-8, otherwise {"x": hex}.
+// boundValueJSON is the persisted form of one value of a Bound (see DecodeBound).
 type boundValueJSON struct {
 	Null bool   `json:"n,omitempty"`
-	S    string `json:"s,omitempty"`
 	X    []byte `json:"x,omitempty"`
 }
 
@@ -33,14 +31,10 @@ func encodeBound(b Bound) (string, error) {
 	}
 	out := make([]boundValueJSON, len(b))
 	for i, v := range b {
-		switch {
-		case v.Null:
+		if v.Null {
 			out[i].Null = true
-		default:
-			out[i].X = v.Bytes
-			if out[i].X == nil {
-				out[i].X = []byte{}
-			}
+		} else {
+			out[i].X = v.Bytes // empty or nil: omitted, {}
 		}
 	}
 	data, err := json.Marshal(out)

@@ -224,17 +224,8 @@ func (s *rowStream) row() []Value {
 	return out
 }
 
-// keyOf returns the key values of a full row (RowsSQL puts columns in plan order).
-func (p *TablePlan) keyOf(row []Value) []Value {
-	out := make([]Value, len(p.Key))
-	for i, k := range p.Key {
-		out[i] = row[k]
-	}
-	return out
-}
-
-// compareRowKeys orders two full rows (RowsSQL's columns) by key, like compareKeys of
-// their keyOf, without copying the keys.
+// compareRowKeys orders two full rows (RowsSQL's columns, in plan order) by key, like
+// compareKeys of their key values, without copying the keys.
 func (p *TablePlan) compareRowKeys(a, b []Value) int {
 	for _, k := range p.Key {
 		if c := compareValue(p.Columns[k].Kind, a[k], b[k]); c != 0 {
