@@ -557,11 +557,11 @@ func (r *runner) produce(ctx context.Context, ts *tableState, out chan<- Chunk) 
 				ts.downRows += c.downCount
 				ts.differences += c.differences
 			}
-			ts.mu.Unlock()
-			lo = c.Range.Hi
 			if c.Last {
 				ts.splitDone = true
 			}
+			ts.mu.Unlock()
+			lo = c.Range.Hi
 		}
 		ts.mu.Lock()
 		ts.advanceCheckpoint()
