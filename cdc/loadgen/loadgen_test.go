@@ -2,6 +2,7 @@ package loadgen
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"sort"
 	"strconv"
@@ -120,13 +121,24 @@ func tidbState(t *testing.T, dsn, db string, ts uint64, tables []string) state {
 	if _, err := conn.ExecContext(ctx, "SET @@tidb_snapshot = ?", strconv.FormatUint(ts, 10)); err != nil {
 		t.Fatalf("snapshot %d: %v", ts, err)
 	}
+	return readState(t, ctx, sdb, conn, db, tables)
+}
+
+type queryer interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+// readState reads the tables of db through q, converting values with the column
+// metadata that the server of metaDB has for them.
+func readState(t *testing.T, ctx context.Context, metaDB *sql.DB, q queryer, db string, tables []string) state {
+	t.Helper()
 	st := state{}
 	for _, name := range tables {
-		meta, err := LoadTable(ctx, sdb, db, name)
+		meta, err := LoadTable(ctx, metaDB, db, name)
 		if err != nil {
 			t.Fatal(err)
 		}
-		rows, err := conn.QueryContext(ctx, "SELECT "+meta.selectList()+" FROM "+meta.QualifiedName())
+		rows, err := q.QueryContext(ctx, "SELECT "+meta.selectList()+" FROM "+meta.QualifiedName())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -145,7 +157,7 @@ func diffStates(t *testing.T, what string, got, want state) {
 	t.Helper()
 	n := 0
 	for table := range union(got, want) {
-		for k := range unionKeys(got[table], want[table]) {
+		for k := range union(got[table], want[table]) {
 			if got[table][k] != want[table][k] {
 				if n < 5 {
 					t.Errorf("%s: table %s row %s: replayed %d, TiDB %d", what, table, k, got[table][k], want[table][k])
@@ -159,18 +171,8 @@ func diffStates(t *testing.T, what string, got, want state) {
 	}
 }
 
-func union(a, b state) map[string]bool {
-	out := map[string]bool{}
-	for k := range a {
-		out[k] = true
-	}
-	for k := range b {
-		out[k] = true
-	}
-	return out
-}
-
-func unionKeys(a, b map[string]int) map[string]bool {
+// union returns the keys of a and b.
+func union[V any](a, b map[string]V) map[string]bool {
 	out := map[string]bool{}
 	for k := range a {
 		out[k] = true
@@ -217,7 +219,6 @@ func TestRunAgainstTiDB(t *testing.T) {
 			if cfg.ImportRows > 0 {
 				down := testenv.NewDB(t, testenv.EnvDownstream, "lgdown")
 				cfg.Downstream = testenv.Require(t, testenv.EnvDownstream)
-				cfg.Database = up.Name
 				// The import creates the schema under the upstream name; drop it afterwards.
 				t.Cleanup(func() { _, _ = down.Exec("DROP DATABASE IF EXISTS `" + up.Name + "`") })
 			}
@@ -363,25 +364,7 @@ func tidbLikeDownstream(t *testing.T, downDSN, db, upDSN string, tables []string
 		t.Fatal(err)
 	}
 	defer down.Close()
-	st := state{}
-	for _, name := range tables {
-		meta, err := LoadTable(ctx, updb, db, name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rows, err := down.QueryContext(ctx, "SELECT "+meta.selectList()+" FROM "+meta.QualifiedName())
-		if err != nil {
-			t.Fatal(err)
-		}
-		imgs, _, err := scanRows(rows, meta, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, img := range imgs {
-			st.add(name, handleKey(img), canon(img), 1)
-		}
-	}
-	return st
+	return readState(t, ctx, updb, down, db, tables)
 }
 
 // TestCreatesMissingTopic: like TiCDC with partition-num, the generator creates a topic
@@ -450,7 +433,8 @@ func TestConfigValidateNamesEveryProblem(t *testing.T) {
 			t.Errorf("error %q does not name %s", err, key)
 		}
 	}
-	if err := DefaultConfig(); err.Validate() != nil {
-		t.Errorf("defaults invalid: %v", err.Validate())
+	def := DefaultConfig()
+	if err := def.Validate(); err != nil {
+		t.Errorf("defaults invalid: %v", err)
 	}
 }
