@@ -163,11 +163,7 @@ func (j *journal) commit(ctx context.Context, batch []journalEntry) error {
 		progressed = true
 		ts := r.tables[u.chunk.Table]
 		ts.mu.Lock()
-		ts.done[u.chunk.Seq] = true
-		ts.chunksDone++
-		ts.upRows += u.res.up.count
-		ts.downRows += u.res.down.count
-		ts.differences += u.res.differences
+		ts.countDone(u.chunk.Seq, u.res)
 		ts.advanceCheckpoint()
 		ts.mu.Unlock()
 	}

@@ -551,11 +551,7 @@ func (r *runner) produce(ctx context.Context, ts *tableState, out chan<- Chunk) 
 			ts.chunks++
 			ts.lastChunk = c.Seq
 			if c.state == chunkDone {
-				ts.done[c.Seq] = true
-				ts.chunksDone++
-				ts.upRows += c.upCount
-				ts.downRows += c.downCount
-				ts.differences += c.differences
+				ts.countDone(c.Seq, c.res)
 			}
 			if c.Last {
 				ts.splitDone = true
@@ -804,6 +800,15 @@ func (r *runner) process(ctx context.Context, ch Chunk) error {
 		return err
 	}
 	return r.limiter.take(ctx, int(max(up.count, down.count)))
+}
+
+// countDone counts a chunk stored as done in the table's tallies; the caller holds ts.mu.
+func (ts *tableState) countDone(seq int, res chunkResult) {
+	ts.done[seq] = true
+	ts.chunksDone++
+	ts.upRows += res.up.count
+	ts.downRows += res.down.count
+	ts.differences += res.differences
 }
 
 func (ts *tableState) advanceCheckpoint() {

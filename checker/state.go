@@ -298,9 +298,8 @@ func (s *store) addChunks(ctx context.Context, cs []Chunk) error {
 
 type storedChunk struct {
 	Chunk
-	state              string
-	upCount, downCount int64
-	differences        int64
+	state string
+	res   chunkResult // the counts of a done chunk (no sums, no durations)
 }
 
 func (s *store) chunks(ctx context.Context, table int) ([]storedChunk, error) {
@@ -316,7 +315,7 @@ func (s *store) chunks(ctx context.Context, table int) ([]storedChunk, error) {
 		var c storedChunk
 		var lo, hi string
 		c.Table = table
-		if err := rows.Scan(&c.Seq, &lo, &hi, &c.Last, &c.state, &c.upCount, &c.downCount, &c.differences); err != nil {
+		if err := rows.Scan(&c.Seq, &lo, &hi, &c.Last, &c.state, &c.res.up.count, &c.res.down.count, &c.res.differences); err != nil {
 			return nil, fmt.Errorf("read chunks of table %d: %w", table, err)
 		}
 		if c.Range.Lo, err = decodeBound(lo); err != nil {
