@@ -163,7 +163,10 @@ func (r *runner) drillBuckets(ctx context.Context, ts *tableState, rng Range, n 
 		sub := Range{Lo: Bound{StringValue(new(big.Int).Sub(start, big.NewInt(1)).String())},
 			Hi: Bound{StringValue(new(big.Int).Sub(new(big.Int).Add(start, width), big.NewInt(1)).String())}}
 		u, d := ub[strconv.FormatInt(b, 10)], db[strconv.FormatInt(b, 10)]
-		if max(u.cnt, d.cnt) <= int64(r.cfg.RowDiffRows) || width.Cmp(big.NewInt(1)) == 0 {
+		if width.Cmp(big.NewInt(1)) == 0 {
+			// One key value (several rows only where the downstream lacks the unique key):
+			// bucketing it again cannot narrow it. Smaller buckets are left to drill, which
+			// merges a range of up to RowDiffRows rows.
 			if err := r.mergeRows(ctx, ts, sub, emit); err != nil {
 				return err
 			}
