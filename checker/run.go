@@ -573,9 +573,6 @@ func (r *runner) produce(ctx context.Context, ts *tableState, out chan<- Chunk) 
 		if ts.splitDone {
 			return nil
 		}
-		if ts.lastChunk >= 0 && lo == nil {
-			return nil // the last stored chunk reached the end of the table
-		}
 	}
 	if ts.plan.Flavor[Upstream] == FlavorTiDB && len(ts.plan.Key) > 0 && !ts.plan.Keyless && ts.plan.numericKey() {
 		if err := r.loadRegions(ctx, ts); err != nil {
