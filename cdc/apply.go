@@ -578,12 +578,6 @@ func valueEqual(x, y any) bool {
 	return x == y
 }
 
-func hashString(s string) uint64 {
-	h := fnv.New64a()
-	_, _ = h.Write([]byte(s))
-	return h.Sum64()
-}
-
 // hashHandle hashes a row's table and the values of its handle-key columns (the
 // columns of cols flagged as handle): every version of a row hashes alike.
 func hashHandle(table string, cols []open.Column) uint64 {

@@ -271,7 +271,6 @@ type tableIter struct {
 type runReader struct {
 	f     *os.File
 	r     *bufio.Reader
-	left  int64
 	head  bufEvent
 	ok    bool
 	names map[string]string
@@ -296,7 +295,7 @@ func (tb *tableBuf) iter(target uint64) (*tableIter, error) {
 			it.close()
 			return nil, fmt.Errorf("reading spill run of %s: %w", tb.key, err)
 		}
-		rr := &runReader{f: f, r: bufio.NewReaderSize(io.LimitReader(f, end-start), 1<<20), left: end - start, names: map[string]string{}}
+		rr := &runReader{f: f, r: bufio.NewReaderSize(io.LimitReader(f, end-start), 1<<20), names: map[string]string{}}
 		if err := rr.next(tb.key); err != nil {
 			f.Close()
 			it.close()
