@@ -148,51 +148,36 @@ func (s *scanner) str(buf []byte) (out, scratch []byte, err error) {
 				return nil, buf, s.errorf("unterminated escape in string")
 			}
 			e := data[i+1]
-			switch e {
-			case '"', '\\', '/':
-				buf = append(buf, e)
+			if u := unescapes[e]; u != 0 {
+				buf = append(buf, u)
 				i += 2
-			case 'b':
-				buf = append(buf, '\b')
-				i += 2
-			case 'f':
-				buf = append(buf, '\f')
-				i += 2
-			case 'n':
-				buf = append(buf, '\n')
-				i += 2
-			case 'r':
-				buf = append(buf, '\r')
-				i += 2
-			case 't':
-				buf = append(buf, '\t')
-				i += 2
-			case 'u':
-				r, ok := hex4(data, i+2)
-				if !ok {
-					s.pos = i
-					return nil, buf, s.errorf("invalid \\u escape in string")
-				}
-				i += 6
-				if utf16.IsSurrogate(r) {
-					r2, ok2 := rune(-1), false
-					if i+1 < len(data) && data[i] == '\\' && data[i+1] == 'u' {
-						r2, ok2 = hex4(data, i+2)
-					}
-					if ok2 {
-						if dec := utf16.DecodeRune(r, r2); dec != utf8.RuneError {
-							i += 6
-							buf = utf8.AppendRune(buf, dec)
-							break
-						}
-					}
-					r = utf8.RuneError
-				}
-				buf = utf8.AppendRune(buf, r)
-			default:
+				break
+			}
+			if e != 'u' {
 				s.pos = i
 				return nil, buf, s.errorf("invalid escape \\%c in string", e)
 			}
+			r, ok := hex4(data, i+2)
+			if !ok {
+				s.pos = i
+				return nil, buf, s.errorf("invalid \\u escape in string")
+			}
+			i += 6
+			if utf16.IsSurrogate(r) {
+				r2, ok2 := rune(-1), false
+				if i+1 < len(data) && data[i] == '\\' && data[i+1] == 'u' {
+					r2, ok2 = hex4(data, i+2)
+				}
+				if ok2 {
+					if dec := utf16.DecodeRune(r, r2); dec != utf8.RuneError {
+						i += 6
+						buf = utf8.AppendRune(buf, dec)
+						break
+					}
+				}
+				r = utf8.RuneError
+			}
+			buf = utf8.AppendRune(buf, r)
 		case c < utf8.RuneSelf:
 			buf = append(buf, c)
 			i++
@@ -209,6 +194,10 @@ func (s *scanner) str(buf []byte) (out, scratch []byte, err error) {
 	s.pos = len(data)
 	return nil, buf, s.errorf("unterminated string")
 }
+
+// unescapes maps the byte after a backslash to the byte it stands for; 0 where it is not
+// a two-byte escape.
+var unescapes = [256]byte{'"': '"', '\\': '\\', '/': '/', 'b': '\b', 'f': '\f', 'n': '\n', 'r': '\r', 't': '\t'}
 
 func hex4(data []byte, i int) (rune, bool) {
 	if i+4 > len(data) {
