@@ -69,7 +69,8 @@ func (d *Decoder) Decode(key, value []byte) ([]Event, error) {
 	return d.decode(key, value, 0)
 }
 
-// frames splits a record part into its length-prefixed frames after skip bytes.
+// countFrames counts the length-prefixed frames of a record part after skip bytes,
+// checking that every length fits in what is left.
 func countFrames(part string, b []byte, skip int) (int, error) {
 	n := 0
 	for pos := skip; pos < len(b); n++ {
@@ -194,6 +195,10 @@ func (st *decodeState) key(data []byte, ev *Event, prev *Event) error {
 	}
 	var haveTs, haveT bool
 	var t int64
+	var prevSchema, prevTable string // the previous event's names, reused when equal
+	if prev != nil {
+		prevSchema, prevTable = prev.Schema, prev.Table
+	}
 	for first := true; ; first = false {
 		name, ok, err := s.member(first)
 		if err != nil {
@@ -213,13 +218,13 @@ func (st *decodeState) key(data []byte, ev *Event, prev *Event) error {
 			}
 			haveTs = true
 		case "scm":
-			v, err := st.string(prevString(prev, func(e *Event) string { return e.Schema }))
+			v, err := st.string(prevSchema)
 			if err != nil {
 				return inField("scm", err)
 			}
 			ev.Schema = v
 		case "tbl":
-			v, err := st.string(prevString(prev, func(e *Event) string { return e.Table }))
+			v, err := st.string(prevTable)
 			if err != nil {
 				return inField("tbl", err)
 			}
@@ -269,13 +274,6 @@ func (st *decodeState) key(data []byte, ev *Event, prev *Event) error {
 		return inField("t", fmt.Errorf("%w %d", ErrKind, t))
 	}
 	return nil
-}
-
-func prevString(prev *Event, f func(*Event) string) string {
-	if prev == nil {
-		return ""
-	}
-	return f(prev)
 }
 
 // string reads a JSON string, reusing same when the bytes are equal (saves an
