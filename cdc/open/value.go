@@ -55,7 +55,7 @@ var typeClasses = func() (t [256]typeClass) {
 func KnownType(t byte) bool { return typeClasses[t] != classUnknown }
 
 // intRange returns the bounds of an integer column type.
-func intRange(t byte, unsigned bool) (minS int64, maxS int64, maxU uint64) {
+func intRange(t byte) (minS int64, maxS int64, maxU uint64) {
 	switch t {
 	case TypeTiny:
 		return -1 << 7, 1<<7 - 1, 1<<8 - 1
@@ -169,7 +169,7 @@ func parseInt(t byte, raw []byte) (any, error) {
 		return nil, fmt.Errorf("%w: type %d wants an integer, got %s", ErrValue, t, raw)
 	}
 	v, err := atoi64(raw)
-	minS, maxS, _ := intRange(t, false)
+	minS, maxS, _ := intRange(t)
 	if err != nil || v < minS || v > maxS {
 		return nil, fmt.Errorf("%w: %s for type %d (range %d..%d)", ErrRange, raw, t, minS, maxS)
 	}
@@ -181,7 +181,7 @@ func parseUint(t byte, raw []byte) (any, error) {
 		return nil, fmt.Errorf("%w: type %d wants an integer, got %s", ErrValue, t, raw)
 	}
 	v, err := atou64(raw)
-	_, _, maxU := intRange(t, true)
+	_, _, maxU := intRange(t)
 	if err != nil || v > maxU {
 		return nil, fmt.Errorf("%w: %s for unsigned type %d (range 0..%d)", ErrRange, raw, t, maxU)
 	}
