@@ -563,51 +563,14 @@ func readTable(t *testing.T, ctx context.Context, q queryer, db, table string, c
 	return out
 }
 
-// rawRecord is a Kafka record as stored.
-type rawRecord struct {
-	partition  int
-	offset     int64
-	key, value []byte
-}
-
 // readRaw reads every record of every partition of the topic.
-func (e *env) readRaw() [][]rawRecord {
+func (e *env) readRaw() [][]kafka.Message {
 	e.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	out := make([][]rawRecord, e.partitions)
-	for p := 0; p < e.partitions; p++ {
-		conn, err := kafka.DialLeader(ctx, "tcp", e.broker, e.topic, p)
-		if err != nil {
-			e.t.Fatalf("dial partition %d: %v", p, err)
-		}
-		last, err := conn.ReadLastOffset()
-		if err != nil {
-			e.t.Fatal(err)
-		}
-		for off := int64(0); off < last; {
-			if _, err := conn.Seek(off, kafka.SeekAbsolute); err != nil {
-				e.t.Fatal(err)
-			}
-			_ = conn.SetReadDeadline(time.Now().Add(30 * time.Second))
-			batch := conn.ReadBatchWith(kafka.ReadBatchConfig{MinBytes: 1, MaxBytes: 32 << 20, MaxWait: 100 * time.Millisecond})
-			for off < last {
-				m, err := batch.ReadMessage()
-				if err != nil {
-					break
-				}
-				out[p] = append(out[p], rawRecord{partition: p, offset: m.Offset, key: m.Key, value: m.Value})
-				off = m.Offset + 1
-			}
-			_ = batch.Close()
-		}
-		conn.Close()
-	}
-	return out
+	return testenv.ReadTopic(e.t, e.broker, e.topic, e.partitions)
 }
 
 // republish writes records again, each to its own partition, in the given order.
-func (e *env) republish(recs []rawRecord) {
+func (e *env) republish(recs []kafka.Message) {
 	e.t.Helper()
 	w := &kafka.Writer{
 		Addr:         kafka.TCP(e.broker),
@@ -620,7 +583,7 @@ func (e *env) republish(recs []rawRecord) {
 	defer w.Close()
 	msgs := make([]kafka.Message, len(recs))
 	for i, r := range recs {
-		msgs[i] = kafka.Message{Partition: r.partition, Key: r.key, Value: r.value}
+		msgs[i] = kafka.Message{Partition: r.Partition, Key: r.Key, Value: r.Value}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/segmentio/kafka-go"
+
 	"github.com/tidb-parity/parity/cdc/loadgen"
 )
 
@@ -198,7 +200,7 @@ func TestServeReplay(t *testing.T) {
 	}
 	r := rand.New(rand.NewPCG(11, 11))
 	// Phase 1: every record once more, shuffled within its partition, after the originals.
-	var again []rawRecord
+	var again []kafka.Message
 	for _, recs := range e.readRaw() {
 		again = append(again, recs...)
 	}
@@ -221,7 +223,7 @@ func TestServeReplay(t *testing.T) {
 		case <-time.After(400 * time.Millisecond):
 		}
 		recs := e.readRaw()
-		var pick []rawRecord
+		var pick []kafka.Message
 		for _, part := range recs {
 			for i := 0; i < 20 && len(part) > 0; i++ {
 				pick = append(pick, part[r.IntN(len(part))])

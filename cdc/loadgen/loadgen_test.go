@@ -19,52 +19,26 @@ import (
 
 // record is one decoded Kafka record.
 type record struct {
-	partition int
-	offset    int64
-	events    []open.Event
+	offset int64
+	events []open.Event
 }
 
-// readTopic reads every record of every partition of topic.
+// readTopic reads and decodes every record of every partition of topic.
 func readTopic(t *testing.T, topic string, partitions int) [][]record {
 	t.Helper()
-	broker := testenv.Kafka(t)
 	dec, err := open.NewDecoder(open.DefaultDecoderConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
 	out := make([][]record, partitions)
-	for p := 0; p < partitions; p++ {
-		conn, err := kafka.DialLeader(ctx, "tcp", broker, topic, p)
-		if err != nil {
-			t.Fatalf("dial partition %d: %v", p, err)
-		}
-		last, err := conn.ReadLastOffset()
-		if err != nil {
-			t.Fatalf("last offset of partition %d: %v", p, err)
-		}
-		for off := int64(0); off < last; {
-			if _, err := conn.Seek(off, kafka.SeekAbsolute); err != nil {
-				t.Fatalf("seek partition %d to %d: %v", p, off, err)
+	for p, msgs := range testenv.ReadTopic(t, testenv.Kafka(t), topic, partitions) {
+		for _, m := range msgs {
+			evs, err := dec.Decode(m.Key, m.Value)
+			if err != nil {
+				t.Fatalf("decode partition %d offset %d: %v", p, m.Offset, err)
 			}
-			_ = conn.SetReadDeadline(time.Now().Add(30 * time.Second))
-			batch := conn.ReadBatchWith(kafka.ReadBatchConfig{MinBytes: 1, MaxBytes: 32 << 20, MaxWait: 100 * time.Millisecond})
-			for off < last {
-				m, err := batch.ReadMessage()
-				if err != nil {
-					break
-				}
-				evs, err := dec.Decode(m.Key, m.Value)
-				if err != nil {
-					t.Fatalf("decode partition %d offset %d: %v", p, m.Offset, err)
-				}
-				out[p] = append(out[p], record{partition: p, offset: m.Offset, events: evs})
-				off = m.Offset + 1
-			}
-			_ = batch.Close()
+			out[p] = append(out[p], record{offset: m.Offset, events: evs})
 		}
-		conn.Close()
 	}
 	return out
 }

@@ -256,3 +256,40 @@ func topicReady(broker, topic string, partitions int) bool {
 	}
 	return true
 }
+
+// ReadTopic returns every record of every partition of topic, in offset order, as stored
+// at the moment each partition is read.
+func ReadTopic(t testing.TB, broker, topic string, partitions int) [][]kafka.Message {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out := make([][]kafka.Message, partitions)
+	for p := 0; p < partitions; p++ {
+		conn, err := kafka.DialLeader(ctx, "tcp", broker, topic, p)
+		if err != nil {
+			t.Fatalf("dial partition %d: %v", p, err)
+		}
+		last, err := conn.ReadLastOffset()
+		if err != nil {
+			t.Fatalf("last offset of partition %d: %v", p, err)
+		}
+		for off := int64(0); off < last; {
+			if _, err := conn.Seek(off, kafka.SeekAbsolute); err != nil {
+				t.Fatalf("seek partition %d to %d: %v", p, off, err)
+			}
+			_ = conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+			batch := conn.ReadBatchWith(kafka.ReadBatchConfig{MinBytes: 1, MaxBytes: 32 << 20, MaxWait: 100 * time.Millisecond})
+			for off < last {
+				m, err := batch.ReadMessage()
+				if err != nil {
+					break
+				}
+				out[p] = append(out[p], m)
+				off = m.Offset + 1
+			}
+			_ = batch.Close()
+		}
+		conn.Close()
+	}
+	return out
+}
