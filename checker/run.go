@@ -97,13 +97,12 @@ type tableState struct {
 	sizer       *chunkSizer
 	done        map[int]bool
 	checkpoint  int
-	chunks      int
+	chunks      int // chunks cut (stored) so far: the next chunk's seq
 	chunksDone  int
 	upRows      int64
 	downRows    int64
 	differences int64
 	splitDone   bool
-	lastChunk   int // seq of the last chunk, -1 if none
 }
 
 type runner struct {
@@ -276,7 +275,7 @@ func (r *runner) setupTables(ctx context.Context) error {
 	}
 	for _, t := range stored {
 		ts := &tableState{idx: t.idx, name: t.upSchema + "." + t.upTable, stored: t, done: map[int]bool{},
-			checkpoint: t.checkpoint, splitDone: t.splitDone, lastChunk: -1, sizer: newChunkSizer(r.cfg)}
+			checkpoint: t.checkpoint, splitDone: t.splitDone, sizer: newChunkSizer(r.cfg)}
 		if err := r.planTable(ctx, ts); err != nil {
 			return err
 		}
@@ -549,7 +548,6 @@ func (r *runner) produce(ctx context.Context, ts *tableState, out chan<- Chunk) 
 		for _, c := range stored {
 			ts.mu.Lock()
 			ts.chunks++
-			ts.lastChunk = c.Seq
 			if c.state == chunkDone {
 				ts.countDone(c.Seq, c.res)
 			}
@@ -579,7 +577,7 @@ func (r *runner) produce(ctx context.Context, ts *tableState, out chan<- Chunk) 
 			return err
 		}
 	}
-	seq := ts.lastChunk + 1
+	seq := ts.chunks
 	for {
 		his, err := r.nextBoundaries(ctx, ts, lo)
 		if err != nil {
@@ -596,7 +594,6 @@ func (r *runner) produce(ctx context.Context, ts *tableState, out chan<- Chunk) 
 		for _, c := range batch {
 			ts.mu.Lock()
 			ts.chunks++
-			ts.lastChunk = c.Seq
 			if c.Last {
 				ts.splitDone = true
 			}
