@@ -19,28 +19,12 @@ import (
 // compute the same hashes.
 func TestRowEncodingInjective(t *testing.T) {
 	p := tidbPair(t)
-	p.both(t, "CREATE TABLE enc (n VARCHAR(10) NULL, a VARCHAR(10) NOT NULL, i INT NULL, b VARBINARY(10) NOT NULL, z VARCHAR(10) NULL) CHARSET utf8mb4 COLLATE utf8mb4_bin")
-	lit := func(v string) string {
-		if v == "NULL" {
-			return v
-		}
-		return "'" + strings.TrimPrefix(v, "=") + "'"
-	}
-	var vals []string
-	for _, n := range []string{"NULL", "", "=NULL", "N", ",", "a", "a,", ",a", "1", "1,", "0:"} {
-		for _, a := range []string{"", ",", "N", "1", "a,1", "1:,"} {
-			for _, i := range []string{"NULL", "1", "11"} {
-				for _, b := range []string{"", ",", "N", "1,", ",1", "0:"} {
-					for _, z := range []string{"NULL", "", "N"} {
-						vals = append(vals, fmt.Sprintf("(%s,%s,%s,%s,%s)", lit(n), lit(a), i, lit(b), lit(z)))
-					}
-				}
-			}
-		}
-	}
-	for start := 0; start < len(vals); start += 500 {
-		p.both(t, "INSERT INTO enc VALUES "+strings.Join(vals[start:min(start+500, len(vals))], ","))
-	}
+	vals := encodingRows(t, p, "enc",
+		[]string{"NULL", "", "=NULL", "N", ",", "a", "a,", ",a", "1", "1,", "0:"},
+		[]string{"", ",", "N", "1", "a,1", "1:,"},
+		[]string{"NULL", "1", "11"},
+		[]string{"", ",", "N", "1,", ",1", "0:"},
+		[]string{"NULL", "", "N"})
 	ctx := context.Background()
 	plan := p.plan(t, "enc", FlavorTiDB)
 	if raw := plan.rawLast(); raw < 0 || plan.Columns[raw].Name != "b" {
@@ -92,28 +76,12 @@ func TestRowEncodingInjective(t *testing.T) {
 // encoding must also be distinct.
 func TestRowEncodingDecodes(t *testing.T) {
 	p := tidbPair(t)
-	p.both(t, "CREATE TABLE encdec (n VARCHAR(10) NULL, a VARCHAR(10) NOT NULL, i INT NULL, b VARBINARY(10) NOT NULL, z VARCHAR(10) NULL) CHARSET utf8mb4 COLLATE utf8mb4_bin")
-	lit := func(v string) string {
-		if v == "NULL" {
-			return v
-		}
-		return "'" + strings.TrimPrefix(v, "=") + "'"
-	}
-	var vals []string
-	for _, n := range []string{"NULL", "", "=NULL", "N", ",", "a,", "1", "0,", "1,N", "4,NULL"} {
-		for _, a := range []string{"", ",", "N", "=NULL", "1,", "0,"} {
-			for _, i := range []string{"NULL", "1", "11"} {
-				for _, b := range []string{"", ",", "N", "1,", ",1", "0:"} {
-					for _, z := range []string{"NULL", "", "N", "1,N"} {
-						vals = append(vals, fmt.Sprintf("(%s,%s,%s,%s,%s)", lit(n), lit(a), i, lit(b), lit(z)))
-					}
-				}
-			}
-		}
-	}
-	for start := 0; start < len(vals); start += 500 {
-		p.both(t, "INSERT INTO encdec VALUES "+strings.Join(vals[start:min(start+500, len(vals))], ","))
-	}
+	vals := encodingRows(t, p, "encdec",
+		[]string{"NULL", "", "=NULL", "N", ",", "a,", "1", "0,", "1,N", "4,NULL"},
+		[]string{"", ",", "N", "=NULL", "1,", "0,"},
+		[]string{"NULL", "1", "11"},
+		[]string{"", ",", "N", "1,", ",1", "0:"},
+		[]string{"NULL", "", "N", "1,N"})
 	plan := p.plan(t, "encdec", FlavorTiDB)
 	for _, s := range []Side{Upstream, Downstream} {
 		db := p.up.DB
@@ -153,6 +121,38 @@ func TestRowEncodingDecodes(t *testing.T) {
 			t.Errorf("%s: %d distinct encodings for %d rows", s, len(seen), len(vals))
 		}
 	}
+}
+
+// encodingRows creates table on both sides with the columns of the row-encoding tests (n
+// nullable, a NOT NULL, i a nullable INT, b the NOT NULL binary encoded last without a
+// length, z nullable) and inserts every combination of the given values: "NULL" is NULL
+// and any other value the string after an optional leading "=" ("=NULL" is 'NULL'). It
+// returns the rows' literals.
+func encodingRows(t *testing.T, p pair, table string, ns, as, is, bs, zs []string) []string {
+	t.Helper()
+	p.both(t, "CREATE TABLE "+table+" (n VARCHAR(10) NULL, a VARCHAR(10) NOT NULL, i INT NULL, b VARBINARY(10) NOT NULL, z VARCHAR(10) NULL) CHARSET utf8mb4 COLLATE utf8mb4_bin")
+	lit := func(v string) string {
+		if v == "NULL" {
+			return v
+		}
+		return "'" + strings.TrimPrefix(v, "=") + "'"
+	}
+	var vals []string
+	for _, n := range ns {
+		for _, a := range as {
+			for _, i := range is {
+				for _, b := range bs {
+					for _, z := range zs {
+						vals = append(vals, fmt.Sprintf("(%s,%s,%s,%s,%s)", lit(n), lit(a), i, lit(b), lit(z)))
+					}
+				}
+			}
+		}
+	}
+	for start := 0; start < len(vals); start += 500 {
+		p.both(t, "INSERT INTO "+table+" VALUES "+strings.Join(vals[start:min(start+500, len(vals))], ","))
+	}
+	return vals
 }
 
 func show(v *string) string {
