@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -67,6 +68,21 @@ func (p pair) plan(t *testing.T, table string, upFlavor Flavor) *TablePlan {
 	}
 	plan.Flavor = [2]Flavor{upFlavor, FlavorMariaDB}
 	return plan
+}
+
+// rowChecksums returns both sides' chunk checksums (count and sum) of the range
+// (id-1, id] of plan's integer key: the row id alone.
+func (p pair) rowChecksums(t *testing.T, plan *TablePlan, id int) (up, down checksum) {
+	t.Helper()
+	ctx := context.Background()
+	rng := Range{Lo: Bound{StringValue(fmt.Sprint(id - 1))}, Hi: Bound{StringValue(fmt.Sprint(id))}}
+	if err := p.up.QueryRowContext(ctx, plan.ChecksumSQL(Upstream, rng)).Scan(&up.count, &up.sum); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.down.QueryRowContext(ctx, plan.ChecksumSQL(Downstream, rng)).Scan(&down.count, &down.sum); err != nil {
+		t.Fatal(err)
+	}
+	return up, down
 }
 
 func (p pair) config(t *testing.T, tables ...string) Config {
