@@ -12,26 +12,36 @@ import (
 	"github.com/tidb-parity/parity/internal/testenv"
 )
 
-func runDiffCLI(t *testing.T, args ...string) (int, string) {
+// runCLI runs the parity command line with args and returns its exit code, stdout and
+// stderr (which ends with the error of a failed command).
+func runCLI(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
 	cmd := newRoot()
 	var out, errb bytes.Buffer
 	cmd.SetOut(&out)
 	cmd.SetErr(&errb)
-	cmd.SetArgs(append([]string{"diff"}, args...))
+	cmd.SetArgs(args)
 	err := cmd.Execute()
 	code := 0
 	if err != nil {
 		var ee *exitError
 		if !errors.As(err, &ee) {
-			t.Fatalf("diff: %v", err)
+			t.Fatalf("%s: %v", args[0], err)
 		}
 		code = ee.code
 		if ee.err != nil {
 			errb.WriteString(ee.err.Error())
 		}
 	}
-	return code, out.String() + errb.String()
+	return code, out.String(), errb.String()
+}
+
+// runDiffCLI runs `parity diff` with args; it returns the exit code and stdout followed
+// by stderr.
+func runDiffCLI(t *testing.T, args ...string) (int, string) {
+	t.Helper()
+	code, stdout, stderr := runCLI(t, append([]string{"diff"}, args...)...)
+	return code, stdout + stderr
 }
 
 func TestDiffCommand(t *testing.T) {

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bytes"
-	"errors"
 	"regexp"
 	"strings"
 	"testing"
@@ -10,30 +8,8 @@ import (
 	"github.com/tidb-parity/parity/internal/testenv"
 )
 
-func runLoadgenCLI(t *testing.T, args ...string) (int, string, string) {
-	t.Helper()
-	cmd := newRoot()
-	var out, errb bytes.Buffer
-	cmd.SetOut(&out)
-	cmd.SetErr(&errb)
-	cmd.SetArgs(append([]string{"loadgen"}, args...))
-	err := cmd.Execute()
-	code := 0
-	if err != nil {
-		var ee *exitError
-		if !errors.As(err, &ee) {
-			t.Fatalf("loadgen: %v", err)
-		}
-		code = ee.code
-		if ee.err != nil {
-			errb.WriteString(ee.err.Error())
-		}
-	}
-	return code, out.String(), errb.String()
-}
-
 func TestLoadgenRejectsBadFlags(t *testing.T) {
-	code, _, stderr := runLoadgenCLI(t, "--workers", "0", "--dispatcher", "columns", "--import-rows", "5", "--compression", "zip")
+	code, _, stderr := runCLI(t, "loadgen", "--workers", "0", "--dispatcher", "columns", "--import-rows", "5", "--compression", "zip")
 	if code != 2 {
 		t.Fatalf("exit code %d, want 2 (configuration error); stderr: %s", code, stderr)
 	}
@@ -47,7 +23,7 @@ func TestLoadgenRejectsBadFlags(t *testing.T) {
 func TestLoadgenCommand(t *testing.T) {
 	up := testenv.Upstream(t)
 	topic := testenv.NewTopic(t, "cli-loadgen", 2)
-	code, stdout, stderr := runLoadgenCLI(t,
+	code, stdout, stderr := runCLI(t, "loadgen",
 		"--upstream-dsn", testenv.Require(t, testenv.EnvUpstream), "--brokers", testenv.Kafka(t),
 		"--topic", topic, "--database", up.Name, "--tables", "1", "--transactions", "20",
 		"--resolved-interval", "50ms", "--log-level", "warn")
