@@ -329,16 +329,14 @@ func (s *store) chunks(ctx context.Context, table int) ([]storedChunk, error) {
 	return out, rows.Err()
 }
 
-// startChunk marks a chunk in flight and drops differences a previous attempt recorded.
+// startChunk marks a retried chunk (c.retry: resumed, or failed before) in flight and
+// drops differences a previous attempt recorded; a first attempt goes through the journal.
 func (s *store) startChunk(ctx context.Context, c Chunk) error {
 	ctx, cancel := s.ctx(ctx)
 	defer cancel()
 	if _, err := s.db.ExecContext(ctx, s.q("UPDATE %s.diff_chunks SET state = ?, attempts = attempts + 1, updated_at = NOW(3) WHERE run_id = ? AND table_idx = ? AND seq = ?"),
 		chunkRunning, s.runID, c.Table, c.Seq); err != nil {
 		return fmt.Errorf("start chunk %d of table %d: %w", c.Seq, c.Table, err)
-	}
-	if !c.retry {
-		return nil
 	}
 	if _, err := s.db.ExecContext(ctx, s.q("DELETE FROM %s.diff_differences WHERE run_id = ? AND table_idx = ? AND chunk_seq = ?"), s.runID, c.Table, c.Seq); err != nil {
 		return fmt.Errorf("start chunk %d of table %d: %w", c.Seq, c.Table, err)
