@@ -235,20 +235,14 @@ func (s *scanner) number() ([]byte, error) {
 	case c == '0':
 		i++
 	case c >= '1' && c <= '9':
-		for i < len(data) && data[i] >= '0' && data[i] <= '9' {
-			i++
-		}
+		i = skipDigits(data, i)
 	default:
 		s.pos = i
 		return nil, s.errorf("invalid number")
 	}
 	if i < len(data) && data[i] == '.' {
-		i++
-		d := i
-		for i < len(data) && data[i] >= '0' && data[i] <= '9' {
-			i++
-		}
-		if i == d {
+		d := i + 1
+		if i = skipDigits(data, d); i == d {
 			s.pos = i
 			return nil, s.errorf("invalid number: no digits after '.'")
 		}
@@ -259,16 +253,21 @@ func (s *scanner) number() ([]byte, error) {
 			i++
 		}
 		d := i
-		for i < len(data) && data[i] >= '0' && data[i] <= '9' {
-			i++
-		}
-		if i == d {
+		if i = skipDigits(data, d); i == d {
 			s.pos = i
 			return nil, s.errorf("invalid number: no exponent digits")
 		}
 	}
 	s.pos = i
 	return data[start:i], nil
+}
+
+// skipDigits returns the index of the first byte at or after i that is not a decimal digit.
+func skipDigits(data []byte, i int) int {
+	for i < len(data) && data[i] >= '0' && data[i] <= '9' {
+		i++
+	}
+	return i
 }
 
 // literal consumes "true", "false" or "null" (the first byte already peeked).
