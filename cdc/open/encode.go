@@ -169,7 +169,7 @@ func (e *Encoder) AppendRow(ev *Event) error {
 	if err != nil {
 		return err
 	}
-	if length := len(key) + len(value) + MaxRecordOverhead + 16 + 8; length > e.cfg.MaxMessageBytes {
+	if length := singleLength(key, value); length > e.cfg.MaxMessageBytes {
 		switch e.cfg.LargeMessageHandle {
 		case LargeMessageClaimCheck:
 			name := e.cfg.ClaimCheckName()
@@ -184,7 +184,7 @@ func (e *Encoder) AppendRow(ev *Event) error {
 			if key, value, err = e.encodeRow(ev, true, ""); err != nil {
 				return err
 			}
-			if length := len(key) + len(value) + MaxRecordOverhead + 16 + 8; length > e.cfg.MaxMessageBytes {
+			if length := singleLength(key, value); length > e.cfg.MaxMessageBytes {
 				return fmt.Errorf("%w: %s.%s row at ts %d has %d bytes even with only handle-key columns, max-message-bytes %d",
 					ErrMessageTooLarge, ev.Schema, ev.Table, ev.CommitTs, length, e.cfg.MaxMessageBytes)
 			}
@@ -196,6 +196,10 @@ func (e *Encoder) AppendRow(ev *Event) error {
 	e.push(key, value)
 	return nil
 }
+
+// singleLength is single(key, value).Length() without building the record: the size
+// tiflow checks against max-message-bytes for one row event.
+func singleLength(key, value []byte) int { return len(key) + len(value) + MaxRecordOverhead + 16 + 8 }
 
 // claimCheckObject is the external-storage object TiCDC writes for claim-check:
 // {"key":base64(version|len|key),"value":base64(len|value)}.
