@@ -137,54 +137,67 @@ func (m *meta) load(ctx context.Context) (savedState, error) {
 	default:
 		st.hasCheckpoint = true
 	}
-	rows, err := m.db.QueryContext(ctx, m.q("SELECT topic, kafka_partition, next_offset FROM %s.partition_offset WHERE changefeed=?"), m.changefeed)
+	err = m.scan(ctx, "offsets", m.q("SELECT topic, kafka_partition, next_offset FROM %s.partition_offset WHERE changefeed=?"),
+		func(rows *sql.Rows) error {
+			var p partKey
+			var off int64
+			if err := rows.Scan(&p.Topic, &p.Partition, &off); err != nil {
+				return err
+			}
+			st.offsets[p] = off
+			return nil
+		}, m.changefeed)
 	if err != nil {
-		return st, fmt.Errorf("reading offsets: %w", err)
+		return st, err
 	}
-	for rows.Next() {
-		var p partKey
-		var off int64
-		if err := rows.Scan(&p.Topic, &p.Partition, &off); err != nil {
-			rows.Close()
-			return st, fmt.Errorf("reading offsets: %w", err)
-		}
-		st.offsets[p] = off
-	}
-	if err := rows.Close(); err != nil {
-		return st, fmt.Errorf("reading offsets: %w", err)
-	}
-	rows, err = m.db.QueryContext(ctx, m.q("SELECT schema_name, table_name, applied_ts FROM %s.table_progress WHERE changefeed=? AND applied_ts>?"), m.changefeed, st.appliedTs)
+	err = m.scan(ctx, "table progress", m.q("SELECT schema_name, table_name, applied_ts FROM %s.table_progress WHERE changefeed=? AND applied_ts>?"),
+		func(rows *sql.Rows) error {
+			var t tableKey
+			var ts uint64
+			if err := rows.Scan(&t.Schema, &t.Table, &ts); err != nil {
+				return err
+			}
+			st.tableProgress[t] = ts
+			return nil
+		}, m.changefeed, st.appliedTs)
 	if err != nil {
-		return st, fmt.Errorf("reading table progress: %w", err)
+		return st, err
 	}
-	for rows.Next() {
-		var t tableKey
-		var ts uint64
-		if err := rows.Scan(&t.Schema, &t.Table, &ts); err != nil {
-			rows.Close()
-			return st, fmt.Errorf("reading table progress: %w", err)
-		}
-		st.tableProgress[t] = ts
-	}
-	if err := rows.Close(); err != nil {
-		return st, fmt.Errorf("reading table progress: %w", err)
-	}
-	rows, err = m.db.QueryContext(ctx, m.q("SELECT commit_ts, query_hash FROM %s.ddl_applied WHERE changefeed=? AND commit_ts>=?"), m.changefeed, st.appliedTs)
+	err = m.scan(ctx, "applied DDLs", m.q("SELECT commit_ts, query_hash FROM %s.ddl_applied WHERE changefeed=? AND commit_ts>=?"),
+		func(rows *sql.Rows) error {
+			var k ddlKey
+			if err := rows.Scan(&k.ts, &k.hash); err != nil {
+				return err
+			}
+			st.ddlApplied[k] = true
+			return nil
+		}, m.changefeed, st.appliedTs)
 	if err != nil {
-		return st, fmt.Errorf("reading applied DDLs: %w", err)
-	}
-	for rows.Next() {
-		var k ddlKey
-		if err := rows.Scan(&k.ts, &k.hash); err != nil {
-			rows.Close()
-			return st, fmt.Errorf("reading applied DDLs: %w", err)
-		}
-		st.ddlApplied[k] = true
-	}
-	if err := rows.Close(); err != nil {
-		return st, fmt.Errorf("reading applied DDLs: %w", err)
+		return st, err
 	}
 	return st, nil
+}
+
+// scan runs query and calls row for every row it returns; an error reading, scanning
+// or ending the rows is wrapped as "reading <what>".
+func (m *meta) scan(ctx context.Context, what, query string, row func(*sql.Rows) error, args ...any) error {
+	rows, err := m.db.QueryContext(ctx, query, args...)
+	if err != nil {
+		return fmt.Errorf("reading %s: %w", what, err)
+	}
+	for err == nil && rows.Next() {
+		err = row(rows)
+	}
+	if err == nil {
+		err = rows.Err()
+	}
+	if cerr := rows.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("reading %s: %w", what, err)
+	}
+	return nil
 }
 
 // saveCheckpoint records appliedTs and the resume offsets in one transaction. It is
