@@ -159,11 +159,6 @@ func assignLanes(tables []*tableBuf, target uint64, workers int) [][]int {
 }
 
 func (a *applier) produce(ctx context.Context, tb *tableBuf, target uint64, chans []chan []op, lane []int) error {
-	it, err := tb.iter(target)
-	if err != nil {
-		return err
-	}
-	defer it.close()
 	schema, table := a.cfg.targetSchema(tb.key.Schema), tb.key.Table
 	name := tb.key.String()
 	tableWorker := lane[0]
@@ -193,13 +188,9 @@ func (a *applier) produce(ctx context.Context, tb *tableBuf, target uint64, chan
 		return nil
 	}
 	first := true
-	for {
-		ev, err := it.next()
+	for ev, err := range tb.events(target) {
 		if err != nil {
 			return err
-		}
-		if ev == nil {
-			break
 		}
 		cols := writable(ev.Columns)
 		keyed := hasHandle(cols)
@@ -379,11 +370,6 @@ func (a *applier) applyKeyless(ctx context.Context, u *keylessUnit) error {
 		if u.target <= done {
 			return nil
 		}
-		it, err := u.tb.iter(u.target)
-		if err != nil {
-			return err
-		}
-		defer it.close()
 		var ins [][]open.Column
 		flush := func() error {
 			if len(ins) == 0 {
@@ -394,13 +380,9 @@ func (a *applier) applyKeyless(ctx context.Context, u *keylessUnit) error {
 			_, err := tx.ExecContext(ctx, q, args...)
 			return err
 		}
-		for {
-			ev, err := it.next()
+		for ev, err := range u.tb.events(u.target) {
 			if err != nil {
 				return err
-			}
-			if ev == nil {
-				break
 			}
 			if ev.CommitTs <= done {
 				continue // applied before a crash, together with its progress row

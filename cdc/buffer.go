@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"iter"
 	"math"
 	"os"
 	"path/filepath"
@@ -345,6 +346,30 @@ func (it *tableIter) next() (*open.Event, error) {
 		return nil, err
 	}
 	return ev, nil
+}
+
+// events yields the table's rows with ts <= target in (ts, arrival) order; an error
+// opening or reading a spill run is yielded (with a nil event) and ends the sequence.
+// The spill files are closed when the sequence ends or the loop over it stops.
+func (tb *tableBuf) events(target uint64) iter.Seq2[*open.Event, error] {
+	return func(yield func(*open.Event, error) bool) {
+		it, err := tb.iter(target)
+		if err != nil {
+			yield(nil, err)
+			return
+		}
+		defer it.close()
+		for {
+			ev, err := it.next()
+			if err != nil {
+				yield(nil, err)
+				return
+			}
+			if ev == nil || !yield(ev, nil) {
+				return
+			}
+		}
+	}
 }
 
 func (it *tableIter) close() {

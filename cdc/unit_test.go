@@ -118,21 +118,11 @@ func TestBufferSpillsSortedRunsAndReleasesPrefixes(t *testing.T) {
 		t.Fatalf("nothing spilled: spilled %d, mem %d", b.spilled, b.memBytes)
 	}
 	read := func(target uint64) []int64 {
-		tb := b.tables[tableKey{"s", "t"}]
-		it, err := tb.iter(target)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer it.close()
 		var ids []int64
 		var last uint64
-		for {
-			ev, err := it.next()
+		for ev, err := range b.tables[tableKey{"s", "t"}].events(target) {
 			if err != nil {
 				t.Fatal(err)
-			}
-			if ev == nil {
-				return ids
 			}
 			if ev.CommitTs < last || ev.CommitTs > target {
 				t.Fatalf("ts %d after %d (target %d)", ev.CommitTs, last, target)
@@ -140,6 +130,7 @@ func TestBufferSpillsSortedRunsAndReleasesPrefixes(t *testing.T) {
 			last = ev.CommitTs
 			ids = append(ids, ev.Columns[0].Value.(int64))
 		}
+		return ids
 	}
 	first := read(1)
 	if len(first) != 100 || !reflect.DeepEqual(first, read(1)) {
