@@ -140,28 +140,30 @@ func (b *buffer) spill(tb *tableBuf) error {
 	if err != nil {
 		return fmt.Errorf("spilling %s: %w", tb.key, err)
 	}
-	w := &countWriter{w: bufio.NewWriterSize(f, 1<<20)}
+	w := bufio.NewWriterSize(f, 1<<20)
 	run := &spillRun{path: path}
+	var pos int64 // bytes written: a bufio.Writer writes all of p or fails
 	var scratch []byte
 	for i := range tb.mem {
 		e := &tb.mem[i]
 		if len(run.marks) == 0 || run.marks[len(run.marks)-1].ts != e.ts {
-			run.marks = append(run.marks, runMark{ts: e.ts, pos: w.n, n: int64(i)})
+			run.marks = append(run.marks, runMark{ts: e.ts, pos: pos, n: int64(i)})
 		}
 		scratch = encodeEvent(scratch[:0], e)
 		if _, err := w.Write(scratch); err != nil {
 			f.Close()
 			return fmt.Errorf("spilling %s: %w", tb.key, err)
 		}
+		pos += int64(len(scratch))
 	}
-	if err := w.w.(*bufio.Writer).Flush(); err != nil {
+	if err := w.Flush(); err != nil {
 		f.Close()
 		return fmt.Errorf("spilling %s: %w", tb.key, err)
 	}
 	if err := f.Close(); err != nil {
 		return fmt.Errorf("spilling %s: %w", tb.key, err)
 	}
-	run.end = w.n
+	run.end = pos
 	run.count = int64(len(tb.mem))
 	tb.runs = append(tb.runs, run)
 	b.spilled += run.count
@@ -377,17 +379,6 @@ func (it *tableIter) close() {
 		rr.f.Close()
 	}
 	it.runs = nil
-}
-
-type countWriter struct {
-	w io.Writer
-	n int64
-}
-
-func (c *countWriter) Write(p []byte) (int, error) {
-	n, err := c.w.Write(p)
-	c.n += int64(n)
-	return n, err
 }
 
 // Spill encoding of one event: uvarint length, then ts, seq, partition id, op, columns,
