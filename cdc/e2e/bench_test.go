@@ -6,10 +6,8 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -213,6 +211,7 @@ func newBenchEnv(b *testing.B) *benchEnv {
 	b.Helper()
 	downDB := testenv.Downstream(b)
 	e := &env{
+		t:          b,
 		db:         downDB.Name,
 		downDSN:    testenv.Require(b, testenv.EnvDownstream),
 		broker:     testenv.Kafka(b),
@@ -223,19 +222,9 @@ func newBenchEnv(b *testing.B) *benchEnv {
 	dir := b.TempDir()
 	e.configPath = filepath.Join(dir, "parity.toml")
 	e.logPath = filepath.Join(dir, "serve.log")
-	e.statusAddr = freeAddrTB(b)
+	e.statusAddr = freeAddr(b)
 	b.Cleanup(func() { _, _ = downDB.Exec("DROP DATABASE IF EXISTS " + quote(e.meta)) })
 	return &benchEnv{env: e, down: downDB.DB}
-}
-
-func freeAddrTB(tb testing.TB) string {
-	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 func (be *benchEnv) writeConfig(tb testing.TB) {
@@ -355,52 +344,6 @@ func (be *benchEnv) publishChangefeed(tb testing.TB, f *feed, data, old [][]benc
 	return final, rows
 }
 
-// startServeB starts parity serve for a benchmark.
-func (be *benchEnv) startServeB(tb testing.TB) *serve {
-	tb.Helper()
-	logf, err := os.OpenFile(be.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	cmd := exec.Command(parityBin, "serve", "--config", be.configPath)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		tb.Fatalf("start parity serve: %v", err)
-	}
-	s := &serve{cmd: cmd, log: logf, done: make(chan struct{})}
-	go func() {
-		s.err = cmd.Wait()
-		logf.Close()
-		close(s.done)
-	}()
-	tb.Cleanup(s.kill)
-	return s
-}
-
-// waitAppliedB polls serve's status until the applied ts reaches ts.
-func (be *benchEnv) waitAppliedB(tb testing.TB, s *serve, ts uint64, timeout time.Duration) {
-	tb.Helper()
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
-		if done, err := s.exited(); done {
-			tb.Fatalf("parity serve exited (%v); log:\n%s", err, be.serveLog())
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		st, err := be.status(ctx)
-		cancel()
-		if err == nil {
-			if st.State == "failed" {
-				tb.Fatalf("parity serve failed: %s", st.Error)
-			}
-			if st.AppliedTs >= ts {
-				return
-			}
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	tb.Fatalf("applied ts did not reach %d within %v; log:\n%s", ts, timeout, be.serveLog())
-}
-
 // profile, with PARITY_BENCH_PPROF set (a directory), fetches a CPU profile of serve
 // (/debug/pprof/profile?seconds=10, starting 2 s into the apply) into
 // $PARITY_BENCH_PPROF/serve-<kind>.pprof; the returned func waits for it.
@@ -507,9 +450,9 @@ func benchThroughput(b *testing.B, update bool) {
 		b.ResetTimer()
 		rawBefore := be.rawWrite(b, "raw_", data, update)
 		start := time.Now()
-		s := be.startServeB(b)
+		s := be.startServe()
 		stopProf := be.profile(b, kind)
-		be.waitAppliedB(b, s, final, 30*time.Minute)
+		be.waitApplied(s, final, 30*time.Minute)
 		applyTime := time.Since(start)
 		b.StopTimer()
 		stopProf()
@@ -581,8 +524,8 @@ func BenchmarkApplierLag(b *testing.B) {
 			}
 			time.Sleep(250 * time.Millisecond)
 		}
-		s := be.startServeB(b)
-		be.waitAppliedB(b, s, f.lastTs, time.Minute)
+		s := be.startServe()
+		be.waitApplied(s, f.lastTs, time.Minute)
 
 		// Sampler: applied ts over time.
 		type sample struct {
@@ -664,7 +607,7 @@ func BenchmarkApplierLag(b *testing.B) {
 		}
 		resolvedAt[final] = time.Now()
 		resolvedTs = append(resolvedTs, final)
-		be.waitAppliedB(b, s, final, time.Minute)
+		be.waitApplied(s, final, time.Minute)
 		b.StopTimer()
 		close(stop)
 		wg.Wait()

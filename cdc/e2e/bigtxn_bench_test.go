@@ -5,11 +5,8 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
-	"encoding/json"
 	"fmt"
-	"io"
 	"io/fs"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -84,9 +81,9 @@ func BenchmarkApplierBigTransaction(b *testing.B) {
 
 		b.ResetTimer()
 		start := time.Now()
-		s := be.startServeB(b)
+		s := be.startServe()
 		smp := startSampler(be, s.cmd.Process.Pid, spillDir)
-		be.waitAppliedB(b, s, commitTs, 30*time.Minute)
+		be.waitApplied(s, commitTs, 30*time.Minute)
 		applyTime := time.Since(start)
 		b.StopTimer()
 		hwm, hwmErr := procStatusKB(s.cmd.Process.Pid, "VmHWM")
@@ -272,7 +269,9 @@ func startSampler(be *benchEnv, pid int, spillDir string) *sampler {
 				SpilledRows   int64 `json:"spilled_rows"`
 				BufferedBytes int64 `json:"buffered_bytes"`
 			}
-			ok := getJSON("http://"+be.statusAddr+"/status", &st) == nil
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			ok := getJSON(ctx, "http://"+be.statusAddr+"/status", &st) == nil
+			cancel()
 			size := dirSize(spillDir)
 			smp.mu.Lock()
 			if ok {
@@ -293,25 +292,6 @@ func (s *sampler) stop() peaks {
 	close(s.done)
 	s.wg.Wait()
 	return s.p
-}
-
-func getJSON(url string, v any) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := httpClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return err
-	}
-	return json.Unmarshal(body, v)
 }
 
 // dirSize sums the sizes of the regular files under dir (0 if it does not exist).

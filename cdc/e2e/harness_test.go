@@ -96,10 +96,10 @@ func repoRoot() (string, error) {
 // env is one test's world: an upstream database on TiDB, the database of the same name
 // on the fallback, a topic, and a serve configuration.
 type env struct {
-	t          *testing.T
-	db         string // database name, the same on both sides
-	upDSN      string // TiDB root DSN
-	downDSN    string // fallback root DSN
+	t          testing.TB // the test or benchmark
+	db         string     // database name, the same on both sides
+	upDSN      string     // TiDB root DSN
+	downDSN    string     // fallback root DSN
 	broker     string
 	topic      string
 	partitions int
@@ -156,7 +156,7 @@ func newEnv(t *testing.T, partitions int, createDown bool) *env {
 
 func quote(name string) string { return "`" + strings.ReplaceAll(name, "`", "``") + "`" }
 
-func freeAddr(t *testing.T) string {
+func freeAddr(t testing.TB) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -277,7 +277,7 @@ func (s *serve) kill() {
 }
 
 // stop sends SIGTERM and waits for a clean exit.
-func (s *serve) stop(t *testing.T) {
+func (s *serve) stop(t testing.TB) {
 	t.Helper()
 	_ = s.cmd.Process.Signal(syscall.SIGTERM)
 	select {
@@ -317,20 +317,26 @@ type status struct {
 
 func (e *env) status(ctx context.Context) (status, error) {
 	var st status
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+e.statusAddr+"/status", nil)
+	err := getJSON(ctx, "http://"+e.statusAddr+"/status", &st)
+	return st, err
+}
+
+// getJSON decodes the JSON body of a GET of url into v.
+func getJSON(ctx context.Context, url string, v any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return st, err
+		return err
 	}
 	resp, err := httpClient.Do(req)
 	if err != nil {
-		return st, err
+		return err
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return st, err
+		return err
 	}
-	return st, json.Unmarshal(body, &st)
+	return json.Unmarshal(body, v)
 }
 
 // waitApplied waits until serve's applied checkpoint reaches ts.
@@ -354,7 +360,7 @@ func (e *env) waitApplied(s *serve, ts uint64, timeout time.Duration) {
 				return
 			}
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // fine-grained: the benchmarks time the apply up to this return
 	}
 	e.t.Fatalf("applied ts did not reach %d within %v (last status %+v); log:\n%s", ts, timeout, last, e.serveLog())
 }
@@ -467,7 +473,7 @@ type queryer interface {
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 }
 
-func listTables(t *testing.T, ctx context.Context, q queryer, db string) []string {
+func listTables(t testing.TB, ctx context.Context, q queryer, db string) []string {
 	t.Helper()
 	rows, err := q.QueryContext(ctx, "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_TYPE = 'BASE TABLE' ORDER BY TABLE_NAME", db)
 	if err != nil {
@@ -487,7 +493,7 @@ func listTables(t *testing.T, ctx context.Context, q queryer, db string) []strin
 
 type column struct{ name, dataType string }
 
-func listColumns(t *testing.T, ctx context.Context, q queryer, db, table string) []column {
+func listColumns(t testing.TB, ctx context.Context, q queryer, db, table string) []column {
 	t.Helper()
 	rows, err := q.QueryContext(ctx, "SELECT COLUMN_NAME, DATA_TYPE FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION", db, table)
 	if err != nil {
@@ -508,7 +514,7 @@ func listColumns(t *testing.T, ctx context.Context, q queryer, db, table string)
 
 // readTable returns every row of a table rendered canonically, sorted. FLOAT and DOUBLE
 // are compared by value (servers print them differently); everything else by its bytes.
-func readTable(t *testing.T, ctx context.Context, q queryer, db, table string, cols []column) []string {
+func readTable(t testing.TB, ctx context.Context, q queryer, db, table string, cols []column) []string {
 	t.Helper()
 	names := make([]string, len(cols))
 	for i, c := range cols {

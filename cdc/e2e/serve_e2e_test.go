@@ -16,12 +16,13 @@ import (
 	"github.com/tidb-parity/parity/cdc/loadgen"
 )
 
-// runLoadgen runs the generator in the background; the returned channel yields its result.
+// loadResult is what a background generator run ended with.
 type loadResult struct {
 	res loadgen.Result
 	err error
 }
 
+// startLoadgen runs the generator in the background; the returned channel yields its result.
 func startLoadgen(ctx context.Context, cfg loadgen.Config) <-chan loadResult {
 	ch := make(chan loadResult, 1)
 	go func() {
@@ -32,7 +33,7 @@ func startLoadgen(ctx context.Context, cfg loadgen.Config) <-chan loadResult {
 }
 
 // waitImport waits for the generator's import TSO file.
-func waitImport(t *testing.T, path string, load <-chan loadResult) uint64 {
+func waitImport(t testing.TB, path string, load <-chan loadResult) uint64 {
 	t.Helper()
 	deadline := time.Now().Add(2 * time.Minute)
 	for time.Now().Before(deadline) {
