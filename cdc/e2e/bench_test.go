@@ -57,17 +57,6 @@ type benchRow struct {
 	c, pad string
 }
 
-func sbString(r *rand.Rand, groups int) string {
-	var b strings.Builder
-	for i := 0; i < groups; i++ {
-		if i > 0 {
-			b.WriteByte('-')
-		}
-		fmt.Fprintf(&b, "%011d", r.Int64N(100_000_000_000))
-	}
-	return b.String()
-}
-
 // benchData returns rows per table: table i holds ids 1..n/benchTables.
 func benchData(n int, seed uint64) [][]benchRow {
 	r := rand.New(rand.NewPCG(seed, seed))
@@ -76,7 +65,7 @@ func benchData(n int, seed uint64) [][]benchRow {
 	for t := range out {
 		out[t] = make([]benchRow, per)
 		for i := range out[t] {
-			out[t][i] = benchRow{id: int64(i + 1), k: r.Int64N(int64(n)) + 1, c: sbString(r, 10), pad: sbString(r, 5)}
+			out[t][i] = benchRow{id: int64(i + 1), k: r.Int64N(int64(n)) + 1, c: loadgen.SysbenchC(r), pad: loadgen.SysbenchPad(r)}
 		}
 	}
 	return out
@@ -580,7 +569,7 @@ func BenchmarkApplierLag(b *testing.B) {
 				txn := benchTxn{ts: ts}
 				for j := 0; j < txnRows; j++ {
 					id++
-					row := benchRow{id: id, k: r.Int64N(1_000_000), c: sbString(r, 10), pad: sbString(r, 5)}
+					row := benchRow{id: id, k: r.Int64N(1_000_000), c: loadgen.SysbenchC(r), pad: loadgen.SysbenchPad(r)}
 					txn.events = append(txn.events, &open.Event{Kind: open.KindRow, CommitTs: ts, Schema: be.db, Table: tbl,
 						Op: open.OpInsert, Columns: benchColumns(row), RowID: id})
 				}

@@ -126,7 +126,7 @@ func (g *Generator) bigTransaction(ctx context.Context, res Result, rows int) (B
 		vals := make([][]any, k)
 		for i := range vals {
 			id := t.nextID.Add(1) - 1
-			vals[i] = []any{id, sbK(r, int64(rows)), sbC(r), sbPad(r)}
+			vals[i] = []any{id, sbK(r, int64(rows)), SysbenchC(r), SysbenchPad(r)}
 		}
 		ictx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 		err := g.insertRows(ictx, conn, t, vals)

@@ -97,8 +97,11 @@ func sbString(r *rand.Rand, groups int) string {
 	return b.String()
 }
 
-func sbC(r *rand.Rand) string   { return sbString(r, 10) } // 119 characters
-func sbPad(r *rand.Rand) string { return sbString(r, 5) }  // 59 characters
+// SysbenchC and SysbenchPad return values for sysbench's c (119 characters) and pad
+// (59 characters) columns; exported for the benchmarks that write sysbench rows
+// without the generator.
+func SysbenchC(r *rand.Rand) string   { return sbString(r, 10) }
+func SysbenchPad(r *rand.Rand) string { return sbString(r, 5) }
 
 // sbK returns a k value; a narrow range so the secondary index has duplicates.
 func sbK(r *rand.Rand, rows int64) int64 {

@@ -259,7 +259,7 @@ func (g *Generator) readByID(ctx context.Context, conn *sql.Conn, t *genTable, i
 func (g *Generator) newRowValues(r *rand.Rand, t *genTable, id int64) []any {
 	switch t.spec.kind {
 	case kindSysbench:
-		return []any{id, sbK(r, t.nextID.Load()), sbC(r), sbPad(r)}
+		return []any{id, sbK(r, t.nextID.Load()), SysbenchC(r), SysbenchPad(r)}
 	case kindAllTypes:
 		return append([]any{id}, allTypesValues(r)...)
 	}
@@ -472,7 +472,7 @@ func (g *Generator) updateRow(ctx context.Context, conn *sql.Conn, r *rand.Rand,
 			args = []any{id}
 		} else {
 			q = "UPDATE " + tname + " SET `c` = ? WHERE " + idName + " = ?"
-			args = []any{sbC(r), id}
+			args = []any{SysbenchC(r), id}
 		}
 	default:
 		vals := g.newRowValues(r, t, id)
