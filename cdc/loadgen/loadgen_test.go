@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
-	"github.com/segmentio/kafka-go"
 
 	"github.com/tidb-parity/parity/cdc/open"
 	"github.com/tidb-parity/parity/internal/testenv"
@@ -347,19 +346,7 @@ func TestCreatesMissingTopic(t *testing.T) {
 	up := testenv.Upstream(t)
 	broker := testenv.Kafka(t)
 	topic := strings.ReplaceAll(testenv.UniqueName("lgnew"), "_", "-")
-	t.Cleanup(func() {
-		conn, err := kafka.Dial("tcp", broker)
-		if err != nil {
-			return
-		}
-		defer conn.Close()
-		if ctrl, err := conn.Controller(); err == nil {
-			if cc, err := kafka.Dial("tcp", fmt.Sprintf("%s:%d", ctrl.Host, ctrl.Port)); err == nil {
-				_ = cc.DeleteTopics(topic)
-				cc.Close()
-			}
-		}
-	})
+	testenv.DeleteTopicAtEnd(t, broker, topic)
 	cfg := DefaultConfig()
 	cfg.Upstream = testenv.Require(t, testenv.EnvUpstream)
 	cfg.Brokers = []string{broker}

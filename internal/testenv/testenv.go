@@ -195,8 +195,25 @@ func NewTopic(t testing.TB, prefix string, partitions int) string {
 	if err := cc.CreateTopics(kafka.TopicConfig{Topic: topic, NumPartitions: partitions, ReplicationFactor: 1}); err != nil {
 		t.Fatalf("create topic %s: %v", topic, err)
 	}
+	DeleteTopicAtEnd(t, broker, topic)
+	waitTopic(t, broker, topic, partitions)
+	return topic
+}
+
+// DeleteTopicAtEnd deletes topic from the test Kafka when the test ends (unless
+// PARITY_TEST_KEEP=1): for topics a test creates, or lets the code under test create.
+func DeleteTopicAtEnd(t testing.TB, broker, topic string) {
 	t.Cleanup(func() {
 		if os.Getenv("PARITY_TEST_KEEP") == "1" {
+			return
+		}
+		conn, err := kafka.Dial("tcp", broker)
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		ctrl, err := conn.Controller()
+		if err != nil {
 			return
 		}
 		c, err := kafka.Dial("tcp", net.JoinHostPort(ctrl.Host, strconv.Itoa(ctrl.Port)))
@@ -206,8 +223,6 @@ func NewTopic(t testing.TB, prefix string, partitions int) string {
 		defer c.Close()
 		_ = c.DeleteTopics(topic)
 	})
-	waitTopic(t, broker, topic, partitions)
-	return topic
 }
 
 func waitTopic(t testing.TB, broker, topic string, partitions int) {
