@@ -947,10 +947,11 @@ func (c *coordinator) publish(force bool) {
 	if g == math.MaxUint64 {
 		g = 0
 	}
+	// AppliedTs is not set here: Status reports the announced checkpoint (r.applied),
+	// which lags c.applied while a DDL at the checkpoint's ts has not run yet.
 	st := Status{
 		Changefeed:    c.cfg.Changefeed.ID,
 		State:         "running",
-		AppliedTs:     c.applied,
 		ResolvedTs:    g,
 		BufferedRows:  c.buf.memCount + c.buf.spilled,
 		SpilledRows:   c.buf.spilled,
