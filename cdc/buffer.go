@@ -131,6 +131,12 @@ func (tb *tableBuf) sortMem() {
 	}
 }
 
+// memUpTo sorts the in-memory rows and returns how many of them have ts <= target.
+func (tb *tableBuf) memUpTo(target uint64) int {
+	tb.sortMem()
+	return sort.Search(len(tb.mem), func(i int) bool { return tb.mem[i].ts > target })
+}
+
 // spill writes the table's in-memory rows to a new sorted run.
 func (b *buffer) spill(tb *tableBuf) error {
 	tb.sortMem()
@@ -210,8 +216,7 @@ func (b *buffer) tablesUpTo(target uint64) []*tableBuf {
 // release drops every row with ts <= target (after they were applied).
 func (b *buffer) release(target uint64) {
 	for k, tb := range b.tables {
-		tb.sortMem()
-		n := sort.Search(len(tb.mem), func(i int) bool { return tb.mem[i].ts > target })
+		n := tb.memUpTo(target)
 		if n > 0 {
 			var freed int64
 			for i := 0; i < n; i++ {
@@ -253,13 +258,14 @@ func (r *spillRun) released() int64 {
 	return r.marks[r.cursor].n
 }
 
-// endFor returns the file position after the last event with ts <= target.
-func (r *spillRun) endFor(target uint64) int64 {
+// upTo returns the file position and the number of events (from the file's start)
+// after the last event with ts <= target.
+func (r *spillRun) upTo(target uint64) (pos, n int64) {
 	i := sort.Search(len(r.marks), func(i int) bool { return r.marks[i].ts > target })
 	if i == len(r.marks) {
-		return r.end
+		return r.end, r.count
 	}
-	return r.marks[i].pos
+	return r.marks[i].pos, r.marks[i].n
 }
 
 // tableIter yields a table's rows with ts <= target in (ts, arrival) order, merging the
@@ -280,14 +286,13 @@ type runReader struct {
 }
 
 func (tb *tableBuf) iter(target uint64) (*tableIter, error) {
-	tb.sortMem()
-	n := sort.Search(len(tb.mem), func(i int) bool { return tb.mem[i].ts > target })
-	it := &tableIter{key: tb.key, mem: tb.mem[:n]}
+	it := &tableIter{key: tb.key, mem: tb.mem[:tb.memUpTo(target)]}
 	for _, r := range tb.runs {
 		if r.cursor >= len(r.marks) || r.marks[r.cursor].ts > target {
 			continue
 		}
-		start, end := r.marks[r.cursor].pos, r.endFor(target)
+		start := r.marks[r.cursor].pos
+		end, _ := r.upTo(target)
 		f, err := os.Open(r.path)
 		if err != nil {
 			it.close()
@@ -583,17 +588,12 @@ func (d *decoder) cols(n int) []open.Column {
 // countUpTo returns the number of buffered rows with ts <= target (spill runs counted
 // at their ts marks, so exactly).
 func (tb *tableBuf) countUpTo(target uint64) int64 {
-	tb.sortMem()
-	n := int64(sort.Search(len(tb.mem), func(i int) bool { return tb.mem[i].ts > target }))
+	n := int64(tb.memUpTo(target))
 	for _, r := range tb.runs {
 		if r.cursor >= len(r.marks) || r.marks[r.cursor].ts > target {
 			continue
 		}
-		i := sort.Search(len(r.marks), func(i int) bool { return r.marks[i].ts > target })
-		end := r.count
-		if i < len(r.marks) {
-			end = r.marks[i].n
-		}
+		_, end := r.upTo(target)
 		n += end - r.released()
 	}
 	return n
