@@ -23,6 +23,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/tidb-parity/parity/cdc/open"
+	"github.com/tidb-parity/parity/internal/ident"
 )
 
 // applier writes rows and DDLs into the downstream.
@@ -274,7 +275,7 @@ func (a *applier) worker(ctx context.Context, ch <-chan []op) error {
 		} else {
 			q, args = buildUpsert(b.schema, b.table, b.rows, b.mode)
 		}
-		err := a.retry(ctx, quoteTable(b.schema, b.table), func(ctx context.Context) error {
+		err := a.retry(ctx, ident.Table(b.schema, b.table), func(ctx context.Context) error {
 			_, err := a.db.ExecContext(ctx, q, args...)
 			return err
 		})
@@ -353,7 +354,7 @@ func (a *applier) applyKeyless(ctx context.Context, u *keylessUnit) error {
 	schema, table := a.cfg.targetSchema(k.Schema), k.Table
 	var n int64
 	var done uint64
-	err := a.retry(ctx, quoteTable(schema, table), func(ctx context.Context) error {
+	err := a.retry(ctx, ident.Table(schema, table), func(ctx context.Context) error {
 		n = 0
 		tx, err := a.db.BeginTx(ctx, nil)
 		if err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/tidb-parity/parity/cdc/open"
+	"github.com/tidb-parity/parity/internal/ident"
 	"github.com/tidb-parity/parity/internal/testenv"
 )
 
@@ -158,7 +159,7 @@ func testConfig(t *testing.T, f *feed, down *testenv.DB) Config {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		_, _ = down.ExecContext(ctx, "DROP DATABASE IF EXISTS "+quoteIdent(cfg.Applier.MetaSchema))
+		_, _ = down.ExecContext(ctx, "DROP DATABASE IF EXISTS "+ident.Quote(cfg.Applier.MetaSchema))
 	})
 	return cfg
 }
@@ -239,7 +240,7 @@ func dump(t *testing.T, db *sql.DB, schema, table string) []string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	rows, err := db.QueryContext(ctx, "SELECT * FROM "+quoteTable(schema, table))
+	rows, err := db.QueryContext(ctx, "SELECT * FROM "+ident.Table(schema, table))
 	if err != nil {
 		t.Fatal(err)
 	}

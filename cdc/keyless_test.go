@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tidb-parity/parity/cdc/open"
+	"github.com/tidb-parity/parity/internal/ident"
 	"github.com/tidb-parity/parity/internal/testenv"
 )
 
@@ -33,10 +34,10 @@ func newKeylessRig(t *testing.T) *keylessRig {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		_, _ = db.Exec("DROP DATABASE IF EXISTS " + quoteIdent(cfg.Applier.MetaSchema))
+		_, _ = db.Exec("DROP DATABASE IF EXISTS " + ident.Quote(cfg.Applier.MetaSchema))
 		db.Close()
 	})
-	m := &meta{db: db, schema: quoteIdent(cfg.Applier.MetaSchema), changefeed: cfg.Changefeed.ID, timeout: 30 * time.Second}
+	m := &meta{db: db, schema: ident.Quote(cfg.Applier.MetaSchema), changefeed: cfg.Changefeed.ID, timeout: 30 * time.Second}
 	if err := m.migrate(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +142,7 @@ func TestKeylessProgressNeverMovesBack(t *testing.T) {
 			p.round(t3, true)
 			equal(t, "nk after the round at T3", dump(t, k.down.DB, s, "nk"), want)
 			var progress uint64
-			if err := k.down.QueryRow("SELECT applied_ts FROM " + quoteIdent(k.cfg.Applier.MetaSchema) + ".table_progress WHERE table_name='nk'").Scan(&progress); err != nil || progress != t3 {
+			if err := k.down.QueryRow("SELECT applied_ts FROM " + ident.Quote(k.cfg.Applier.MetaSchema) + ".table_progress WHERE table_name='nk'").Scan(&progress); err != nil || progress != t3 {
 				t.Fatalf("table progress %d (%v), want %d", progress, err, t3)
 			}
 		})

@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/tidb-parity/parity/cdc/open"
+	"github.com/tidb-parity/parity/internal/ident"
 )
 
 // ErrBarrierPassed is returned by Barrier when the applied checkpoint is already beyond
@@ -322,7 +323,7 @@ func (r *Replicator) Run(ctx context.Context) (err error) {
 		return err
 	}
 	defer metaDB.Close()
-	m := &meta{db: metaDB, schema: quoteIdent(cfg.Applier.MetaSchema), changefeed: cfg.Changefeed.ID, timeout: cfg.Applier.QueryTimeout}
+	m := &meta{db: metaDB, schema: ident.Quote(cfg.Applier.MetaSchema), changefeed: cfg.Changefeed.ID, timeout: cfg.Applier.QueryTimeout}
 	if err := m.migrate(ctx); err != nil {
 		return err
 	}
@@ -880,7 +881,7 @@ func (c *coordinator) execDDL(ctx context.Context, d *pendingDDL) error {
 		}
 		defer conn.Close()
 		if schema != "" && d.ev.Table != "" {
-			if _, err := conn.ExecContext(ctx, "USE "+quoteIdent(schema)); err != nil {
+			if _, err := conn.ExecContext(ctx, "USE "+ident.Quote(schema)); err != nil {
 				return err
 			}
 		}

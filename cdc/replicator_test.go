@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/tidb-parity/parity/cdc/open"
+	"github.com/tidb-parity/parity/internal/ident"
 	"github.com/tidb-parity/parity/internal/testenv"
 )
 
@@ -101,7 +102,7 @@ func TestCrashAtAnyStepConvergesExactlyOnce(t *testing.T) {
 			equal(t, "kv", dump(t, down.DB, s, "kv"), []string{"1|a3|7", "2|b|NULL", "3|c|NULL"})
 			equal(t, "nk", dump(t, down.DB, s, "nk"), []string{"1|dup", "2|dup", "2|dup"})
 			var n int
-			if err := down.QueryRow("SELECT COUNT(*) FROM " + quoteIdent(cfg.Applier.MetaSchema) + ".ddl_applied").Scan(&n); err != nil || n != 1 {
+			if err := down.QueryRow("SELECT COUNT(*) FROM " + ident.Quote(cfg.Applier.MetaSchema) + ".ddl_applied").Scan(&n); err != nil || n != 1 {
 				t.Fatalf("ddl_applied rows: %d, %v", n, err)
 			}
 			if err := run.stop(t); err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/tidb-parity/parity/cdc/open"
+	"github.com/tidb-parity/parity/internal/ident"
 	"github.com/tidb-parity/parity/internal/testenv"
 )
 
@@ -52,7 +53,7 @@ func TestUndecodableRecordStopsAtItsOffset(t *testing.T) {
 	equal(t, "kv before the bad record", dump(t, down.DB, s, "kv"), []string{"1|a"})
 	metaOffset := func() int64 {
 		var off int64
-		if err := down.QueryRow("SELECT next_offset FROM " + quoteIdent(cfg.Applier.MetaSchema) + ".partition_offset").Scan(&off); err != nil {
+		if err := down.QueryRow("SELECT next_offset FROM " + ident.Quote(cfg.Applier.MetaSchema) + ".partition_offset").Scan(&off); err != nil {
 			t.Fatal(err)
 		}
 		return off
@@ -74,7 +75,7 @@ func TestUndecodableRecordStopsAtItsOffset(t *testing.T) {
 	var n int
 	var key []byte
 	var msg string
-	if err := down.QueryRow("SELECT COUNT(*), MAX(record_key), MAX(error) FROM "+quoteIdent(cfg.Applier.MetaSchema)+
+	if err := down.QueryRow("SELECT COUNT(*), MAX(record_key), MAX(error) FROM "+ident.Quote(cfg.Applier.MetaSchema)+
 		".dead_letter WHERE kafka_offset=2 AND kafka_partition=0 AND topic=?", f.topic).Scan(&n, &key, &msg); err != nil {
 		t.Fatal(err)
 	}
@@ -120,14 +121,14 @@ func TestDDLAtItsBarrier(t *testing.T) {
 	equal(t, "kv", dump(t, down.DB, s, "kv"), []string{"1|a|NULL", "2|b|NULL", "3|c|9"})
 	equal(t, "ar", dump(t, down.DB, s, "ar"), []string{"7|x"})
 	var create string
-	if err := down.QueryRow("SHOW CREATE TABLE "+quoteTable(s, "ar")).Scan(new(string), &create); err != nil {
+	if err := down.QueryRow("SHOW CREATE TABLE "+ident.Table(s, "ar")).Scan(new(string), &create); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(create, "AUTO_RANDOM stays in strings") {
 		t.Errorf("translation touched a string literal: %s", create)
 	}
 	var n int
-	if err := down.QueryRow("SELECT COUNT(*) FROM " + quoteIdent(cfg.Applier.MetaSchema) + ".ddl_applied").Scan(&n); err != nil || n != 3 {
+	if err := down.QueryRow("SELECT COUNT(*) FROM " + ident.Quote(cfg.Applier.MetaSchema) + ".ddl_applied").Scan(&n); err != nil || n != 3 {
 		t.Fatalf("ddl_applied has %d rows (%v), want 3 (each DDL once despite 2 partitions)", n, err)
 	}
 	if st := run.r.Status(); st.DDLsApplied != 3 || st.PendingDDLs != 0 {
@@ -263,13 +264,13 @@ func TestLargeTransactionSpillsToDisk(t *testing.T) {
 	f.resolved(tx)
 	run.wait(t, tx)
 	var cnt, sum int64
-	if err := down.QueryRow("SELECT COUNT(*), SUM(id) FROM "+quoteTable(s, "big")).Scan(&cnt, &sum); err != nil {
+	if err := down.QueryRow("SELECT COUNT(*), SUM(id) FROM "+ident.Table(s, "big")).Scan(&cnt, &sum); err != nil {
 		t.Fatal(err)
 	}
 	if cnt != n || sum != int64(n)*(n-1)/2 {
 		t.Fatalf("big: %d rows, sum %d", cnt, sum)
 	}
-	if err := down.QueryRow("SELECT COUNT(*) FROM " + quoteTable(s, "bag")).Scan(&cnt); err != nil || cnt != m {
+	if err := down.QueryRow("SELECT COUNT(*) FROM " + ident.Table(s, "bag")).Scan(&cnt); err != nil || cnt != m {
 		t.Fatalf("bag: %d rows (%v), want %d", cnt, err, m)
 	}
 	if st = run.r.Status(); st.BufferedRows != 1 {
@@ -421,7 +422,7 @@ func TestValueTypesTimeZoneAndGeneratedColumns(t *testing.T) {
 	var n *string
 	var g string
 	err := down.QueryRow("SELECT UNIX_TIMESTAMP(ts), dt, d, fl, db, HEX(bin), HEX(bl), tx, e, st, bt+0, j, n, CAST(g AS CHAR) FROM "+
-		quoteTable(s, "ty")+" WHERE id = 18446744073709551615").Scan(&unix, &dt, &d, &fl, &db, &bin, &bl, &tx, &e, &st, &bt, &j, &n, &g)
+		ident.Table(s, "ty")+" WHERE id = 18446744073709551615").Scan(&unix, &dt, &d, &fl, &db, &bin, &bl, &tx, &e, &st, &bt, &j, &n, &g)
 	if err != nil {
 		t.Fatal(err)
 	}

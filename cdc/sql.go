@@ -6,18 +6,8 @@ import (
 	"strings"
 
 	"github.com/tidb-parity/parity/cdc/open"
+	"github.com/tidb-parity/parity/internal/ident"
 )
-
-// quoteIdent is the one identifier escaper of the package: it back-quotes name,
-// doubling embedded back-quotes.
-func quoteIdent(name string) string {
-	return "`" + strings.ReplaceAll(name, "`", "``") + "`"
-}
-
-// quoteTable returns `schema`.`table`.
-func quoteTable(schema, table string) string {
-	return quoteIdent(schema) + "." + quoteIdent(table)
-}
 
 // writable returns the columns that are written downstream (generated ones never are).
 func writable(cols []open.Column) []open.Column {
@@ -197,13 +187,13 @@ func buildUpsert(schema, table string, rows [][]open.Column, mode writeMode) (st
 	} else {
 		b.WriteString("INSERT INTO ")
 	}
-	b.WriteString(quoteTable(schema, table))
+	b.WriteString(ident.Table(schema, table))
 	b.WriteString(" (")
 	for i, c := range cols {
 		if i > 0 {
 			b.WriteByte(',')
 		}
-		b.WriteString(quoteIdent(c.Name))
+		b.WriteString(ident.Quote(c.Name))
 	}
 	b.WriteString(") VALUES ")
 	for i, r := range rows {
@@ -229,12 +219,12 @@ func buildUpsert(schema, table string, rows [][]open.Column, mode writeMode) (st
 			if n > 0 {
 				b.WriteByte(',')
 			}
-			q := quoteIdent(c.Name)
+			q := ident.Quote(c.Name)
 			b.WriteString(q + "=VALUES(" + q + ")")
 			n++
 		}
 		if n == 0 {
-			q := quoteIdent(cols[0].Name)
+			q := ident.Quote(cols[0].Name)
 			b.WriteString(q + "=" + q)
 		}
 	}
@@ -250,10 +240,10 @@ func buildDeleteByHandle(schema, table string, keys [][]open.Column) (string, []
 	}
 	b := newStmt(literalOK(keys), len(keys)*len(keys[0]), size)
 	b.WriteString("DELETE FROM ")
-	b.WriteString(quoteTable(schema, table))
+	b.WriteString(ident.Table(schema, table))
 	b.WriteString(" WHERE ")
 	if len(keys[0]) == 1 {
-		b.WriteString(quoteIdent(keys[0][0].Name))
+		b.WriteString(ident.Quote(keys[0][0].Name))
 		b.WriteString(" IN (")
 		for i, k := range keys {
 			if i > 0 {
@@ -273,7 +263,7 @@ func buildDeleteByHandle(schema, table string, keys [][]open.Column) (string, []
 			if j > 0 {
 				b.WriteString(" AND ")
 			}
-			b.WriteString(quoteIdent(c.Name))
+			b.WriteString(ident.Quote(c.Name))
 			b.WriteByte('=')
 			b.value(c.Value)
 		}
@@ -287,14 +277,14 @@ func buildDeleteByHandle(schema, table string, keys [][]open.Column) (string, []
 func buildDeleteOne(schema, table string, cols []open.Column) (string, []any) {
 	var b strings.Builder
 	b.WriteString("DELETE FROM ")
-	b.WriteString(quoteTable(schema, table))
+	b.WriteString(ident.Table(schema, table))
 	b.WriteString(" WHERE ")
 	args := make([]any, 0, len(cols))
 	for i, c := range cols {
 		if i > 0 {
 			b.WriteString(" AND ")
 		}
-		b.WriteString(quoteIdent(c.Name))
+		b.WriteString(ident.Quote(c.Name))
 		if c.Value == nil {
 			b.WriteString(" IS NULL")
 			continue

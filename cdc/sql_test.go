@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tidb-parity/parity/cdc/open"
+	"github.com/tidb-parity/parity/internal/ident"
 	"github.com/tidb-parity/parity/internal/testenv"
 )
 
@@ -22,7 +23,7 @@ func TestStatementValuesRoundTrip(t *testing.T) {
 	for _, mode := range []string{"STRICT_TRANS_TABLES", "STRICT_TRANS_TABLES,NO_BACKSLASH_ESCAPES"} {
 		t.Run(mode, func(t *testing.T) {
 			table := testenv.UniqueName("rt")
-			exec(t, down.DB, "CREATE TABLE "+quoteTable(down.Name, table)+
+			exec(t, down.DB, "CREATE TABLE "+ident.Table(down.Name, table)+
 				" (id BIGINT PRIMARY KEY, s VARCHAR(64) CHARACTER SET utf8mb4, b VARBINARY(16), u BIGINT UNSIGNED, d DOUBLE, f FLOAT)")
 			db, err := openDB(down.DSN, map[string]string{"sql_mode": "'" + mode + "'"}, 2)
 			if err != nil {
@@ -64,7 +65,7 @@ func TestStatementValuesRoundTrip(t *testing.T) {
 				var u uint64
 				var d float64
 				var f float32
-				err := db.QueryRow("SELECT s, s IS NULL, b, b IS NULL, u, d, f FROM "+quoteTable(down.Name, table)+" WHERE id = ?", r[0].Value).
+				err := db.QueryRow("SELECT s, s IS NULL, b, b IS NULL, u, d, f FROM "+ident.Table(down.Name, table)+" WHERE id = ?", r[0].Value).
 					Scan(&s, &sNull, &b, &bNull, &u, &d, &f)
 				if err != nil {
 					t.Fatal(err)

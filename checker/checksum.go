@@ -3,10 +3,12 @@ package checker
 import (
 	"fmt"
 	"strings"
+
+	"github.com/tidb-parity/parity/internal/ident"
 )
 
 // This file holds every SQL statement that reads table data: the per-chunk checksum, the
-// boundary walk, the drill-down row streams. Identifiers go through QuoteIdent only.
+// boundary walk, the drill-down row streams. Identifiers go through ident.Quote only.
 
 // Hash selects the per-row hash of the checksum query. Every variant yields a 64-bit
 // unsigned integer per row; rows are aggregated with SUM (exact DECIMAL on both servers, so
@@ -76,7 +78,7 @@ type TablePlan struct {
 	Where string
 }
 
-func (p *TablePlan) table(s Side) string { return QuoteTable(p.Schema[s], p.Table[s]) }
+func (p *TablePlan) table(s Side) string { return ident.Table(p.Schema[s], p.Table[s]) }
 
 // KeyNames returns the key column names.
 func (p *TablePlan) KeyNames() []string {
@@ -97,7 +99,7 @@ func isUTF8(cs string) bool {
 
 // text returns an expression yielding the column's value as text (bytes) on side s.
 func (p *TablePlan) text(s Side, c PlanColumn) string {
-	id := QuoteIdent(c.Name)
+	id := ident.Quote(c.Name)
 	switch c.Kind {
 	case KindString:
 		if !isUTF8(c.Charset[s]) {
@@ -276,7 +278,7 @@ func (p *TablePlan) whereClause(s Side, r Range) string {
 // When the two sides' collations differ, the downstream compares with the upstream's
 // collation so a row falls into the same chunk on both sides.
 func (p *TablePlan) keyRef(s Side, c PlanColumn) string {
-	id := QuoteIdent(c.Name)
+	id := ident.Quote(c.Name)
 	if c.Enum {
 		id = "CAST(" + id + " AS CHAR)"
 	}
@@ -353,11 +355,11 @@ func (p *TablePlan) keySelect() string {
 func (p *TablePlan) selectExpr(c PlanColumn) string {
 	switch c.Kind {
 	case KindBit:
-		return "CAST(" + QuoteIdent(c.Name) + " AS UNSIGNED)"
+		return "CAST(" + ident.Quote(c.Name) + " AS UNSIGNED)"
 	case KindFloat, KindDouble:
-		return "CAST(" + QuoteIdent(c.Name) + " AS DOUBLE)"
+		return "CAST(" + ident.Quote(c.Name) + " AS DOUBLE)"
 	}
-	return QuoteIdent(c.Name)
+	return ident.Quote(c.Name)
 }
 
 // BoundarySQL returns the key of the row `offset` rows past the start of range r in key
@@ -380,7 +382,7 @@ func (p *TablePlan) RegionSampleSQL() string {
 // orderExpr orders drill-down streams so that Go can merge them: strings by their UTF-8
 // bytes (no collation, no pad space), everything else by value.
 func (p *TablePlan) orderExpr(c PlanColumn, s Side) string {
-	id := QuoteIdent(c.Name)
+	id := ident.Quote(c.Name)
 	switch c.Kind {
 	case KindString:
 		if !isUTF8(c.Charset[s]) {
@@ -441,7 +443,7 @@ func (p *TablePlan) numericKey() bool {
 
 // MinMaxSQL returns the smallest and largest key of a range (single-column keys).
 func (p *TablePlan) MinMaxSQL(s Side, r Range) string {
-	k := QuoteIdent(p.Columns[p.Key[0]].Name)
+	k := ident.Quote(p.Columns[p.Key[0]].Name)
 	return "SELECT MIN(" + k + "), MAX(" + k + ") FROM " + p.table(s) + p.whereClause(s, r)
 }
 
@@ -449,7 +451,7 @@ func (p *TablePlan) MinMaxSQL(s Side, r Range) string {
 // bucket = FLOOR((key - base) / width) computed exactly in DECIMAL: one scan yields the
 // checksums of many sub-ranges, so a mismatched chunk is narrowed in one query per side.
 func (p *TablePlan) BucketChecksumSQL(s Side, r Range, base, width string) string {
-	k := QuoteIdent(p.Columns[p.Key[0]].Name)
+	k := ident.Quote(p.Columns[p.Key[0]].Name)
 	b := "FLOOR((CAST(" + k + " AS DECIMAL(65,0)) - " + base + ") / " + width + ")"
 	return "SELECT " + b + " AS b, COUNT(*), IFNULL(SUM(" + p.RowHash(s) + "),0) FROM " + p.table(s) + p.whereClause(s, r) + " GROUP BY b ORDER BY b"
 }

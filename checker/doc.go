@@ -9,7 +9,7 @@
 //     the same snapshot (a TiDB TSO through tidb_snapshot, or transactions opened WITH
 //     CONSISTENT SNAPSHOT that the caller hands in).
 //   - schema.go: table structure, key choice and structure comparison.
-//   - sqltext.go: the one identifier escaper and value-literal renderer.
+//   - sqltext.go: the value-literal renderer (identifiers go through internal/ident).
 //   - checksum.go: every checksum and row-streaming SQL statement.
 //   - chunk.go: key ranges, boundary predicates, adaptive splitting.
 //   - drill.go: narrowing a mismatched chunk (key buckets or bisection); rowdiff.go:

@@ -3,6 +3,8 @@ package checker
 import (
 	"fmt"
 	"strings"
+
+	"github.com/tidb-parity/parity/internal/ident"
 )
 
 // Fix SQL makes the downstream equal to the upstream. Statements are written per table in
@@ -28,7 +30,7 @@ func (p *TablePlan) keyFor(row []Value) Key {
 func (p *TablePlan) columnList() string {
 	names := make([]string, len(p.Columns))
 	for i, c := range p.Columns {
-		names[i] = QuoteIdent(c.Name)
+		names[i] = ident.Quote(c.Name)
 	}
 	return strings.Join(names, ", ")
 }
@@ -50,7 +52,7 @@ func (p *TablePlan) upsert(row []Value) string {
 	}
 	sets := make([]string, 0, len(p.Columns))
 	for _, c := range p.Columns {
-		sets = append(sets, QuoteIdent(c.Name)+" = VALUES("+QuoteIdent(c.Name)+")")
+		sets = append(sets, ident.Quote(c.Name)+" = VALUES("+ident.Quote(c.Name)+")")
 	}
 	return fmt.Sprintf("INSERT INTO %s (%s) VALUES (%s) ON DUPLICATE KEY UPDATE %s;", t, p.columnList(), p.valueList(row), strings.Join(sets, ", "))
 }
@@ -79,7 +81,7 @@ func (p *TablePlan) extra(row []Value, n int) Difference {
 	if p.Keyless {
 		// Exact-row delete: NULL-safe equality on every column, as many copies as extra.
 		for i, c := range p.Columns {
-			conds = append(conds, QuoteIdent(c.Name)+" <=> "+Literal(c.Kind, row[i]))
+			conds = append(conds, ident.Quote(c.Name)+" <=> "+Literal(c.Kind, row[i]))
 		}
 		if n > 1 {
 			d.Count = n
@@ -87,7 +89,7 @@ func (p *TablePlan) extra(row []Value, n int) Difference {
 	} else {
 		for _, k := range p.Key {
 			c := p.Columns[k]
-			conds = append(conds, QuoteIdent(c.Name)+" = "+Literal(c.Kind, row[k]))
+			conds = append(conds, ident.Quote(c.Name)+" = "+Literal(c.Kind, row[k]))
 		}
 	}
 	d.fix = fmt.Sprintf("DELETE FROM %s WHERE %s LIMIT %d;", p.table(Downstream), strings.Join(conds, " AND "), n)

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tidb-parity/parity/internal/ident"
 	"github.com/tidb-parity/parity/internal/testenv"
 )
 
@@ -100,7 +101,7 @@ func BenchmarkFloatChecksum(b *testing.B) {
 			}
 			exec(b, s.db.DB, "INSERT INTO fl VALUES "+strings.Join(vals, ","))
 		}
-		table := QuoteTable(s.db.Name, "fl")
+		table := ident.Table(s.db.Name, "fl")
 		type variant struct{ name, sql string }
 		variants := []variant{{"count-only", "SELECT COUNT(*), 0 FROM " + table}}
 		for _, e := range encodings {

@@ -15,6 +15,8 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 	"golang.org/x/sync/errgroup"
+
+	"github.com/tidb-parity/parity/internal/ident"
 )
 
 // Sources are the connections of a run: the two sides and the meta database (writable,
@@ -135,7 +137,7 @@ func RunWith(ctx context.Context, cfg Config, src Sources) (*Report, error) {
 	r := &runner{
 		cfg:     &cfg,
 		src:     src,
-		st:      &store{db: src.Meta, schema: QuoteIdent(cfg.MetaSchema), tmo: cfg.QueryTimeout},
+		st:      &store{db: src.Meta, schema: ident.Quote(cfg.MetaSchema), tmo: cfg.QueryTimeout},
 		start:   time.Now(),
 		limiter: newRateLimiter(cfg.MaxRowsPerSecond),
 	}

@@ -8,17 +8,6 @@ import (
 	"unicode/utf8"
 )
 
-// QuoteIdent is the one identifier escaper of the checker: every schema, table and column
-// name that reaches SQL goes through it. A backtick inside the name is doubled.
-func QuoteIdent(name string) string {
-	return "`" + strings.ReplaceAll(name, "`", "``") + "`"
-}
-
-// QuoteTable returns `schema`.`table`.
-func QuoteTable(schema, table string) string {
-	return QuoteIdent(schema) + "." + QuoteIdent(table)
-}
-
 // Value is one column value as the server printed it in the text protocol. Null
 // distinguishes SQL NULL from an empty string.
 type Value struct {

@@ -6,6 +6,8 @@ import (
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/tidb-parity/parity/internal/ident"
 )
 
 // tortureColumns: every MySQL type, with a typical non-NULL value.
@@ -80,7 +82,7 @@ var tortureChanges = []struct{ col, down string }{
 func tortureDDL() string {
 	var cols []string
 	for _, c := range tortureColumns {
-		cols = append(cols, QuoteIdent(c.name)+" "+c.def)
+		cols = append(cols, ident.Quote(c.name)+" "+c.def)
 	}
 	return "CREATE TABLE torture (id INT PRIMARY KEY, " + strings.Join(cols, ", ") + ")"
 }

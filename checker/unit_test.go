@@ -35,46 +35,6 @@ func golden(t *testing.T, name, got string) {
 	}
 }
 
-func TestQuoteIdent(t *testing.T) {
-	for in, want := range map[string]string{
-		"t": "`t`", "a`b": "`a``b`", "": "``", "`": "````", "x.y": "`x.y`", "日本": "`日本`",
-	} {
-		if got := QuoteIdent(in); got != want {
-			t.Errorf("QuoteIdent(%q) = %s, want %s", in, got, want)
-		}
-	}
-}
-
-func unquoteIdent(s string) (string, bool) {
-	if len(s) < 2 || s[0] != '`' || s[len(s)-1] != '`' {
-		return "", false
-	}
-	inner := s[1 : len(s)-1]
-	var b strings.Builder
-	for i := 0; i < len(inner); i++ {
-		if inner[i] == '`' {
-			if i+1 >= len(inner) || inner[i+1] != '`' {
-				return "", false // an unescaped backtick would end the identifier
-			}
-			i++
-		}
-		b.WriteByte(inner[i])
-	}
-	return b.String(), true
-}
-
-func FuzzQuoteIdent(f *testing.F) {
-	for _, s := range []string{"t", "a`b", "``", "x`.`y", "\x00"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		got, ok := unquoteIdent(QuoteIdent(s))
-		if !ok || got != s {
-			t.Fatalf("QuoteIdent(%q) = %s does not round-trip", s, QuoteIdent(s))
-		}
-	})
-}
-
 func FuzzLiteral(f *testing.F) {
 	f.Add([]byte("it's"), uint8(0))
 	f.Add([]byte{0, 0xff}, uint8(1))

@@ -20,6 +20,7 @@ import (
 
 	"github.com/tidb-parity/parity/cdc/loadgen"
 	"github.com/tidb-parity/parity/cdc/open"
+	"github.com/tidb-parity/parity/internal/ident"
 	"github.com/tidb-parity/parity/internal/testenv"
 )
 
@@ -212,7 +213,7 @@ func newBenchEnv(b *testing.B) *benchEnv {
 	e.configPath = filepath.Join(dir, "parity.toml")
 	e.logPath = filepath.Join(dir, "serve.log")
 	e.statusAddr = freeAddr(b)
-	b.Cleanup(func() { _, _ = downDB.Exec("DROP DATABASE IF EXISTS " + quote(e.meta)) })
+	b.Cleanup(func() { _, _ = downDB.Exec("DROP DATABASE IF EXISTS " + ident.Quote(e.meta)) })
 	return &benchEnv{env: e, down: downDB.DB}
 }
 
@@ -231,7 +232,7 @@ func (be *benchEnv) writeConfig(tb testing.TB) {
 
 func (be *benchEnv) createTables(tb testing.TB, prefix string) {
 	for i := 0; i < benchTables; i++ {
-		if _, err := be.down.Exec(fmt.Sprintf(benchDDL, quote(prefix+benchTableName(i)))); err != nil {
+		if _, err := be.down.Exec(fmt.Sprintf(benchDDL, ident.Quote(prefix+benchTableName(i)))); err != nil {
 			tb.Fatal(err)
 		}
 	}
@@ -255,7 +256,7 @@ func (be *benchEnv) rawWrite(tb testing.TB, prefix string, data [][]benchRow, up
 				return
 			}
 			defer conn.Close()
-			name := quote(prefix + benchTableName(ti))
+			name := ident.Quote(prefix + benchTableName(ti))
 			for lo := 0; lo < len(rows); lo += benchBatchRows {
 				hi := min(lo+benchBatchRows, len(rows))
 				var q strings.Builder
@@ -380,7 +381,7 @@ func (be *benchEnv) saveLog(tb testing.TB, kind string) {
 
 func (be *benchEnv) truncate(tb testing.TB, prefix string) {
 	for i := 0; i < benchTables; i++ {
-		if _, err := be.down.Exec("TRUNCATE TABLE " + quote(prefix+benchTableName(i))); err != nil {
+		if _, err := be.down.Exec("TRUNCATE TABLE " + ident.Quote(prefix+benchTableName(i))); err != nil {
 			tb.Fatal(err)
 		}
 	}
@@ -388,7 +389,7 @@ func (be *benchEnv) truncate(tb testing.TB, prefix string) {
 
 func (be *benchEnv) count(tb testing.TB, table string) int {
 	var n int
-	if err := be.down.QueryRow("SELECT COUNT(*) FROM " + quote(table)).Scan(&n); err != nil {
+	if err := be.down.QueryRow("SELECT COUNT(*) FROM " + ident.Quote(table)).Scan(&n); err != nil {
 		tb.Fatal(err)
 	}
 	return n

@@ -18,6 +18,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/tidb-parity/parity/internal/ident"
 	"github.com/tidb-parity/parity/internal/testenv"
 )
 
@@ -55,7 +56,7 @@ func BenchmarkApplierBigTransaction(b *testing.B) {
 		up := openTB(b, upDSN)
 		b.Cleanup(func() {
 			if os.Getenv("PARITY_TEST_KEEP") != "1" {
-				_, _ = up.Exec("DROP DATABASE IF EXISTS " + quote(be.db))
+				_, _ = up.Exec("DROP DATABASE IF EXISTS " + ident.Quote(be.db))
 			}
 		})
 
@@ -214,7 +215,7 @@ func tableChecksum(tb testing.TB, db *sql.DB, schema, table string, ts uint64) (
 	var count int64
 	var sum string
 	q := "SELECT COUNT(*), CAST(COALESCE(SUM(CRC32(CONCAT_WS('|', `id`, `k`, `c`, `pad`))), 0) AS CHAR) FROM " +
-		quote(schema) + "." + quote(table)
+		ident.Quote(schema) + "." + ident.Quote(table)
 	if err := conn.QueryRowContext(ctx, q).Scan(&count, &sum); err != nil {
 		tb.Fatalf("checksum %s.%s: %v", schema, table, err)
 	}

@@ -24,6 +24,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/tidb-parity/parity/cdc/loadgen"
+	"github.com/tidb-parity/parity/internal/ident"
 	"github.com/tidb-parity/parity/internal/testenv"
 )
 
@@ -124,7 +125,7 @@ func newEnv(t *testing.T, partitions int, createDown bool) *env {
 	}
 	down := e.open(e.downDSN, "")
 	if createDown {
-		if _, err := down.Exec("CREATE DATABASE " + quote(e.db)); err != nil {
+		if _, err := down.Exec("CREATE DATABASE " + ident.Quote(e.db)); err != nil {
 			t.Fatalf("create downstream database: %v", err)
 		}
 	}
@@ -132,8 +133,8 @@ func newEnv(t *testing.T, partitions int, createDown bool) *env {
 		if os.Getenv("PARITY_TEST_KEEP") == "1" {
 			return
 		}
-		_, _ = down.Exec("DROP DATABASE IF EXISTS " + quote(e.db))
-		_, _ = down.Exec("DROP DATABASE IF EXISTS " + quote(e.meta))
+		_, _ = down.Exec("DROP DATABASE IF EXISTS " + ident.Quote(e.db))
+		_, _ = down.Exec("DROP DATABASE IF EXISTS " + ident.Quote(e.meta))
 	})
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -153,8 +154,6 @@ func newEnv(t *testing.T, partitions int, createDown bool) *env {
 	e.writeConfig("", "")
 	return e
 }
-
-func quote(name string) string { return "`" + strings.ReplaceAll(name, "`", "``") + "`" }
 
 func freeAddr(t testing.TB) string {
 	t.Helper()
@@ -518,9 +517,9 @@ func readTable(t testing.TB, ctx context.Context, q queryer, db, table string, c
 	t.Helper()
 	names := make([]string, len(cols))
 	for i, c := range cols {
-		names[i] = quote(c.name)
+		names[i] = ident.Quote(c.name)
 	}
-	rows, err := q.QueryContext(ctx, "SELECT "+strings.Join(names, ", ")+" FROM "+quote(db)+"."+quote(table))
+	rows, err := q.QueryContext(ctx, "SELECT "+strings.Join(names, ", ")+" FROM "+ident.Quote(db)+"."+ident.Quote(table))
 	if err != nil {
 		t.Fatalf("read %s: %v", table, err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/tidb-parity/parity/cdc/loadgen"
+	"github.com/tidb-parity/parity/internal/ident"
 )
 
 // loadResult is what a background generator run ended with.
@@ -250,7 +251,7 @@ func TestServeReplay(t *testing.T) {
 	// serve re-reads the whole topic; only the durably applied checkpoint may stop it
 	// from applying anything twice.
 	down := e.open(e.downDSN, "")
-	res, err := down.Exec("UPDATE "+quote(e.meta)+".partition_offset SET next_offset = 0 WHERE changefeed = ?", e.meta)
+	res, err := down.Exec("UPDATE "+ident.Quote(e.meta)+".partition_offset SET next_offset = 0 WHERE changefeed = ?", e.meta)
 	if err != nil {
 		t.Fatalf("rewind offsets: %v", err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/tidb-parity/parity/cdc/open"
+	"github.com/tidb-parity/parity/internal/ident"
 )
 
 // The big-transaction mode: instead of the workload, ONE upstream transaction inserts N
@@ -95,7 +96,7 @@ func (g *Generator) bigTransaction(ctx context.Context, res Result, rows int) (B
 	t := g.tables[0] // sbtest1: specs lists the sysbench tables first
 	tname := t.meta.QualifiedName()
 	out.Table = g.cfg.Database + "." + t.meta.Name
-	idName := quoteIdent(t.meta.Columns[t.idCol].Name)
+	idName := ident.Quote(t.meta.Columns[t.idCol].Name)
 	var maxID int64
 	if err := g.up.QueryRowContext(ctx, "SELECT IFNULL(MAX("+idName+"), 0) FROM "+tname).Scan(&maxID); err != nil {
 		return out, fmt.Errorf("read max id of %s: %w", tname, err)
@@ -213,7 +214,7 @@ func (g *Generator) publishBig(ctx context.Context, t *genTable, commitTs uint64
 		defer cancel()
 		_, _ = conn.ExecContext(cctx, "SET @@tidb_snapshot = ''")
 	}()
-	idName := quoteIdent(t.meta.Columns[t.idCol].Name)
+	idName := ident.Quote(t.meta.Columns[t.idCol].Name)
 	q := "SELECT " + t.meta.selectList() + " FROM " + tname + " WHERE " + idName + " BETWEEN ? AND ? ORDER BY " + idName
 	lastLog := time.Now()
 	for lo := first; lo <= last; lo += bigReadRows {

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/tidb-parity/parity/cdc/open"
+	"github.com/tidb-parity/parity/internal/ident"
 )
 
 // TiDB DDL action types carried in DDL events ("t").
@@ -132,7 +133,7 @@ func (g *Generator) run(ctx context.Context) (res Result, err error) {
 			continue
 		}
 		var max int64
-		q := "SELECT IFNULL(MAX(" + quoteIdent(t.meta.Columns[t.idCol].Name) + "), 0) FROM " + t.meta.QualifiedName()
+		q := "SELECT IFNULL(MAX(" + ident.Quote(t.meta.Columns[t.idCol].Name) + "), 0) FROM " + t.meta.QualifiedName()
 		if err := g.up.QueryRowContext(ctx, q).Scan(&max); err != nil {
 			return res, fmt.Errorf("read max id of %s: %w", t.meta.QualifiedName(), err)
 		}
@@ -334,7 +335,7 @@ func (g *Generator) progress(ctx context.Context, done <-chan struct{}) error {
 
 // reset drops the database on both sides.
 func (g *Generator) reset(ctx context.Context, up *sql.DB) error {
-	if err := execTimeout(ctx, up, "DROP DATABASE IF EXISTS "+quoteIdent(g.cfg.Database)); err != nil {
+	if err := execTimeout(ctx, up, "DROP DATABASE IF EXISTS "+ident.Quote(g.cfg.Database)); err != nil {
 		return fmt.Errorf("upstream: drop database %s: %w", g.cfg.Database, err)
 	}
 	if g.cfg.Downstream == "" {
@@ -349,7 +350,7 @@ func (g *Generator) reset(ctx context.Context, up *sql.DB) error {
 		return fmt.Errorf("open downstream: %w", err)
 	}
 	defer down.Close()
-	if err := execTimeout(ctx, down, "DROP DATABASE IF EXISTS "+quoteIdent(g.cfg.Database)); err != nil {
+	if err := execTimeout(ctx, down, "DROP DATABASE IF EXISTS "+ident.Quote(g.cfg.Database)); err != nil {
 		return fmt.Errorf("downstream: drop database %s: %w", g.cfg.Database, err)
 	}
 	return nil
@@ -365,7 +366,7 @@ func createDatabase(ctx context.Context, db *sql.DB, name string) (bool, error) 
 	if n > 0 {
 		return false, nil
 	}
-	if _, err := db.ExecContext(ctx, "CREATE DATABASE "+quoteIdent(name)); err != nil {
+	if _, err := db.ExecContext(ctx, "CREATE DATABASE "+ident.Quote(name)); err != nil {
 		return false, fmt.Errorf("create database %s: %w", name, err)
 	}
 	return true, nil
@@ -432,7 +433,7 @@ func (g *Generator) setUp(ctx context.Context) (res Result, err error) {
 			return res, err
 		}
 		ddls = append(ddls, &open.Event{Kind: open.KindDDL, CommitTs: ts, Schema: cfg.Database,
-			Query: "CREATE DATABASE " + quoteIdent(cfg.Database), DDLType: ddlCreateSchema})
+			Query: "CREATE DATABASE " + ident.Quote(cfg.Database), DDLType: ddlCreateSchema})
 	}
 	for _, s := range specs(cfg) {
 		exists, err := tableExists(ctx, g.up, cfg.Database, s.name)

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"golang.org/x/sync/errgroup"
+
+	"github.com/tidb-parity/parity/internal/ident"
 )
 
 // importBatch is the rows per multi-row INSERT of the fill and the import.
@@ -56,7 +58,7 @@ func (g *Generator) importData(ctx context.Context) (uint64, error) {
 		return 0, fmt.Errorf("open downstream: %w", err)
 	}
 	defer root.Close()
-	if _, err := root.ExecContext(ctx, "CREATE DATABASE IF NOT EXISTS "+quoteIdent(cfg.Database)); err != nil {
+	if _, err := root.ExecContext(ctx, "CREATE DATABASE IF NOT EXISTS "+ident.Quote(cfg.Database)); err != nil {
 		return 0, fmt.Errorf("downstream: create database %s: %w", cfg.Database, err)
 	}
 	dsn, _ := sessionDSN(cfg.Downstream, cfg.Database, cfg.TimeZone, false)
@@ -100,7 +102,7 @@ func (g *Generator) fill(ctx context.Context, r *rand.Rand, t *genTable) error {
 	var next int64 = 1
 	if t.idCol >= 0 {
 		var max int64
-		q := "SELECT IFNULL(MAX(" + quoteIdent(t.meta.Columns[t.idCol].Name) + "), 0) FROM " + t.meta.QualifiedName()
+		q := "SELECT IFNULL(MAX(" + ident.Quote(t.meta.Columns[t.idCol].Name) + "), 0) FROM " + t.meta.QualifiedName()
 		if err := g.up.QueryRowContext(ctx, q).Scan(&max); err != nil {
 			return fmt.Errorf("read max id of %s: %w", t.meta.QualifiedName(), err)
 		}
@@ -151,7 +153,7 @@ func (g *Generator) copyTable(ctx context.Context, down *sql.DB, t *genTable, ts
 	}()
 	cols := make([]string, len(t.meta.Columns))
 	for i, c := range t.meta.Columns {
-		cols[i] = quoteIdent(c.Name)
+		cols[i] = ident.Quote(c.Name)
 	}
 	q := "SELECT " + strings.Join(cols, ", ") + " FROM " + t.meta.QualifiedName()
 	if t.idCol >= 0 {

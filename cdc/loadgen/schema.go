@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/tidb-parity/parity/cdc/open"
+	"github.com/tidb-parity/parity/internal/ident"
 )
 
 // Table is the load generator's view of one upstream table: its columns in table order with
@@ -266,9 +267,9 @@ func (t *Table) selectList() string {
 		}
 		switch c.DataType {
 		case "enum", "set", "bit":
-			b.WriteString("(" + quoteIdent(c.Name) + "+0)")
+			b.WriteString("(" + ident.Quote(c.Name) + "+0)")
 		default:
-			b.WriteString(quoteIdent(c.Name))
+			b.WriteString(ident.Quote(c.Name))
 		}
 	}
 	return b.String()
@@ -320,13 +321,8 @@ func (c Column) convert(raw []byte) (any, error) {
 	return s, nil
 }
 
-// quoteIdent quotes a MySQL identifier: the one escaper every statement here goes through.
-func quoteIdent(name string) string {
-	return "`" + strings.ReplaceAll(name, "`", "``") + "`"
-}
-
 // QualifiedName returns `schema`.`table`.
-func (t *Table) QualifiedName() string { return quoteIdent(t.Schema) + "." + quoteIdent(t.Name) }
+func (t *Table) QualifiedName() string { return ident.Quote(t.Schema) + "." + ident.Quote(t.Name) }
 
 // scanRows reads every row of rows as open.Column slices of table t. rows must select
 // t.selectList() (optionally preceded by extra leading columns, returned raw in lead).

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
+
+	"github.com/tidb-parity/parity/internal/ident"
 )
 
 // Names of the tables the generator creates besides sbtest1..N.
@@ -38,7 +40,7 @@ func sysbenchDDL(name, idType string) string {
 		"  `pad` CHAR(60) NOT NULL DEFAULT '',\n"+
 		"  PRIMARY KEY (`id`) /*T![clustered_index] CLUSTERED */,\n"+
 		"  KEY `k_1` (`k`)\n"+
-		") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin", quoteIdent(name), idType)
+		") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin", ident.Quote(name), idType)
 }
 
 const allTypesDDL = "CREATE TABLE `alltypes` (\n" +

@@ -18,6 +18,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/tidb-parity/parity/cdc/open"
+	"github.com/tidb-parity/parity/internal/ident"
 )
 
 // genTable is a table the workload changes.
@@ -233,7 +234,7 @@ func (g *Generator) readByID(ctx context.Context, conn *sql.Conn, t *genTable, i
 		return out, nil
 	}
 	q := "SELECT " + t.meta.selectList() + " FROM " + t.meta.QualifiedName() + " WHERE " +
-		quoteIdent(t.meta.Columns[t.idCol].Name) + " IN (" + placeholders(len(ids)) + ") ORDER BY 1"
+		ident.Quote(t.meta.Columns[t.idCol].Name) + " IN (" + placeholders(len(ids)) + ") ORDER BY 1"
 	if lock {
 		q += " FOR UPDATE"
 	}
@@ -276,7 +277,7 @@ func (g *Generator) insertRows(ctx context.Context, conn execer, t *genTable, ro
 		if i > 0 {
 			b.WriteString(",")
 		}
-		b.WriteString(quoteIdent(c.Name))
+		b.WriteString(ident.Quote(c.Name))
 	}
 	b.WriteString(") VALUES ")
 	ph := "(" + placeholders(len(t.meta.Columns)) + ")"
@@ -343,7 +344,7 @@ func (g *Generator) changeKeyed(ctx context.Context, conn *sql.Conn, r *rand.Ran
 	if len(delIDs) > deletes {
 		delIDs = delIDs[:deletes]
 	}
-	idName := quoteIdent(t.meta.Columns[t.idCol].Name)
+	idName := ident.Quote(t.meta.Columns[t.idCol].Name)
 	tname := t.meta.QualifiedName()
 
 	var events []*open.Event
@@ -462,7 +463,7 @@ func (g *Generator) changeKeyed(ctx context.Context, conn *sql.Conn, r *rand.Ran
 // updateRow changes some non-key columns of one row.
 func (g *Generator) updateRow(ctx context.Context, conn *sql.Conn, r *rand.Rand, t *genTable, id int64) error {
 	tname := t.meta.QualifiedName()
-	idName := quoteIdent(t.meta.Columns[t.idCol].Name)
+	idName := ident.Quote(t.meta.Columns[t.idCol].Name)
 	var q string
 	var args []any
 	switch t.spec.kind {
@@ -481,7 +482,7 @@ func (g *Generator) updateRow(ctx context.Context, conn *sql.Conn, r *rand.Rand,
 			if i == t.idCol {
 				continue
 			}
-			sets = append(sets, quoteIdent(t.meta.Columns[i].Name)+" = ?")
+			sets = append(sets, ident.Quote(t.meta.Columns[i].Name)+" = ?")
 			args = append(args, vals[i])
 		}
 		if len(sets) == 0 {

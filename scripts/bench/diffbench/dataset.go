@@ -5,6 +5,8 @@ import (
 	"hash/crc32"
 	"sort"
 	"strconv"
+
+	"github.com/tidb-parity/parity/internal/ident"
 )
 
 // Dataset describes the deterministic content of one sysbench-style sbtest table:
@@ -91,7 +93,7 @@ type Expected struct {
 // verifySQL returns the query that computes Expected on a server.
 func verifySQL(db, table string) string {
 	return fmt.Sprintf("SELECT COUNT(*), COALESCE(BIT_XOR(CRC32(CONCAT_WS('#',id,k,c,pad))),0), "+
-		"COALESCE(SUM(CRC32(CONCAT_WS('#',id,k,c,pad))),0) FROM %s.%s", quoteIdent(db), quoteIdent(table))
+		"COALESCE(SUM(CRC32(CONCAT_WS('#',id,k,c,pad))),0) FROM %s.%s", ident.Quote(db), ident.Quote(table))
 }
 
 // rowCRC matches CRC32(CONCAT_WS('#',id,k,c,pad)) in SQL.

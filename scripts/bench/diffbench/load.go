@@ -12,6 +12,8 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 	"golang.org/x/sync/errgroup"
+
+	"github.com/tidb-parity/parity/internal/ident"
 )
 
 // Server is one database server of the benchmark.
@@ -75,7 +77,7 @@ type Table struct {
 	Conns int // loading connections; Default: 4
 }
 
-func (t *Table) qname() string { return quoteIdent(t.DB) + "." + quoteIdent(t.Name) }
+func (t *Table) qname() string { return ident.Quote(t.DB) + "." + ident.Quote(t.Name) }
 
 // markerTable records which dataset a table holds, so repeated runs do not reload.
 const markerTable = "bench_marker"
@@ -93,11 +95,11 @@ const createSbtest = `CREATE TABLE %s (
 // checksum match, reverts the planned differences of an interrupted run if that suffices,
 // and otherwise (re)loads it. It returns whether it loaded.
 func (t *Table) Ensure(ctx context.Context, want Expected, plan []Difference) (loaded bool, err error) {
-	if err := t.exec(ctx, 30*time.Second, "CREATE DATABASE IF NOT EXISTS "+quoteIdent(t.DB)); err != nil {
+	if err := t.exec(ctx, 30*time.Second, "CREATE DATABASE IF NOT EXISTS "+ident.Quote(t.DB)); err != nil {
 		return false, err
 	}
 	if err := t.exec(ctx, 30*time.Second, fmt.Sprintf("CREATE TABLE IF NOT EXISTS %s.%s (tbl VARCHAR(64) NOT NULL PRIMARY KEY, seed BIGINT UNSIGNED NOT NULL, row_count BIGINT NOT NULL, holes INT NOT NULL, loaded_at DATETIME NOT NULL)",
-		quoteIdent(t.DB), quoteIdent(markerTable))); err != nil {
+		ident.Quote(t.DB), ident.Quote(markerTable))); err != nil {
 		return false, err
 	}
 	if t.markerMatches(ctx) {
@@ -126,7 +128,7 @@ func (t *Table) Ensure(ctx context.Context, want Expected, plan []Difference) (l
 	if got != want {
 		return true, fmt.Errorf("%s %s after loading: checksum %+v, want %+v", t.S.Name, t.qname(), got, want)
 	}
-	if err := t.exec(ctx, 30*time.Second, fmt.Sprintf("REPLACE INTO %s.%s VALUES (?, ?, ?, ?, NOW())", quoteIdent(t.DB), quoteIdent(markerTable)),
+	if err := t.exec(ctx, 30*time.Second, fmt.Sprintf("REPLACE INTO %s.%s VALUES (?, ?, ?, ?, NOW())", ident.Quote(t.DB), ident.Quote(markerTable)),
 		t.Name, t.Data.Seed, t.Data.Rows, t.Data.Holes); err != nil {
 		return true, err
 	}
@@ -140,7 +142,7 @@ func (t *Table) markerMatches(ctx context.Context) bool {
 	var seed uint64
 	var rows int64
 	var holes int
-	err := t.S.DB.QueryRowContext(qctx, fmt.Sprintf("SELECT seed, row_count, holes FROM %s.%s WHERE tbl = ?", quoteIdent(t.DB), quoteIdent(markerTable)), t.Name).
+	err := t.S.DB.QueryRowContext(qctx, fmt.Sprintf("SELECT seed, row_count, holes FROM %s.%s WHERE tbl = ?", ident.Quote(t.DB), ident.Quote(markerTable)), t.Name).
 		Scan(&seed, &rows, &holes)
 	return err == nil && seed == t.Data.Seed && rows == t.Data.Rows && holes == t.Data.Holes
 }
@@ -174,7 +176,7 @@ func (t *Table) Load(ctx context.Context) error {
 		conns = 4
 	}
 	slog.Info("loading table", "server", t.S.Name, "table", t.DB+"."+t.Name, "rows", t.Data.Rows, "connections", conns)
-	if err := t.exec(ctx, time.Minute, fmt.Sprintf("DELETE FROM %s.%s WHERE tbl = ?", quoteIdent(t.DB), quoteIdent(markerTable)), t.Name); err != nil {
+	if err := t.exec(ctx, time.Minute, fmt.Sprintf("DELETE FROM %s.%s WHERE tbl = ?", ident.Quote(t.DB), ident.Quote(markerTable)), t.Name); err != nil {
 		return err
 	}
 	if err := t.exec(ctx, time.Minute, "DROP TABLE IF EXISTS "+t.qname()); err != nil {
@@ -308,5 +310,3 @@ func firstWords(q string) string {
 	}
 	return strings.Join(f, " ")
 }
-
-func quoteIdent(s string) string { return "`" + strings.ReplaceAll(s, "`", "``") + "`" }
