@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -39,6 +40,7 @@ type diffFlags struct {
 	queryTimeout  time.Duration
 	hash          string
 	verbose       bool
+	cpuProfile    string
 }
 
 func newDiffCommand() *cobra.Command {
@@ -81,6 +83,7 @@ A run is persisted in parity_meta on the downstream; resume a killed run with --
 	fl.DurationVar(&f.queryTimeout, "query-timeout", 0, "timeout of every query (default 5m)")
 	fl.StringVar(&f.hash, "hash", "", "per-row hash: sha1 (default), md5")
 	fl.BoolVarP(&f.verbose, "verbose", "v", false, "log progress details to stderr")
+	fl.StringVar(&f.cpuProfile, "cpu-profile", "", "write a Go CPU profile of the run to this file (for `go tool pprof`)")
 	return cmd
 }
 
@@ -175,6 +178,17 @@ func runDiff(cmd *cobra.Command, f *diffFlags) (int, error) {
 		fmt.Fprintf(stderr, "parity diff run %s started (if it stops, continue it with --resume %s)\n", id, id)
 	}
 
+	if f.cpuProfile != "" {
+		pf, err := os.Create(f.cpuProfile)
+		if err != nil {
+			return 2, fmt.Errorf("cpu profile: %w", err)
+		}
+		defer pf.Close()
+		if err := pprof.StartCPUProfile(pf); err != nil {
+			return 2, fmt.Errorf("cpu profile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	rep, err := checker.Run(ctx, cfg)

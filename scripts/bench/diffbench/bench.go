@@ -171,6 +171,7 @@ func timeProcess(cmd *exec.Cmd) (Result, error) {
 	res := Result{Wall: time.Since(start)}
 	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
 		res.MaxRSSKB = ru.Maxrss // kilobytes on Linux
+		res.CPU = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 	}
 	if _, exit := err.(*exec.ExitError); exit {
 		err = nil // the caller interprets the exit code

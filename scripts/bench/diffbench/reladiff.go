@@ -131,7 +131,8 @@ func trunc(s string, n int) string {
 // Result is one timed run of one tool.
 type Result struct {
 	Wall     time.Duration
-	MaxRSSKB int64 // 0 when not measured (the in-process bare loop)
+	MaxRSSKB int64         // 0 when not measured (the in-process bare loop)
+	CPU      time.Duration // the process's own user+sys CPU time (0 for the bare loop)
 	Found    []Difference
 	Chunks   int             // chunk queries per side (bare loop), or as reported
 	Note     string          // anything worth printing next to the numbers

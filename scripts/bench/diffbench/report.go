@@ -69,6 +69,9 @@ func printResults(w io.Writer, o options, results []*caseResult) {
 				chunks = fmt.Sprint(t.res.Chunks)
 			}
 			note := t.res.Note
+			if t.res.CPU > 0 {
+				note = strings.TrimSuffix(fmt.Sprintf("own CPU %.2f s; %s", t.res.CPU.Seconds(), note), "; ")
+			}
 			if len(t.res.Runs) > 1 {
 				var rs []string
 				for _, d := range t.res.Runs {
