@@ -3,6 +3,7 @@ package checker
 import (
 	"context"
 	"fmt"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -143,6 +144,8 @@ func TestKillAndResume(t *testing.T) {
 	cfg.MinChunkRows = 100
 	cfg.MaxChunkRows = 100
 	cfg.Concurrency = 3
+	// Slow enough (about a second) that the cancellation lands mid-run.
+	cfg.MaxRowsPerSecond = 4000
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var runID string
@@ -175,6 +178,7 @@ func TestKillAndResume(t *testing.T) {
 	}
 
 	cfg.Progress = nil
+	cfg.MaxRowsPerSecond = 0
 	cfg.Resume = runID
 	bad := cfg
 	bad.Hash = HashMD5
@@ -188,7 +192,7 @@ func TestKillAndResume(t *testing.T) {
 		t.Fatal(err)
 	}
 	tr := tableReport(t, rep, "r")
-	if tr.RowsChecked != 4000 || tr.Chunks != 41 || tr.DifferencesTotal != 3 {
+	if tr.RowsChecked != 4000 || tr.Chunks != 40 || tr.DifferencesTotal != 3 {
 		t.Fatalf("resumed report: rows %d chunks %d diffs %d", tr.RowsChecked, tr.Chunks, tr.DifferencesTotal)
 	}
 	var redone, maxAttempts, checkpoint int
@@ -199,8 +203,8 @@ func TestKillAndResume(t *testing.T) {
 	if redone > cfg.Concurrency {
 		t.Errorf("%d chunks compared twice; at most the %d in flight may be", redone, cfg.Concurrency)
 	}
-	if err := meta.QueryRow("SELECT checkpoint_seq FROM parity_meta.diff_tables WHERE run_id = ?", runID).Scan(&checkpoint); err != nil || checkpoint != 40 {
-		t.Errorf("checkpoint %d, %v; want 40", checkpoint, err)
+	if err := meta.QueryRow("SELECT checkpoint_seq FROM parity_meta.diff_tables WHERE run_id = ?", runID).Scan(&checkpoint); err != nil || checkpoint != tr.Chunks-1 {
+		t.Errorf("checkpoint %d, %v; want the last chunk, %d", checkpoint, err, tr.Chunks-1)
 	}
 	t.Logf("done before kill: %d chunks; compared twice: %d", doneBefore, redone)
 }
@@ -281,5 +285,82 @@ func TestWhereRouteAndCap(t *testing.T) {
 	fix := readFix(t, cfg, tr)
 	if n := strings.Count(fix, "REPLACE INTO `"+p.down.Name+"`.`w_renamed`"); n != 10 {
 		t.Fatalf("fix SQL has %d statements, want all 10:\n%s", n, fix)
+	}
+}
+
+// TestIntegerKeyCutting covers tables with a single integer key, which are cut by key
+// value when dense (no index walk) and by index walk otherwise: every difference is found
+// and no chunk holds more than twice the rows asked for, in a dense table, at the top of
+// the unsigned BIGINT range, with a gap of 10^12 keys, and under a WHERE that keeps one
+// row in ten (dense by the statistics, sparse as observed: the cutter hands over to the
+// index walk).
+func TestIntegerKeyCutting(t *testing.T) {
+	p := mariaPair(t)
+	const chunkRows = 100
+	insert := func(table string, ids []string) {
+		var vals []string
+		for _, id := range ids {
+			vals = append(vals, "("+id+", 1)")
+		}
+		p.both(t, "INSERT INTO "+table+" VALUES "+strings.Join(vals, ","))
+	}
+	span := func(from, n int64) (ids []string) {
+		for i := range n {
+			ids = append(ids, fmt.Sprint(from+i))
+		}
+		return ids
+	}
+	p.both(t, "CREATE TABLE dense (id INT PRIMARY KEY, v INT)",
+		"CREATE TABLE top (id BIGINT UNSIGNED PRIMARY KEY, v INT)",
+		"CREATE TABLE gap (id BIGINT PRIMARY KEY, v INT)",
+		"CREATE TABLE filtered (id INT PRIMARY KEY, v INT)")
+	insert("dense", span(-500, 3000))
+	var top []string
+	for i := range 1500 {
+		top = append(top, fmt.Sprintf("18446744073709551615 - %d", i))
+	}
+	insert("top", top)
+	insert("gap", append(span(1, 1500), span(1_000_000_000_000, 1500)...))
+	insert("filtered", span(1, 5000))
+	p.both(t, "ANALYZE TABLE dense, top, gap, filtered")
+	exec(t, p.up.DB, "DELETE FROM top WHERE id = 18446744073709551615 - 700")
+	exec(t, p.down.DB,
+		"UPDATE dense SET v = 2 WHERE id IN (-500, 0, 2499)",
+		"DELETE FROM top WHERE id = 18446744073709551615",
+		"UPDATE gap SET v = 2 WHERE id IN (1500, 1000000000000)",
+		"INSERT INTO gap VALUES (2000000000000, 1)",
+		"UPDATE filtered SET v = 2 WHERE id IN (20, 21, 4990)")
+	cfg := p.config(t, "dense", "top", "gap", "filtered")
+	cfg.InitialChunkRows, cfg.MinChunkRows, cfg.MaxChunkRows = chunkRows, chunkRows, chunkRows
+	cfg.RowDiffRows = 10
+	cfg.TableConfigs = []TableConfig{{Table: p.up.Name + ".filtered", Where: "id % 10 = 0"}}
+	rep := run(t, cfg)
+	for _, tc := range []struct {
+		table     string
+		rows      int64
+		want      map[DiffKind]int
+		maxChunks int
+	}{
+		{"dense", 3000, map[DiffKind]int{Differing: 3}, 31},
+		{"top", 1499, map[DiffKind]int{Missing: 1, Extra: 1}, 17},
+		{"gap", 3000, map[DiffKind]int{Differing: 2, Extra: 1}, 32},
+		{"filtered", 500, map[DiffKind]int{Differing: 2}, 35}, // 50 if cut by value throughout
+	} {
+		tr := tableReport(t, rep, tc.table)
+		if got := diffsByKind(tr); tr.RowsChecked != tc.rows || !maps.Equal(got, tc.want) {
+			t.Errorf("%s: %d rows checked, differences %v; want %d rows, %v", tc.table, tr.RowsChecked, got, tc.rows, tc.want)
+		}
+		t.Logf("%s: %d chunks", tc.table, tr.Chunks)
+		if tr.Chunks > tc.maxChunks {
+			t.Errorf("%s: %d chunks, want at most %d", tc.table, tr.Chunks, tc.maxChunks)
+		}
+		var biggest int64
+		q := "SELECT IFNULL(MAX(GREATEST(c.up_count, c.down_count)), 0) FROM parity_meta.diff_chunks c JOIN parity_meta.diff_tables t USING (run_id, table_idx) WHERE c.run_id = ? AND t.up_table = ?"
+		if err := p.down.DB.QueryRow(q, rep.RunID, tc.table).Scan(&biggest); err != nil {
+			t.Fatal(err)
+		}
+		if biggest > 2*chunkRows {
+			t.Errorf("%s: a chunk of %d rows; chunks must hold at most %d", tc.table, biggest, 2*chunkRows)
+		}
 	}
 }

@@ -71,33 +71,10 @@ func (r *runner) drillBuckets(ctx context.Context, ts *tableState, rng Range, n 
 			lo, hi, known = a.Add(a, big.NewInt(1)), b, true
 		}
 	}
-	for _, side := range []Side{Upstream, Downstream} {
-		if known {
-			break
-		}
-		err := r.withSide(ctx, side, func(ctx context.Context, q Querier) error {
-			var mn, mx sql.NullString
-			if err := queryRow(ctx, q, p.MinMaxSQL(side, rng), &mn, &mx); err != nil {
-				return err
-			}
-			if !mn.Valid {
-				return nil
-			}
-			a, ok1 := new(big.Int).SetString(mn.String, 10)
-			b, ok2 := new(big.Int).SetString(mx.String, 10)
-			if !ok1 || !ok2 {
-				return errors.New("key bounds are not integers") // values stay out of logs
-			}
-			if lo == nil || a.Cmp(lo) < 0 {
-				lo = a
-			}
-			if hi == nil || b.Cmp(hi) > 0 {
-				hi = b
-			}
-			return nil
-		})
-		if err != nil {
-			return fmt.Errorf("key bounds: %w", err)
+	if !known {
+		var err error
+		if lo, hi, err = r.intKeyBounds(ctx, ts, rng); err != nil {
+			return err
 		}
 	}
 	if lo == nil {
@@ -177,6 +154,39 @@ func (r *runner) drillBuckets(ctx context.Context, ts *tableState, rng Range, n 
 		}
 	}
 	return nil
+}
+
+// intKeyBounds returns the smallest and largest value of a single integer key in rng over
+// both sides (nil, nil when both sides are empty).
+func (r *runner) intKeyBounds(ctx context.Context, ts *tableState, rng Range) (lo, hi *big.Int, err error) {
+	p := ts.plan
+	for _, side := range []Side{Upstream, Downstream} {
+		err := r.withSide(ctx, side, func(ctx context.Context, q Querier) error {
+			var mn, mx sql.NullString
+			if err := queryRow(ctx, q, p.MinMaxSQL(side, rng), &mn, &mx); err != nil {
+				return err
+			}
+			if !mn.Valid {
+				return nil
+			}
+			a, ok1 := new(big.Int).SetString(mn.String, 10)
+			b, ok2 := new(big.Int).SetString(mx.String, 10)
+			if !ok1 || !ok2 {
+				return errors.New("key bounds are not integers") // values stay out of logs
+			}
+			if lo == nil || a.Cmp(lo) < 0 {
+				lo = a
+			}
+			if hi == nil || b.Cmp(hi) > 0 {
+				hi = b
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, nil, fmt.Errorf("key bounds: %w", err)
+		}
+	}
+	return lo, hi, nil
 }
 
 func queryRow(ctx context.Context, q Querier, query string, dest ...any) error {

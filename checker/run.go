@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/big"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -93,7 +94,8 @@ type tableState struct {
 	problems   []StructureProblem
 	fatal      bool
 	estRows    int64
-	regionKeys []Bound // TiDB region start keys (coarse boundaries), sorted
+	regionKeys []Bound      // TiDB region start keys (coarse boundaries), sorted
+	cutter     *valueCutter // cuts a single integer key by value (nil: walk the index)
 
 	mu          sync.Mutex
 	sizer       *chunkSizer
@@ -579,15 +581,27 @@ func (r *runner) produce(ctx context.Context, ts *tableState, out chan<- Chunk) 
 			return err
 		}
 	}
+	if p := ts.plan; len(p.Key) == 1 && !p.Keyless && p.Columns[p.Key[0]].Kind == KindInt {
+		mn, mx, err := r.intKeyBounds(ctx, ts, Range{})
+		if err != nil {
+			return fmt.Errorf("table %s: %w", ts.name, err)
+		}
+		if mn != nil {
+			ts.cutter = newValueCutter(mn, mx, ts.estRows)
+		}
+	}
 	seq := ts.chunks
 	for {
-		his, err := r.nextBoundaries(ctx, ts, lo)
+		his, widths, err := r.nextBoundaries(ctx, ts, lo)
 		if err != nil {
 			return err
 		}
 		batch := make([]Chunk, len(his))
 		for i, hi := range his {
 			batch[i] = Chunk{Table: ts.idx, Seq: seq, Range: Range{Lo: lo, Hi: hi}, Last: hi == nil}
+			if widths != nil {
+				batch[i].width = widths[i]
+			}
 			lo, seq = hi, seq+1
 		}
 		if err := r.st.addChunks(ctx, batch); err != nil {
@@ -654,11 +668,12 @@ const cutKeys = 32768
 // nextBoundaries returns the upper bounds of the next chunks after lo, in key order: keys
 // `size` rows apart in key order, cut at the next region start, and nil last when the rest
 // of the table fits (the last chunk is open-ended, so rows beyond the last upstream key,
-// extra downstream, are still compared). It returns at least one bound.
-func (r *runner) nextBoundaries(ctx context.Context, ts *tableState, lo Bound) ([]Bound, error) {
+// extra downstream, are still compared). It returns at least one bound, and for chunks
+// cut by key value their key widths.
+func (r *runner) nextBoundaries(ctx context.Context, ts *tableState, lo Bound) ([]Bound, []float64, error) {
 	p := ts.plan
 	if len(p.Key) == 0 {
-		return []Bound{nil}, nil // nothing to cut on: one chunk
+		return []Bound{nil}, nil, nil // nothing to cut on: one chunk
 	}
 	// Cut at the next region start key (the chunk ends with that key's row, so it reads
 	// at most one row of the next region). Region keys are only used for numeric and
@@ -672,7 +687,14 @@ func (r *runner) nextBoundaries(ctx context.Context, ts *tableState, lo Bound) (
 	}
 	ts.mu.Lock()
 	size := ts.sizer.size()
+	byValue := ts.cutter != nil && !ts.cutter.off
 	ts.mu.Unlock()
+	if byValue {
+		his, widths, ok := cutByValue(ts, lo, limit, size)
+		if ok {
+			return his, widths, nil
+		}
+	}
 	var his []Bound
 	side := cutSide(p)
 	rng := Range{Lo: lo, Hi: limit}
@@ -708,7 +730,7 @@ func (r *runner) nextBoundaries(ctx context.Context, ts *tableState, lo Bound) (
 		}
 	})
 	if err != nil {
-		return nil, fmt.Errorf("cut chunk of %s: %w", ts.name, err)
+		return nil, nil, fmt.Errorf("cut chunk of %s: %w", ts.name, err)
 	}
 	if !full {
 		// Fewer than size rows are left before the limit (or the end): the next chunk
@@ -717,7 +739,40 @@ func (r *runner) nextBoundaries(ctx context.Context, ts *tableState, lo Bound) (
 			his = append(his, limit)
 		}
 	}
-	return his, nil
+	return his, nil, nil
+}
+
+// valueBatch is how many chunks are cut by value at once (one meta statement stores
+// them): few, so that the chunks' observed density soon steers the cutting.
+const valueBatch = 8
+
+// cutByValue cuts the next valueBatch chunks of a table with a valueCutter (see there); ok
+// is false when a bound is not an integer (the caller walks the index).
+func cutByValue(ts *tableState, lo, limit Bound, size int) (his []Bound, widths []float64, ok bool) {
+	parse := func(b Bound) (*big.Int, bool) {
+		if b == nil {
+			return nil, true
+		}
+		if b[0].Null {
+			return nil, false
+		}
+		return new(big.Int).SetString(string(b[0].Bytes), 10)
+	}
+	l, ok1 := parse(lo)
+	lim, ok2 := parse(limit)
+	if !ok1 || !ok2 {
+		return nil, nil, false
+	}
+	ts.mu.Lock()
+	ints, widths := ts.cutter.cut(l, lim, size, valueBatch)
+	ts.mu.Unlock()
+	his = make([]Bound, len(ints))
+	for i, v := range ints {
+		if v != nil {
+			his[i] = Bound{StringValue(v.String())}
+		}
+	}
+	return his, widths, true
 }
 
 // cutSide is the side whose key index is walked to cut chunks. Any side's keys make valid
@@ -777,6 +832,9 @@ func (r *runner) process(ctx context.Context, ch Chunk) error {
 	}
 	ts.mu.Lock()
 	ts.sizer.observe(int(max(up.count, down.count)), max(up.dur, down.dur).Seconds())
+	if ts.cutter != nil && ch.width > 0 {
+		ts.cutter.observe(ch.width, max(up.count, down.count))
+	}
 	ts.mu.Unlock()
 	res := chunkResult{up: up, down: down}
 	if !sameChecksum(up, down) {
@@ -790,6 +848,9 @@ func (r *runner) process(ctx context.Context, ch Chunk) error {
 		}
 		res.differences = int64(sink.rows)
 	}
+	ts.mu.Lock()
+	ts.sizer.observeDiffs(max(up.count, down.count), res.differences)
+	ts.mu.Unlock()
 	// The chunk counts as done only once the journal has stored its result (after its
 	// differences, stored above).
 	if err := r.journal.finished(ctx, ch, res); err != nil {

@@ -6,8 +6,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"flag"
+	"math/big"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -372,4 +374,105 @@ func FuzzCompareValue(f *testing.F) {
 			t.Fatalf("%s: compare(%q, %q) not antisymmetric", kind, a, b)
 		}
 	})
+}
+
+// TestChunkSizerDifferences: once rows differ, chunks shrink to about
+// sqrt(drillCostRows/rate), unless differences are so dense that every chunk differs.
+func TestChunkSizerDifferences(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		rows, diffs int64
+		lo, hi      int // expected size range
+	}{
+		{"no differences", 1_000_000, 0, 4000, 4000},
+		{"1 in 10,000", 1_000_000, 100, 1600, 1700},  // sqrt(270e4) = 1643
+		{"1 in 1,000,000", 1_000_000, 1, 4000, 4000}, // sqrt(270e6) > 4000
+		{"1 in 1,000", 100_000, 100, 1000, 1000},     // 520 rows, bounded by min 1000
+		{"1 in 10: every chunk differs", 10_000, 1000, 4000, 4000},
+	} {
+		cfg := DefaultConfig()
+		s := newChunkSizer(&cfg)
+		s.cur = 4000
+		s.observeDiffs(tc.rows, tc.diffs)
+		if n := s.size(); n < tc.lo || n > tc.hi {
+			t.Errorf("%s: size %d, want [%d, %d]", tc.name, n, tc.lo, tc.hi)
+		}
+	}
+}
+
+// TestValueCutter: chunks of a single integer key cut by value: width = size/density,
+// stops at a region limit, ends with an open-ended chunk, and gives up on sparse keys.
+func TestValueCutter(t *testing.T) {
+	bi := func(v int64) *big.Int { return big.NewInt(v) }
+	str := func(his []*big.Int) string {
+		var parts []string
+		for _, h := range his {
+			if h == nil {
+				parts = append(parts, "nil")
+			} else {
+				parts = append(parts, h.String())
+			}
+		}
+		return strings.Join(parts, " ")
+	}
+	for _, tc := range []struct {
+		name       string
+		min, max   int64
+		est        int64
+		lo, limit  *big.Int
+		size, n    int
+		want       string
+		wantWidths []float64
+		wantNil    bool // newValueCutter declines
+	}{
+		{name: "dense from the start", min: 1, max: 1000, est: 1000, size: 100, n: 3,
+			want: "100 200 300", wantWidths: []float64{100, 100, 100}},
+		{name: "open-ended last chunk", min: 1, max: 1000, est: 1000, lo: bi(850), size: 100, n: 5,
+			want: "950 nil", wantWidths: []float64{100, 0}},
+		{name: "half dense: double width", min: 1, max: 2000, est: 1000, size: 100, n: 2,
+			want: "200 400", wantWidths: []float64{200, 200}},
+		{name: "density below the clamp still cut at 1/0.5", min: 1, max: 3000, est: 1000, size: 100, n: 1,
+			want: "200", wantWidths: []float64{200}},
+		{name: "region limit", min: 1, max: 1000, est: 1000, lo: bi(100), limit: bi(150), size: 100, n: 3,
+			want: "150", wantWidths: []float64{50}},
+		{name: "limit past the end", min: 1, max: 1000, est: 1000, lo: bi(950), limit: bi(5000), size: 100, n: 3,
+			want: "nil", wantWidths: []float64{0}},
+		{name: "negative keys", min: -500, max: -1, est: 500, size: 200, n: 3,
+			want: "-301 -101 nil", wantWidths: []float64{200, 200, 0}},
+		{name: "unknown row count: assume dense", min: 1, max: 1000, est: 0, size: 400, n: 3,
+			want: "400 800 nil", wantWidths: []float64{400, 400, 0}},
+		{name: "sparse: index walk", min: 1, max: 1_000_000, est: 1000, wantNil: true},
+	} {
+		c := newValueCutter(bi(tc.min), bi(tc.max), tc.est)
+		if tc.wantNil {
+			if c != nil {
+				t.Errorf("%s: want no value cutter, got density %v", tc.name, c.density)
+			}
+			continue
+		}
+		his, widths := c.cut(tc.lo, tc.limit, tc.size, tc.n)
+		if got := str(his); got != tc.want || !slices.Equal(widths, tc.wantWidths) {
+			t.Errorf("%s: got %s %v, want %s %v", tc.name, got, widths, tc.want, tc.wantWidths)
+		}
+	}
+	// Unsigned BIGINT keys near 2^64 do not overflow.
+	top, _ := new(big.Int).SetString("18446744073709551615", 10)
+	c := newValueCutter(new(big.Int).Sub(top, bi(999)), top, 1000)
+	if his, _ := c.cut(nil, nil, 400, 5); str(his) != "18446744073709551015 18446744073709551415 nil" {
+		t.Errorf("unsigned bigint: %s", str(his))
+	}
+	// Observed density replaces the estimate after 4 chunks; below 1/4 the cutter stops.
+	c = newValueCutter(bi(1), bi(100000), 0)
+	for range 4 {
+		c.observe(1000, 700)
+	}
+	if c.off || c.density != 0.7 {
+		t.Errorf("after 70%% dense chunks: off %v density %v", c.off, c.density)
+	}
+	for range 20 {
+		c.observe(1000, 0)
+	}
+	if !c.off {
+		t.Errorf("after empty chunks the cutter should stop (density %v)", float64(c.rows)/c.width)
+	}
 }
