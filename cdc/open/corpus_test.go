@@ -12,35 +12,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-)
 
-// corpusDir finds ../shared/ticdc-corpus beside the repository root (the directory
-// holding go.mod). Locally a missing corpus skips the test; with CI=true it fails.
-func corpusDir(t testing.TB) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			break
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("no go.mod above the package directory")
-		}
-		dir = parent
-	}
-	c := filepath.Join(dir, "..", "shared", "ticdc-corpus")
-	if _, err := os.Stat(filepath.Join(c, "README.md")); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("TiCDC corpus not found at %s: CI must run the conformance tests", c)
-		}
-		t.Skipf("TiCDC corpus not found at %s; conformance tests skipped", c)
-	}
-	return c
-}
+	"github.com/tidb-parity/parity/internal/corpus"
+)
 
 // corpusCase is one case directory with its expected.json.
 type corpusCase struct {
@@ -113,7 +87,7 @@ func (c *corpusCase) flavour() Flavour {
 
 func loadCorpus(t testing.TB) []*corpusCase {
 	t.Helper()
-	root := corpusDir(t)
+	root := corpus.Dir(t)
 	entries, err := os.ReadDir(root)
 	if err != nil {
 		t.Fatal(err)

@@ -14,36 +14,9 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/tidb-parity/parity/cdc/open"
+	"github.com/tidb-parity/parity/internal/corpus"
 	"github.com/tidb-parity/parity/internal/testenv"
 )
-
-// ticdcCorpus finds ../shared/ticdc-corpus beside the repository root; locally a missing
-// corpus skips, with CI=true it fails.
-func ticdcCorpus(t *testing.T) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			break
-		}
-		if parent := filepath.Dir(dir); parent != dir {
-			dir = parent
-			continue
-		}
-		t.Fatal("no go.mod above the package directory")
-	}
-	c := filepath.Join(dir, "..", "shared", "ticdc-corpus")
-	if _, err := os.Stat(filepath.Join(c, "README.md")); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("TiCDC corpus not found at %s", c)
-		}
-		t.Skipf("TiCDC corpus not found at %s", c)
-	}
-	return c
-}
 
 // runDecodeCommand runs `parity decode args...` and returns its output and error.
 func runDecodeCommand(t *testing.T, args ...string) (string, error) {
@@ -71,7 +44,7 @@ func exitCode(err error) int {
 // TestDecodeFiles decodes corpus records from files and compares with the golden output
 // pinned by cdc/open's tests (the same rendering).
 func TestDecodeFiles(t *testing.T) {
-	corpus := ticdcCorpus(t)
+	root := corpus.Dir(t)
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -84,7 +57,7 @@ func TestDecodeFiles(t *testing.T) {
 		{"large-05-claim-check-insert", []string{"--claim-check-dir", "claim-check"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			dir := filepath.Join(corpus, tc.name)
+			dir := filepath.Join(root, tc.name)
 			golden, err := os.ReadFile(filepath.Join("..", "..", "cdc", "open", "testdata", "decode", tc.name+".jsonl"))
 			if err != nil {
 				t.Fatal(err)
@@ -123,14 +96,14 @@ func TestDecodeFiles(t *testing.T) {
 }
 
 func TestDecodeErrors(t *testing.T) {
-	corpus := ticdcCorpus(t)
+	root := corpus.Dir(t)
 	tmp := t.TempDir()
 	junk := filepath.Join(tmp, "junk.bin")
 	if err := os.WriteFile(junk, []byte{0, 0, 0, 0, 0, 0, 0, 2}, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cc := filepath.Join(corpus, "large-05-claim-check-insert")
-	lz4 := filepath.Join(corpus, "compression-lz4-01-row-insert")
+	cc := filepath.Join(root, "large-05-claim-check-insert")
+	lz4 := filepath.Join(root, "compression-lz4-01-row-insert")
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -169,7 +142,7 @@ func TestDecodeErrors(t *testing.T) {
 // TestDecodeKafka produces corpus records to the test Kafka and reads them back with
 // `parity decode --brokers/--topic`.
 func TestDecodeKafka(t *testing.T) {
-	corpus := ticdcCorpus(t)
+	root := corpus.Dir(t)
 	broker := testenv.Kafka(t)
 	topic := testenv.NewTopic(t, "decode", 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -177,7 +150,7 @@ func TestDecodeKafka(t *testing.T) {
 
 	type rec struct{ key, value []byte }
 	read := func(c, name string) []byte {
-		b, err := os.ReadFile(filepath.Join(corpus, c, name))
+		b, err := os.ReadFile(filepath.Join(root, c, name))
 		if err != nil {
 			t.Fatal(err)
 		}
