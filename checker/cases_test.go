@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -362,5 +363,44 @@ func TestIntegerKeyCutting(t *testing.T) {
 		if biggest > 2*chunkRows {
 			t.Errorf("%s: a chunk of %d rows; chunks must hold at most %d", tc.table, biggest, 2*chunkRows)
 		}
+	}
+}
+
+// TestManyDifferences: 11,000 differences are read back from the meta schema in pages (a
+// query per page): the report lists the first 7,000 in key order, and the fix SQL holds
+// every one, the deletes of extra rows first, and makes the tables equal.
+func TestManyDifferences(t *testing.T) {
+	p := mariaPair(t)
+	p.both(t, "CREATE TABLE m (id INT PRIMARY KEY, v INT)")
+	var vals []string
+	for i := 1; i <= 12000; i++ {
+		vals = append(vals, fmt.Sprintf("(%d, %d)", i, i))
+	}
+	p.both(t, "INSERT INTO m VALUES "+strings.Join(vals, ","))
+	exec(t, p.down.DB, "UPDATE m SET v = -v WHERE id <= 6000", "DELETE FROM m WHERE id > 9000",
+		"INSERT INTO m SELECT id + 20000, v FROM m WHERE id <= 2000")
+	cfg := p.config(t, "m")
+	cfg.MaxReportedDifferences = 7000
+	rep := run(t, cfg)
+	tr := tableReport(t, rep, "m")
+	if tr.DifferencesTotal != 11000 || len(tr.Differences) != 7000 || !tr.DifferencesTruncated {
+		t.Fatalf("report: %d differences, %d listed, truncated %v", tr.DifferencesTotal, len(tr.Differences), tr.DifferencesTruncated)
+	}
+	last := 0
+	for i, d := range tr.Differences {
+		id, err := strconv.Atoi(d.Key[0].Value)
+		if err != nil || id <= last {
+			t.Fatalf("difference %d: key %v after %d: not in key order", i, d.Key, last)
+		}
+		last = id
+	}
+	fix := readFix(t, cfg, tr)
+	deletes, replaces := strings.Count(fix, "DELETE FROM"), strings.Count(fix, "REPLACE INTO")
+	if deletes != 2000 || replaces != 9000 || strings.LastIndex(fix, "DELETE FROM") > strings.Index(fix, "REPLACE INTO") {
+		t.Fatalf("fix SQL: %d deletes, %d replaces (want 2000 then 9000)", deletes, replaces)
+	}
+	applyFix(t, p.down.DB, fix)
+	if rep := run(t, cfg); !rep.Equal {
+		t.Fatalf("after fix: %+v", rep.Tables[0].DifferencesTotal)
 	}
 }

@@ -439,31 +439,74 @@ type chunkUpdate struct {
 // differences streams the stored differences of a table in key order (extra rows first
 // when deletesFirst) to fn. limit < 0 means all.
 func (s *store) differences(ctx context.Context, table int, limit int, deletesFirst bool, fn func(Difference, string) error) error {
-	q := s.q("SELECT diff, fix_sql FROM %s.diff_differences WHERE run_id = ? AND table_idx = ? ORDER BY ")
+	passes := []string{""}
 	if deletesFirst {
-		q += "kind <> 'extra', "
+		passes = []string{" AND kind = 'extra'", " AND kind <> 'extra'"}
 	}
-	q += "chunk_seq, n"
-	if limit >= 0 {
-		q += fmt.Sprintf(" LIMIT %d", limit)
-	}
-	rows, err := s.db.QueryContext(ctx, q, s.runID, table)
-	if err != nil {
-		return fmt.Errorf("read differences of table %d: %w", table, err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var data, fix string
-		if err := rows.Scan(&data, &fix); err != nil {
-			return fmt.Errorf("read differences of table %d: %w", table, err)
-		}
-		var d Difference
-		if err := json.Unmarshal([]byte(data), &d); err != nil {
-			return fmt.Errorf("decode difference of table %d: %w", table, err)
-		}
-		if err := fn(d, fix); err != nil {
+	for _, kinds := range passes {
+		if err := s.differencesWhere(ctx, table, kinds, &limit, fn); err != nil {
 			return err
 		}
 	}
-	return rows.Err()
+	return nil
+}
+
+// differencesPage is how many differences one query reads: pages follow the primary key,
+// each query with its own timeout, so a report of millions of differences is not one
+// query that must finish within the query timeout.
+const differencesPage = 5000
+
+// differencesWhere streams the differences of a table matching kinds (an AND clause) in
+// (chunk_seq, n) order, at most *limit of them (< 0: all), counting *limit down.
+func (s *store) differencesWhere(ctx context.Context, table int, kinds string, limit *int, fn func(Difference, string) error) error {
+	var seq, n int64 = -1, -1
+	for *limit != 0 {
+		page := differencesPage
+		if *limit > 0 {
+			page = min(page, *limit)
+		}
+		q := s.q("SELECT chunk_seq, n, diff, fix_sql FROM %s.diff_differences WHERE run_id = ? AND table_idx = ?"+kinds+
+			" AND (chunk_seq > ? OR (chunk_seq = ? AND n > ?)) ORDER BY chunk_seq, n LIMIT ") + fmt.Sprint(page)
+		type row struct {
+			d   Difference
+			fix string
+		}
+		var got []row
+		err := func() error {
+			qctx, cancel := s.ctx(ctx)
+			defer cancel()
+			rows, err := s.db.QueryContext(qctx, q, s.runID, table, seq, seq, n)
+			if err != nil {
+				return err
+			}
+			defer rows.Close()
+			for rows.Next() {
+				var data, fix string
+				if err := rows.Scan(&seq, &n, &data, &fix); err != nil {
+					return err
+				}
+				r := row{fix: fix}
+				if err := json.Unmarshal([]byte(data), &r.d); err != nil {
+					return fmt.Errorf("decode difference %d of chunk %d: %w", n, seq, err)
+				}
+				got = append(got, r)
+			}
+			return rows.Err()
+		}()
+		if err != nil {
+			return fmt.Errorf("read differences of table %d: %w", table, err)
+		}
+		for _, r := range got {
+			if err := fn(r.d, r.fix); err != nil {
+				return err
+			}
+		}
+		if *limit > 0 {
+			*limit -= len(got)
+		}
+		if len(got) < page {
+			return nil
+		}
+	}
+	return nil
 }
