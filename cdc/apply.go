@@ -372,12 +372,13 @@ func (a *applier) applyKeyless(ctx context.Context, u *keylessUnit) error {
 			return nil
 		}
 		var ins [][]open.Column
+		insBytes := 0
 		flush := func() error {
 			if len(ins) == 0 {
 				return nil
 			}
 			q, args := buildUpsert(schema, table, ins, modeInsert)
-			ins = ins[:0]
+			ins, insBytes = ins[:0], 0
 			_, err := tx.ExecContext(ctx, q, args...)
 			return err
 		}
@@ -409,12 +410,13 @@ func (a *applier) applyKeyless(ctx context.Context, u *keylessUnit) error {
 					continue
 				}
 			}
-			if len(ins) > 0 && (!sameNames(ins[0], cols) || len(ins) >= a.cfg.Applier.BatchRows) {
+			if len(ins) > 0 && (!sameNames(ins[0], cols) || len(ins) >= a.cfg.Applier.BatchRows || insBytes >= maxStatementBytes) {
 				if err := flush(); err != nil {
 					return err
 				}
 			}
 			ins = append(ins, cols)
+			insBytes += rowBytes(cols)
 		}
 		if err := flush(); err != nil {
 			return err

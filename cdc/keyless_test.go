@@ -2,9 +2,16 @@ package cdc
 
 import (
 	"context"
+	"database/sql"
+	"fmt"
 	"log/slog"
+	"net"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/go-sql-driver/mysql"
 
 	"github.com/tidb-parity/parity/cdc/open"
 	"github.com/tidb-parity/parity/internal/ident"
@@ -147,4 +154,75 @@ func TestKeylessProgressNeverMovesBack(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestKeylessStatementBytes: a keyless table's inserts of one transaction are split by
+// statement size as well as by row count: 40 rows of 1 MiB in one transaction would be
+// one 40 MiB INSERT at batch-rows 256, beyond MariaDB's default max_allowed_packet
+// (16 MiB; the test server allows 256 MiB, so the test watches the largest packet the
+// applier writes: the driver sends a statement in packets of up to 16 MiB).
+func TestKeylessStatementBytes(t *testing.T) {
+	k := newKeylessRig(t)
+	k.cfg.Applier.BatchRows = 256
+	mc, err := mysql.ParseDSN(k.down.Root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mc.Params = map[string]string{"time_zone": "'+00:00'"}
+	var biggest atomic.Int64
+	mc.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+		return &writeSizeConn{Conn: c, max: &biggest}, err
+	}
+	conn, err := mysql.NewConnector(mc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := sql.OpenDB(conn)
+	t.Cleanup(func() { db.Close() })
+	k.meta.db = db
+	s := k.down.Name
+	exec(t, k.down.DB, "CREATE TABLE big (a BIGINT, b LONGTEXT)")
+	var evs []open.Event
+	var want []string
+	for i := range 40 {
+		v := strings.Repeat(string(rune('a'+i%26)), 1<<20)
+		evs = append(evs, ins(100, s, "big", ci("a", int64(i), 0), cs("b", v)))
+		want = append(want, fmt.Sprintf("%d|%d", i, len(v)))
+	}
+	k.start(evs...).round(100, true)
+	var got []string
+	rows, err := k.down.Query("SELECT a, LENGTH(b) FROM " + ident.Table(s, "big") + " ORDER BY a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var a, n int
+		if err := rows.Scan(&a, &n); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, fmt.Sprintf("%d|%d", a, n))
+	}
+	equal(t, "big", got, want)
+	if b := biggest.Load(); b > 2*maxStatementBytes {
+		t.Errorf("the applier wrote a %d-byte packet; statements must stay near %d bytes", b, maxStatementBytes)
+	}
+}
+
+// writeSizeConn records the largest single write to a connection (the driver writes one
+// protocol packet per call).
+type writeSizeConn struct {
+	net.Conn
+	max *atomic.Int64
+}
+
+func (c *writeSizeConn) Write(p []byte) (int, error) {
+	for {
+		m := c.max.Load()
+		if int64(len(p)) <= m || c.max.CompareAndSwap(m, int64(len(p))) {
+			break
+		}
+	}
+	return c.Conn.Write(p)
 }
