@@ -257,7 +257,36 @@ func hashExpr(h Hash, row string) string {
 // COUNT(*) and sum the exact SUM of the per-row hashes as a decimal string ('0' for no
 // rows). r is the key range of the chunk.
 func (p *TablePlan) ChecksumSQL(s Side, r Range) string {
+	if p.Flavor[s] == FlavorTiDB && (p.Hash == HashSHA1 || p.Hash == HashMD5) {
+		return p.tidbChecksumSQL(s, r)
+	}
 	return "SELECT COUNT(*) AS cnt, IFNULL(SUM(" + p.RowHash(s) + "),0) AS sum FROM " + p.table(s) + p.whereClause(s, r)
+}
+
+// tidbChecksumSQL is ChecksumSQL on TiDB: the same count and sum, computed without CONV.
+// TiDB evaluates an expression column by column over a batch of rows only when every
+// function in it can; CONV cannot, so the whole per-row hash (encoding, digest, fold) ran
+// row by row. Here a derived table computes the digest's first 8 bytes, b =
+// UNHEX(LEFT(SHA1(row), 16)), and the outer query reads b as a big-endian unsigned 64-bit
+// integer byte by byte (ASCII of each 1-byte SUBSTRING, shifted and OR-ed): every function
+// batch-evaluated, the same value as CAST(CONV(LEFT(SHA1(row),16),16,10) AS UNSIGNED).
+// The LIMIT keeps TiDB from merging the two projections back into one (which would
+// evaluate the digest once per byte). Per 1M sysbench rows: 2.0-2.2 s of TiDB CPU against
+// 3.0-3.1 s for the CONV form (TiDB v8.5, unistore).
+func (p *TablePlan) tidbChecksumSQL(s Side, r Range) string {
+	digest := "SHA1"
+	if p.Hash == HashMD5 {
+		digest = "MD5"
+	}
+	var v strings.Builder
+	for i := range 8 {
+		if i > 0 {
+			v.WriteString(" | ")
+		}
+		fmt.Fprintf(&v, "(ASCII(SUBSTRING(b,%d,1))<<%d)", i+1, 56-8*i)
+	}
+	return "SELECT COUNT(*) AS cnt, IFNULL(SUM(" + v.String() + "),0) AS sum FROM (SELECT UNHEX(LEFT(" + digest + "(" +
+		p.RowEncoding(s) + "),16)) AS b FROM " + p.table(s) + p.whereClause(s, r) + " LIMIT 18446744073709551615) AS x"
 }
 
 func (p *TablePlan) whereClause(s Side, r Range) string {
