@@ -3,6 +3,7 @@ package checker
 import (
 	"context"
 	"database/sql"
+	"strings"
 	"testing"
 	"time"
 )
@@ -54,5 +55,53 @@ func TestConnSourceSnapshot(t *testing.T) {
 	rep = run(t, cfg)
 	if rep.Equal || rep.Tables[0].DifferencesTotal != 2 {
 		t.Fatalf("latest data: %+v", rep.Tables)
+	}
+}
+
+// TestTiDBSessionVars: a TiDB source's connections run with the chunk-query settings
+// (tidbSessionVars), except those the DSN sets itself; a MariaDB source gets none.
+func TestTiDBSessionVars(t *testing.T) {
+	p := tidbPair(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	read := func(src *DSNSource) (paging, conc string) {
+		t.Helper()
+		q, release, err := src.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer release()
+		if err := queryRow(ctx, q, "SELECT @@tidb_enable_paging, @@tidb_executor_concurrency", &paging, &conc); err != nil {
+			t.Fatal(err)
+		}
+		return paging, conc
+	}
+	src, err := OpenDSN(ctx, p.up.DSN, 2, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	if paging, conc := read(src); paging != "0" || conc != "1" {
+		t.Errorf("defaults: paging %s, executor concurrency %s", paging, conc)
+	}
+	dsn := p.up.DSN + "?tidb_executor_concurrency=3"
+	if strings.Contains(p.up.DSN, "?") {
+		dsn = p.up.DSN + "&tidb_executor_concurrency=3"
+	}
+	own, err := OpenDSN(ctx, dsn, 2, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer own.Close()
+	if paging, conc := read(own); paging != "0" || conc != "3" {
+		t.Errorf("the DSN's own setting must win: paging %s, executor concurrency %s", paging, conc)
+	}
+	maria, err := OpenDSN(ctx, p.down.DSN, 1, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer maria.Close()
+	if maria.Flavor() == FlavorTiDB {
+		t.Fatal("the downstream should be MariaDB")
 	}
 }
