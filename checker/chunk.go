@@ -174,12 +174,13 @@ type chunkSizer struct {
 	rate     float64 // rows per second, exponentially weighted
 	cur      int
 
-	rows, diffs int64 // rows compared and differences found so far
+	rows, diffs int64   // rows compared and differences found so far
+	drillCost   float64 // a chunk's own cost in drill-down rows (drillCostRows, tidbDrillCostRows)
 }
 
 func newChunkSizer(cfg *Config) *chunkSizer {
 	return &chunkSizer{target: cfg.ChunkTargetTime.Seconds(), min: cfg.MinChunkRows, max: cfg.MaxChunkRows,
-		cur: max(cfg.MinChunkRows, min(cfg.MaxChunkRows, cfg.InitialChunkRows))}
+		cur: max(cfg.MinChunkRows, min(cfg.MaxChunkRows, cfg.InitialChunkRows)), drillCost: drillCostRows}
 }
 
 // observe records that rows took seconds on the slower side.
@@ -210,14 +211,19 @@ func (s *chunkSizer) observeDiffs(rows, diffs int64) {
 // drillCostRows is the fixed cost of a chunk (a checksum query on each side, its
 // scheduling and state) in rows compared by a drill-down (read from both sides and
 // merged): 0.8 ms of CPU per chunk against 3.1 µs per row, measured with sysbench rows on
-// MariaDB 10.11 (both servers and parity on one 2-core machine).
-const drillCostRows = 270
+// MariaDB 10.11 (both servers and parity on one 2-core machine). tidbDrillCostRows is the
+// same when a side is TiDB: about 6.5 ms per chunk (TiDB's per-query cost dominates)
+// against 3.6 µs per row (TiDB v8.5, unistore).
+const (
+	drillCostRows     = 270
+	tidbDrillCostRows = 1800
+)
 
 // size is the number of rows for the next chunk. While no row differs it is the time-based
 // size. Once differences show up at a rate d per row, a chunk of n rows costs, per row
-// compared, drillCostRows/n for itself plus the probability that it holds a difference,
+// compared, drillCost/n for itself plus the probability that it holds a difference,
 // 1-exp(-d*n), times a drill-down row: smaller chunks drill fewer rows for each
-// difference but cost more queries. The size minimising that, about sqrt(drillCostRows/d),
+// difference but cost more queries. The size minimising that, about sqrt(drillCost/d),
 // is used when it is cheaper than the time-based size (it is not when differences are so
 // dense that nearly every chunk differs anyway).
 func (s *chunkSizer) size() int {
@@ -226,8 +232,8 @@ func (s *chunkSizer) size() int {
 		return n
 	}
 	d := float64(s.diffs) / float64(s.rows)
-	cost := func(n float64) float64 { return drillCostRows/n + 1 - math.Exp(-d*n) }
-	if r := math.Sqrt(drillCostRows / d); r < float64(n) && cost(r) < cost(float64(n)) {
+	cost := func(n float64) float64 { return s.drillCost/n + 1 - math.Exp(-d*n) }
+	if r := math.Sqrt(s.drillCost / d); r < float64(n) && cost(r) < cost(float64(n)) {
 		n = max(s.min, int(r))
 	}
 	return n

@@ -280,6 +280,9 @@ func (r *runner) setupTables(ctx context.Context) error {
 	for _, t := range stored {
 		ts := &tableState{idx: t.idx, name: t.upSchema + "." + t.upTable, stored: t, done: map[int]bool{},
 			checkpoint: t.checkpoint, splitDone: t.splitDone, sizer: newChunkSizer(r.cfg)}
+		if r.src.Upstream.Flavor() == FlavorTiDB || r.src.Downstream.Flavor() == FlavorTiDB {
+			ts.sizer.drillCost = tidbDrillCostRows
+		}
 		if err := r.planTable(ctx, ts); err != nil {
 			return err
 		}
@@ -340,11 +343,16 @@ func (r *runner) planTable(ctx context.Context, ts *tableState) error {
 				rows.Close()
 			}
 			ts.estRows = n.Int64
-			// Cut at least MinChunks chunks, and 4 per worker, from a table (when its size
-			// is known): the workers share the table's tail instead of waiting for one big
-			// chunk, and a difference costs a drill-down of one small chunk.
+			// Cut at least MinChunks chunks (TiDBMinChunks from TiDB), and 4 per worker,
+			// from a table (when its size is known): the workers share the table's tail
+			// instead of waiting for one big chunk, and a difference costs a drill-down of
+			// one small chunk.
 			if n.Int64 > 0 {
-				ts.sizer.max = max(r.cfg.MinChunkRows, min(r.cfg.MaxChunkRows, int(n.Int64/int64(max(r.cfg.MinChunks, 4*r.cfg.Concurrency)))))
+				chunks := r.cfg.MinChunks
+				if r.src.Upstream.Flavor() == FlavorTiDB {
+					chunks = r.cfg.TiDBMinChunks
+				}
+				ts.sizer.max = max(r.cfg.MinChunkRows, min(r.cfg.MaxChunkRows, int(n.Int64/int64(max(chunks, 4*r.cfg.Concurrency)))))
 				ts.sizer.cur = min(ts.sizer.cur, ts.sizer.max)
 			}
 		}

@@ -382,17 +382,26 @@ func TestChunkSizerDifferences(t *testing.T) {
 	for _, tc := range []struct {
 		name        string
 		rows, diffs int64
-		lo, hi      int // expected size range
+		lo, hi      int     // expected size range
+		cost        float64 // drill cost (default: drillCostRows)
+		cur         int     // time-based size (default: 4000)
 	}{
-		{"no differences", 1_000_000, 0, 4000, 4000},
-		{"1 in 10,000", 1_000_000, 100, 1600, 1700},  // sqrt(270e4) = 1643
-		{"1 in 1,000,000", 1_000_000, 1, 4000, 4000}, // sqrt(270e6) > 4000
-		{"1 in 1,000", 100_000, 100, 1000, 1000},     // 520 rows, bounded by min 1000
-		{"1 in 10: every chunk differs", 10_000, 1000, 4000, 4000},
+		{"no differences", 1_000_000, 0, 4000, 4000, 0, 0},
+		{"1 in 10,000", 1_000_000, 100, 1600, 1700, 0, 0},  // sqrt(270e4) = 1643
+		{"1 in 1,000,000", 1_000_000, 1, 4000, 4000, 0, 0}, // sqrt(270e6) > 4000
+		{"1 in 1,000", 100_000, 100, 1000, 1000, 0, 0},     // 520 rows, bounded by min 1000
+		{"1 in 10: every chunk differs", 10_000, 1000, 4000, 4000, 0, 0},
+		{"TiDB, 1 in 10,000", 1_000_000, 100, 4200, 4300, tidbDrillCostRows, 16000}, // sqrt(1800e4) = 4243
 	} {
 		cfg := DefaultConfig()
 		s := newChunkSizer(&cfg)
 		s.cur = 4000
+		if tc.cur > 0 {
+			s.cur = tc.cur
+		}
+		if tc.cost > 0 {
+			s.drillCost = tc.cost
+		}
 		s.observeDiffs(tc.rows, tc.diffs)
 		if n := s.size(); n < tc.lo || n > tc.hi {
 			t.Errorf("%s: size %d, want [%d, %d]", tc.name, n, tc.lo, tc.hi)
