@@ -271,10 +271,11 @@ func (p *TablePlan) batchFold(s Side) bool {
 // tidbChecksumSQL is ChecksumSQL on TiDB: the same count and sum, computed without CONV.
 // TiDB evaluates an expression column by column over a batch of rows only when every
 // function in it can; CONV cannot, so the whole per-row hash (encoding, digest, fold) ran
-// row by row. Here a derived table computes the digest's first 8 bytes, b =
-// UNHEX(LEFT(SHA1(row), 16)), and the outer query reads b as a big-endian unsigned 64-bit
-// integer byte by byte (ASCII of each 1-byte SUBSTRING, shifted and OR-ed): every function
-// batch-evaluated, the same value as CAST(CONV(LEFT(SHA1(row),16),16,10) AS UNSIGNED).
+// row by row. Here a derived table computes the digest's bytes, b = UNHEX(SHA1(row)), and
+// the outer query reads its first 8 as a big-endian unsigned 64-bit integer byte by byte
+// (ASCII of each 1-byte SUBSTRING, shifted and OR-ed): every function batch-evaluated, the
+// same value as CAST(CONV(LEFT(SHA1(row),16),16,10) AS UNSIGNED). (LEFT on the hex digest,
+// a utf8mb4 string, went through runes: about a tenth of the query.)
 // The LIMIT keeps TiDB from merging the two projections back into one (which would
 // evaluate the digest once per byte). Per 1M sysbench rows: 2.0-2.2 s of TiDB CPU against
 // 3.0-3.1 s for the CONV form (TiDB v8.5, unistore).
@@ -297,8 +298,8 @@ func (p *TablePlan) tidbChecksumSQL(s Side, r Range, group string) string {
 	if group != "" {
 		sel, inner, tail = "g, ", group+" AS g, ", " GROUP BY g ORDER BY g"
 	}
-	return "SELECT " + sel + "COUNT(*) AS cnt, IFNULL(SUM(" + v.String() + "),0) AS sum FROM (SELECT " + inner + "UNHEX(LEFT(" + digest + "(" +
-		p.RowEncoding(s) + "),16)) AS b FROM " + p.table(s) + p.whereClause(s, r) + " LIMIT 18446744073709551615) AS x" + tail
+	return "SELECT " + sel + "COUNT(*) AS cnt, IFNULL(SUM(" + v.String() + "),0) AS sum FROM (SELECT " + inner + "UNHEX(" + digest + "(" +
+		p.RowEncoding(s) + ")) AS b FROM " + p.table(s) + p.whereClause(s, r) + " LIMIT 18446744073709551615) AS x" + tail
 }
 
 func (p *TablePlan) whereClause(s Side, r Range) string {
