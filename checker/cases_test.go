@@ -134,11 +134,7 @@ func TestStructureDifferences(t *testing.T) {
 func TestKillAndResume(t *testing.T) {
 	p := mariaPair(t)
 	p.both(t, "CREATE TABLE r (id INT PRIMARY KEY, v VARCHAR(20))")
-	var vals []string
-	for i := 1; i <= 4000; i++ {
-		vals = append(vals, fmt.Sprintf("(%d, 'v%d')", i, i))
-	}
-	p.both(t, "INSERT INTO r VALUES "+strings.Join(vals, ","))
+	p.fill(t, "r", 4000, func(i int) string { return fmt.Sprintf("(%d, 'v%d')", i, i) })
 	exec(t, p.down.DB, "UPDATE r SET v = 'x' WHERE id IN (10, 1990, 3999)")
 	cfg := p.config(t, "r")
 	cfg.InitialChunkRows = 100
@@ -372,11 +368,7 @@ func TestIntegerKeyCutting(t *testing.T) {
 func TestManyDifferences(t *testing.T) {
 	p := mariaPair(t)
 	p.both(t, "CREATE TABLE m (id INT PRIMARY KEY, v INT)")
-	var vals []string
-	for i := 1; i <= 12000; i++ {
-		vals = append(vals, fmt.Sprintf("(%d, %d)", i, i))
-	}
-	p.both(t, "INSERT INTO m VALUES "+strings.Join(vals, ","))
+	p.fill(t, "m", 12000, func(i int) string { return fmt.Sprintf("(%d, %d)", i, i) })
 	exec(t, p.down.DB, "UPDATE m SET v = -v WHERE id <= 6000", "DELETE FROM m WHERE id > 9000",
 		"INSERT INTO m SELECT id + 20000, v FROM m WHERE id <= 2000")
 	cfg := p.config(t, "m")

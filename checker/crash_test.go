@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	osexec "os/exec"
-	"strings"
 	"testing"
 	"time"
 )
@@ -20,11 +19,7 @@ func TestCrashAndResume(t *testing.T) {
 	}
 	p := mariaPair(t)
 	p.both(t, "CREATE TABLE cr (id INT PRIMARY KEY, v VARCHAR(20))")
-	var vals []string
-	for i := 1; i <= 6000; i++ {
-		vals = append(vals, fmt.Sprintf("(%d, 'v%d')", i, i))
-	}
-	p.both(t, "INSERT INTO cr VALUES "+strings.Join(vals, ","))
+	p.fill(t, "cr", 6000, func(i int) string { return fmt.Sprintf("(%d, 'v%d')", i, i) })
 	exec(t, p.down.DB, "DELETE FROM cr WHERE id IN (5, 2500, 5999)")
 	cfg := p.config(t, "cr")
 	cfg.InitialChunkRows, cfg.MinChunkRows, cfg.MaxChunkRows = 100, 100, 100

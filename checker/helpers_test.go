@@ -31,6 +31,17 @@ func tidbPair(t *testing.T) pair {
 	return pair{up: testenv.Upstream(t), down: testenv.Downstream(t)}
 }
 
+// fill inserts rows 1..n, row(i) giving each one's VALUES tuple, into table on both sides
+// (one statement).
+func (p pair) fill(t *testing.T, table string, n int, row func(i int) string) {
+	t.Helper()
+	vals := make([]string, n)
+	for i := range n {
+		vals[i] = row(i + 1)
+	}
+	p.both(t, "INSERT INTO "+table+" VALUES "+strings.Join(vals, ","))
+}
+
 func exec(t testing.TB, db *sql.DB, stmts ...string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
