@@ -44,7 +44,7 @@ bench: env-up build ## performance targets, each printed against its baseline (2
 	@echo "== applier: rows/s against raw multi-row INSERTs, p99 lag at 5,000 rows/s"
 	$(ENV) $(GO) test -run='^$$' -bench='^BenchmarkApplier' -benchtime=1x -timeout=60m ./cdc/e2e/
 	@echo "== diff: parity against reladiff and the bare checksum loop, 1,000,000 rows"
-	$(ENV) $(GO) run ./scripts/bench/diffbench -parity bin/parity
+	$(ENV) $(GO) run ./scripts/bench/diffbench -parity bin/parity -repeat 2
 
 .PHONY: lint
 lint: ## go vet, gofmt
