@@ -226,3 +226,22 @@ func (c *writeSizeConn) Write(p []byte) (int, error) {
 	}
 	return c.Conn.Write(p)
 }
+
+// TestCheckpointLag reads a changefeed's lag from the meta schema as parity diff does:
+// the time since its applied checkpoint's commit ts; a changefeed without a checkpoint is
+// an error naming it.
+func TestCheckpointLag(t *testing.T) {
+	k := newKeylessRig(t)
+	now := time.Now()
+	ts := uint64(now.Add(-90*time.Second).UnixMilli()) << 18
+	if err := k.meta.saveCheckpoint(context.Background(), ts, nil); err != nil {
+		t.Fatal(err)
+	}
+	lag, err := CheckpointLag(context.Background(), k.meta.db, k.cfg.Applier.MetaSchema, k.cfg.Changefeed.ID, now)
+	if err != nil || lag < 89*time.Second || lag > 91*time.Second {
+		t.Fatalf("lag %s (%v), want 90s", lag, err)
+	}
+	if _, err := CheckpointLag(context.Background(), k.meta.db, k.cfg.Applier.MetaSchema, "other", now); err == nil || !strings.Contains(err.Error(), `"other"`) {
+		t.Fatalf("unknown changefeed: want an error naming it, got %v", err)
+	}
+}

@@ -1,10 +1,16 @@
 package cdc
 
 import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
 	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tidb-parity/parity/internal/ident"
 )
 
 // Status is a snapshot of the replicator's progress: the one place the lag values live.
@@ -152,4 +158,20 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		up = 1
 	}
 	g(c.up, up, cf)
+}
+
+// CheckpointLag reads a changefeed's applied checkpoint from its meta schema on the
+// downstream and returns how far it is behind now: the time since the physical time of
+// its commit ts. It is for readers outside the replicator, such as parity diff pausing
+// while the changefeed lags.
+func CheckpointLag(ctx context.Context, db *sql.DB, metaSchema, changefeed string, now time.Time) (time.Duration, error) {
+	var ts uint64
+	q := "SELECT applied_ts FROM " + ident.Quote(metaSchema) + ".checkpoint WHERE changefeed = ?"
+	if err := db.QueryRowContext(ctx, q, changefeed).Scan(&ts); err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return 0, fmt.Errorf("changefeed %q has no checkpoint in %s", changefeed, metaSchema)
+		}
+		return 0, fmt.Errorf("read checkpoint of changefeed %q: %w", changefeed, err)
+	}
+	return now.Sub(TSOTime(ts)), nil
 }

@@ -1,6 +1,7 @@
 package checker
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -35,6 +36,21 @@ type TableConfig struct {
 	// Where filters the compared rows on both sides (a SQL boolean expression).
 	// Default: "" (all rows).
 	Where string `toml:"where" json:"where,omitempty"`
+}
+
+// ChangefeedConfig names the changefeed (parity serve) that replicates into the
+// downstream. Reading the downstream under a diff's load must not hold its replication
+// back: with MaxLag, new chunks wait while the changefeed's applied checkpoint is older
+// than that.
+type ChangefeedConfig struct {
+	// ID is parity serve's changefeed.id. Default: "" (none).
+	ID string `toml:"id" json:"id,omitempty"`
+	// MetaSchema is parity serve's applier.meta-schema, on the downstream. Default:
+	// "parity_meta".
+	MetaSchema string `toml:"meta_schema" json:"meta_schema,omitempty"`
+	// MaxLag pauses new chunks while the changefeed lags by more than this (0: never).
+	// Default: 0.
+	MaxLag time.Duration `toml:"max_lag" json:"max_lag,omitempty"`
 }
 
 // Config configures a diff run.
@@ -94,6 +110,12 @@ type Config struct {
 	// MaxThreadsRunning pauses new chunks while the downstream's Threads_running is above
 	// it (0: never pause). Default: 0.
 	MaxThreadsRunning int `toml:"max_threads_running" json:"max_threads_running,omitempty"`
+	// Changefeed names the changefeed that replicates into the downstream, so that new
+	// chunks wait while it lags.
+	Changefeed ChangefeedConfig `toml:"changefeed" json:"changefeed"`
+	// Lag reports how far the changefeed's applied checkpoint is behind (parity diff
+	// reads it with cdc.CheckpointLag); required when Changefeed.MaxLag is set.
+	Lag func(ctx context.Context) (time.Duration, error) `toml:"-" json:"-"`
 	// QueryTimeout bounds every query. Default: 5m.
 	QueryTimeout time.Duration `toml:"query_timeout" json:"query_timeout"`
 
@@ -131,6 +153,7 @@ func DefaultConfig() Config {
 		TiDBMinChunks:          64,
 		RowDiffRows:            20000,
 		Hash:                   HashSHA1,
+		Changefeed:             ChangefeedConfig{MetaSchema: "parity_meta"},
 		QueryTimeout:           5 * time.Minute,
 		MaxReportedDifferences: 1000,
 		MetaSchema:             "parity_meta",
@@ -218,6 +241,15 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxThreadsRunning < 0 {
 		bad("max_threads_running", "must not be negative")
+	}
+	if c.Changefeed.MaxLag < 0 {
+		bad("changefeed.max_lag", "must not be negative, got %s", c.Changefeed.MaxLag)
+	}
+	if c.Changefeed.MaxLag > 0 && c.Changefeed.ID == "" {
+		bad("changefeed.id", "is required with changefeed.max_lag")
+	}
+	if c.Changefeed.ID != "" && c.Changefeed.MetaSchema == "" {
+		bad("changefeed.meta_schema", "is required with changefeed.id")
 	}
 	if c.QueryTimeout <= 0 {
 		bad("query_timeout", "must be positive, got %s", c.QueryTimeout)

@@ -132,6 +132,9 @@ func RunWith(ctx context.Context, cfg Config, src Sources) (*Report, error) {
 	if src.Upstream == nil || src.Downstream == nil || src.Meta == nil {
 		return nil, errors.New("invalid sources: upstream, downstream and meta are required")
 	}
+	if cfg.Changefeed.MaxLag > 0 && cfg.Lag == nil {
+		return nil, errors.New("invalid config: changefeed.max_lag needs a lag source (Config.Lag)")
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.Default()

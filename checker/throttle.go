@@ -49,13 +49,17 @@ func sleep(ctx context.Context, d time.Duration) error {
 }
 
 // busyGate holds new chunks back while the downstream's Threads_running (minus the
-// checker's own connections) is above limit.
+// checker's own connections) is above limit, or while the changefeed replicating into
+// the downstream lags by more than maxLag.
 type busyGate struct {
-	limit int
-	own   int                                    // the checker's own concurrent queries
-	probe func(ctx context.Context) (int, error) // reads Threads_running
-	every time.Duration                          // re-probe interval
-	log   func(threads int)
+	limit  int
+	own    int                                              // the checker's own concurrent queries
+	probe  func(ctx context.Context) (int, error)           // reads Threads_running
+	maxLag time.Duration                                    // 0: lag not checked
+	lag    func(ctx context.Context) (time.Duration, error) // reads the changefeed's lag
+	every  time.Duration                                    // re-probe interval
+	log    func(threads int)
+	logLag func(lag time.Duration)
 
 	mu      sync.Mutex
 	checked time.Time
@@ -64,9 +68,11 @@ type busyGate struct {
 
 func newBusyGate(r *runner) *busyGate {
 	return &busyGate{
-		limit: r.cfg.MaxThreadsRunning,
-		own:   r.cfg.Concurrency,
-		every: time.Second,
+		limit:  r.cfg.MaxThreadsRunning,
+		own:    r.cfg.Concurrency,
+		maxLag: r.cfg.Changefeed.MaxLag,
+		lag:    r.cfg.Lag,
+		every:  time.Second,
 		probe: func(ctx context.Context) (int, error) {
 			var name string
 			var n int
@@ -78,11 +84,14 @@ func newBusyGate(r *runner) *busyGate {
 		log: func(n int) {
 			r.log.Info("downstream busy; pausing", "threads_running", n, "limit", r.cfg.MaxThreadsRunning)
 		},
+		logLag: func(lag time.Duration) {
+			r.log.Info("changefeed lagging; pausing", "changefeed", r.cfg.Changefeed.ID, "lag", lag.Round(time.Millisecond), "max_lag", r.cfg.Changefeed.MaxLag)
+		},
 	}
 }
 
 func (g *busyGate) wait(ctx context.Context) error {
-	if g.limit <= 0 {
+	if g.limit <= 0 && g.maxLag <= 0 {
 		return nil
 	}
 	for {
@@ -105,14 +114,25 @@ func (g *busyGate) isBusy(ctx context.Context) (bool, error) {
 	if !g.checked.IsZero() && time.Since(g.checked) < g.every {
 		return g.busy, nil
 	}
-	n, err := g.probe(ctx)
-	if err != nil {
-		return false, fmt.Errorf("read downstream Threads_running: %w", err)
+	busy := false
+	if g.limit > 0 {
+		n, err := g.probe(ctx)
+		if err != nil {
+			return false, fmt.Errorf("read downstream Threads_running: %w", err)
+		}
+		if busy = n-g.own > g.limit; busy && g.log != nil {
+			g.log(n)
+		}
 	}
-	g.checked = time.Now()
-	g.busy = n-g.own > g.limit
-	if g.busy && g.log != nil {
-		g.log(n)
+	if !busy && g.maxLag > 0 {
+		lag, err := g.lag(ctx)
+		if err != nil {
+			return false, fmt.Errorf("read changefeed lag: %w", err)
+		}
+		if busy = lag > g.maxLag; busy && g.logLag != nil {
+			g.logLag(lag)
+		}
 	}
-	return g.busy, nil
+	g.checked, g.busy = time.Now(), busy
+	return busy, nil
 }

@@ -222,11 +222,13 @@ func TestConfigValidate(t *testing.T) {
 	c.Concurrency = 0
 	c.Hash = "crc"
 	c.IgnoreColumns = []string{"a.b"}
+	c.Changefeed.MaxLag = time.Second // without an id
+	c.TiDBMinChunks = 0
 	err := c.Validate()
 	if err == nil {
 		t.Fatal("want errors")
 	}
-	for _, key := range []string{"tables[0]", "tables[1]", "routes[0].to", "concurrency", "hash", "ignore_columns[0]"} {
+	for _, key := range []string{"tables[0]", "tables[1]", "routes[0].to", "concurrency", "hash", "ignore_columns[0]", "changefeed.id", "tidb_min_chunks"} {
 		if !strings.Contains(err.Error(), key+":") {
 			t.Errorf("error does not name %s: %v", key, err)
 		}
@@ -483,5 +485,32 @@ func TestValueCutter(t *testing.T) {
 	}
 	if !c.off {
 		t.Errorf("after empty chunks the cutter should stop (density %v)", float64(c.rows)/c.width)
+	}
+}
+
+// TestBusyGateLag: with a max lag the gate also holds chunks while the changefeed lags,
+// and a lag that cannot be read stops the wait with an error.
+func TestBusyGateLag(t *testing.T) {
+	var mu sync.Mutex
+	lags := []time.Duration{time.Hour, 2 * time.Second, 500 * time.Millisecond}
+	probes := 0
+	g := &busyGate{maxLag: time.Second, every: 5 * time.Millisecond, lag: func(context.Context) (time.Duration, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		l := lags[min(probes, len(lags)-1)]
+		probes++
+		return l, nil
+	}}
+	if err := g.wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if probes != 3 {
+		t.Fatalf("gate opened after %d lag probes, want 3", probes)
+	}
+	bad := &busyGate{maxLag: time.Second, every: time.Millisecond, lag: func(context.Context) (time.Duration, error) {
+		return 0, errors.New("no checkpoint")
+	}}
+	if err := bad.wait(context.Background()); err == nil || !strings.Contains(err.Error(), "changefeed lag") {
+		t.Fatalf("want a changefeed lag error, got %v", err)
 	}
 }

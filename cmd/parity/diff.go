@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"io"
@@ -16,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"github.com/tidb-parity/parity/cdc"
 	"github.com/tidb-parity/parity/checker"
 )
 
@@ -41,6 +44,9 @@ type diffFlags struct {
 	hash          string
 	verbose       bool
 	cpuProfile    string
+	changefeed    string
+	changefeedMS  string
+	maxLag        time.Duration
 }
 
 func newDiffCommand() *cobra.Command {
@@ -80,6 +86,9 @@ A run is persisted in parity_meta on the downstream; resume a killed run with --
 	fl.IntVar(&f.concurrency, "concurrency", 0, "chunks compared at once (default 4)")
 	fl.IntVar(&f.maxRows, "max-rows-per-second", 0, "cap on rows checksummed per second (0: none)")
 	fl.IntVar(&f.maxThreads, "max-threads-running", 0, "pause while downstream Threads_running is above this (0: never)")
+	fl.StringVar(&f.changefeed, "changefeed", "", "changefeed.id: parity serve's changefeed replicating into the downstream (for --max-lag)")
+	fl.StringVar(&f.changefeedMS, "changefeed-meta-schema", "", "changefeed.meta_schema: parity serve's applier.meta-schema on the downstream (default parity_meta)")
+	fl.DurationVar(&f.maxLag, "max-lag", 0, "changefeed.max_lag: pause while that changefeed lags by more than this (0: never)")
 	fl.DurationVar(&f.queryTimeout, "query-timeout", 0, "timeout of every query (default 5m)")
 	fl.StringVar(&f.hash, "hash", "", "per-row hash: sha1 (default), md5")
 	fl.BoolVarP(&f.verbose, "verbose", "v", false, "log progress details to stderr")
@@ -137,6 +146,15 @@ func loadDiffConfig(cmd *cobra.Command, f *diffFlags) (checker.Config, error) {
 	if fl.Changed("max-threads-running") {
 		cfg.MaxThreadsRunning = f.maxThreads
 	}
+	if fl.Changed("changefeed") {
+		cfg.Changefeed.ID = f.changefeed
+	}
+	if fl.Changed("changefeed-meta-schema") {
+		cfg.Changefeed.MetaSchema = f.changefeedMS
+	}
+	if fl.Changed("max-lag") {
+		cfg.Changefeed.MaxLag = f.maxLag
+	}
 	if fl.Changed("query-timeout") {
 		cfg.QueryTimeout = f.queryTimeout
 	}
@@ -191,6 +209,14 @@ func runDiff(cmd *cobra.Command, f *diffFlags) (int, error) {
 	}
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if cfg.Changefeed.ID != "" {
+		lag, closeLag, err := changefeedLag(cfg)
+		if err != nil {
+			return 2, err
+		}
+		defer closeLag()
+		cfg.Lag = lag
+	}
 	rep, err := checker.Run(ctx, cfg)
 	pr.finish()
 	if err != nil {
@@ -303,4 +329,20 @@ func printSummary(w io.Writer, rep *checker.Report, outDir string) {
 	} else {
 		fmt.Fprintln(w, "result: DIFFERENCES FOUND")
 	}
+}
+
+// changefeedLag returns a reader of the lag of the changefeed named in cfg, from parity
+// serve's meta schema on the downstream, over a connection of its own.
+func changefeedLag(cfg checker.Config) (func(context.Context) (time.Duration, error), func(), error) {
+	db, err := sql.Open("mysql", cfg.Downstream.DSN)
+	if err != nil {
+		return nil, nil, fmt.Errorf("changefeed lag: %w", err)
+	}
+	db.SetMaxOpenConns(1)
+	lag := func(ctx context.Context) (time.Duration, error) {
+		ctx, cancel := context.WithTimeout(ctx, cfg.QueryTimeout)
+		defer cancel()
+		return cdc.CheckpointLag(ctx, db, cfg.Changefeed.MetaSchema, cfg.Changefeed.ID, time.Now())
+	}
+	return lag, func() { db.Close() }, nil
 }

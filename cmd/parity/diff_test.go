@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/tidb-parity/parity/internal/ident"
 	"github.com/tidb-parity/parity/internal/testenv"
 )
 
@@ -122,5 +125,71 @@ func TestDiffExampleConfigParses(t *testing.T) {
 	}
 	if len(cfg.Routes) != 2 || cfg.ChunkTargetTime.String() != "500ms" || cfg.TableConfigs[0].Where == "" {
 		t.Fatalf("parsed: %+v", cfg)
+	}
+}
+
+// TestDiffWaitsForChangefeedLag: with --changefeed and --max-lag, `parity diff` compares
+// nothing while the changefeed's applied checkpoint (in parity serve's meta schema on the
+// downstream) is older than the limit, and finishes once it catches up; a changefeed
+// without a checkpoint is an error naming it.
+func TestDiffWaitsForChangefeedLag(t *testing.T) {
+	up, down := testenv.MySQL(t), testenv.Downstream(t)
+	for _, db := range []*testenv.DB{up, down} {
+		if _, err := db.Exec("CREATE TABLE lg (id INT PRIMARY KEY)"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.Exec("INSERT INTO lg VALUES (1), (2)"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ms := testenv.UniqueName("pm")
+	mq := ident.Quote(ms)
+	t.Cleanup(func() { _, _ = down.Exec("DROP DATABASE IF EXISTS " + mq) })
+	tso := func(at time.Time) uint64 { return uint64(at.UnixMilli()) << 18 }
+	for _, q := range []string{
+		"CREATE DATABASE " + mq,
+		// parity serve's checkpoint table (cdc/meta.go), as parity diff reads it.
+		"CREATE TABLE " + mq + ".checkpoint (changefeed VARCHAR(128) NOT NULL PRIMARY KEY, applied_ts BIGINT UNSIGNED NOT NULL)",
+		fmt.Sprintf("INSERT INTO %s.checkpoint VALUES ('cf', %d)", mq, tso(time.Now().Add(-time.Hour))),
+	} {
+		if _, err := down.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	args := []string{"--upstream", up.Root, "--downstream", down.Root, "--table", up.Name + ".lg",
+		"--changefeed-meta-schema", ms, "--max-lag", "30s"}
+	route := filepath.Join(t.TempDir(), "route.toml")
+	if err := os.WriteFile(route, []byte("[[routes]]\nfrom = \""+up.Name+"\"\nto = \""+down.Name+"\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	args = append(args, "--config", route)
+
+	code, out := runDiffCLI(t, append(args, "--changefeed", "nope")...)
+	if code != 2 || !strings.Contains(out, `changefeed "nope" has no checkpoint`) {
+		t.Fatalf("unknown changefeed: exit %d, output:\n%s", code, out)
+	}
+
+	done := make(chan string, 1)
+	start := time.Now()
+	go func() {
+		code, out := runDiffCLI(t, append(args, "--changefeed", "cf")...)
+		done <- fmt.Sprintf("exit %d: %s", code, out)
+	}()
+	select {
+	case res := <-done:
+		t.Fatalf("the diff ran while the changefeed lagged an hour: %s", res)
+	case <-time.After(2500 * time.Millisecond):
+	}
+	if _, err := down.Exec(fmt.Sprintf("UPDATE %s.checkpoint SET applied_ts = %d WHERE changefeed = 'cf'", mq, tso(time.Now()))); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case res := <-done:
+		if !strings.HasPrefix(res, "exit 0:") {
+			t.Fatalf("after the changefeed caught up: %s", res)
+		}
+		t.Logf("finished %s after start (the changefeed caught up at 2.5 s)", time.Since(start).Round(time.Millisecond))
+	case <-time.After(30 * time.Second):
+		t.Fatal("the diff did not finish after the changefeed caught up")
 	}
 }
