@@ -288,9 +288,9 @@ func TestWhereRouteAndCap(t *testing.T) {
 // TestIntegerKeyCutting covers tables with a single integer key, which are cut by key
 // value when dense (no index walk) and by index walk otherwise: every difference is found
 // and no chunk holds more than twice the rows asked for, in a dense table, at the top of
-// the unsigned BIGINT range, with a gap of 10^12 keys, and under a WHERE that keeps one
-// row in ten (dense by the statistics, sparse as observed: the cutter hands over to the
-// index walk).
+// the unsigned BIGINT range, with a gap of 10^12 keys, under a WHERE that keeps one row in
+// ten (walked: no MIN/MAX under a filter), and in a table dense enough by its statistics
+// whose first 30,000 keys hold a row in 30 (the cutter hands over to the index walk).
 func TestIntegerKeyCutting(t *testing.T) {
 	p := mariaPair(t)
 	const chunkRows = 100
@@ -310,7 +310,8 @@ func TestIntegerKeyCutting(t *testing.T) {
 	p.both(t, "CREATE TABLE dense (id INT PRIMARY KEY, v INT)",
 		"CREATE TABLE top (id BIGINT UNSIGNED PRIMARY KEY, v INT)",
 		"CREATE TABLE gap (id BIGINT PRIMARY KEY, v INT)",
-		"CREATE TABLE filtered (id INT PRIMARY KEY, v INT)")
+		"CREATE TABLE filtered (id INT PRIMARY KEY, v INT)",
+		"CREATE TABLE sparse (id INT PRIMARY KEY, v INT)")
 	insert("dense", span(-500, 3000))
 	var top []string
 	for i := range 1500 {
@@ -319,15 +320,21 @@ func TestIntegerKeyCutting(t *testing.T) {
 	insert("top", top)
 	insert("gap", append(span(1, 1500), span(1_000_000_000_000, 1500)...))
 	insert("filtered", span(1, 5000))
-	p.both(t, "ANALYZE TABLE dense, top, gap, filtered")
+	var sparse []string
+	for id := 30; id <= 30000; id += 30 {
+		sparse = append(sparse, fmt.Sprint(id))
+	}
+	insert("sparse", append(sparse, span(30001, 10000)...))
+	p.both(t, "ANALYZE TABLE dense, top, gap, filtered, sparse")
 	exec(t, p.up.DB, "DELETE FROM top WHERE id = 18446744073709551615 - 700")
 	exec(t, p.down.DB,
 		"UPDATE dense SET v = 2 WHERE id IN (-500, 0, 2499)",
 		"DELETE FROM top WHERE id = 18446744073709551615",
 		"UPDATE gap SET v = 2 WHERE id IN (1500, 1000000000000)",
 		"INSERT INTO gap VALUES (2000000000000, 1)",
-		"UPDATE filtered SET v = 2 WHERE id IN (20, 21, 4990)")
-	cfg := p.config(t, "dense", "top", "gap", "filtered")
+		"UPDATE filtered SET v = 2 WHERE id IN (20, 21, 4990)",
+		"UPDATE sparse SET v = 2 WHERE id IN (30, 29970, 30001, 40000)")
+	cfg := p.config(t, "dense", "top", "gap", "filtered", "sparse")
 	cfg.InitialChunkRows, cfg.MinChunkRows, cfg.MaxChunkRows = chunkRows, chunkRows, chunkRows
 	cfg.RowDiffRows = 10
 	cfg.TableConfigs = []TableConfig{{Table: p.up.Name + ".filtered", Where: "id % 10 = 0"}}
@@ -341,7 +348,9 @@ func TestIntegerKeyCutting(t *testing.T) {
 		{"dense", 3000, map[DiffKind]int{Differing: 3}, 31},
 		{"top", 1499, map[DiffKind]int{Missing: 1, Extra: 1}, 17},
 		{"gap", 3000, map[DiffKind]int{Differing: 2, Extra: 1}, 32},
-		{"filtered", 500, map[DiffKind]int{Differing: 2}, 35}, // 50 if cut by value throughout
+		{"filtered", 500, map[DiffKind]int{Differing: 2}, 6},
+		// 200 chunks if cut by value throughout (the sparse keys at twice the width).
+		{"sparse", 11000, map[DiffKind]int{Differing: 4}, 150},
 	} {
 		tr := tableReport(t, rep, tc.table)
 		if got := diffsByKind(tr); tr.RowsChecked != tc.rows || !maps.Equal(got, tc.want) {

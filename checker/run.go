@@ -592,7 +592,9 @@ func (r *runner) produce(ctx context.Context, ts *tableState, out chan<- Chunk) 
 			return err
 		}
 	}
-	if p := ts.plan; len(p.Key) == 1 && !p.Keyless && p.Columns[p.Key[0]].Kind == KindInt {
+	// Cut a single integer key by value (valueCutter), unless a row filter applies: its
+	// MIN/MAX could scan the table, and the filtered keys' density is unknown.
+	if p := ts.plan; len(p.Key) == 1 && !p.Keyless && p.Columns[p.Key[0]].Kind == KindInt && p.Where == "" {
 		mn, mx, err := r.intKeyBounds(ctx, ts, Range{})
 		if err != nil {
 			return fmt.Errorf("table %s: %w", ts.name, err)
