@@ -63,13 +63,11 @@ func (r *runner) drillBuckets(ctx context.Context, ts *tableState, rng Range, n 
 	p := ts.plan
 	var lo, hi *big.Int
 	known := false
-	if rng.Lo != nil && rng.Hi != nil && !rng.Lo[0].Null && !rng.Hi[0].Null {
-		// Both ends known: the keys lie in [Lo+1, Hi], no MIN/MAX queries needed.
-		a, ok1 := new(big.Int).SetString(string(rng.Lo[0].Bytes), 10)
-		b, ok2 := new(big.Int).SetString(string(rng.Hi[0].Bytes), 10)
-		if ok1 && ok2 && a.Cmp(b) < 0 {
-			lo, hi, known = a.Add(a, big.NewInt(1)), b, true
-		}
+	// Both ends known: the keys lie in [Lo+1, Hi], no MIN/MAX queries needed.
+	a, ok1 := boundInt(rng.Lo)
+	b, ok2 := boundInt(rng.Hi)
+	if ok1 && ok2 && a.Cmp(b) < 0 {
+		lo, hi, known = a.Add(a, big.NewInt(1)), b, true
 	}
 	if !known {
 		var err error
@@ -154,6 +152,15 @@ func (r *runner) drillBuckets(ctx context.Context, ts *tableState, rng Range, n 
 		}
 	}
 	return nil
+}
+
+// boundInt reads a bound of a single integer key as an integer; ok is false for an open
+// end (nil), NULL or a value that is not an integer.
+func boundInt(b Bound) (v *big.Int, ok bool) {
+	if b == nil || b[0].Null {
+		return nil, false
+	}
+	return new(big.Int).SetString(string(b[0].Bytes), 10)
 }
 
 // intKeyBounds returns the smallest and largest value of a single integer key in rng over

@@ -762,19 +762,16 @@ const valueBatch = 8
 // cutByValue cuts the next valueBatch chunks of a table with a valueCutter (see there); ok
 // is false when a bound is not an integer (the caller walks the index).
 func cutByValue(ts *tableState, lo, limit Bound, size int) (his []Bound, widths []float64, ok bool) {
-	parse := func(b Bound) (*big.Int, bool) {
-		if b == nil {
-			return nil, true
+	var l, lim *big.Int // nil: open end
+	if lo != nil {
+		if l, ok = boundInt(lo); !ok {
+			return nil, nil, false
 		}
-		if b[0].Null {
-			return nil, false
-		}
-		return new(big.Int).SetString(string(b[0].Bytes), 10)
 	}
-	l, ok1 := parse(lo)
-	lim, ok2 := parse(limit)
-	if !ok1 || !ok2 {
-		return nil, nil, false
+	if limit != nil {
+		if lim, ok = boundInt(limit); !ok {
+			return nil, nil, false
+		}
 	}
 	ts.mu.Lock()
 	ints, widths := ts.cutter.cut(l, lim, size, valueBatch)
