@@ -129,13 +129,9 @@ func (m *meta) load(ctx context.Context) (savedState, error) {
 	ctx, cancel := context.WithTimeout(ctx, m.timeout)
 	defer cancel()
 	st := savedState{offsets: map[partKey]int64{}, tableProgress: map[tableKey]uint64{}, ddlApplied: map[ddlKey]bool{}}
-	err := m.db.QueryRowContext(ctx, m.q("SELECT applied_ts FROM %s.checkpoint WHERE changefeed=?"), m.changefeed).Scan(&st.appliedTs)
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-	case err != nil:
-		return st, fmt.Errorf("reading checkpoint: %w", err)
-	default:
-		st.hasCheckpoint = true
+	var err error
+	if st.appliedTs, st.hasCheckpoint, err = m.checkpoint(ctx); err != nil {
+		return st, err
 	}
 	err = m.scan(ctx, "offsets", m.q("SELECT topic, kafka_partition, next_offset FROM %s.partition_offset WHERE changefeed=?"),
 		func(rows *sql.Rows) error {
@@ -176,6 +172,18 @@ func (m *meta) load(ctx context.Context) (savedState, error) {
 		return st, err
 	}
 	return st, nil
+}
+
+// checkpoint reads the changefeed's applied checkpoint; ok is false when it has none.
+func (m *meta) checkpoint(ctx context.Context) (appliedTs uint64, ok bool, err error) {
+	err = m.db.QueryRowContext(ctx, m.q("SELECT applied_ts FROM %s.checkpoint WHERE changefeed=?"), m.changefeed).Scan(&appliedTs)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return 0, false, nil
+	case err != nil:
+		return 0, false, fmt.Errorf("reading checkpoint: %w", err)
+	}
+	return appliedTs, true, nil
 }
 
 // scan runs query and calls row for every row it returns; an error reading, scanning

@@ -3,7 +3,6 @@ package cdc
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -165,13 +164,13 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 // its commit ts. It is for readers outside the replicator, such as parity diff pausing
 // while the changefeed lags.
 func CheckpointLag(ctx context.Context, db *sql.DB, metaSchema, changefeed string, now time.Time) (time.Duration, error) {
-	var ts uint64
-	q := "SELECT applied_ts FROM " + ident.Quote(metaSchema) + ".checkpoint WHERE changefeed = ?"
-	if err := db.QueryRowContext(ctx, q, changefeed).Scan(&ts); err != nil {
-		if errors.Is(err, sql.ErrNoRows) {
-			return 0, fmt.Errorf("changefeed %q has no checkpoint in %s", changefeed, metaSchema)
-		}
-		return 0, fmt.Errorf("read checkpoint of changefeed %q: %w", changefeed, err)
+	m := &meta{db: db, schema: ident.Quote(metaSchema), changefeed: changefeed}
+	ts, ok, err := m.checkpoint(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("changefeed %q: %w", changefeed, err)
+	}
+	if !ok {
+		return 0, fmt.Errorf("changefeed %q has no checkpoint in %s", changefeed, metaSchema)
 	}
 	return now.Sub(TSOTime(ts)), nil
 }
