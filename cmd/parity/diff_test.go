@@ -47,16 +47,21 @@ func runDiffCLI(t *testing.T, args ...string) (int, string) {
 	return code, stdout + stderr
 }
 
-func TestDiffCommand(t *testing.T) {
-	up, down := testenv.MySQL(t), testenv.Downstream(t)
-	for _, db := range []*testenv.DB{up, down} {
-		if _, err := db.Exec("CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(10))"); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := db.Exec("INSERT INTO t VALUES (1, 'a'), (2, 'b'), (3, 'c')"); err != nil {
-			t.Fatal(err)
+// execOn runs stmts on every db in turn.
+func execOn(t *testing.T, dbs []*testenv.DB, stmts ...string) {
+	t.Helper()
+	for _, db := range dbs {
+		for _, q := range stmts {
+			if _, err := db.Exec(q); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
+}
+
+func TestDiffCommand(t *testing.T) {
+	up, down := testenv.MySQL(t), testenv.Downstream(t)
+	execOn(t, []*testenv.DB{up, down}, "CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(10))", "INSERT INTO t VALUES (1, 'a'), (2, 'b'), (3, 'c')")
 	dir := t.TempDir()
 	cfgFile := filepath.Join(dir, "diff.toml")
 	toml := "tables = [\"" + up.Name + ".t\"]\n[[routes]]\nfrom = \"" + up.Name + "\"\nto = \"" + down.Name + "\"\n" +
@@ -69,9 +74,7 @@ func TestDiffCommand(t *testing.T) {
 	if code != 0 || !strings.Contains(text, "result: EQUAL") {
 		t.Fatalf("equal: exit %d\n%s", code, text)
 	}
-	if _, err := down.Exec("UPDATE t SET v = 'X' WHERE id = 2"); err != nil {
-		t.Fatal(err)
-	}
+	execOn(t, []*testenv.DB{down}, "UPDATE t SET v = 'X' WHERE id = 2")
 	code, text = runDiffCLI(t, "--config", cfgFile, "--output", out)
 	if code != 1 || !strings.Contains(text, "DIFFERENCES FOUND") {
 		t.Fatalf("different: exit %d\n%s", code, text)
@@ -134,28 +137,16 @@ func TestDiffExampleConfigParses(t *testing.T) {
 // without a checkpoint is an error naming it.
 func TestDiffWaitsForChangefeedLag(t *testing.T) {
 	up, down := testenv.MySQL(t), testenv.Downstream(t)
-	for _, db := range []*testenv.DB{up, down} {
-		if _, err := db.Exec("CREATE TABLE lg (id INT PRIMARY KEY)"); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := db.Exec("INSERT INTO lg VALUES (1), (2)"); err != nil {
-			t.Fatal(err)
-		}
-	}
+	execOn(t, []*testenv.DB{up, down}, "CREATE TABLE lg (id INT PRIMARY KEY)", "INSERT INTO lg VALUES (1), (2)")
 	ms := testenv.UniqueName("pm")
 	mq := ident.Quote(ms)
 	t.Cleanup(func() { _, _ = down.Exec("DROP DATABASE IF EXISTS " + mq) })
 	tso := func(at time.Time) uint64 { return uint64(at.UnixMilli()) << 18 }
-	for _, q := range []string{
-		"CREATE DATABASE " + mq,
+	execOn(t, []*testenv.DB{down},
+		"CREATE DATABASE "+mq,
 		// parity serve's checkpoint table (cdc/meta.go), as parity diff reads it.
-		"CREATE TABLE " + mq + ".checkpoint (changefeed VARCHAR(128) NOT NULL PRIMARY KEY, applied_ts BIGINT UNSIGNED NOT NULL)",
-		fmt.Sprintf("INSERT INTO %s.checkpoint VALUES ('cf', %d)", mq, tso(time.Now().Add(-time.Hour))),
-	} {
-		if _, err := down.Exec(q); err != nil {
-			t.Fatal(err)
-		}
-	}
+		"CREATE TABLE "+mq+".checkpoint (changefeed VARCHAR(128) NOT NULL PRIMARY KEY, applied_ts BIGINT UNSIGNED NOT NULL)",
+		fmt.Sprintf("INSERT INTO %s.checkpoint VALUES ('cf', %d)", mq, tso(time.Now().Add(-time.Hour))))
 	args := []string{"--upstream", up.Root, "--downstream", down.Root, "--table", up.Name + ".lg",
 		"--changefeed-meta-schema", ms, "--max-lag", "30s"}
 	route := filepath.Join(t.TempDir(), "route.toml")
@@ -180,9 +171,7 @@ func TestDiffWaitsForChangefeedLag(t *testing.T) {
 		t.Fatalf("the diff ran while the changefeed lagged an hour: %s", res)
 	case <-time.After(2500 * time.Millisecond):
 	}
-	if _, err := down.Exec(fmt.Sprintf("UPDATE %s.checkpoint SET applied_ts = %d WHERE changefeed = 'cf'", mq, tso(time.Now()))); err != nil {
-		t.Fatal(err)
-	}
+	execOn(t, []*testenv.DB{down}, fmt.Sprintf("UPDATE %s.checkpoint SET applied_ts = %d WHERE changefeed = 'cf'", mq, tso(time.Now())))
 	select {
 	case res := <-done:
 		if !strings.HasPrefix(res, "exit 0:") {
