@@ -20,6 +20,9 @@ import (
 type Config struct {
 	// Changefeed is the TiCDC changefeed as it appears in Kafka.
 	Changefeed ChangefeedConfig `toml:"changefeed"`
+	// Upstream is the TiDB the changefeed comes from, read only to complete
+	// handle-key-only events.
+	Upstream UpstreamConfig `toml:"upstream"`
 	// Downstream is the fallback MySQL the changefeed is applied to.
 	Downstream DownstreamConfig `toml:"downstream"`
 	// Applier tunes buffering, spilling and applying.
@@ -66,6 +69,19 @@ type ChangefeedConfig struct {
 	// MaxMessageBytes bounds one decompressed payload (a defence against corrupt input).
 	// Default: 0 (the codec's default)
 	MaxMessageBytes int `toml:"max-message-bytes"`
+}
+
+// UpstreamConfig is the upstream TiDB.
+type UpstreamConfig struct {
+	// DSN is a go-sql-driver/mysql DSN of the upstream TiDB (user:pass@tcp(host:port)/).
+	// With it, row events that TiCDC sent with their handle key only (the changefeed's
+	// large-message-handle-option = "handle-key-only", for rows over max-message-bytes)
+	// are completed by reading the row at the event's commit ts (@@tidb_snapshot); the
+	// user needs SELECT on the replicated tables, and TiDB's GC must keep versions as old
+	// as the changefeed's lag. The env var PARITY_UPSTREAM_DSN overrides it in
+	// `parity serve`.
+	// Default: "" (a handle-key-only insert or update stops the applier)
+	DSN string `toml:"dsn"`
 }
 
 // DownstreamConfig is the fallback MySQL.
@@ -213,6 +229,11 @@ func (c Config) Validate() error {
 		bad("changefeed.max-message-bytes", "must not be negative")
 	}
 
+	if c.Upstream.DSN != "" {
+		if _, err := mysql.ParseDSN(c.Upstream.DSN); err != nil {
+			bad("upstream.dsn", "%v", err)
+		}
+	}
 	if c.Downstream.DSN == "" {
 		bad("downstream.dsn", "required")
 	} else if _, err := mysql.ParseDSN(c.Downstream.DSN); err != nil {

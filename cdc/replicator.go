@@ -59,6 +59,9 @@ type Replicator struct {
 	running chan struct{} // closed when Run started serving requests
 	done    chan struct{} // closed when Run returned
 
+	rows        *rowFetcher // nil without upstream.dsn
+	rowsFetched atomic.Int64
+
 	mu      sync.Mutex
 	status  Status
 	applied uint64
@@ -334,6 +337,12 @@ func (r *Replicator) Run(ctx context.Context) (err error) {
 	if !saved.hasCheckpoint {
 		saved.appliedTs = cfg.Changefeed.StartTs
 	}
+	if cfg.Upstream.DSN != "" {
+		if r.rows, err = newRowFetcher(cfg, r.log, &r.rowsFetched); err != nil {
+			return err
+		}
+		defer r.rows.close()
+	}
 	parts, err := listPartitions(ctx, cfg.Changefeed)
 	if err != nil {
 		return err
@@ -536,7 +545,16 @@ func (r *Replicator) consume(ctx context.Context, dec *open.Decoder, idx int, pk
 		rec := record{part: idx, offset: msg.Offset, hw: msg.HighWaterMark}
 		rec.events, err = dec.Decode(msg.Key, msg.Value)
 		if err == nil {
-			err = checkEvents(rec.events)
+			err = checkEvents(rec.events, r.rows != nil)
+		}
+		if err == nil && r.rows != nil {
+			// Not a record error (the record is fine): stop, and read it again after a restart.
+			if err := r.rows.complete(ctx, rec.events); err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return fmt.Errorf("%s offset %d: %w", pk, msg.Offset, err)
+			}
 		}
 		if err != nil {
 			rec.events = nil
@@ -551,12 +569,13 @@ func (r *Replicator) consume(ctx context.Context, dec *open.Decoder, idx int, pk
 	}
 }
 
-// checkEvents rejects events the applier cannot apply correctly.
-func checkEvents(evs []open.Event) error {
+// checkEvents rejects events the applier cannot apply correctly. fetch says whether
+// handle-key-only inserts and updates can be completed from the upstream.
+func checkEvents(evs []open.Event, fetch bool) error {
 	for i := range evs {
 		ev := &evs[i]
-		if ev.Kind == open.KindRow && ev.OnlyHandleKey && ev.Op != open.OpDelete {
-			return fmt.Errorf("event %d (%s.%s, commit ts %d) carries only handle-key columns (TiCDC large-message-handle-option handle-key-only); parity cannot apply it", i, ev.Schema, ev.Table, ev.CommitTs)
+		if ev.Kind == open.KindRow && ev.OnlyHandleKey && ev.Op != open.OpDelete && !fetch {
+			return fmt.Errorf("event %d (%s of %s.%s, commit ts %d) carries only handle-key columns (TiCDC large-message-handle-option handle-key-only): set upstream.dsn so parity can read the row from TiDB", i, ev.Op, ev.Schema, ev.Table, ev.CommitTs)
 		}
 		if ev.Kind == open.KindRow && ev.Table == "" {
 			return fmt.Errorf("row event %d has no table", i)

@@ -40,6 +40,8 @@ type Status struct {
 	RowsApplied   int64 `json:"rows_applied"` // since start
 	DDLsApplied   int64 `json:"ddls_applied"` // since start
 	DeadLetters   int64 `json:"dead_letters"` // since start
+	// RowsFetched counts handle-key-only events completed from the upstream since start.
+	RowsFetched int64 `json:"rows_fetched_upstream"`
 
 	Partitions []PartitionStatus `json:"partitions"`
 	UpdatedAt  time.Time         `json:"updated_at"`
@@ -69,6 +71,7 @@ func (r *Replicator) Status() Status {
 	st.Partitions = append([]PartitionStatus(nil), r.status.Partitions...)
 	st.AppliedTs = r.applied
 	r.mu.Unlock()
+	st.RowsFetched = r.rowsFetched.Load()
 	now := time.Now()
 	if st.AppliedTs > 0 {
 		st.AppliedTime = TSOTime(st.AppliedTs)
@@ -88,7 +91,7 @@ type Collector struct {
 	checkpoint, checkpointLag, resolved, resolvedLag *prometheus.Desc
 	partResolved, partLag                            *prometheus.Desc
 	buffered, spilled, bufferedBytes                 *prometheus.Desc
-	rows, ddls, deadLetters, up                      *prometheus.Desc
+	rows, ddls, deadLetters, fetched, up             *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*Collector)(nil)
@@ -114,6 +117,7 @@ func NewCollector(r *Replicator) *Collector {
 		rows:          d("applied_rows_total", "Row events applied since start.", l),
 		ddls:          d("applied_ddls_total", "DDL events applied since start.", l),
 		deadLetters:   d("dead_letters_total", "Records copied to the dead letter table since start.", l),
+		fetched:       d("upstream_rows_fetched_total", "Handle-key-only row events completed by reading the row from the upstream TiDB since start.", l),
 		up:            d("up", "1 while the replicator runs, 0 once it stopped or failed.", l),
 	}
 }
@@ -121,7 +125,7 @@ func NewCollector(r *Replicator) *Collector {
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.checkpoint, c.checkpointLag, c.resolved, c.resolvedLag, c.partResolved,
-		c.partLag, c.buffered, c.spilled, c.bufferedBytes, c.rows, c.ddls, c.deadLetters, c.up} {
+		c.partLag, c.buffered, c.spilled, c.bufferedBytes, c.rows, c.ddls, c.deadLetters, c.fetched, c.up} {
 		ch <- d
 	}
 }
@@ -152,6 +156,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	ctr(c.rows, float64(st.RowsApplied))
 	ctr(c.ddls, float64(st.DDLsApplied))
 	ctr(c.deadLetters, float64(st.DeadLetters))
+	ctr(c.fetched, float64(st.RowsFetched))
 	up := 0.0
 	if st.State == "running" || st.State == "starting" {
 		up = 1

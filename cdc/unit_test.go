@@ -223,8 +223,8 @@ func TestCollectorMetricsLint(t *testing.T) {
 	if err != nil || len(problems) > 0 {
 		t.Fatalf("lint: %v %v", problems, err)
 	}
-	if n := testutil.CollectAndCount(NewCollector(r)); n != 13 {
-		t.Fatalf("%d metrics, want 13", n)
+	if n := testutil.CollectAndCount(NewCollector(r)); n != 14 {
+		t.Fatalf("%d metrics, want 14", n)
 	}
 }
 

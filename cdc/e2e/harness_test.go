@@ -108,6 +108,8 @@ type env struct {
 	configPath string
 	logPath    string // serve's stdout and stderr, appended by every start
 	meta       string // meta schema of this test's serve
+	// serveUpstream, when set, is serve's upstream.dsn (completes handle-key-only events).
+	serveUpstream string
 }
 
 func newEnv(t *testing.T, partitions int, createDown bool) *env {
@@ -178,13 +180,17 @@ func (e *env) writeConfig(extraChangefeed, extraApplier string) {
 // configTOML renders the serve config of this environment (tests and benchmarks); the
 // extras are lines appended to the [changefeed], [applier] and [status] sections.
 func (e *env) configTOML(spillDir, logLevel, extraChangefeed, extraApplier, extraStatus string) string {
+	upstream := ""
+	if e.serveUpstream != "" {
+		upstream = fmt.Sprintf("[upstream]\ndsn = %q\n\n", e.serveUpstream)
+	}
 	return fmt.Sprintf(`[changefeed]
 id = %q
 brokers = [%q]
 topics = [%q]
 time-zone = "+00:00"
 %s
-[downstream]
+%s[downstream]
 dsn = %q
 
 [applier]
@@ -196,7 +202,7 @@ level = %q
 
 [status]
 addr = %q
-%s`, e.meta, e.broker, e.topic, extraChangefeed, e.downDSN, e.meta, spillDir, extraApplier, logLevel, e.statusAddr, extraStatus)
+%s`, e.meta, e.broker, e.topic, extraChangefeed, upstream, e.downDSN, e.meta, spillDir, extraApplier, logLevel, e.statusAddr, extraStatus)
 }
 
 func (e *env) open(dsn, db string) *sql.DB {
@@ -308,6 +314,7 @@ type status struct {
 	ResolvedTs uint64  `json:"resolved_ts"`
 	AppliedLag float64 `json:"applied_lag_seconds"`
 	Rows       int64   `json:"rows_applied"`
+	Fetched    int64   `json:"rows_fetched_upstream"`
 	Partitions []struct {
 		Partition  int   `json:"partition"`
 		NextOffset int64 `json:"next_offset"`

@@ -8,12 +8,14 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/segmentio/kafka-go"
 
 	"github.com/tidb-parity/parity/cdc/loadgen"
+	"github.com/tidb-parity/parity/cdc/open"
 	"github.com/tidb-parity/parity/internal/ident"
 )
 
@@ -261,6 +263,108 @@ func TestServeReplay(t *testing.T) {
 	s = e.startServe()
 	e.waitRead(s, time.Minute)
 	e.waitApplied(s, lr.res.ResolvedTs, time.Minute)
+	e.compareAt(lr.res.ResolvedTs)
+	s.stop(t)
+}
+
+// TestServeHandleKeyOnly runs a changefeed whose large rows arrive with their handle key
+// only, as TiCDC sends them with large-message-handle-option = "handle-key-only": the
+// all-types table's rows exceed max-message-bytes, the sysbench rows do not. Without
+// upstream.dsn parity serve must stop at the first such insert or update with an error
+// naming the table, having applied nothing past it; restarted with upstream.dsn it reads
+// those rows from TiDB at their commit ts, and the fallback then equals TiDB row for row.
+func TestServeHandleKeyOnly(t *testing.T) {
+	e := newEnv(t, 2, false)
+	cfg := e.loadgenConfig()
+	cfg.Tables = 1
+	cfg.Keyless = false // TiCDC cannot send a keyless row by its handle key
+	cfg.ImportRows = 100
+	cfg.Dispatcher = loadgen.DispatchIndexValue
+	cfg.PKUpdate = 0.2
+	cfg.RawPKUpdates = true // key-changing updates as one event: its old key is all "p" keeps
+	cfg.Transactions = 400
+	cfg.Seed = 21
+	cfg.Encoder.MaxMessageBytes = 1024
+	cfg.Encoder.LargeMessageHandle = open.LargeMessageHandleKeyOnly
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cfg.ImportTSFile = filepath.Join(t.TempDir(), "import_ts")
+	load := startLoadgen(ctx, cfg)
+	importTs := waitImport(t, cfg.ImportTSFile, load)
+	lr := <-load
+	if lr.err != nil {
+		t.Fatalf("loadgen: %v", lr.err)
+	}
+	e.writeConfig(fmt.Sprintf("start-ts = %d\n", importTs), "")
+
+	s := e.startServe()
+	select {
+	case <-s.done:
+	case <-time.After(time.Minute):
+		t.Fatalf("parity serve without upstream.dsn did not stop at a handle-key-only event; log:\n%s", e.serveLog())
+	}
+	log := e.serveLog()
+	if s.err == nil || !strings.Contains(log, "carries only handle-key columns") || !strings.Contains(log, "set upstream.dsn") ||
+		!strings.Contains(log, "alltypes") {
+		t.Fatalf("parity serve without upstream.dsn: exit %v; want an error naming the handle-key-only event of alltypes and upstream.dsn; log:\n%s", s.err, log)
+	}
+
+	e.serveUpstream = e.upDSN
+	e.writeConfig(fmt.Sprintf("start-ts = %d\n", importTs), "")
+	s = e.startServe()
+	e.waitApplied(s, lr.res.ResolvedTs, 2*time.Minute)
+	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+	st, err := e.status(sctx)
+	scancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Fetched == 0 {
+		t.Fatalf("no row was read from the upstream: the workload sent no handle-key-only insert or update (%d rows applied)", st.Rows)
+	}
+	t.Logf("loadgen: %d transactions, %d row events; serve read %d handle-key-only rows from TiDB and applied %d rows",
+		lr.res.Transactions, lr.res.Rows, st.Fetched, st.Rows)
+	e.compareAt(lr.res.ResolvedTs)
+	s.stop(t)
+}
+
+// TestServeClaimCheck runs a changefeed with large-message-handle-option = "claim-check":
+// the all-types table's rows exceed max-message-bytes and go to claim-check files, Kafka
+// carries their locations; parity serve reads them from changefeed.claim-check-dir and the
+// fallback ends equal to TiDB.
+func TestServeClaimCheck(t *testing.T) {
+	e := newEnv(t, 2, false)
+	dir := t.TempDir()
+	cfg := e.loadgenConfig()
+	cfg.Tables = 1
+	cfg.Keyless = false
+	cfg.ImportRows = 100
+	cfg.Transactions = 300
+	cfg.Seed = 22
+	cfg.Encoder.MaxMessageBytes = 1024
+	cfg.Encoder.LargeMessageHandle = open.LargeMessageClaimCheck
+	cfg.Encoder.ClaimCheckStorageURI = "file://" + dir
+	var files atomic.Int64
+	cfg.Encoder.ClaimCheckWrite = func(name string, data []byte) error {
+		files.Add(1)
+		return os.WriteFile(filepath.Join(dir, name), data, 0o644)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cfg.ImportTSFile = filepath.Join(t.TempDir(), "import_ts")
+	load := startLoadgen(ctx, cfg)
+	importTs := waitImport(t, cfg.ImportTSFile, load)
+	lr := <-load
+	if lr.err != nil {
+		t.Fatalf("loadgen: %v", lr.err)
+	}
+	if files.Load() == 0 {
+		t.Fatal("the workload wrote no claim-check file")
+	}
+	e.writeConfig(fmt.Sprintf("start-ts = %d\nclaim-check-dir = %q\n", importTs, dir), "")
+	s := e.startServe()
+	e.waitApplied(s, lr.res.ResolvedTs, 2*time.Minute)
+	t.Logf("loadgen: %d transactions, %d row events, %d of them in claim-check files", lr.res.Transactions, lr.res.Rows, files.Load())
 	e.compareAt(lr.res.ResolvedTs)
 	s.stop(t)
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/tidb-parity/parity/cdc/open"
+	"github.com/tidb-parity/parity/cdc/upstream"
 	"github.com/tidb-parity/parity/internal/ident"
 )
 
@@ -215,7 +216,7 @@ func (g *Generator) publishBig(ctx context.Context, t *genTable, commitTs uint64
 		_, _ = conn.ExecContext(cctx, "SET @@tidb_snapshot = ''")
 	}()
 	idName := ident.Quote(t.meta.Columns[t.idCol].Name)
-	q := "SELECT " + t.meta.selectList() + " FROM " + tname + " WHERE " + idName + " BETWEEN ? AND ? ORDER BY " + idName
+	q := "SELECT " + t.meta.SelectList() + " FROM " + tname + " WHERE " + idName + " BETWEEN ? AND ? ORDER BY " + idName
 	lastLog := time.Now()
 	for lo := first; lo <= last; lo += bigReadRows {
 		hi := min(lo+bigReadRows-1, last)
@@ -225,7 +226,7 @@ func (g *Generator) publishBig(ctx context.Context, t *genTable, commitTs uint64
 			cancel()
 			return fmt.Errorf("read back %s ids %d..%d at ts %d: %w", tname, lo, hi, commitTs, err)
 		}
-		images, _, err := scanRows(rows, t.meta, 0)
+		images, _, err := upstream.ScanRows(rows, t.meta, 0)
 		cancel()
 		if err != nil {
 			return err

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/tidb-parity/parity/cdc/open"
+	"github.com/tidb-parity/parity/cdc/upstream"
 	"github.com/tidb-parity/parity/internal/ident"
 )
 
@@ -451,7 +452,7 @@ func (g *Generator) setUp(ctx context.Context) (res Result, err error) {
 			ddls = append(ddls, &open.Event{Kind: open.KindDDL, CommitTs: ts, Schema: cfg.Database, Table: s.name,
 				Query: s.ddl, DDLType: ddlCreateTable})
 		}
-		meta, err := LoadTable(ctx, g.up, cfg.Database, s.name)
+		meta, err := upstream.LoadTable(ctx, g.up, cfg.Database, s.name)
 		if err != nil {
 			return res, fmt.Errorf("upstream: %w", err)
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/tidb-parity/parity/cdc/open"
+	"github.com/tidb-parity/parity/cdc/upstream"
 	"github.com/tidb-parity/parity/internal/testenv"
 )
 
@@ -107,15 +108,15 @@ func readState(t *testing.T, ctx context.Context, metaDB *sql.DB, q queryer, db 
 	t.Helper()
 	st := state{}
 	for _, name := range tables {
-		meta, err := LoadTable(ctx, metaDB, db, name)
+		meta, err := upstream.LoadTable(ctx, metaDB, db, name)
 		if err != nil {
 			t.Fatal(err)
 		}
-		rows, err := q.QueryContext(ctx, "SELECT "+meta.selectList()+" FROM "+meta.QualifiedName())
+		rows, err := q.QueryContext(ctx, "SELECT "+meta.SelectList()+" FROM "+meta.QualifiedName())
 		if err != nil {
 			t.Fatal(err)
 		}
-		imgs, _, err := scanRows(rows, meta, 0)
+		imgs, _, err := upstream.ScanRows(rows, meta, 0)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -18,13 +18,14 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/tidb-parity/parity/cdc/open"
+	"github.com/tidb-parity/parity/cdc/upstream"
 	"github.com/tidb-parity/parity/internal/ident"
 )
 
 // genTable is a table the workload changes.
 type genTable struct {
 	spec   tableSpec
-	meta   *Table
+	meta   *upstream.Table
 	idCol  int          // position of `id`, or -1 for the keyless table
 	nextID atomic.Int64 // next id to insert
 }
@@ -233,7 +234,7 @@ func (g *Generator) readByID(ctx context.Context, conn *sql.Conn, t *genTable, i
 	if len(ids) == 0 {
 		return out, nil
 	}
-	q := "SELECT " + t.meta.selectList() + " FROM " + t.meta.QualifiedName() + " WHERE " +
+	q := "SELECT " + t.meta.SelectList() + " FROM " + t.meta.QualifiedName() + " WHERE " +
 		ident.Quote(t.meta.Columns[t.idCol].Name) + " IN (" + placeholders(len(ids)) + ") ORDER BY 1"
 	if lock {
 		q += " FOR UPDATE"
@@ -246,7 +247,7 @@ func (g *Generator) readByID(ctx context.Context, conn *sql.Conn, t *genTable, i
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", t.meta.QualifiedName(), err)
 	}
-	images, _, err := scanRows(rows, t.meta, 0)
+	images, _, err := upstream.ScanRows(rows, t.meta, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -553,12 +554,12 @@ func (g *Generator) changeKeyless(ctx context.Context, conn *sql.Conn, r *rand.R
 		}
 		start := starts[si]
 		si++
-		rows, err := conn.QueryContext(ctx, "SELECT _tidb_rowid, "+t.meta.selectList()+" FROM "+tname+
+		rows, err := conn.QueryContext(ctx, "SELECT _tidb_rowid, "+t.meta.SelectList()+" FROM "+tname+
 			" WHERE _tidb_rowid >= ? ORDER BY _tidb_rowid LIMIT 1 FOR UPDATE", start)
 		if err != nil {
 			return nil, fmt.Errorf("pick a row of %s: %w", tname, err)
 		}
-		images, lead, err := scanRows(rows, t.meta, 1)
+		images, lead, err := upstream.ScanRows(rows, t.meta, 1)
 		if err != nil {
 			return nil, err
 		}

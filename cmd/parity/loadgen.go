@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -19,7 +20,7 @@ func init() {
 
 func newLoadgenCommand() *cobra.Command {
 	cfg := loadgen.DefaultConfig()
-	var compression, logLevel string
+	var compression, logLevel, largeMessage, claimCheckDir string
 	var bigRows int
 	cmd := &cobra.Command{
 		Use:   "loadgen",
@@ -48,6 +49,17 @@ commit_ts=<ts> (the big transaction's commit ts).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg.Encoder.Compression = open.Compression(compression)
+			cfg.Encoder.LargeMessageHandle = open.LargeMessageHandle(largeMessage)
+			if claimCheckDir != "" {
+				dir, err := filepath.Abs(claimCheckDir)
+				if err != nil {
+					return &exitError{code: 2, err: fmt.Errorf("claim-check-dir: %w", err)}
+				}
+				cfg.Encoder.ClaimCheckStorageURI = "file://" + dir
+				cfg.Encoder.ClaimCheckWrite = func(name string, data []byte) error {
+					return os.WriteFile(filepath.Join(dir, name), data, 0o644)
+				}
+			}
 			var lvl slog.Level
 			if err := lvl.UnmarshalText([]byte(logLevel)); err != nil {
 				return &exitError{code: 2, err: fmt.Errorf("log-level: %w", err)}
@@ -124,6 +136,8 @@ commit_ts=<ts> (the big transaction's commit ts).`,
 	fl.IntVar(&cfg.Encoder.MaxBatchSize, "max-batch-size", cfg.Encoder.MaxBatchSize, "most row events per Kafka record")
 	fl.IntVar(&cfg.Encoder.MaxMessageBytes, "max-message-bytes", cfg.Encoder.MaxMessageBytes, "Kafka record size limit")
 	fl.StringVar(&compression, "compression", string(cfg.Encoder.Compression), "payload compression: none, snappy or lz4")
+	fl.StringVar(&largeMessage, "large-message-handle", string(open.LargeMessageNone), "what happens to a row event over --max-message-bytes (TiCDC's large-message-handle-option): none (an error), handle-key-only or claim-check")
+	fl.StringVar(&claimCheckDir, "claim-check-dir", "", "directory receiving claim-check files (with --large-message-handle claim-check)")
 	fl.IntVar(&bigRows, "big-transaction-rows", 0, "instead of the workload, run one transaction inserting this many rows into sbtest1")
 	fl.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "random seed (0: random)")
 	fl.DurationVar(&cfg.ProgressInterval, "progress-interval", cfg.ProgressInterval, "how often progress is logged")

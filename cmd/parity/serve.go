@@ -35,18 +35,11 @@ const (
 // serveConfig is the `parity serve` configuration file.
 type serveConfig struct {
 	Changefeed cdc.ChangefeedConfig `toml:"changefeed"`
-	Upstream   upstreamConfig       `toml:"upstream"`
+	Upstream   cdc.UpstreamConfig   `toml:"upstream"`
 	Downstream cdc.DownstreamConfig `toml:"downstream"`
 	Applier    cdc.ApplierConfig    `toml:"applier"`
 	Log        logConfig            `toml:"log"`
 	Status     statusConfig         `toml:"status"`
-}
-
-type upstreamConfig struct {
-	// DSN of the upstream TiDB (go-sql-driver/mysql). Not needed to apply the changefeed;
-	// used by the diff features. The env var PARITY_UPSTREAM_DSN overrides it.
-	// Default: ""
-	DSN string `toml:"dsn"`
 }
 
 type logConfig struct {
@@ -81,7 +74,7 @@ func defaultServeConfig() serveConfig {
 }
 
 func (c serveConfig) cdc() cdc.Config {
-	return cdc.Config{Changefeed: c.Changefeed, Downstream: c.Downstream, Applier: c.Applier}
+	return cdc.Config{Changefeed: c.Changefeed, Upstream: c.Upstream, Downstream: c.Downstream, Applier: c.Applier}
 }
 
 // Validate reports every problem with its TOML key path.
@@ -89,11 +82,6 @@ func (c serveConfig) Validate() error {
 	var errs []error
 	if err := c.cdc().Validate(); err != nil {
 		errs = append(errs, err)
-	}
-	if c.Upstream.DSN != "" {
-		if _, err := mysql.ParseDSN(c.Upstream.DSN); err != nil {
-			errs = append(errs, fmt.Errorf("upstream.dsn: %w", err))
-		}
 	}
 	if _, err := parseLevel(c.Log.Level); err != nil {
 		errs = append(errs, fmt.Errorf("log.level: %w", err))

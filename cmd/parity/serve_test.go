@@ -55,12 +55,13 @@ func TestConfigRejectsUnknownKeysAndReportsEveryProblem(t *testing.T) {
 	cfg.Applier.Workers = 0
 	cfg.Applier.MetaSchema = "bad name"
 	cfg.Log.Format = "xml"
+	cfg.Upstream.DSN = "no slash"
 	err = cfg.Validate()
 	if err == nil {
 		t.Fatal("invalid config accepted")
 	}
 	for _, k := range []string{"changefeed.brokers: required", "changefeed.topics:", "changefeed.compression:",
-		"changefeed.time-zone:", "downstream.dsn: required", "applier.workers:", "applier.meta-schema:", "log.format:"} {
+		"changefeed.time-zone:", "upstream.dsn:", "downstream.dsn: required", "applier.workers:", "applier.meta-schema:", "log.format:"} {
 		if !strings.Contains(err.Error(), k) {
 			t.Errorf("error does not report %q:\n%v", k, err)
 		}

@@ -1,4 +1,4 @@
-package loadgen
+package upstream
 
 import (
 	"reflect"
@@ -127,7 +127,7 @@ func TestColumnConvert(t *testing.T) {
 		{Column{Name: "n", DataType: "varchar"}, nil, nil},
 		{Column{Name: "y", DataType: "year"}, []byte("2020"), int64(2020)},
 	} {
-		got, err := tc.col.convert(tc.raw)
+		got, err := tc.col.Convert(tc.raw)
 		if err != nil {
 			t.Fatalf("%s: %v", tc.col.Name, err)
 		}
@@ -135,7 +135,7 @@ func TestColumnConvert(t *testing.T) {
 			t.Errorf("%s: %#v, want %#v", tc.col.Name, got, tc.want)
 		}
 	}
-	if _, err := (Column{Name: "i", DataType: "int"}).convert([]byte("x")); err == nil {
+	if _, err := (Column{Name: "i", DataType: "int"}).Convert([]byte("x")); err == nil {
 		t.Error("want an error for a non-numeric INT value")
 	}
 }

@@ -1,4 +1,4 @@
-package loadgen
+package upstream
 
 import (
 	"context"
@@ -89,7 +89,7 @@ type columnDef struct {
 // LoadTable reads a table's definition from TiDB's information_schema and computes the
 // column flags the way TiCDC does (tiflow cdc/model/schema_storage.go initColumnsFlag on
 // top of the column flags TiDB's DDL sets).
-func LoadTable(ctx context.Context, db *sql.DB, schema, table string) (*Table, error) {
+func LoadTable(ctx context.Context, db Querier, schema, table string) (*Table, error) {
 	rows, err := db.QueryContext(ctx, `SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, IS_NULLABLE, EXTRA
 		FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION`, schema, table)
 	if err != nil {
@@ -256,10 +256,10 @@ func buildTable(schema, name string, defs []columnDef, idxs []*index) (*Table, e
 	return t, nil
 }
 
-// selectList renders the columns for a SELECT whose results ScanRow understands: ENUM,
+// SelectList renders the columns for a SELECT whose results ScanRows understands: ENUM,
 // SET and BIT are read as numbers (TiCDC sends the ENUM index, the SET bitmask and the BIT
 // value as integers).
-func (t *Table) selectList() string {
+func (t *Table) SelectList() string {
 	var b strings.Builder
 	for i, c := range t.Columns {
 		if i > 0 {
@@ -275,9 +275,9 @@ func (t *Table) selectList() string {
 	return b.String()
 }
 
-// convert turns one value read with the text protocol (nil or bytes) into the typed Go
+// Convert turns one value read with the text protocol (nil or bytes) into the typed Go
 // value of open.Column.Value for this column.
-func (c Column) convert(raw []byte) (any, error) {
+func (c Column) Convert(raw []byte) (any, error) {
 	if raw == nil {
 		return nil, nil
 	}
@@ -324,9 +324,9 @@ func (c Column) convert(raw []byte) (any, error) {
 // QualifiedName returns `schema`.`table`.
 func (t *Table) QualifiedName() string { return ident.Quote(t.Schema) + "." + ident.Quote(t.Name) }
 
-// scanRows reads every row of rows as open.Column slices of table t. rows must select
-// t.selectList() (optionally preceded by extra leading columns, returned raw in lead).
-func scanRows(rows *sql.Rows, t *Table, extra int) (images [][]open.Column, lead [][][]byte, err error) {
+// ScanRows reads every row of rows as open.Column slices of table t. rows must select
+// t.SelectList() (optionally preceded by extra leading columns, returned raw in lead).
+func ScanRows(rows *sql.Rows, t *Table, extra int) (images [][]open.Column, lead [][][]byte, err error) {
 	defer rows.Close()
 	n := extra + len(t.Columns)
 	raw := make([]sql.RawBytes, n)
@@ -340,7 +340,7 @@ func scanRows(rows *sql.Rows, t *Table, extra int) (images [][]open.Column, lead
 		}
 		img := make([]open.Column, len(t.Columns))
 		for i, c := range t.Columns {
-			v, err := c.convert(raw[extra+i])
+			v, err := c.Convert(raw[extra+i])
 			if err != nil {
 				return nil, nil, fmt.Errorf("table %s: %w", t.QualifiedName(), err)
 			}
