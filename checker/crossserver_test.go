@@ -2,6 +2,7 @@ package checker
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"strings"
 	"testing"
@@ -27,9 +28,19 @@ func TestChecksumMatchesAcrossServers(t *testing.T) {
 		execSession(t, &p, true, "SET SESSION sql_mode = '', time_zone = '+00:00'", tortureInsert(i+1, o, all))
 		execSession(t, &p, false, "SET SESSION sql_mode = '', time_zone = '+00:00'", tortureInsert(i+1, o, all))
 	}
-	ctx := context.Background()
 	plan := p.plan(t, "torture", FlavorTiDB)
-	for id := 1; id <= len(rows); id++ {
+	for _, pushdown := range []bool{false, true} {
+		// TiDB's form in TiDB, then the form pushed down to the coprocessor (TiKV stores).
+		plan.Pushdown = [2]bool{pushdown, false}
+		matchRows(t, p, plan, len(rows))
+	}
+}
+
+// matchRows checks that rows 1..n have the same checksum on both sides.
+func matchRows(t *testing.T, p pair, plan *TablePlan, n int) {
+	t.Helper()
+	ctx := context.Background()
+	for id := 1; id <= n; id++ {
 		up, down := p.rowChecksums(t, plan, id)
 		if up.count != 1 || down.count != 1 || up.sum != down.sum {
 			// Show which column differs.
@@ -44,7 +55,7 @@ func TestChecksumMatchesAcrossServers(t *testing.T) {
 					t.Errorf("row %d column %s: tidb encodes %q, mariadb %q", id, c.Name, a, b)
 				}
 			}
-			t.Errorf("row %d: tidb (%d, %s), mariadb (%d, %s)", id, up.count, up.sum, down.count, down.sum)
+			t.Errorf("row %d (pushdown %v): tidb (%d, %s), mariadb (%d, %s)", id, plan.Pushdown[Upstream], up.count, up.sum, down.count, down.sum)
 		}
 	}
 }
@@ -112,5 +123,77 @@ func TestTiDBChecksumForm(t *testing.T) {
 		if len(got) != 29 || strings.Join(got, " ") != strings.Join(want, " ") {
 			t.Errorf("%s buckets: batch form %v, CONV form %v", h, got, want)
 		}
+
+		// The pushdown form (TiKV stores): the same values, and TiDB hands the whole
+		// aggregate to the coprocessor.
+		plan.Pushdown = [2]bool{true, false}
+		for _, rng := range []Range{{}, {Lo: bound(10), Hi: bound(1500)}} {
+			q := plan.ChecksumSQL(Upstream, rng)
+			if strings.Contains(q, "LEFT(") || strings.Contains(q, "ASCII(") {
+				t.Fatalf("%s: not the pushdown form: %s", h, q)
+			}
+			var got, want checksum
+			if err := p.up.QueryRowContext(ctx, q).Scan(&got.count, &got.sum); err != nil {
+				t.Fatal(err)
+			}
+			plan.Pushdown = [2]bool{}
+			wq := plan.ChecksumSQL(Upstream, rng)
+			plan.Pushdown = [2]bool{true, false}
+			if err := p.up.QueryRowContext(ctx, wq).Scan(&want.count, &want.sum); err != nil {
+				t.Fatal(err)
+			}
+			if got != want {
+				t.Errorf("%s %v: pushdown form (%d, %s), batch form (%d, %s)", h, rng, got.count, got.sum, want.count, want.sum)
+			}
+			if !copAggregate(t, p.up.DB, q) {
+				t.Errorf("%s: TiDB does not push the checksum aggregate down: %s", h, q)
+			}
+		}
+		pq := plan.BucketChecksumSQL(Upstream, rng, "101", "97")
+		if got := read(pq); strings.Join(got, " ") != strings.Join(want, " ") {
+			t.Errorf("%s buckets: pushdown form %v, CONV form %v", h, got, want)
+		}
+		if !copAggregate(t, p.up.DB, pq) {
+			t.Errorf("%s: TiDB does not push the bucket aggregate down: %s", h, pq)
+		}
+		plan.Pushdown = [2]bool{}
+		if copAggregate(t, p.up.DB, plan.ChecksumSQL(Upstream, Range{})) {
+			t.Errorf("%s: the batch form's aggregate runs in the coprocessor", h)
+		}
 	}
+}
+
+// copAggregate reports whether TiDB's plan for q runs an aggregation with a sum in the
+// coprocessor (a cop[tikv] task).
+func copAggregate(t *testing.T, db *sql.DB, q string) bool {
+	t.Helper()
+	rows, err := db.Query("EXPLAIN " + q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	cols, _ := rows.Columns()
+	vals := make([]sql.NullString, len(cols))
+	ptrs := make([]any, len(cols))
+	for i := range vals {
+		ptrs[i] = &vals[i]
+	}
+	found := false
+	for rows.Next() {
+		if err := rows.Scan(ptrs...); err != nil {
+			t.Fatal(err)
+		}
+		var line strings.Builder
+		for _, v := range vals {
+			line.WriteString(v.String + " ")
+		}
+		l := line.String()
+		if strings.Contains(l, "cop[tikv]") && strings.Contains(l, "funcs:sum(") {
+			found = true
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return found
 }

@@ -105,7 +105,7 @@ func BenchmarkFloatChecksum(b *testing.B) {
 		type variant struct{ name, sql string }
 		variants := []variant{{"count-only", "SELECT COUNT(*), 0 FROM " + table}}
 		for _, e := range encodings {
-			variants = append(variants, variant{e.name, "SELECT COUNT(*), IFNULL(SUM(" + hashExpr(HashSHA1, "CONCAT_WS(',',`id`,"+e.f+","+e.d+")") + "),0) FROM " + table})
+			variants = append(variants, variant{e.name, "SELECT COUNT(*), IFNULL(SUM(" + hashExpr(HashSHA1, "CONCAT_WS(',',`id`,"+e.f+","+e.d+")", false) + "),0) FROM " + table})
 		}
 		best := make([]time.Duration, len(variants))
 		for range 3 {

@@ -1,7 +1,9 @@
 package checker
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 )
@@ -58,5 +60,43 @@ func TestTiDBSnapshotRead(t *testing.T) {
 	cfg.Upstream.Snapshot = ""
 	if rep := run(t, cfg); rep.Equal || rep.Tables[0].DifferencesTotal != 2 {
 		t.Fatalf("without snapshot: %+v", rep.Tables)
+	}
+}
+
+// TestTiDBChecksumChoice: tidb_checksum "auto" keeps the checksums in TiDB on the
+// test environment's unistore and would push them down on TiKV; "pushdown" and "tidb"
+// force the form; a MariaDB side never gets the pushdown form.
+func TestTiDBChecksumChoice(t *testing.T) {
+	p := tidbPair(t)
+	ctx := context.Background()
+	up, err := OpenDSN(ctx, p.up.DSN, 1, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer up.Close()
+	down, err := OpenDSN(ctx, p.down.DSN, 1, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer down.Close()
+	var store string
+	if err := p.up.QueryRow("SELECT JSON_UNQUOTE(JSON_EXTRACT(@@tidb_config, '$.store'))").Scan(&store); err != nil {
+		t.Fatal(err)
+	}
+	for mode, want := range map[TiDBChecksum]bool{
+		TiDBChecksumAuto: store != "unistore", TiDBChecksumPushdown: true, TiDBChecksumTiDB: false,
+	} {
+		cfg := DefaultConfig()
+		cfg.TiDBChecksum = mode
+		r := &runner{cfg: &cfg, src: Sources{Upstream: up, Downstream: down}, log: slog.New(slog.DiscardHandler)}
+		if err := r.choosePushdown(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if r.pushdown != [2]bool{want, false} {
+			t.Errorf("tidb_checksum %q on store %s: pushdown %v, want [%v false]", mode, store, r.pushdown, want)
+		}
+	}
+	if store != "unistore" {
+		t.Logf("the upstream's store is %q, not the test environment's unistore", store)
 	}
 }

@@ -122,7 +122,7 @@ func execSession(t *testing.T, p *pair, up bool, setup string, stmts ...string) 
 	}
 }
 
-func testTorture(t *testing.T, p pair) {
+func testTorture(t *testing.T, p pair, mod ...func(*Config)) {
 	p.both(t, tortureDDL())
 	var up, down []string
 	add := func(id int, upO, downO map[string]string, allNull bool) {
@@ -153,6 +153,9 @@ func testTorture(t *testing.T, p pair) {
 	execSession(t, &p, false, "SET SESSION sql_mode = '', time_zone = '-05:00'", "INSERT INTO torture (id, ts) VALUES (5, '2021-03-04 00:00:00.5')")
 
 	cfg := p.config(t, "torture")
+	for _, m := range mod {
+		m(&cfg)
+	}
 	rep := run(t, cfg)
 	tr := tableReport(t, rep, "torture")
 	if !tr.StructureEqual {
@@ -195,3 +198,9 @@ func testTorture(t *testing.T, p pair) {
 
 func TestTortureMariaDB(t *testing.T) { testTorture(t, mariaPair(t)) }
 func TestTortureTiDB(t *testing.T)    { testTorture(t, tidbPair(t)) }
+
+// TestTortureTiDBPushdown: the same with TiDB's checksums in the form its coprocessor
+// evaluates (tidb_checksum = "pushdown", the choice on TiKV stores).
+func TestTortureTiDBPushdown(t *testing.T) {
+	testTorture(t, tidbPair(t), func(c *Config) { c.TiDBChecksum = TiDBChecksumPushdown })
+}

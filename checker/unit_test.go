@@ -224,11 +224,12 @@ func TestConfigValidate(t *testing.T) {
 	c.IgnoreColumns = []string{"a.b"}
 	c.Changefeed.MaxLag = time.Second // without an id
 	c.TiDBMinChunks = 0
+	c.TiDBChecksum = "tikv"
 	err := c.Validate()
 	if err == nil {
 		t.Fatal("want errors")
 	}
-	for _, key := range []string{"tables[0]", "tables[1]", "routes[0].to", "concurrency", "hash", "ignore_columns[0]", "changefeed.id", "tidb_min_chunks"} {
+	for _, key := range []string{"tables[0]", "tables[1]", "routes[0].to", "concurrency", "hash", "ignore_columns[0]", "changefeed.id", "tidb_min_chunks", "tidb_checksum"} {
 		if !strings.Contains(err.Error(), key+":") {
 			t.Errorf("error does not name %s: %v", key, err)
 		}

@@ -42,6 +42,7 @@ type diffFlags struct {
 	maxThreads    int
 	queryTimeout  time.Duration
 	hash          string
+	tidbChecksum  string
 	verbose       bool
 	cpuProfile    string
 	changefeed    string
@@ -91,6 +92,7 @@ A run is persisted in parity_meta on the downstream; resume a killed run with --
 	fl.DurationVar(&f.maxLag, "max-lag", 0, "changefeed.max_lag: pause while that changefeed lags by more than this (0: never)")
 	fl.DurationVar(&f.queryTimeout, "query-timeout", 0, "timeout of every query (default 5m)")
 	fl.StringVar(&f.hash, "hash", "", "per-row hash: sha1 (default), md5")
+	fl.StringVar(&f.tidbChecksum, "tidb-checksum", "", "where a TiDB side computes checksums: auto (default: pushdown on TiKV, tidb on unistore), pushdown or tidb")
 	fl.BoolVarP(&f.verbose, "verbose", "v", false, "log progress details to stderr")
 	fl.StringVar(&f.cpuProfile, "cpu-profile", "", "write a Go CPU profile of the run to this file (for `go tool pprof`)")
 	return cmd
@@ -160,6 +162,9 @@ func loadDiffConfig(cmd *cobra.Command, f *diffFlags) (checker.Config, error) {
 	}
 	if fl.Changed("hash") {
 		cfg.Hash = checker.Hash(f.hash)
+	}
+	if fl.Changed("tidb-checksum") {
+		cfg.TiDBChecksum = checker.TiDBChecksum(f.tidbChecksum)
 	}
 	cfg.Resume = f.resume
 	var errs []error

@@ -247,19 +247,27 @@ func absPath(p string) string {
 
 // parityConcurrency finds --concurrency N (or --concurrency=N) in parity's arguments.
 func parityConcurrency(args string) (int, bool) {
-	f := strings.Fields(args)
-	for i, a := range f {
-		v, found := strings.CutPrefix(a, "--concurrency=")
-		if !found && a == "--concurrency" && i+1 < len(f) {
-			v, found = f[i+1], true
-		}
-		if found {
-			if n, err := strconv.Atoi(v); err == nil && n > 0 {
-				return n, true
-			}
+	if v, ok := parityFlag(args, "concurrency"); ok {
+		if n, err := strconv.Atoi(v); err == nil && n > 0 {
+			return n, true
 		}
 	}
 	return 0, false
+}
+
+// parityFlag finds --name V (or --name=V) in parity's arguments.
+func parityFlag(args, name string) (string, bool) {
+	f := strings.Fields(args)
+	for i, a := range f {
+		v, found := strings.CutPrefix(a, "--"+name+"=")
+		if !found && a == "--"+name && i+1 < len(f) {
+			v, found = f[i+1], true
+		}
+		if found {
+			return v, true
+		}
+	}
+	return "", false
 }
 
 // lockBench takes the named lock parity_diffbench on s, waiting as long as a concurrent

@@ -176,6 +176,26 @@ func tablePlan(ctx context.Context, up, down *checker.DSNSource, upT, downT *Tab
 	return plan, nil
 }
 
+// pushdown decides, as the engine does (checker.Config.TiDBChecksum), whether src computes
+// checksums in the form TiDB pushes down to its coprocessor.
+func pushdown(ctx context.Context, o options, src *checker.DSNSource) (bool, error) {
+	if src.Flavor() != checker.FlavorTiDB {
+		return false, nil
+	}
+	mode, _ := parityFlag(o.parityArgs, "tidb-checksum")
+	switch checker.TiDBChecksum(mode) {
+	case checker.TiDBChecksumPushdown:
+		return true, nil
+	case checker.TiDBChecksumTiDB:
+		return false, nil
+	}
+	var store string
+	if err := src.DB().QueryRowContext(ctx, "SELECT JSON_UNQUOTE(JSON_EXTRACT(@@tidb_config, '$.store'))").Scan(&store); err != nil {
+		return false, fmt.Errorf("read the TiDB store type: %w", err)
+	}
+	return store != "unistore", nil
+}
+
 // runFloor is the bare loop: parity's per-chunk checksum SQL over the chunk ranges of the
 // parity run just before it (par), both sides of a chunk at once, `concurrency` chunks at a time — what the
 // engine's compare phase costs with nothing else (no boundary walk, no state writes, no
@@ -199,6 +219,15 @@ func runFloor(ctx context.Context, o options, p *pair, par Result) (Result, erro
 	plan, err := tablePlan(ctx, up, down, p.up, p.down)
 	if err != nil {
 		return Result{}, err
+	}
+	// The checksum SQL parity's run used: its --hash and --tidb-checksum.
+	if h, ok := parityFlag(o.parityArgs, "hash"); ok {
+		plan.Hash = checker.Hash(h)
+	}
+	for s, src := range []*checker.DSNSource{up, down} {
+		if plan.Pushdown[s], err = pushdown(ctx, o, src); err != nil {
+			return Result{}, err
+		}
 	}
 	// Open the connections before the clock starts, as parity's pool has by then.
 	if err := warm(ctx, up, conc); err != nil {
@@ -275,8 +304,18 @@ func engineHashSQL(ctx context.Context, t *Table) (map[checker.Hash]string, erro
 		plan.Hash = h
 		out[h] = plan.ChecksumSQL(checker.Upstream, checker.Range{})
 	}
+	if plan.Flavor[checker.Upstream] == checker.FlavorTiDB {
+		// The form TiDB pushes down to its coprocessor (tidb_checksum = "pushdown", the
+		// choice on TiKV stores; unistore evaluates it row by row).
+		plan.Hash = checker.HashSHA1
+		plan.Pushdown = [2]bool{true, true}
+		out[pushdownSHA1] = plan.ChecksumSQL(checker.Upstream, checker.Range{})
+	}
 	return out, nil
 }
+
+// pushdownSHA1 keys engineHashSQL's pushdown form of the default hash.
+const pushdownSHA1 checker.Hash = "sha1 pushdown"
 
 // applyFix runs parity's fix SQL file on the downstream copy (binlog off on MariaDB) and
 // checks that the copy then holds exactly the dataset again.
