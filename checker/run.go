@@ -45,14 +45,29 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if downN == 0 {
 		downN = cfg.Concurrency
 	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	for _, s := range []struct {
+		side          Side
+		dsn, snapshot string
+	}{{Upstream, cfg.Upstream.DSN, cfg.Upstream.Snapshot}, {Downstream, cfg.Downstream.DSN, cfg.Downstream.Snapshot}} {
+		if s.snapshot == "" {
+			continue
+		}
+		if err := checkSnapshotGC(ctx, s.dsn, s.snapshot, time.Now(), log.With("side", s.side.String())); err != nil {
+			return nil, fmt.Errorf("%s: %w", s.side, err)
+		}
+	}
 	up, err := OpenDSN(ctx, cfg.Upstream.DSN, upN, cfg.Upstream.Snapshot)
 	if err != nil {
-		return nil, fmt.Errorf("upstream: %w", err)
+		return nil, fmt.Errorf("upstream: %w", snapshotHint(err, &cfg))
 	}
 	defer up.Close()
 	down, err := OpenDSN(ctx, cfg.Downstream.DSN, downN, cfg.Downstream.Snapshot)
 	if err != nil {
-		return nil, fmt.Errorf("downstream: %w", err)
+		return nil, fmt.Errorf("downstream: %w", snapshotHint(err, &cfg))
 	}
 	defer down.Close()
 	metaDSN := cfg.MetaDSN
@@ -72,7 +87,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	defer meta.Close()
 	meta.SetMaxOpenConns(4)
-	return RunWith(ctx, cfg, Sources{Upstream: up, Downstream: down, Meta: meta})
+	rep, err := RunWith(ctx, cfg, Sources{Upstream: up, Downstream: down, Meta: meta})
+	return rep, snapshotHint(err, &cfg)
 }
 
 type checksum struct {

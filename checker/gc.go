@@ -1,0 +1,117 @@
+package checker
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+)
+
+// TiDB keeps old row versions only until its GC safe point passes them: about
+// now - tidb_gc_life_time (default 10 minutes), advanced every tidb_gc_run_interval. A
+// diff that reads the upstream at a snapshot (tidb_snapshot) must start while the snapshot
+// is readable and end before GC reaches it; TiDB refuses a collected snapshot with error
+// 8055. parity has no PD connection to register a GC service safe point (as
+// sync-diff-inspector does), so it checks the snapshot before the run, says until when it
+// stays readable, and turns error 8055 into advice.
+
+// tidbSafePointLayout is how TiDB stores tikv_gc_safe_point in mysql.tidb.
+const tidbSafePointLayout = "20060102-15:04:05.000 -0700"
+
+// snapshotTime returns the physical time of a tidb_snapshot value: a TSO (physical
+// milliseconds << 18) or a datetime in UTC (the checker's sessions use time_zone +00:00).
+func snapshotTime(snapshot string) (time.Time, bool) {
+	if ts, err := strconv.ParseUint(snapshot, 10, 64); err == nil {
+		return time.UnixMilli(int64(ts >> 18)).UTC(), true
+	}
+	for _, layout := range []string{"2006-01-02 15:04:05.999999", "2006-01-02 15:04:05", "2006-01-02"} {
+		if t, err := time.ParseInLocation(layout, snapshot, time.UTC); err == nil {
+			return t, true
+		}
+	}
+	return time.Time{}, false
+}
+
+// checkSnapshotGC checks, on a session without tidb_snapshot, that snapshot is newer than
+// TiDB's GC safe point, and logs until about when GC keeps it. A server that is not TiDB,
+// a snapshot it cannot place in time, or a safe point it may not read (privileges) are
+// left to TiDB's own check.
+func checkSnapshotGC(ctx context.Context, dsn, snapshot string, now time.Time, log *slog.Logger) error {
+	at, ok := snapshotTime(snapshot)
+	if !ok {
+		return nil
+	}
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		return fmt.Errorf("parse dsn: %w", err)
+	}
+	cfg.InterpolateParams = true
+	db, err := sql.Open("mysql", cfg.FormatDSN())
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	db.SetMaxOpenConns(1)
+	qctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	var version string
+	if err := db.QueryRowContext(qctx, "SELECT VERSION()").Scan(&version); err != nil {
+		return fmt.Errorf("connect to %s: %w", cfg.Addr, err)
+	}
+	if flavorOf(version) != FlavorTiDB {
+		return nil
+	}
+	var sp string
+	err = db.QueryRowContext(qctx, "SELECT VARIABLE_VALUE FROM mysql.tidb WHERE VARIABLE_NAME = 'tikv_gc_safe_point'").Scan(&sp)
+	if err != nil {
+		log.Warn("cannot read TiDB's GC safe point; the snapshot is checked by TiDB only", "err", err)
+		return nil
+	}
+	safe, err := time.Parse(tidbSafePointLayout, sp)
+	if err != nil {
+		log.Warn("cannot parse TiDB's GC safe point", "value", sp, "err", err)
+		return nil
+	}
+	if at.Before(safe) {
+		return fmt.Errorf("snapshot %s (%s) is older than TiDB's GC safe point (%s): its row versions may be gone; take a newer snapshot",
+			snapshot, at.Format(time.RFC3339), safe.UTC().Format(time.RFC3339))
+	}
+	var life string
+	if err := db.QueryRowContext(qctx, "SELECT @@global.tidb_gc_life_time").Scan(&life); err != nil {
+		return nil
+	}
+	d, err := time.ParseDuration(life)
+	if err != nil {
+		return nil
+	}
+	if until, soon := gcDeadline(at, d, now); soon {
+		log.Warn("TiDB's GC may collect the snapshot soon: a run that takes longer fails with error 8055; raise tidb_gc_life_time for it",
+			"snapshot", snapshot, "readable_until", until.Format(time.RFC3339), "tidb_gc_life_time", life)
+	} else {
+		until := at.Add(d)
+		log.Info("snapshot readable until about", "snapshot", snapshot, "readable_until", until.Format(time.RFC3339), "tidb_gc_life_time", life)
+	}
+	return nil
+}
+
+// gcDeadline returns until about when GC keeps a snapshot taken at at, given
+// tidb_gc_life_time life, and whether that is less than 5 minutes after now.
+func gcDeadline(at time.Time, life time.Duration, now time.Time) (time.Time, bool) {
+	until := at.Add(life)
+	return until, until.Sub(now) < 5*time.Minute
+}
+
+// snapshotHint explains TiDB's error 8055 (a snapshot older than the GC safe point).
+func snapshotHint(err error, cfg *Config) error {
+	var me *mysql.MySQLError
+	if err == nil || !errors.As(err, &me) || me.Number != 8055 {
+		return err
+	}
+	return fmt.Errorf("%w (TiDB's GC collected the versions of the snapshot this run reads: start a new run with a newer snapshot, and raise tidb_gc_life_time above the run's duration; upstream snapshot %q, downstream %q)",
+		err, cfg.Upstream.Snapshot, cfg.Downstream.Snapshot)
+}
