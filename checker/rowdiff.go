@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"math"
 	"math/big"
 	"sort"
@@ -177,11 +180,17 @@ func canonJSON(b *strings.Builder, x any) {
 	}
 }
 
-// rowStream reads rows of a plan's columns from *sql.Rows.
+// rowStream reads rows of a plan's columns, as text, from *sql.Rows or straight from the
+// driver (newDriverRowStream).
 type rowStream struct {
 	rows *sql.Rows
 	raw  []sql.RawBytes
 	ptrs []any
+
+	drv     driver.Rows    // set instead of rows when reading from the driver
+	vals    []driver.Value // its current row
+	scratch [][]byte       // per column: the text of a number the driver parsed
+
 	cur  []Value
 	done bool
 }
@@ -194,10 +203,20 @@ func newRowStream(rows *sql.Rows, n int) *rowStream {
 	return s
 }
 
+// newDriverRowStream reads rows from the driver itself, without database/sql's locking and
+// conversions per value: per 350,000 four-column sysbench rows from MariaDB, 0.24-0.27 s of
+// parity's CPU against 0.33-0.38 s through *sql.Rows.
+func newDriverRowStream(rows driver.Rows, n int) *rowStream {
+	return &rowStream{drv: rows, vals: make([]driver.Value, n), scratch: make([][]byte, n), cur: make([]Value, n)}
+}
+
 // next advances; the current row stays valid until the following call.
 func (s *rowStream) next() error {
 	if s.done {
 		return nil
+	}
+	if s.drv != nil {
+		return s.nextDriver()
 	}
 	if !s.rows.Next() {
 		s.done = true
@@ -212,6 +231,46 @@ func (s *rowStream) next() error {
 		} else {
 			s.cur[i] = Value{Bytes: r}
 		}
+	}
+	return nil
+}
+
+// nextDriver is next on driver rows. The MySQL driver hands text values over as bytes of
+// its read buffer (valid until its next Next) and parses integer and floating-point
+// columns; those are printed back exactly as database/sql prints them into RawBytes
+// (strconv, shortest form that round-trips).
+func (s *rowStream) nextDriver() error {
+	if err := s.drv.Next(s.vals); err != nil {
+		s.done = true
+		if err == io.EOF {
+			return nil
+		}
+		return err
+	}
+	for i, v := range s.vals {
+		b := s.scratch[i][:0]
+		switch v := v.(type) {
+		case nil:
+			s.cur[i] = NullValue
+			continue
+		case []byte:
+			s.cur[i] = Value{Bytes: v}
+			continue
+		case int64:
+			b = strconv.AppendInt(b, v, 10)
+		case uint64:
+			b = strconv.AppendUint(b, v, 10)
+		case float64:
+			b = strconv.AppendFloat(b, v, 'g', -1, 64)
+		case float32:
+			b = strconv.AppendFloat(b, float64(v), 'g', -1, 32)
+		case string:
+			b = append(b, v...)
+		default:
+			return fmt.Errorf("column %d: unexpected driver value of type %T", i, v)
+		}
+		s.scratch[i] = b
+		s.cur[i] = Value{Bytes: b}
 	}
 	return nil
 }
@@ -253,67 +312,111 @@ func (p *TablePlan) differingColumns(up, down []Value) []string {
 // emit. Memory: two rows at a time.
 func (r *runner) mergeRows(ctx context.Context, ts *tableState, rng Range, emit func(Difference) error) error {
 	p := ts.plan
+	uSQL, dSQL := p.RowsSQL(Upstream, rng), p.RowsSQL(Downstream, rng)
 	return r.withBoth(ctx, func(ctx context.Context, uq, dq Querier) error {
-		urows, err := uq.QueryContext(ctx, p.RowsSQL(Upstream, rng))
+		err := withDriverRows(ctx, ts.name, uq, dq, uSQL, dSQL, len(p.Columns), func(us, ds *rowStream) error {
+			return mergeStreams(ts, us, ds, emit)
+		})
+		if !errors.Is(err, errNoDriverQuery) {
+			return err
+		}
+		urows, err := uq.QueryContext(ctx, uSQL)
 		if err != nil {
 			return fmt.Errorf("read upstream rows of %s: %w", ts.name, err)
 		}
 		defer urows.Close()
-		drows, err := dq.QueryContext(ctx, p.RowsSQL(Downstream, rng))
+		drows, err := dq.QueryContext(ctx, dSQL)
 		if err != nil {
 			return fmt.Errorf("read downstream rows of %s: %w", ts.name, err)
 		}
 		defer drows.Close()
-		us, ds := newRowStream(urows, len(p.Columns)), newRowStream(drows, len(p.Columns))
-		if err := us.next(); err != nil {
-			return fmt.Errorf("read upstream rows of %s: %w", ts.name, err)
-		}
-		if err := ds.next(); err != nil {
-			return fmt.Errorf("read downstream rows of %s: %w", ts.name, err)
-		}
-		for !us.done || !ds.done {
-			var c int
-			switch {
-			case us.done:
-				c = 1
-			case ds.done:
-				c = -1
-			default:
-				c = p.compareRowKeys(us.cur, ds.cur)
-			}
-			switch {
-			case c < 0:
-				row := us.row()
-				if err := emit(p.missing(row, 1)); err != nil {
-					return err
-				}
-				if err := us.next(); err != nil {
-					return fmt.Errorf("read upstream rows of %s: %w", ts.name, err)
-				}
-			case c > 0:
-				row := ds.row()
-				if err := emit(p.extra(row, 1)); err != nil {
-					return err
-				}
-				if err := ds.next(); err != nil {
-					return fmt.Errorf("read downstream rows of %s: %w", ts.name, err)
-				}
-			default:
-				if cols := p.differingColumns(us.cur, ds.cur); len(cols) > 0 {
-					if err := emit(p.differing(us.row(), cols)); err != nil {
-						return err
-					}
-				}
-				if err := us.next(); err != nil {
-					return fmt.Errorf("read upstream rows of %s: %w", ts.name, err)
-				}
-				if err := ds.next(); err != nil {
-					return fmt.Errorf("read downstream rows of %s: %w", ts.name, err)
-				}
-			}
-		}
-		return nil
+		return mergeStreams(ts, newRowStream(urows, len(p.Columns)), newRowStream(drows, len(p.Columns)), emit)
 	})
+}
+
+// errNoDriverQuery: a side's connection cannot be queried at the driver level.
+var errNoDriverQuery = errors.New("no driver-level query")
+
+// withDriverRows runs the two queries on the drivers of connections uq and dq and hands
+// their row streams to fn. It returns errNoDriverQuery (having run nothing) unless both
+// are *sql.Conn over drivers that implement driver.QueryerContext.
+func withDriverRows(ctx context.Context, table string, uq, dq Querier, uSQL, dSQL string, n int, fn func(us, ds *rowStream) error) error {
+	uc, ok1 := uq.(*sql.Conn)
+	dc, ok2 := dq.(*sql.Conn)
+	if !ok1 || !ok2 {
+		return errNoDriverQuery
+	}
+	return uc.Raw(func(ud any) error {
+		return dc.Raw(func(dd any) error {
+			uqc, ok1 := ud.(driver.QueryerContext)
+			dqc, ok2 := dd.(driver.QueryerContext)
+			if !ok1 || !ok2 {
+				return errNoDriverQuery
+			}
+			urows, err := uqc.QueryContext(ctx, uSQL, nil)
+			if err != nil {
+				return fmt.Errorf("read upstream rows of %s: %w", table, err)
+			}
+			defer urows.Close()
+			drows, err := dqc.QueryContext(ctx, dSQL, nil)
+			if err != nil {
+				return fmt.Errorf("read downstream rows of %s: %w", table, err)
+			}
+			defer drows.Close()
+			return fn(newDriverRowStream(urows, n), newDriverRowStream(drows, n))
+		})
+	})
+}
+
+// mergeStreams merge-compares two row streams in key order and emits the differences.
+func mergeStreams(ts *tableState, us, ds *rowStream, emit func(Difference) error) error {
+	p := ts.plan
+	if err := us.next(); err != nil {
+		return fmt.Errorf("read upstream rows of %s: %w", ts.name, err)
+	}
+	if err := ds.next(); err != nil {
+		return fmt.Errorf("read downstream rows of %s: %w", ts.name, err)
+	}
+	for !us.done || !ds.done {
+		var c int
+		switch {
+		case us.done:
+			c = 1
+		case ds.done:
+			c = -1
+		default:
+			c = p.compareRowKeys(us.cur, ds.cur)
+		}
+		switch {
+		case c < 0:
+			if err := emit(p.missing(us.row(), 1)); err != nil {
+				return err
+			}
+			if err := us.next(); err != nil {
+				return fmt.Errorf("read upstream rows of %s: %w", ts.name, err)
+			}
+		case c > 0:
+			if err := emit(p.extra(ds.row(), 1)); err != nil {
+				return err
+			}
+			if err := ds.next(); err != nil {
+				return fmt.Errorf("read downstream rows of %s: %w", ts.name, err)
+			}
+		default:
+			if cols := p.differingColumns(us.cur, ds.cur); len(cols) > 0 {
+				if err := emit(p.differing(us.row(), cols)); err != nil {
+					return err
+				}
+			}
+			if err := us.next(); err != nil {
+				return fmt.Errorf("read upstream rows of %s: %w", ts.name, err)
+			}
+			if err := ds.next(); err != nil {
+				return fmt.Errorf("read downstream rows of %s: %w", ts.name, err)
+			}
+		}
+	}
+	return nil
 }
 
 type hashGroup struct {

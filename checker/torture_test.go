@@ -2,7 +2,10 @@ package checker
 
 import (
 	"context"
+	"database/sql"
+	"database/sql/driver"
 	"fmt"
+	"reflect"
 	"sort"
 	"strings"
 	"testing"
@@ -203,4 +206,74 @@ func TestTortureTiDB(t *testing.T)    { testTorture(t, tidbPair(t)) }
 // evaluates (tidb_checksum = "pushdown", the choice on TiKV stores).
 func TestTortureTiDBPushdown(t *testing.T) {
 	testTorture(t, tidbPair(t), func(c *Config) { c.TiDBChecksum = TiDBChecksumPushdown })
+}
+
+// TestDriverRowStream: rows read straight from the driver (newDriverRowStream, which
+// prints the numbers the driver parsed) equal rows read through database/sql's RawBytes,
+// value for value, for every type and edge value of the torture table, on TiDB and
+// MariaDB.
+func TestDriverRowStream(t *testing.T) {
+	p := tidbPair(t)
+	p.both(t, tortureDDL())
+	ins := []string{tortureInsert(1, nil, false), tortureInsert(2, nil, true)}
+	for i, v := range tortureEqualVariants {
+		ins = append(ins, tortureInsert(100+i, map[string]string{v.col: v.up}, false))
+	}
+	for i, c := range tortureChanges {
+		ins = append(ins, tortureInsert(200+i, map[string]string{c.col: c.down}, false))
+	}
+	execSession(t, &p, true, "SET SESSION sql_mode = ''", ins...)
+	execSession(t, &p, false, "SET SESSION sql_mode = ''", ins...)
+	plan := p.plan(t, "torture", FlavorTiDB)
+	ctx := context.Background()
+	for side, db := range map[Side]*sql.DB{Upstream: p.up.DB, Downstream: p.down.DB} {
+		q := plan.RowsSQL(side, Range{})
+		read := func(s *rowStream) [][]Value {
+			var out [][]Value
+			for {
+				if err := s.next(); err != nil {
+					t.Fatal(err)
+				}
+				if s.done {
+					return out
+				}
+				out = append(out, s.row())
+			}
+		}
+		rows, err := db.QueryContext(ctx, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := read(newRowStream(rows, len(plan.Columns)))
+		rows.Close()
+		conn, err := db.Conn(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got [][]Value
+		err = conn.Raw(func(dc any) error {
+			drows, err := dc.(driver.QueryerContext).QueryContext(ctx, q, nil)
+			if err != nil {
+				return err
+			}
+			defer drows.Close()
+			got = read(newDriverRowStream(drows, len(plan.Columns)))
+			return nil
+		})
+		conn.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != len(ins) || len(got) != len(want) {
+			t.Fatalf("%s: %d rows from the driver, %d through database/sql, %d inserted", side, len(got), len(want), len(ins))
+		}
+		for i := range want {
+			for j, c := range plan.Columns {
+				if !reflect.DeepEqual(got[i][j], want[i][j]) {
+					t.Errorf("%s row %d column %s: driver %q (null %v), database/sql %q (null %v)", side, i, c.Name,
+						got[i][j].Bytes, got[i][j].Null, want[i][j].Bytes, want[i][j].Null)
+				}
+			}
+		}
+	}
 }
