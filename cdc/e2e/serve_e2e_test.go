@@ -286,15 +286,7 @@ func TestServeHandleKeyOnly(t *testing.T) {
 	cfg.Seed = 21
 	cfg.Encoder.MaxMessageBytes = 1024
 	cfg.Encoder.LargeMessageHandle = open.LargeMessageHandleKeyOnly
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	cfg.ImportTSFile = filepath.Join(t.TempDir(), "import_ts")
-	load := startLoadgen(ctx, cfg)
-	importTs := waitImport(t, cfg.ImportTSFile, load)
-	lr := <-load
-	if lr.err != nil {
-		t.Fatalf("loadgen: %v", lr.err)
-	}
+	importTs, lr := loadAfterImport(t, cfg)
 	e.writeConfig(fmt.Sprintf("start-ts = %d\n", importTs), "")
 
 	s := e.startServe()
@@ -349,15 +341,7 @@ func TestServeClaimCheck(t *testing.T) {
 		files.Add(1)
 		return os.WriteFile(filepath.Join(dir, name), data, 0o644)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	cfg.ImportTSFile = filepath.Join(t.TempDir(), "import_ts")
-	load := startLoadgen(ctx, cfg)
-	importTs := waitImport(t, cfg.ImportTSFile, load)
-	lr := <-load
-	if lr.err != nil {
-		t.Fatalf("loadgen: %v", lr.err)
-	}
+	importTs, lr := loadAfterImport(t, cfg)
 	if files.Load() == 0 {
 		t.Fatal("the workload wrote no claim-check file")
 	}
@@ -367,4 +351,20 @@ func TestServeClaimCheck(t *testing.T) {
 	t.Logf("loadgen: %d transactions, %d row events, %d of them in claim-check files", lr.res.Transactions, lr.res.Rows, files.Load())
 	e.compareAt(lr.res.ResolvedTs)
 	s.stop(t)
+}
+
+// loadAfterImport runs the generator with an import to its end and returns the import
+// TSO (where the changefeed starts) and the result.
+func loadAfterImport(t *testing.T, cfg loadgen.Config) (uint64, loadResult) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cfg.ImportTSFile = filepath.Join(t.TempDir(), "import_ts")
+	load := startLoadgen(ctx, cfg)
+	importTs := waitImport(t, cfg.ImportTSFile, load)
+	lr := <-load
+	if lr.err != nil {
+		t.Fatalf("loadgen: %v", lr.err)
+	}
+	return importTs, lr
 }
