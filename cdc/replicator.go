@@ -9,7 +9,6 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"regexp"
 	"runtime/debug"
 	"sort"
 	"sync"
@@ -280,6 +279,9 @@ type coordinator struct {
 	stopErr    error // an unusable record stopped a partition: apply what is possible, then fail
 	lastPub    time.Time
 	lastLog    time.Time
+	// watch lists the changefeed's partitions before every round (see checkPartitions).
+	watch       *partitionWatch
+	lastListErr time.Time
 }
 
 // Run consumes and applies until ctx ends (then it finishes the round in progress and
@@ -300,8 +302,25 @@ func (r *Replicator) Run(ctx context.Context) (err error) {
 		r.mu.Unlock()
 		close(r.done)
 	}()
+	defer tuneGC(r.cfg, r.log)()
+	var running sync.Once
+	for {
+		err = r.runOnce(ctx, func() { running.Do(func() { close(r.running) }) })
+		var pc *partitionsChanged
+		if !errors.As(err, &pc) {
+			return err
+		}
+		// As after a restart: everything is read again from the stored offsets, and a new
+		// partition from its first offset.
+		r.log.Warn("the changefeed's partitions changed; restarting the replicator to read them", "added", pc.added, "removed", pc.removed)
+	}
+}
+
+// runOnce runs the replicator on the partitions listed at its start, until ctx ends, an
+// error stops it, or the partitions change (*partitionsChanged). started is called once
+// it serves requests.
+func (r *Replicator) runOnce(ctx context.Context, started func()) error {
 	cfg := r.cfg
-	defer tuneGC(cfg, r.log)()
 	tz, _ := sessionTimeZone(cfg.Changefeed.TimeZone)
 	session := map[string]string{
 		"time_zone":          "'" + tz + "'",
@@ -343,7 +362,9 @@ func (r *Replicator) Run(ctx context.Context) (err error) {
 		}
 		defer r.rows.close()
 	}
-	parts, err := listPartitions(ctx, cfg.Changefeed)
+	watch := newPartitionWatch(cfg.Changefeed)
+	defer watch.close()
+	parts, err := watch.list(ctx)
 	if err != nil {
 		return err
 	}
@@ -361,7 +382,7 @@ func (r *Replicator) Run(ctx context.Context) (err error) {
 		return err
 	}
 	c := &coordinator{
-		r: r, cfg: cfg, log: r.log, meta: m, buf: buf,
+		r: r, cfg: cfg, log: r.log, meta: m, buf: buf, watch: watch,
 		ap:      &applier{db: applyDB, meta: m, cfg: cfg, log: r.log, hooks: r.hooks, tableProgress: saved.tableProgress},
 		applied: saved.appliedTs, startTs: saved.appliedTs, ddlDone: saved.ddlApplied,
 	}
@@ -388,7 +409,7 @@ func (r *Replicator) Run(ctx context.Context) (err error) {
 		g.Go(func() error { return r.consume(gctx, dec, i, ps.key, start, records) })
 	}
 	g.Go(func() error { return c.run(gctx, records) })
-	close(r.running)
+	started()
 	err = g.Wait()
 	if err == nil || (ctx.Err() != nil && errors.Is(err, context.Canceled)) {
 		r.log.Info("replicator stopped", "resolved_ts", c.applied)
@@ -452,59 +473,6 @@ func claimCheckLoader(dir string) func(string) ([]byte, error) {
 	return func(loc string) ([]byte, error) {
 		return os.ReadFile(filepath.Join(dir, open.ClaimCheckFileName(loc)))
 	}
-}
-
-// listPartitions returns every partition of the changefeed's topics.
-func listPartitions(ctx context.Context, cf ChangefeedConfig) ([]partKey, error) {
-	var lastErr error
-	for _, b := range cf.Brokers {
-		d := kafka.Dialer{Timeout: 10 * time.Second}
-		conn, err := d.DialContext(ctx, "tcp", b)
-		if err != nil {
-			lastErr = err
-			continue
-		}
-		var parts []kafka.Partition
-		if cf.TopicRegex != "" {
-			parts, err = conn.ReadPartitions()
-		} else {
-			parts, err = conn.ReadPartitions(cf.Topics...)
-		}
-		conn.Close()
-		if err != nil {
-			lastErr = err
-			continue
-		}
-		var re *regexp.Regexp
-		if cf.TopicRegex != "" {
-			re = regexp.MustCompile("^(?:" + cf.TopicRegex + ")$")
-		}
-		var out []partKey
-		seen := map[string]bool{}
-		for _, p := range parts {
-			if re != nil && !re.MatchString(p.Topic) {
-				continue
-			}
-			seen[p.Topic] = true
-			out = append(out, partKey{p.Topic, p.ID})
-		}
-		for _, t := range cf.Topics {
-			if !seen[t] {
-				return nil, fmt.Errorf("topic %s has no partitions (does it exist?)", t)
-			}
-		}
-		if len(out) == 0 {
-			return nil, fmt.Errorf("no topic matches changefeed.topic-regex %q", cf.TopicRegex)
-		}
-		sort.Slice(out, func(i, j int) bool {
-			if out[i].Topic != out[j].Topic {
-				return out[i].Topic < out[j].Topic
-			}
-			return out[i].Partition < out[j].Partition
-		})
-		return out, nil
-	}
-	return nil, fmt.Errorf("listing changefeed partitions: %w", lastErr)
 }
 
 // consume reads one partition from start (-1: the first offset) and hands decoded
@@ -675,6 +643,9 @@ func (c *coordinator) step(ctx context.Context) error {
 		}
 		if target <= c.applied && !c.ddlDue(target) {
 			return nil
+		}
+		if ok, err := c.checkPartitions(ctx); err != nil || !ok {
+			return err
 		}
 		if err := c.round(ctx, target); err != nil {
 			return err

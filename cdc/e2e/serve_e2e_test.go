@@ -368,3 +368,66 @@ func loadAfterImport(t *testing.T, cfg loadgen.Config) (uint64, loadResult) {
 	}
 	return importTs, lr
 }
+
+// TestServeNewPartition adds a partition to the changefeed's topic while parity serve
+// runs, as an operator does before raising a TiCDC changefeed's partition-num. The next
+// workload dispatches rows to all three partitions; serve must notice the new partition
+// before applying past any of its rows (it restarts its replicator on the new list), and
+// the fallback must end equal to TiDB. Without that check the checkpoint would pass the
+// new partition's rows and they would never be applied.
+func TestServeNewPartition(t *testing.T) {
+	e := newEnv(t, 2, true)
+	s := e.startServe()
+	cfg := e.loadgenConfig()
+	cfg.Dispatcher = loadgen.DispatchIndexValue
+	cfg.Transactions = 300
+	cfg.Seed = 31
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	first, err := loadgen.Run(ctx, cfg)
+	if err != nil {
+		t.Fatalf("loadgen: %v", err)
+	}
+	e.waitApplied(s, first.ResolvedTs, time.Minute)
+
+	client := &kafka.Client{Addr: kafka.TCP(e.broker), Timeout: 10 * time.Second}
+	resp, err := client.CreatePartitions(ctx, &kafka.CreatePartitionsRequest{
+		Topics: []kafka.TopicPartitionsConfig{{Name: e.topic, Count: 3}}})
+	if err == nil && len(resp.Errors) > 0 {
+		err = resp.Errors[e.topic]
+	}
+	if err != nil {
+		t.Fatalf("add a partition to %s: %v", e.topic, err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		if n, err := loadgen.TopicPartitions(ctx, []string{e.broker}, e.topic); err == nil && n == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the topic does not show 3 partitions")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	e.partitions = 3
+
+	cfg.Seed = 32
+	second, err := loadgen.Run(ctx, cfg)
+	if err != nil {
+		t.Fatalf("loadgen: %v", err)
+	}
+	e.waitApplied(s, second.ResolvedTs, time.Minute)
+	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+	st, err := e.status(sctx)
+	scancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Partitions) != 3 {
+		t.Errorf("serve reads %d partitions, want 3", len(st.Partitions))
+	}
+	if !strings.Contains(e.serveLog(), "partitions changed") {
+		t.Errorf("serve did not log the partition change; log:\n%s", e.serveLog())
+	}
+	e.compareAt(second.ResolvedTs)
+	s.stop(t)
+}

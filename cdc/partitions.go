@@ -1,0 +1,155 @@
+package cdc
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+)
+
+// partitionWatch lists the partitions of the changefeed's topics with a fresh metadata
+// request each time (kafka-go's Transport would answer from a cache refreshed every few
+// seconds), over one connection kept between listings.
+type partitionWatch struct {
+	cf   ChangefeedConfig
+	re   *regexp.Regexp
+	conn *kafka.Conn
+}
+
+func newPartitionWatch(cf ChangefeedConfig) *partitionWatch {
+	w := &partitionWatch{cf: cf}
+	if cf.TopicRegex != "" {
+		w.re = regexp.MustCompile("^(?:" + cf.TopicRegex + ")$")
+	}
+	return w
+}
+
+func (w *partitionWatch) close() {
+	if w.conn != nil {
+		_ = w.conn.Close()
+		w.conn = nil
+	}
+}
+
+// list returns every partition of the changefeed's topics (topics, or those matching
+// topic-regex), sorted.
+func (w *partitionWatch) list(ctx context.Context) ([]partKey, error) {
+	var parts []kafka.Partition
+	var lastErr error
+	for attempt := 0; attempt <= len(w.cf.Brokers); attempt++ {
+		if w.conn == nil {
+			b := w.cf.Brokers[attempt%len(w.cf.Brokers)]
+			d := kafka.Dialer{Timeout: 10 * time.Second}
+			conn, err := d.DialContext(ctx, "tcp", b)
+			if err != nil {
+				lastErr = err
+				continue
+			}
+			w.conn = conn
+		}
+		if dl, ok := ctx.Deadline(); ok {
+			_ = w.conn.SetDeadline(dl)
+		} else {
+			_ = w.conn.SetDeadline(time.Now().Add(10 * time.Second))
+		}
+		var err error
+		if w.re != nil {
+			parts, err = w.conn.ReadPartitions()
+		} else {
+			parts, err = w.conn.ReadPartitions(w.cf.Topics...)
+		}
+		if err == nil {
+			lastErr = nil
+			break
+		}
+		lastErr = err
+		w.close()
+	}
+	if lastErr != nil {
+		return nil, fmt.Errorf("listing changefeed partitions: %w", lastErr)
+	}
+	var out []partKey
+	seen := map[string]bool{}
+	for _, p := range parts {
+		if w.re != nil && !w.re.MatchString(p.Topic) {
+			continue
+		}
+		seen[p.Topic] = true
+		out = append(out, partKey{p.Topic, p.ID})
+	}
+	for _, t := range w.cf.Topics {
+		if !seen[t] {
+			return nil, fmt.Errorf("topic %s has no partitions (does it exist?)", t)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no topic matches changefeed.topic-regex %q", w.cf.TopicRegex)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Topic != out[j].Topic {
+			return out[i].Topic < out[j].Topic
+		}
+		return out[i].Partition < out[j].Partition
+	})
+	return out, nil
+}
+
+// partitionsChanged ends a run whose topics gained or lost partitions (or, with
+// topic-regex, topics): Run starts over on the new list.
+type partitionsChanged struct {
+	added, removed []string
+}
+
+func (e *partitionsChanged) Error() string {
+	return fmt.Sprintf("the changefeed's partitions changed: added %v, removed %v", e.added, e.removed)
+}
+
+// checkPartitions is called before every round. A round applies up to a resolved ts T
+// received on the partitions being read; TiCDC emits T only after every row with commit
+// ts <= T is written, so a partition (or a topic-regex topic) TiCDC writes rows to existed
+// before T arrived, and a listing made now includes it. Were it missed, its rows up to T
+// would never be applied: the checkpoint would pass them. So a changed list ends the run
+// (*partitionsChanged) before anything is applied, and the replicator starts over reading
+// the new list (a new partition from its first offset). ok is false when the partitions
+// could not be listed: the round waits.
+func (c *coordinator) checkPartitions(ctx context.Context) (ok bool, err error) {
+	if c.watch == nil {
+		return true, nil
+	}
+	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	now, err := c.watch.list(lctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return false, nil
+		}
+		if time.Since(c.lastListErr) > 10*time.Second {
+			c.lastListErr = time.Now()
+			c.log.Warn("cannot list the changefeed's partitions; applying waits until it can", "err", err)
+		}
+		return false, nil
+	}
+	var added, removed []string
+	known := make([]partKey, len(c.parts))
+	for i, p := range c.parts {
+		known[i] = p.key
+	}
+	for _, k := range now {
+		if !slices.Contains(known, k) {
+			added = append(added, k.String())
+		}
+	}
+	for _, k := range known {
+		if !slices.Contains(now, k) {
+			removed = append(removed, k.String())
+		}
+	}
+	if len(added) > 0 || len(removed) > 0 {
+		return false, &partitionsChanged{added: added, removed: removed}
+	}
+	return true, nil
+}
