@@ -60,14 +60,32 @@ func newRowFetcher(cfg Config, log *slog.Logger, fetched *atomic.Int64) (*rowFet
 
 func (f *rowFetcher) close() error { return f.db.Close() }
 
+// tableCache holds, for one partition's stream, the upstream tables read for its
+// handle-key-only events. An entry read for an event at commit ts lo serves events at
+// lo or later until the stream carries a DDL: TiCDC writes a DDL to every partition after
+// the rows before it and before the rows after it, so no schema change between lo and a
+// later event's ts can go unseen. An event older than lo (a TiCDC re-delivery) reads the
+// table again at its own ts. Any DDL empties the cache.
+type tableCache map[[2]string]cachedTable
+
+type cachedTable struct {
+	t  *upstream.Table
+	lo uint64
+}
+
 // complete replaces every handle-key-only insert and update of evs by the full row.
-func (f *rowFetcher) complete(ctx context.Context, evs []open.Event) error {
+// cache belongs to the partition whose stream evs come from.
+func (f *rowFetcher) complete(ctx context.Context, evs []open.Event, cache tableCache) error {
 	for i := range evs {
 		ev := &evs[i]
+		if ev.Kind == open.KindDDL {
+			clear(cache)
+			continue
+		}
 		if ev.Kind != open.KindRow || !ev.OnlyHandleKey || ev.Op == open.OpDelete {
 			continue
 		}
-		cols, err := f.fetch(ctx, ev)
+		cols, err := f.fetch(ctx, ev, cache)
 		if err != nil {
 			return fmt.Errorf("reading the row of a handle-key-only %s event of %s.%s at commit ts %d from the upstream: %w",
 				ev.Op, ev.Schema, ev.Table, ev.CommitTs, err)
@@ -80,11 +98,11 @@ func (f *rowFetcher) complete(ctx context.Context, evs []open.Event) error {
 }
 
 // fetch reads ev's row at its commit ts, retrying transient errors.
-func (f *rowFetcher) fetch(ctx context.Context, ev *open.Event) ([]open.Column, error) {
+func (f *rowFetcher) fetch(ctx context.Context, ev *open.Event, cache tableCache) ([]open.Column, error) {
 	backoff := f.backoff
 	for attempt := 0; ; attempt++ {
 		actx, cancel := context.WithTimeout(ctx, f.timeout)
-		cols, err := f.fetchOnce(actx, ev)
+		cols, err := f.fetchOnce(actx, ev, cache)
 		cancel()
 		if err == nil {
 			return cols, nil
@@ -105,7 +123,7 @@ func (f *rowFetcher) fetch(ctx context.Context, ev *open.Event) ([]open.Column, 
 	}
 }
 
-func (f *rowFetcher) fetchOnce(ctx context.Context, ev *open.Event) (cols []open.Column, err error) {
+func (f *rowFetcher) fetchOnce(ctx context.Context, ev *open.Event, cache tableCache) (cols []open.Column, err error) {
 	conn, err := f.db.Conn(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("connect: %w", err)
@@ -127,11 +145,19 @@ func (f *rowFetcher) fetchOnce(ctx context.Context, ev *open.Event) (cols []open
 	}
 	snapshot = true
 	// The table as it was at the commit ts (information_schema follows @@tidb_snapshot).
-	t, err := upstream.LoadTable(ctx, conn, ev.Schema, ev.Table)
-	if err != nil {
-		return nil, snapshotHint(err)
+	key := [2]string{ev.Schema, ev.Table}
+	c, ok := cache[key]
+	if !ok || ev.CommitTs < c.lo {
+		t, err := upstream.LoadTable(ctx, conn, ev.Schema, ev.Table)
+		if err != nil {
+			return nil, snapshotHint(err)
+		}
+		c = cachedTable{t: t, lo: ev.CommitTs}
+		if !ok {
+			cache[key] = c
+		}
 	}
-	cols, err = upstream.FetchRow(ctx, conn, t, ev.Columns)
+	cols, err = upstream.FetchRow(ctx, conn, c.t, ev.Columns)
 	return cols, snapshotHint(err)
 }
 

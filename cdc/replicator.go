@@ -502,6 +502,7 @@ func (r *Replicator) consume(ctx context.Context, dec *open.Decoder, idx int, pk
 	if err := rd.SetOffset(start); err != nil {
 		return fmt.Errorf("seeking %s to %d: %w", pk, start, err)
 	}
+	tables := tableCache{} // upstream tables of this partition's handle-key-only events
 	for {
 		msg, err := rd.FetchMessage(ctx)
 		if err != nil {
@@ -517,7 +518,7 @@ func (r *Replicator) consume(ctx context.Context, dec *open.Decoder, idx int, pk
 		}
 		if err == nil && r.rows != nil {
 			// Not a record error (the record is fine): stop, and read it again after a restart.
-			if err := r.rows.complete(ctx, rec.events); err != nil {
+			if err := r.rows.complete(ctx, rec.events, tables); err != nil {
 				if ctx.Err() != nil {
 					return nil
 				}
