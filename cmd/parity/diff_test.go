@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tidb-parity/parity/checker"
 	"github.com/tidb-parity/parity/internal/ident"
 	"github.com/tidb-parity/parity/internal/testenv"
 )
@@ -126,7 +127,8 @@ func TestDiffExampleConfigParses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(cfg.Routes) != 2 || cfg.ChunkTargetTime.String() != "500ms" || cfg.TableConfigs[0].Where == "" {
+	if len(cfg.Routes) != 2 || cfg.ChunkTargetTime.String() != "500ms" || cfg.TableConfigs[0].Where == "" ||
+		cfg.TiDBChecksum != checker.TiDBChecksumAuto {
 		t.Fatalf("parsed: %+v", cfg)
 	}
 }
