@@ -10,14 +10,18 @@ import (
 
 // Report is the result of a run. A data difference is a result, not an error.
 type Report struct {
-	RunID      string        `json:"run_id"`
-	State      string        `json:"state"`
-	StartedAt  time.Time     `json:"started_at"`
-	FinishedAt time.Time     `json:"finished_at"`
-	Upstream   string        `json:"upstream"`
-	Downstream string        `json:"downstream"`
-	Equal      bool          `json:"equal"`
-	Tables     []TableReport `json:"tables"`
+	RunID      string    `json:"run_id"`
+	State      string    `json:"state"`
+	StartedAt  time.Time `json:"started_at"`
+	FinishedAt time.Time `json:"finished_at"`
+	Upstream   string    `json:"upstream"`
+	Downstream string    `json:"downstream"`
+	// UpstreamSnapshot and DownstreamSnapshot are the TiDB snapshots (TSO or datetime) the
+	// sides were read at, when set: "equal" holds between those points.
+	UpstreamSnapshot   string        `json:"upstream_snapshot,omitempty"`
+	DownstreamSnapshot string        `json:"downstream_snapshot,omitempty"`
+	Equal              bool          `json:"equal"`
+	Tables             []TableReport `json:"tables"`
 }
 
 // TableReport is the result for one table pair.

@@ -971,7 +971,8 @@ func (r *runner) reportProgress() {
 // report assembles the report from the run state and writes the output directory.
 func (r *runner) report(ctx context.Context) (*Report, error) {
 	rep := &Report{RunID: r.st.runID, State: RunDone, StartedAt: r.start.UTC(), FinishedAt: time.Now().UTC(),
-		Upstream: r.src.Upstream.Describe(), Downstream: r.src.Downstream.Describe(), Equal: true}
+		Upstream: r.src.Upstream.Describe(), Downstream: r.src.Downstream.Describe(), Equal: true,
+		UpstreamSnapshot: r.cfg.Upstream.Snapshot, DownstreamSnapshot: r.cfg.Downstream.Snapshot}
 	for _, ts := range r.tables {
 		tr := TableReport{Schema: ts.stored.upSchema, Table: ts.stored.upTable, DownstreamSchema: ts.stored.downSchema,
 			DownstreamTable: ts.stored.downName, StructureEqual: structureEqual(ts.problems), StructureProblems: ts.problems,

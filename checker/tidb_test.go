@@ -54,8 +54,8 @@ func TestTiDBSnapshotRead(t *testing.T) {
 	exec(t, p.up.DB, "UPDATE sn SET v = 99 WHERE id = 2", "INSERT INTO sn VALUES (3, 3)")
 	cfg := p.config(t, "sn")
 	cfg.Upstream.Snapshot = tso
-	if rep := run(t, cfg); !rep.Equal {
-		t.Fatalf("at snapshot %s the tables are equal: %+v", tso, rep.Tables)
+	if rep := run(t, cfg); !rep.Equal || rep.UpstreamSnapshot != tso || rep.DownstreamSnapshot != "" {
+		t.Fatalf("at snapshot %s the tables are equal: %+v (snapshots %q, %q)", tso, rep.Tables, rep.UpstreamSnapshot, rep.DownstreamSnapshot)
 	}
 	cfg.Upstream.Snapshot = ""
 	if rep := run(t, cfg); rep.Equal || rep.Tables[0].DifferencesTotal != 2 {
