@@ -398,20 +398,30 @@ const (
 )
 
 func encodeEvent(dst []byte, e *bufEvent) []byte {
-	body := make([]byte, 0, 256)
-	body = binary.AppendUvarint(body, e.ts)
-	body = binary.AppendUvarint(body, e.seq)
-	body = binary.AppendVarint(body, e.ev.Partition)
-	body = append(body, byte(e.ev.Op))
-	body = appendCols(body, e.ev.Columns)
+	// The body goes straight into dst behind room for its length prefix, which is then
+	// written right before it and the unused room closed: no buffer per event.
+	start := len(dst)
+	dst = append(dst, make([]byte, binary.MaxVarintLen64)...)
+	at := len(dst)
+	dst = binary.AppendUvarint(dst, e.ts)
+	dst = binary.AppendUvarint(dst, e.seq)
+	dst = binary.AppendVarint(dst, e.ev.Partition)
+	dst = append(dst, byte(e.ev.Op))
+	dst = appendCols(dst, e.ev.Columns)
 	if e.ev.OldColumns == nil {
-		body = binary.AppendUvarint(body, 0)
+		dst = binary.AppendUvarint(dst, 0)
 	} else {
-		body = binary.AppendUvarint(body, uint64(len(e.ev.OldColumns))+1)
-		body = appendColList(body, e.ev.OldColumns)
+		dst = binary.AppendUvarint(dst, uint64(len(e.ev.OldColumns))+1)
+		dst = appendColList(dst, e.ev.OldColumns)
 	}
-	dst = binary.AppendUvarint(dst, uint64(len(body)))
-	return append(dst, body...)
+	var hdr [binary.MaxVarintLen64]byte
+	k := binary.PutUvarint(hdr[:], uint64(len(dst)-at))
+	copy(dst[at-k:at], hdr[:k])
+	if gap := binary.MaxVarintLen64 - k; gap > 0 {
+		n := copy(dst[start:], dst[start+gap:])
+		dst = dst[:start+n]
+	}
+	return dst
 }
 
 func appendCols(b []byte, cols []open.Column) []byte {
