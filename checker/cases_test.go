@@ -226,8 +226,9 @@ func TestMaxRowsPerSecond(t *testing.T) {
 	}
 }
 
-// TestOddKeys: an ENUM in the primary key, a float primary key (compared as a multiset)
-// and a prefix-unique key (not a row identity).
+// TestOddKeys: an ENUM in the primary key, a DOUBLE primary key (a row identity like any
+// number: one differing row, see testFloatKeys) and a prefix-unique key (not a row
+// identity: compared as a multiset).
 func TestOddKeys(t *testing.T) {
 	p := mariaPair(t)
 	p.both(t, "CREATE TABLE ek (e ENUM('zz','aa','mm') NOT NULL, n INT NOT NULL, v INT, PRIMARY KEY (e, n))",
@@ -248,7 +249,8 @@ func TestOddKeys(t *testing.T) {
 		tr.Differences[0].Key[0].Value != "'mm'" || tr.Differences[0].Key[1].Value != "2" {
 		t.Errorf("enum key: %+v", tr)
 	}
-	if tr := tableReport(t, rep, "fk"); !tr.Keyless || tr.DifferencesTotal != 2 {
+	if tr := tableReport(t, rep, "fk"); tr.Keyless || tr.DifferencesTotal != 1 || tr.Differences[0].Kind != Differing ||
+		tr.Differences[0].Key[0].Value != "1.2345678901234567" {
 		t.Errorf("float key: %+v", tr)
 	}
 	if tr := tableReport(t, rep, "pk"); !tr.Keyless || tr.DifferencesTotal != 2 {
@@ -403,5 +405,51 @@ func TestManyDifferences(t *testing.T) {
 	applyFix(t, p.down.DB, fix)
 	if rep := run(t, cfg); !rep.Equal {
 		t.Fatalf("after fix: %+v", rep.Tables[0].DifferencesTotal)
+	}
+}
+
+func TestFloatKeys(t *testing.T)     { testFloatKeys(t, mariaPair(t)) }
+func TestFloatKeysTiDB(t *testing.T) { testFloatKeys(t, tidbPair(t)) }
+
+// testFloatKeys: DOUBLE and FLOAT primary keys (values that need 17 digits, float32
+// values that print short in MariaDB, huge, tiny, negative, subnormal, zero) are compared
+// by key, cut into many chunks and bisected; a changed row, a missing and an extra row are
+// found at their exact keys, and the fix SQL, which names rows by those keys, makes the
+// downstream equal.
+func testFloatKeys(t *testing.T, p pair) {
+	p.both(t, "CREATE TABLE fd (k DOUBLE NOT NULL PRIMARY KEY, v INT)", "CREATE TABLE ff (k FLOAT NOT NULL PRIMARY KEY, v INT)")
+	keys := []string{"0", "-1.5", "0.1", "0.30000000000000004", "1e300", "-1e-300", "4.9e-324", "3.141592653589793", "123456789.12345678", "2.5e-5"}
+	for i := 0; i < 600; i++ {
+		keys = append(keys, fmt.Sprintf("%d.%03d", i-300, (i*7919)%1000))
+	}
+	var vals []string
+	for i, k := range keys {
+		vals = append(vals, fmt.Sprintf("(%s, %d)", k, i))
+	}
+	p.both(t, "INSERT INTO fd VALUES "+strings.Join(vals, ","))
+	// FLOAT: distinct float32 values (the 600 generated ones are distinct as float32 too).
+	fvals := []string{"(3.4e38, -1)", "(-1.17549435e-38, -2)", "(1.1, -3)", "(1.2345678, -4)", "(16777217, -5)"}
+	p.both(t, "INSERT INTO ff VALUES "+strings.Join(append(fvals, vals[10:]...), ","))
+	exec(t, p.down.DB,
+		"UPDATE fd SET v = -1 WHERE k = 0.30000000000000004", "DELETE FROM fd WHERE k = 4.9e-324", "INSERT INTO fd VALUES (0.30000000000000009, 7)",
+		"UPDATE ff SET v = 99 WHERE v = -4", "DELETE FROM ff WHERE v = -1", "INSERT INTO ff VALUES (1.1000001, 7)") // FLOAT = literal compares as DOUBLE: select by v
+	cfg := p.config(t, "fd", "ff")
+	cfg.InitialChunkRows = 50
+	cfg.MinChunkRows = 50
+	cfg.RowDiffRows = 10
+	rep := run(t, cfg)
+	for _, name := range []string{"fd", "ff"} {
+		tr := tableReport(t, rep, name)
+		if tr.Keyless || len(tr.Key) != 1 || tr.Chunks < 5 {
+			t.Fatalf("%s: want keyed by k in several chunks: %+v", name, tr)
+		}
+		got := diffsByKind(tr)
+		if got[Missing] != 1 || got[Extra] != 1 || got[Differing] != 1 || tr.DifferencesTotal != 3 {
+			t.Errorf("%s: got %v: %+v", name, got, tr.Differences)
+		}
+		applyFix(t, p.down.DB, readFix(t, cfg, tr))
+	}
+	if rep := run(t, cfg); !rep.Equal {
+		t.Fatalf("after fix: %+v", rep.Tables)
 	}
 }

@@ -312,9 +312,11 @@ func chooseKey(up, down *Table, ignored func(string) bool) (key []string, keyles
 		for _, name := range k {
 			uc, _ := up.Column(name)
 			dc, found := down.Column(name)
-			// JSON and floating-point keys cannot be range-cut exactly (floats print
-			// rounded): such tables are compared as multisets of rows instead.
-			if !found || ignored(name) || uc.Kind == KindJSON || uc.Kind == KindFloat || uc.Kind == KindDouble || uc.Kind != dc.Kind {
+			// JSON keys have no order both servers share: such tables are compared as
+			// multisets of rows instead. FLOAT and DOUBLE keys are read as exact DOUBLE
+			// text (selectExpr), which compares exactly with the column on both servers
+			// (as floating-point values), so they range-cut like any number.
+			if !found || ignored(name) || uc.Kind == KindJSON || uc.Kind != dc.Kind {
 				ok = false
 			}
 		}
