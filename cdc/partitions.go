@@ -2,6 +2,7 @@ package cdc
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"regexp"
 	"slices"
@@ -69,6 +70,10 @@ func (w *partitionWatch) list(ctx context.Context) ([]partKey, error) {
 		lastErr = err
 		w.close()
 	}
+	if errors.Is(lastErr, kafka.UnknownTopicOrPartition) {
+		// Kafka answered: a configured topic does not exist (any more).
+		return nil, fmt.Errorf("listing partitions of topics %v: %w: %w", w.cf.Topics, lastErr, errNoPartitions)
+	}
 	if lastErr != nil {
 		return nil, fmt.Errorf("listing changefeed partitions: %w", lastErr)
 	}
@@ -83,11 +88,11 @@ func (w *partitionWatch) list(ctx context.Context) ([]partKey, error) {
 	}
 	for _, t := range w.cf.Topics {
 		if !seen[t] {
-			return nil, fmt.Errorf("topic %s has no partitions (does it exist?)", t)
+			return nil, fmt.Errorf("topic %s has no partitions (does it exist?): %w", t, errNoPartitions)
 		}
 	}
 	if len(out) == 0 {
-		return nil, fmt.Errorf("no topic matches changefeed.topic-regex %q", w.cf.TopicRegex)
+		return nil, fmt.Errorf("no topic matches changefeed.topic-regex %q: %w", w.cf.TopicRegex, errNoPartitions)
 	}
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Topic != out[j].Topic {
@@ -97,6 +102,13 @@ func (w *partitionWatch) list(ctx context.Context) ([]partKey, error) {
 	})
 	return out, nil
 }
+
+// idleCheckInterval: while no round runs, the partitions are checked this often.
+const idleCheckInterval = 10 * time.Second
+
+// errNoPartitions: Kafka answered, and a configured topic (or every topic-regex match) has
+// no partitions.
+var errNoPartitions = errors.New("no partitions")
 
 // partitionsChanged ends a run whose topics gained or lost partitions (or, with
 // topic-regex, topics): Run starts over on the new list.
@@ -115,14 +127,21 @@ func (e *partitionsChanged) Error() string {
 // would never be applied: the checkpoint would pass them. So a changed list ends the run
 // (*partitionsChanged) before anything is applied, and the replicator starts over reading
 // the new list (a new partition from its first offset). ok is false when the partitions
-// could not be listed: the round waits.
+// could not be listed: the round waits. It also runs every idleCheckInterval while no
+// round does, so a deleted topic (after which no resolved ts comes) stops the replicator
+// with an error naming it instead of leaving it waiting.
 func (c *coordinator) checkPartitions(ctx context.Context) (ok bool, err error) {
 	if c.watch == nil {
 		return true, nil
 	}
+	c.lastCheck = time.Now()
 	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	now, err := c.watch.list(lctx)
+	if errors.Is(err, errNoPartitions) {
+		// A topic went away: nothing to wait for.
+		return false, fmt.Errorf("before applying up to the resolved ts: %w", err)
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			return false, nil

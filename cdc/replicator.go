@@ -282,6 +282,7 @@ type coordinator struct {
 	// watch lists the changefeed's partitions before every round (see checkPartitions).
 	watch       *partitionWatch
 	lastListErr time.Time
+	lastCheck   time.Time // last checkPartitions
 }
 
 // Run consumes and applies until ctx ends (then it finishes the round in progress and
@@ -590,6 +591,13 @@ func (c *coordinator) run(ctx context.Context, records <-chan record) error {
 			sort.SliceStable(c.barriers, func(i, j int) bool { return c.barriers[i].ts < c.barriers[j].ts })
 			c.publish(true)
 		case <-tick.C:
+			// Also while nothing is applied (no resolved ts arrives when a topic is gone).
+			if time.Since(c.lastCheck) >= idleCheckInterval {
+				if _, err := c.checkPartitions(ctx); err != nil {
+					c.failBarriers(err)
+					return err
+				}
+			}
 		}
 		if err := c.step(ctx); err != nil {
 			c.failBarriers(err)

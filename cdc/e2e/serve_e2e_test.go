@@ -431,3 +431,36 @@ func TestServeNewPartition(t *testing.T) {
 	e.compareAt(second.ResolvedTs)
 	s.stop(t)
 }
+
+// TestServeTopicDeleted: when the changefeed's topic is deleted while parity serve runs,
+// serve stops with an error naming the topic instead of waiting for it.
+func TestServeTopicDeleted(t *testing.T) {
+	e := newEnv(t, 1, true)
+	s := e.startServe()
+	cfg := e.loadgenConfig()
+	cfg.Transactions = 50
+	cfg.Seed = 41
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res, err := loadgen.Run(ctx, cfg)
+	if err != nil {
+		t.Fatalf("loadgen: %v", err)
+	}
+	e.waitApplied(s, res.ResolvedTs, time.Minute)
+	client := &kafka.Client{Addr: kafka.TCP(e.broker), Timeout: 10 * time.Second}
+	resp, err := client.DeleteTopics(ctx, &kafka.DeleteTopicsRequest{Topics: []string{e.topic}})
+	if err == nil {
+		err = resp.Errors[e.topic]
+	}
+	if err != nil {
+		t.Fatalf("delete topic %s: %v", e.topic, err)
+	}
+	select {
+	case <-s.done:
+	case <-time.After(time.Minute):
+		t.Fatalf("parity serve still runs a minute after its topic was deleted; log:\n%s", e.serveLog())
+	}
+	if s.err == nil || !strings.Contains(e.serveLog(), e.topic) {
+		t.Fatalf("exit %v; want an error naming topic %s; log:\n%s", s.err, e.topic, e.serveLog())
+	}
+}
