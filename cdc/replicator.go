@@ -698,8 +698,8 @@ func (c *coordinator) round(ctx context.Context, target uint64) error {
 		c.ddlDone[d.key] = true
 		c.ddlCount++
 		if len(c.ddls) == 0 || c.ddls[0].ev.CommitTs != d.ev.CommitTs {
+			c.publish(true) // before advance, as in rowsUpTo
 			c.r.advance(c.applied)
-			c.publish(true)
 		}
 	}
 	if target > c.applied {
@@ -757,10 +757,12 @@ func (c *coordinator) rowsUpTo(ctx context.Context, ts uint64, announce bool) er
 			delete(c.ddlDone, k)
 		}
 	}
+	// Publish first: whoever advance wakes must find the status of this checkpoint
+	// (buffered rows released), not the one before it.
+	c.publish(true)
 	if announce {
 		c.r.advance(ts)
 	}
-	c.publish(true)
 	if n := c.ap.rows.Load() - before; n > 0 {
 		c.log.Debug("round applied", "resolved_ts", ts, "rows", n, "duration", time.Since(start))
 	}
