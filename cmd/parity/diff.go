@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/pprof"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -285,8 +286,23 @@ func (p *progressPrinter) finish() {
 	}
 }
 
+// tsoTime renders the physical time of a TSO as " (2006-01-02 15:04:05.000 UTC)", or ""
+// for a snapshot given as a datetime.
+func tsoTime(snap string) string {
+	ts, err := strconv.ParseUint(snap, 10, 64)
+	if err != nil {
+		return ""
+	}
+	return " (" + time.UnixMilli(int64(ts>>18)).UTC().Format("2006-01-02 15:04:05.000") + " UTC)"
+}
+
 func printSummary(w io.Writer, rep *checker.Report, outDir string) {
 	fmt.Fprintf(w, "parity diff run %s (%s)\n", rep.RunID, rep.FinishedAt.Sub(rep.StartedAt).Round(time.Millisecond))
+	for _, s := range []struct{ side, snap string }{{"upstream", rep.UpstreamSnapshot}, {"downstream", rep.DownstreamSnapshot}} {
+		if s.snap != "" {
+			fmt.Fprintf(w, "  %s read at snapshot %s%s\n", s.side, s.snap, tsoTime(s.snap))
+		}
+	}
 	for _, t := range rep.Tables {
 		name := t.Schema + "." + t.Table
 		if t.DownstreamSchema != t.Schema || t.DownstreamTable != t.Table {

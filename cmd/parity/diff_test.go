@@ -184,3 +184,21 @@ func TestDiffWaitsForChangefeedLag(t *testing.T) {
 		t.Fatal("the diff did not finish after the changefeed caught up")
 	}
 }
+
+func TestPrintSummarySnapshots(t *testing.T) {
+	at := time.Date(2026, 11, 21, 13, 42, 5, 250e6, time.UTC)
+	rep := &checker.Report{RunID: "r1", Equal: true, UpstreamSnapshot: fmt.Sprint(uint64(at.UnixMilli()) << 18), DownstreamSnapshot: "2026-11-21 13:00:00"}
+	var b bytes.Buffer
+	printSummary(&b, rep, "")
+	for _, want := range []string{"upstream read at snapshot " + rep.UpstreamSnapshot + " (2026-11-21 13:42:05.250 UTC)",
+		"downstream read at snapshot 2026-11-21 13:00:00\n", "result: EQUAL"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("summary lacks %q:\n%s", want, b.String())
+		}
+	}
+	b.Reset()
+	printSummary(&b, &checker.Report{RunID: "r2", Equal: true}, "")
+	if strings.Contains(b.String(), "snapshot") {
+		t.Errorf("summary without snapshots mentions one:\n%s", b.String())
+	}
+}
