@@ -35,25 +35,11 @@ type rowFetcher struct {
 
 func newRowFetcher(cfg Config, log *slog.Logger, fetched *atomic.Int64) (*rowFetcher, error) {
 	tz, _ := sessionTimeZone(cfg.Changefeed.TimeZone)
-	mc, err := mysql.ParseDSN(cfg.Upstream.DSN)
-	if err != nil {
-		return nil, fmt.Errorf("parsing upstream DSN: %w", err)
-	}
-	mc.DBName = ""
-	if mc.Params == nil {
-		mc.Params = map[string]string{}
-	}
 	// TIMESTAMP values in the zone TiCDC renders them in (the apply sessions use it too).
-	mc.Params["time_zone"] = "'" + tz + "'"
-	mc.InterpolateParams = true
-	mc.ParseTime = false
-	db, err := sql.Open("mysql", mc.FormatDSN())
+	db, err := openDB("upstream", cfg.Upstream.DSN, map[string]string{"time_zone": "'" + tz + "'"}, 4)
 	if err != nil {
-		return nil, fmt.Errorf("opening upstream: %w", err)
+		return nil, err
 	}
-	db.SetMaxOpenConns(4)
-	db.SetMaxIdleConns(4)
-	db.SetConnMaxLifetime(30 * time.Minute)
 	return &rowFetcher{db: db, timeout: cfg.Applier.QueryTimeout, retries: cfg.Applier.MaxRetries,
 		backoff: cfg.Applier.RetryBackoff, log: log, fetched: fetched}, nil
 }

@@ -36,7 +36,7 @@ func newKeylessRig(t *testing.T) *keylessRig {
 	cfg.Applier.BatchRows = 4
 	cfg.Applier.MetaSchema = testenv.UniqueName("pm")
 	cfg.Applier.RetryBackoff = 20 * time.Millisecond
-	db, err := openDB(down.Root, map[string]string{"time_zone": "'+00:00'"}, 5)
+	db, err := openDB("downstream", down.Root, map[string]string{"time_zone": "'+00:00'"}, 5)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -330,7 +330,7 @@ func (r *Replicator) runOnce(ctx context.Context, started func()) error {
 	if cfg.Applier.SQLMode != "" {
 		session["sql_mode"] = "'" + cfg.Applier.SQLMode + "'"
 	}
-	applyDB, err := openDB(cfg.Downstream.DSN, session, cfg.Applier.Workers+2)
+	applyDB, err := openDB("downstream", cfg.Downstream.DSN, session, cfg.Applier.Workers+2)
 	if err != nil {
 		return err
 	}
@@ -341,7 +341,7 @@ func (r *Replicator) runOnce(ctx context.Context, started func()) error {
 	if err != nil {
 		return fmt.Errorf("connecting to the downstream with time_zone %s (changefeed.time-zone), sql_mode %q (applier.sql-mode): %w", tz, cfg.Applier.SQLMode, err)
 	}
-	metaDB, err := openDB(cfg.Downstream.DSN, nil, 4)
+	metaDB, err := openDB("downstream", cfg.Downstream.DSN, nil, 4)
 	if err != nil {
 		return err
 	}
@@ -442,10 +442,12 @@ func readAhead(memoryBytes int64) int {
 	return int(min(max(memoryBytes/4/(16<<10), 256), 4096))
 }
 
-func openDB(dsn string, params map[string]string, conns int) (*sql.DB, error) {
+// openDB opens a pool of at most conns connections to the server of dsn (what names it
+// in errors: "downstream", "upstream"), with params as session settings.
+func openDB(what, dsn string, params map[string]string, conns int) (*sql.DB, error) {
 	mc, err := mysql.ParseDSN(dsn)
 	if err != nil {
-		return nil, fmt.Errorf("parsing downstream DSN: %w", err)
+		return nil, fmt.Errorf("parsing %s DSN: %w", what, err)
 	}
 	mc.DBName = ""
 	if mc.Params == nil {
@@ -459,7 +461,7 @@ func openDB(dsn string, params map[string]string, conns int) (*sql.DB, error) {
 	mc.ParseTime = false
 	db, err := sql.Open("mysql", mc.FormatDSN())
 	if err != nil {
-		return nil, fmt.Errorf("opening downstream: %w", err)
+		return nil, fmt.Errorf("opening %s: %w", what, err)
 	}
 	db.SetMaxOpenConns(conns)
 	db.SetMaxIdleConns(conns)

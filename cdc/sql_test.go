@@ -25,7 +25,7 @@ func TestStatementValuesRoundTrip(t *testing.T) {
 			table := testenv.UniqueName("rt")
 			exec(t, down.DB, "CREATE TABLE "+ident.Table(down.Name, table)+
 				" (id BIGINT PRIMARY KEY, s VARCHAR(64) CHARACTER SET utf8mb4, b VARBINARY(16), u BIGINT UNSIGNED, d DOUBLE, f FLOAT)")
-			db, err := openDB(down.DSN, map[string]string{"sql_mode": "'" + mode + "'"}, 2)
+			db, err := openDB("downstream", down.DSN, map[string]string{"sql_mode": "'" + mode + "'"}, 2)
 			if err != nil {
 				t.Fatal(err)
 			}
