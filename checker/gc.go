@@ -2,7 +2,6 @@ package checker
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -46,26 +45,17 @@ func checkSnapshotGC(ctx context.Context, dsn, snapshot string, now time.Time, l
 	if !ok {
 		return nil
 	}
-	cfg, err := mysql.ParseDSN(dsn)
-	if err != nil {
-		return fmt.Errorf("parse dsn: %w", err)
-	}
-	cfg.InterpolateParams = true
-	db, err := sql.Open("mysql", cfg.FormatDSN())
+	qctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	src, err := OpenDSN(qctx, dsn, 1, "")
 	if err != nil {
 		return err
 	}
-	defer db.Close()
-	db.SetMaxOpenConns(1)
-	qctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	var version string
-	if err := db.QueryRowContext(qctx, "SELECT VERSION()").Scan(&version); err != nil {
-		return fmt.Errorf("connect to %s: %w", cfg.Addr, err)
-	}
-	if flavorOf(version) != FlavorTiDB {
+	defer src.Close()
+	if src.Flavor() != FlavorTiDB {
 		return nil
 	}
+	db := src.DB()
 	var sp string
 	err = db.QueryRowContext(qctx, "SELECT VARIABLE_VALUE FROM mysql.tidb WHERE VARIABLE_NAME = 'tikv_gc_safe_point'").Scan(&sp)
 	if err != nil {
