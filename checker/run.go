@@ -317,6 +317,28 @@ func (r *runner) setupTables(ctx context.Context) error {
 	return nil
 }
 
+// ChecksumPushdown reports whether a source of flavour f computes its checksums in the form
+// TiDB pushes down to its coprocessor, under mode (Config.TiDBChecksum; "auto" or "" reads
+// TiDB's store through q: pushdown unless it is the embedded unistore). When the store
+// cannot be read (hidden under TiDB's security-enhanced mode, as on TiDB Cloud, which runs
+// on TiKV) it assumes TiKV: pushdown is true and storeErr says why, for the caller to log.
+func ChecksumPushdown(ctx context.Context, q Querier, f Flavor, mode TiDBChecksum) (pushdown bool, storeErr error) {
+	if f != FlavorTiDB {
+		return false, nil
+	}
+	switch mode {
+	case TiDBChecksumPushdown:
+		return true, nil
+	case TiDBChecksumTiDB:
+		return false, nil
+	}
+	var store sql.NullString
+	if err := queryRow(ctx, q, "SELECT JSON_UNQUOTE(JSON_EXTRACT(@@tidb_config, '$.store'))", &store); err != nil {
+		return true, fmt.Errorf("read the TiDB store type: %w", err)
+	}
+	return store.String != "unistore", nil
+}
+
 // choosePushdown decides, for each TiDB side, where its checksums are computed
 // (Config.TiDBChecksum): "auto" pushes them down to the coprocessor when TiDB's store is
 // TiKV (or when the store cannot be read), and keeps them in TiDB on the embedded
@@ -330,26 +352,19 @@ func (r *runner) choosePushdown(ctx context.Context) error {
 		if src.Flavor() != FlavorTiDB {
 			continue
 		}
-		switch r.cfg.TiDBChecksum {
-		case TiDBChecksumPushdown:
-			r.pushdown[side] = true
-		case TiDBChecksumTiDB:
-		default: // auto
-			var store sql.NullString
-			err := r.withSide(ctx, side, func(ctx context.Context, q Querier) error {
-				return queryRow(ctx, q, "SELECT JSON_UNQUOTE(JSON_EXTRACT(@@tidb_config, '$.store'))", &store)
-			})
-			switch {
-			case ctx.Err() != nil:
-				return ctx.Err()
-			case err != nil:
-				// Hidden under TiDB's security-enhanced mode (as on TiDB Cloud, which
-				// runs on TiKV): assume TiKV.
-				r.log.Warn("cannot read the TiDB store type; assuming TiKV", "side", side.String(), "err", err)
-				r.pushdown[side] = true
-			default:
-				r.pushdown[side] = store.String != "unistore"
-			}
+		var storeErr error
+		err := r.withSide(ctx, side, func(ctx context.Context, q Querier) error {
+			r.pushdown[side], storeErr = ChecksumPushdown(ctx, q, src.Flavor(), r.cfg.TiDBChecksum)
+			return nil
+		})
+		switch {
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case err != nil: // no connection: as when the store cannot be read
+			r.pushdown[side], storeErr = true, err
+		}
+		if storeErr != nil {
+			r.log.Warn("cannot read the TiDB store type; assuming TiKV", "side", side.String(), "err", storeErr)
 		}
 		r.log.Info("tidb checksum form", "side", side.String(), "pushdown", r.pushdown[side], "tidb_checksum", string(r.cfg.TiDBChecksum))
 	}

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -179,21 +180,12 @@ func tablePlan(ctx context.Context, up, down *checker.DSNSource, upT, downT *Tab
 // pushdown decides, as the engine does (checker.Config.TiDBChecksum), whether src computes
 // checksums in the form TiDB pushes down to its coprocessor.
 func pushdown(ctx context.Context, o options, src *checker.DSNSource) (bool, error) {
-	if src.Flavor() != checker.FlavorTiDB {
-		return false, nil
-	}
 	mode, _ := parityFlag(o.parityArgs, "tidb-checksum")
-	switch checker.TiDBChecksum(mode) {
-	case checker.TiDBChecksumPushdown:
-		return true, nil
-	case checker.TiDBChecksumTiDB:
-		return false, nil
+	pd, storeErr := checker.ChecksumPushdown(ctx, src.DB(), src.Flavor(), checker.TiDBChecksum(mode))
+	if storeErr != nil && ctx.Err() == nil {
+		slog.Warn("cannot read the TiDB store type; assuming TiKV, as parity does", "err", storeErr)
 	}
-	var store string
-	if err := src.DB().QueryRowContext(ctx, "SELECT JSON_UNQUOTE(JSON_EXTRACT(@@tidb_config, '$.store'))").Scan(&store); err != nil {
-		return false, fmt.Errorf("read the TiDB store type: %w", err)
-	}
-	return store != "unistore", nil
+	return pd, ctx.Err()
 }
 
 // runFloor is the bare loop: parity's per-chunk checksum SQL over the chunk ranges of the
