@@ -2,7 +2,6 @@ package cdc
 
 import (
 	"context"
-	"database/sql"
 	"log/slog"
 	"strings"
 	"sync/atomic"
@@ -28,10 +27,10 @@ func TestRowFetcherSchemaChange(t *testing.T) {
 	}
 	exec("CREATE TABLE big (id BIGINT PRIMARY KEY, v LONGTEXT)")
 	exec("INSERT INTO big VALUES (1, 'one')")
-	ts1 := tidbNow(t, up.DB)
+	ts1 := testenv.TiDBTSO(t, up.DB)
 	exec("ALTER TABLE big ADD COLUMN w INT NOT NULL DEFAULT 7")
 	exec("UPDATE big SET v = 'uno' WHERE id = 1")
-	ts2 := tidbNow(t, up.DB)
+	ts2 := testenv.TiDBTSO(t, up.DB)
 
 	cfg := DefaultConfig()
 	cfg.Upstream.DSN = up.DSN
@@ -83,19 +82,4 @@ func TestRowFetcherSchemaChange(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "big") || !strings.Contains(err.Error(), "row not found") {
 		t.Errorf("missing row: %v", err)
 	}
-}
-
-// tidbNow returns a TSO after every commit so far.
-func tidbNow(t *testing.T, db *sql.DB) uint64 {
-	t.Helper()
-	tx, err := db.Begin()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback() }()
-	var ts uint64
-	if err := tx.QueryRow("SELECT @@tidb_current_ts").Scan(&ts); err != nil || ts == 0 {
-		t.Fatalf("tidb_current_ts %d: %v", ts, err)
-	}
-	return ts
 }

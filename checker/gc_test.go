@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+
+	"github.com/tidb-parity/parity/internal/testenv"
 )
 
 func TestSnapshotTime(t *testing.T) {
@@ -89,14 +91,7 @@ func TestSnapshotGC(t *testing.T) {
 	// keeps it.
 	var logs bytes.Buffer
 	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
-	tx, err := p.up.Begin()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.QueryRow("SELECT @@tidb_current_ts").Scan(&cfg.Upstream.Snapshot); err != nil {
-		t.Fatal(err)
-	}
-	_ = tx.Rollback()
+	cfg.Upstream.Snapshot = fmt.Sprint(testenv.TiDBTSO(t, p.up.DB))
 	rep, err := Run(context.Background(), cfg)
 	if err != nil {
 		t.Fatalf("snapshot of now: %v", err)

@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+
+	"github.com/tidb-parity/parity/internal/testenv"
 )
 
 // TestTiDBRegionChunks: with TiDB upstream, chunks are cut at region boundaries even when
@@ -38,19 +40,7 @@ func TestTiDBRegionChunks(t *testing.T) {
 func TestTiDBSnapshotRead(t *testing.T) {
 	p := tidbPair(t)
 	p.both(t, "CREATE TABLE sn (id INT PRIMARY KEY, v INT)", "INSERT INTO sn VALUES (1, 1), (2, 2)")
-	var tso string
-	if err := p.up.QueryRow("SELECT @@tidb_current_ts").Scan(&tso); err != nil {
-		t.Fatal(err)
-	}
-	// @@tidb_current_ts is 0 outside a transaction; take it inside one.
-	tx, err := p.up.Begin()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.QueryRow("SELECT @@tidb_current_ts").Scan(&tso); err != nil {
-		t.Fatal(err)
-	}
-	_ = tx.Rollback()
+	tso := fmt.Sprint(testenv.TiDBTSO(t, p.up.DB))
 	exec(t, p.up.DB, "UPDATE sn SET v = 99 WHERE id = 2", "INSERT INTO sn VALUES (3, 3)")
 	cfg := p.config(t, "sn")
 	cfg.Upstream.Snapshot = tso

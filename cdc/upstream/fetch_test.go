@@ -2,7 +2,6 @@ package upstream_test
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"reflect"
 	"strconv"
@@ -32,11 +31,11 @@ func TestFetchRow(t *testing.T) {
 			t.Fatalf("%s: %v", q, err)
 		}
 	}
-	ts1 := currentTS(t, ctx, db.DB)
+	ts1 := testenv.TiDBTSO(t, db.DB)
 	if _, err := db.ExecContext(ctx, "UPDATE k SET p = x'0203', f = 3.25 WHERE n = 1"); err != nil {
 		t.Fatal(err)
 	}
-	ts2 := currentTS(t, ctx, db.DB)
+	ts2 := testenv.TiDBTSO(t, db.DB)
 	if ts2 <= ts1 {
 		t.Fatalf("ts %d after ts %d", ts2, ts1)
 	}
@@ -122,22 +121,4 @@ func handleOnly(img []open.Column) []open.Column {
 		}
 	}
 	return out
-}
-
-// currentTS returns a TSO after every commit so far: the start ts of a new transaction.
-func currentTS(t *testing.T, ctx context.Context, db *sql.DB) uint64 {
-	t.Helper()
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback() }()
-	var ts uint64
-	if err := tx.QueryRowContext(ctx, "SELECT @@tidb_current_ts").Scan(&ts); err != nil {
-		t.Fatal(err)
-	}
-	if ts == 0 {
-		t.Fatal("@@tidb_current_ts is 0 inside a transaction")
-	}
-	return ts
 }

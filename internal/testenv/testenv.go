@@ -308,3 +308,24 @@ func ReadTopic(t testing.TB, broker, topic string, partitions int) [][]kafka.Mes
 	}
 	return out
 }
+
+// TiDBTSO returns a TiDB TSO later than every commit so far: the start ts of a new
+// transaction (@@tidb_current_ts is 0 outside one).
+func TiDBTSO(t testing.TB, db *sql.DB) uint64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	var ts uint64
+	if err := tx.QueryRowContext(ctx, "SELECT @@tidb_current_ts").Scan(&ts); err != nil {
+		t.Fatalf("read @@tidb_current_ts: %v", err)
+	}
+	if ts == 0 {
+		t.Fatal("@@tidb_current_ts is 0 inside a transaction")
+	}
+	return ts
+}
