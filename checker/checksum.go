@@ -65,6 +65,11 @@ type PlanColumn struct {
 	// per side: character set and collation (index 0 upstream, 1 downstream).
 	Charset   [2]string
 	Collation [2]string
+	// MaxBytes bounds the column's text on either side (Column.MaxBytes).
+	MaxBytes int64
+	// Digest puts SHA1 of the column's text into the row encoding instead of the text
+	// (FitEncoding), for columns too long to concatenate.
+	Digest bool
 }
 
 // TablePlan is how one table pair is compared: the tables on both sides, the compared
@@ -175,9 +180,9 @@ func (p *TablePlan) fields(s Side, c PlanColumn) []string {
 	switch c.Kind {
 	case KindString, KindBinary, KindJSON:
 		if c.NotNull {
-			return []string{"LENGTH(" + x + ")", x}
+			return []string{"LENGTH(" + x + ")", p.value(s, c)}
 		}
-		return []string{"IFNULL(LENGTH(" + x + "),'N')", x}
+		return []string{"IFNULL(LENGTH(" + x + "),'N')", p.value(s, c)}
 	}
 	if c.NotNull {
 		return []string{x}
@@ -231,12 +236,72 @@ func (p *TablePlan) RowEncoding(s Side) string {
 		}
 	}
 	if raw >= 0 {
-		parts = append(parts, p.text(s, p.Columns[raw]))
+		parts = append(parts, p.value(s, p.Columns[raw]))
 	}
 	if len(parts) == 1 {
 		return parts[0]
 	}
 	return "CONCAT_WS(','," + strings.Join(parts, ",") + ")"
+}
+
+// value returns the value field of a variable-bytes column c: its text, or for a Digest
+// column SHA1 of its text, 40 hexadecimal digits (NULL for NULL, as the text).
+func (p *TablePlan) value(s Side, c PlanColumn) string {
+	if c.Digest {
+		return "SHA1(" + p.text(s, c) + ")"
+	}
+	return p.text(s, c)
+}
+
+// encodingSlack is what FitEncoding leaves free of a server's max_allowed_packet.
+const encodingSlack = 1024
+
+// FitEncoding makes every row's encoding fit in packet bytes, the smaller
+// max_allowed_packet of the two servers. Both MariaDB/MySQL and TiDB turn a CONCAT_WS
+// result longer than max_allowed_packet into NULL (with a warning only), so the row's
+// hash would be NULL and SUM would skip it: with rows that wide on both sides, a
+// difference in them would never be seen. FitEncoding bounds the encoding's length from
+// the columns' maximum lengths and, while the bound exceeds packet, turns the longest
+// remaining variable-bytes column into a Digest column (its value field becomes SHA1 of
+// its text, 40 bytes). It returns the digested columns' names. Columns of the sizes
+// people mostly use (VARCHAR, TEXT) stay inline; LONGTEXT, LONGBLOB and JSON are digested
+// under every packet size, MEDIUMTEXT and MEDIUMBLOB under the 16 MiB default.
+func (p *TablePlan) FitEncoding(packet int64) []string {
+	var out []string
+	for p.encodingBound() > packet-encodingSlack {
+		best := -1
+		for i, c := range p.Columns {
+			if c.MaxBytes > 40 && !c.Digest && (c.Kind == KindString || c.Kind == KindBinary || c.Kind == KindJSON) &&
+				(best < 0 || c.MaxBytes > p.Columns[best].MaxBytes) {
+				best = i
+			}
+		}
+		if best < 0 {
+			break // every long column is digested; what is left cannot be shortened
+		}
+		p.Columns[best].Digest = true
+		out = append(out, p.Columns[best].Name)
+	}
+	return out
+}
+
+// encodingBound is an upper bound of the row encoding's length in bytes: per column its
+// separator, a length field of up to 20 digits and the value (its MaxBytes, or 40 for a
+// digest) for variable-bytes kinds, and 100 bytes for the others (a DECIMAL(65,30) prints
+// in 67).
+func (p *TablePlan) encodingBound() int64 {
+	var n int64
+	for _, c := range p.Columns {
+		switch {
+		case c.Kind != KindString && c.Kind != KindBinary && c.Kind != KindJSON:
+			n += 100
+		case c.Digest:
+			n += 22 + 40
+		default:
+			n += 22 + c.MaxBytes
+		}
+	}
+	return n
 }
 
 // rawLast returns the index of the column encoded last without a length field: the last

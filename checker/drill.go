@@ -236,15 +236,23 @@ type diffSink struct {
 	r     *runner
 	chunk Chunk
 	batch []storedDiff
+	bytes int // size of batch (storedDiff.size)
 	n     int // differences stored
 	rows  int // differing rows (a keyless difference may stand for several copies)
 }
 
 func (s *diffSink) emit(d Difference) error {
-	s.batch = append(s.batch, storedDiff{n: s.n, diff: d})
+	sd := newStoredDiff(s.n, d)
+	if s.bytes+sd.size() > storedPieceBytes {
+		if err := s.flush(s.ctx); err != nil {
+			return err
+		}
+	}
+	s.batch = append(s.batch, sd)
+	s.bytes += sd.size()
 	s.n++
 	s.rows += max(1, d.Count)
-	if len(s.batch) >= 200 {
+	if len(s.batch) >= 200 || s.bytes > storedPieceBytes {
 		return s.flush(s.ctx)
 	}
 	return nil
@@ -255,5 +263,6 @@ func (s *diffSink) flush(ctx context.Context) error {
 		return err
 	}
 	s.batch = s.batch[:0]
+	s.bytes = 0
 	return nil
 }

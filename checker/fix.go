@@ -35,10 +35,72 @@ func (p *TablePlan) columnList() string {
 	return strings.Join(names, ", ")
 }
 
-func (p *TablePlan) valueList(row []Value) string {
+// fixLiteralBytes is the longest literal a fix statement holds. A longer value (a wide
+// BLOB, TEXT or JSON) is first built in a user variable from hexadecimal pieces of
+// fixPieceBytes bytes, one SET statement each, so that no statement of a fix file
+// approaches a server's max_allowed_packet (16 MiB by default on MariaDB and MySQL
+// before 8.0; a 9 MiB BLOB is an 18 MiB hexadecimal literal).
+const (
+	fixLiteralBytes = 512 << 10
+	fixPieceBytes   = 128 << 10
+)
+
+// fixStatement builds one fix statement and the statements that prepare its long values.
+type fixStatement struct {
+	pre  []string // SET @parity_vN pieces
+	vars []string // the variables, cleared after the statement
+}
+
+// lit returns the SQL of value v of column c: its literal, or for a long value a user
+// variable built by pre-statements (a string or JSON value converted from the variable's
+// bytes as utf8mb4, as its literal would be read).
+func (f *fixStatement) lit(c PlanColumn, v Value) string {
+	l := Literal(c.Kind, v)
+	if len(l) <= fixLiteralBytes {
+		return l
+	}
+	name := fmt.Sprintf("@parity_v%d", len(f.vars))
+	f.vars = append(f.vars, name)
+	for i := 0; i < len(v.Bytes); i += fixPieceBytes {
+		piece := hexLiteral(v.Bytes[i:min(i+fixPieceBytes, len(v.Bytes))])
+		if i == 0 {
+			f.pre = append(f.pre, "SET "+name+" = "+piece+";")
+		} else {
+			f.pre = append(f.pre, "SET "+name+" = CONCAT("+name+", "+piece+");")
+		}
+	}
+	if c.Kind == KindString || c.Kind == KindJSON {
+		return "CONVERT(" + name + " USING utf8mb4)"
+	}
+	return name
+}
+
+// sql returns stmt with its preparation before and the variables cleared after it.
+func (f *fixStatement) sql(stmt string) string {
+	if len(f.vars) == 0 {
+		return stmt
+	}
+	var sb strings.Builder
+	for _, s := range f.pre {
+		sb.WriteString(s)
+		sb.WriteByte('\n')
+	}
+	sb.WriteString(stmt)
+	sb.WriteString("\nSET ")
+	for i, v := range f.vars {
+		if i > 0 {
+			sb.WriteString(", ")
+		}
+		sb.WriteString(v + " = NULL")
+	}
+	sb.WriteByte(';')
+	return sb.String()
+}
+
+func (p *TablePlan) valueList(f *fixStatement, row []Value) string {
 	vals := make([]string, len(p.Columns))
 	for i, c := range p.Columns {
-		vals[i] = Literal(c.Kind, row[i])
+		vals[i] = f.lit(c, row[i])
 	}
 	return strings.Join(vals, ", ")
 }
@@ -46,22 +108,24 @@ func (p *TablePlan) valueList(row []Value) string {
 // upsert writes the upstream row: REPLACE when every downstream column is compared,
 // otherwise INSERT ... ON DUPLICATE KEY UPDATE so ignored columns keep their values.
 func (p *TablePlan) upsert(row []Value) string {
+	var f fixStatement
 	t := p.table(Downstream)
 	if !p.PartialColumns {
-		return fmt.Sprintf("REPLACE INTO %s (%s) VALUES (%s);", t, p.columnList(), p.valueList(row))
+		return f.sql(fmt.Sprintf("REPLACE INTO %s (%s) VALUES (%s);", t, p.columnList(), p.valueList(&f, row)))
 	}
 	sets := make([]string, 0, len(p.Columns))
 	for _, c := range p.Columns {
 		sets = append(sets, ident.Quote(c.Name)+" = VALUES("+ident.Quote(c.Name)+")")
 	}
-	return fmt.Sprintf("INSERT INTO %s (%s) VALUES (%s) ON DUPLICATE KEY UPDATE %s;", t, p.columnList(), p.valueList(row), strings.Join(sets, ", "))
+	return f.sql(fmt.Sprintf("INSERT INTO %s (%s) VALUES (%s) ON DUPLICATE KEY UPDATE %s;", t, p.columnList(), p.valueList(&f, row), strings.Join(sets, ", ")))
 }
 
 func (p *TablePlan) missing(row []Value, n int) Difference {
 	d := Difference{Kind: Missing, Key: p.keyFor(row)}
 	if p.Keyless {
-		stmt := fmt.Sprintf("INSERT INTO %s (%s) VALUES (%s);", p.table(Downstream), p.columnList(), p.valueList(row))
-		d.fix = strings.TrimSuffix(strings.Repeat(stmt+"\n", n), "\n")
+		var f fixStatement
+		stmt := fmt.Sprintf("INSERT INTO %s (%s) VALUES (%s);", p.table(Downstream), p.columnList(), p.valueList(&f, row))
+		d.fix = f.sql(strings.TrimSuffix(strings.Repeat(stmt+"\n", n), "\n"))
 		if n > 1 {
 			d.Count = n
 		}
@@ -77,11 +141,12 @@ func (p *TablePlan) differing(row []Value, cols []string) Difference {
 
 func (p *TablePlan) extra(row []Value, n int) Difference {
 	d := Difference{Kind: Extra, Key: p.keyFor(row)}
+	var f fixStatement
 	var conds []string
 	if p.Keyless {
 		// Exact-row delete: NULL-safe equality on every column, as many copies as extra.
 		for i, c := range p.Columns {
-			conds = append(conds, ident.Quote(c.Name)+" <=> "+Literal(c.Kind, row[i]))
+			conds = append(conds, ident.Quote(c.Name)+" <=> "+f.lit(c, row[i]))
 		}
 		if n > 1 {
 			d.Count = n
@@ -89,10 +154,10 @@ func (p *TablePlan) extra(row []Value, n int) Difference {
 	} else {
 		for _, k := range p.Key {
 			c := p.Columns[k]
-			conds = append(conds, ident.Quote(c.Name)+" = "+Literal(c.Kind, row[k]))
+			conds = append(conds, ident.Quote(c.Name)+" = "+f.lit(c, row[k]))
 		}
 	}
-	d.fix = fmt.Sprintf("DELETE FROM %s WHERE %s LIMIT %d;", p.table(Downstream), strings.Join(conds, " AND "), n)
+	d.fix = f.sql(fmt.Sprintf("DELETE FROM %s WHERE %s LIMIT %d;", p.table(Downstream), strings.Join(conds, " AND "), n))
 	return d
 }
 

@@ -141,6 +141,8 @@ type runner struct {
 	// pushdown, per side: a TiDB side computes checksums in the form its coprocessor
 	// evaluates (see TablePlan.Pushdown).
 	pushdown [2]bool
+	// packet is the smaller max_allowed_packet of the two servers (TablePlan.FitEncoding).
+	packet int64
 }
 
 // RunWith runs a diff on the given sources (for callers that hold snapshot connections,
@@ -303,6 +305,9 @@ func (r *runner) setupTables(ctx context.Context) error {
 	if err := r.choosePushdown(ctx); err != nil {
 		return err
 	}
+	if err := r.readPacket(ctx); err != nil {
+		return err
+	}
 	for _, t := range stored {
 		ts := &tableState{idx: t.idx, name: t.upSchema + "." + t.upTable, stored: t, done: map[int]bool{},
 			checkpoint: t.checkpoint, splitDone: t.splitDone, sizer: newChunkSizer(r.cfg)}
@@ -367,6 +372,25 @@ func (r *runner) choosePushdown(ctx context.Context) error {
 			r.log.Warn("cannot read the TiDB store type; assuming TiKV", "side", side.String(), "err", storeErr)
 		}
 		r.log.Info("tidb checksum form", "side", side.String(), "pushdown", r.pushdown[side], "tidb_checksum", string(r.cfg.TiDBChecksum))
+	}
+	return nil
+}
+
+// readPacket reads both servers' max_allowed_packet (the session value, fixed when the
+// session started) into r.packet.
+func (r *runner) readPacket(ctx context.Context) error {
+	r.packet = 0
+	for _, side := range []Side{Upstream, Downstream} {
+		var n int64
+		err := r.withSide(ctx, side, func(ctx context.Context, q Querier) error {
+			return queryRow(ctx, q, "SELECT @@max_allowed_packet", &n)
+		})
+		if err != nil {
+			return fmt.Errorf("%s: read max_allowed_packet: %w", side, err)
+		}
+		if r.packet == 0 || n < r.packet {
+			r.packet = n
+		}
 	}
 	return nil
 }
@@ -478,6 +502,9 @@ func (r *runner) planTable(ctx context.Context, ts *tableState) error {
 	}
 	plan.Hash = r.cfg.Hash
 	plan.Where = r.cfg.where(t.upSchema, t.upTable)
+	if cols := plan.FitEncoding(r.packet); len(cols) > 0 {
+		r.log.Info("long columns enter the row hash as their SHA1", "table", ts.name, "columns", cols, "max_allowed_packet", r.packet)
+	}
 	ts.plan = plan
 	return nil
 }
@@ -497,7 +524,8 @@ func NewPlan(up, down *Table, ignored func(string) bool) (*TablePlan, error) {
 		}
 		p.Columns = append(p.Columns, PlanColumn{Name: uc.Name, Kind: uc.Kind, NotNull: !uc.Nullable && !dc.Nullable,
 			Enum:    uc.DataType == "enum" || uc.DataType == "set",
-			Charset: [2]string{uc.Charset, dc.Charset}, Collation: [2]string{uc.Collation, dc.Collation}})
+			Charset: [2]string{uc.Charset, dc.Charset}, Collation: [2]string{uc.Collation, dc.Collation},
+			MaxBytes: max(uc.MaxBytes, dc.MaxBytes)})
 	}
 	for _, dc := range down.Columns {
 		if _, ok := up.Column(dc.Name); !ok || ignored(dc.Name) || dc.Generated {

@@ -38,6 +38,9 @@ type Column struct {
 	Nullable   bool
 	Generated  bool
 	Kind       Kind
+	// MaxBytes bounds the length of the column's text in the row encoding (see
+	// maxTextBytes): 0 for the kinds whose text is short (numbers, temporal values, BIT).
+	MaxBytes int64
 }
 
 // Table is the structure of one table on one side.
@@ -112,7 +115,7 @@ func LoadTable(ctx context.Context, q Querier, schema, table string) (*Table, er
 
 	rows, err := q.QueryContext(ctx, `SELECT COLUMN_NAME, LOWER(DATA_TYPE), LOWER(COLUMN_TYPE),
 		IFNULL(CHARACTER_SET_NAME,''), IFNULL(COLLATION_NAME,''), IS_NULLABLE, IFNULL(EXTRA,''),
-		IFNULL(GENERATION_EXPRESSION,'')
+		IFNULL(GENERATION_EXPRESSION,''), CHARACTER_MAXIMUM_LENGTH, CHARACTER_OCTET_LENGTH
 		FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION`, schema, table)
 	if err != nil {
 		return nil, fmt.Errorf("read columns of %s.%s: %w", schema, table, err)
@@ -121,7 +124,8 @@ func LoadTable(ctx context.Context, q Querier, schema, table string) (*Table, er
 	for rows.Next() {
 		var c Column
 		var nullable, extra, gen string
-		if err := rows.Scan(&c.Name, &c.DataType, &c.ColumnType, &c.Charset, &c.Collation, &nullable, &extra, &gen); err != nil {
+		var maxChars, maxOctets sql.NullInt64
+		if err := rows.Scan(&c.Name, &c.DataType, &c.ColumnType, &c.Charset, &c.Collation, &nullable, &extra, &gen, &maxChars, &maxOctets); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("read columns of %s.%s: %w", schema, table, err)
 		}
@@ -129,6 +133,7 @@ func LoadTable(ctx context.Context, q Querier, schema, table string) (*Table, er
 		lx := strings.ToLower(extra)
 		c.Generated = gen != "" || strings.Contains(lx, "generated") || strings.Contains(lx, "virtual") || strings.Contains(lx, "stored")
 		c.Kind = kindOf(c.DataType, c.ColumnType, jsonCols[strings.ToLower(c.Name)])
+		c.MaxBytes = maxTextBytes(c, maxChars, maxOctets)
 		t.Columns = append(t.Columns, c)
 	}
 	if err := rows.Err(); err != nil {
@@ -202,6 +207,31 @@ func LoadTable(ctx context.Context, q Querier, schema, table string) (*Table, er
 		}
 	}
 	return t, nil
+}
+
+// unboundedBytes stands for a column whose values have no known maximum length (TiDB's
+// JSON): longer than any max_allowed_packet, and small enough that sums never overflow.
+const unboundedBytes int64 = 1 << 40
+
+// maxTextBytes bounds the length of column c's text as the row encoding reads it, from
+// information_schema's CHARACTER_MAXIMUM_LENGTH (characters) and CHARACTER_OCTET_LENGTH
+// (bytes): the octet length for binary and UTF-8 columns, four bytes per character for
+// other character sets (converted to utf8mb4), unboundedBytes when the server gives no
+// length for a variable-length kind, and 0 for the kinds whose text is short.
+func maxTextBytes(c Column, maxChars, maxOctets sql.NullInt64) int64 {
+	switch c.Kind {
+	case KindString, KindBinary, KindJSON:
+	default:
+		return 0
+	}
+	n := maxOctets.Int64
+	if c.Kind == KindString && !isUTF8(c.Charset) && maxChars.Valid {
+		n = max(n, 4*maxChars.Int64)
+	}
+	if !maxOctets.Valid || n <= 0 || n > unboundedBytes {
+		return unboundedBytes
+	}
+	return n
 }
 
 // normalizedType removes what does not change stored values: integer display widths

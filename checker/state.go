@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Run state in the meta schema. A run moves running → done | failed | cancelled (a
@@ -68,6 +69,20 @@ var migrations = []string{
 		diff LONGTEXT NOT NULL,
 		fix_sql LONGTEXT NOT NULL,
 		PRIMARY KEY (run_id, table_idx, chunk_seq, n)
+	)`,
+	// A difference longer than storedPieceBytes (a row of wide values) is stored in
+	// pieces: its diff_differences row holds empty texts (a stored difference's JSON is
+	// never empty otherwise). Every migration is idempotent (IF NOT EXISTS): two runs
+	// starting at once may both apply it.
+	`CREATE TABLE IF NOT EXISTS %[1]s.diff_difference_parts (
+		run_id VARCHAR(64) NOT NULL,
+		table_idx INT NOT NULL,
+		chunk_seq BIGINT NOT NULL,
+		n INT NOT NULL,
+		part INT NOT NULL,
+		diff LONGTEXT NOT NULL,
+		fix_sql LONGTEXT NOT NULL,
+		PRIMARY KEY (run_id, table_idx, chunk_seq, n, part)
 	)`,
 }
 
@@ -338,8 +353,10 @@ func (s *store) startChunk(ctx context.Context, c Chunk) error {
 		chunkRunning, s.runID, c.Table, c.Seq); err != nil {
 		return fmt.Errorf("start chunk %d of table %d: %w", c.Seq, c.Table, err)
 	}
-	if _, err := s.db.ExecContext(ctx, s.q("DELETE FROM %s.diff_differences WHERE run_id = ? AND table_idx = ? AND chunk_seq = ?"), s.runID, c.Table, c.Seq); err != nil {
-		return fmt.Errorf("start chunk %d of table %d: %w", c.Seq, c.Table, err)
+	for _, t := range []string{"diff_differences", "diff_difference_parts"} {
+		if _, err := s.db.ExecContext(ctx, s.q("DELETE FROM %s."+t+" WHERE run_id = ? AND table_idx = ? AND chunk_seq = ?"), s.runID, c.Table, c.Seq); err != nil {
+			return fmt.Errorf("start chunk %d of table %d: %w", c.Seq, c.Table, err)
+		}
 	}
 	return nil
 }
@@ -347,9 +364,24 @@ func (s *store) startChunk(ctx context.Context, c Chunk) error {
 type storedDiff struct {
 	n    int
 	diff Difference
+	data string // diff as JSON
 }
 
-// addDifferences stores a batch of differences of a chunk.
+func newStoredDiff(n int, d Difference) storedDiff {
+	data, _ := json.Marshal(d)
+	return storedDiff{n: n, diff: d, data: string(data)}
+}
+
+// size is what the difference adds to an INSERT.
+func (d storedDiff) size() int { return len(d.data) + len(d.diff.fix) + 64 }
+
+// storedPieceBytes bounds what one statement of addDifferences carries: a batch of
+// differences, or one piece of a longer difference. It stays far below any server's
+// max_allowed_packet (1 MiB on the oldest MySQL defaults, 16 MiB on MariaDB).
+const storedPieceBytes = 1 << 20
+
+// addDifferences stores a batch of differences of a chunk (its caller keeps a batch under
+// storedPieceBytes unless it is one long difference, which is stored in pieces).
 func (s *store) addDifferences(ctx context.Context, c Chunk, batch []storedDiff) error {
 	if len(batch) == 0 {
 		return nil
@@ -359,18 +391,82 @@ func (s *store) addDifferences(ctx context.Context, c Chunk, batch []storedDiff)
 	var sb strings.Builder
 	args := make([]any, 0, len(batch)*7)
 	sb.WriteString(s.q("INSERT INTO %s.diff_differences (run_id, table_idx, chunk_seq, n, kind, diff, fix_sql) VALUES "))
+	var long []storedDiff
 	for i, d := range batch {
 		if i > 0 {
 			sb.WriteString(", ")
 		}
 		sb.WriteString("(?, ?, ?, ?, ?, ?, ?)")
-		data, _ := json.Marshal(d.diff)
-		args = append(args, s.runID, c.Table, c.Seq, d.n, string(d.diff.Kind), string(data), d.diff.fix)
+		if d.size() <= storedPieceBytes {
+			args = append(args, s.runID, c.Table, c.Seq, d.n, string(d.diff.Kind), d.data, d.diff.fix)
+			continue
+		}
+		args = append(args, s.runID, c.Table, c.Seq, d.n, string(d.diff.Kind), "", "")
+		long = append(long, d)
 	}
 	if _, err := s.db.ExecContext(ctx, sb.String(), args...); err != nil {
 		return fmt.Errorf("record differences of chunk %d of table %d: %w", c.Seq, c.Table, err)
 	}
+	for _, d := range long {
+		part := 0
+		for i, texts := range [][]string{pieces(d.data, storedPieceBytes/2), pieces(d.diff.fix, storedPieceBytes/2)} {
+			for _, t := range texts {
+				diff, fix := t, ""
+				if i == 1 {
+					diff, fix = "", t
+				}
+				if _, err := s.db.ExecContext(ctx, s.q("INSERT INTO %s.diff_difference_parts (run_id, table_idx, chunk_seq, n, part, diff, fix_sql) VALUES (?, ?, ?, ?, ?, ?, ?)"),
+					s.runID, c.Table, c.Seq, d.n, part, diff, fix); err != nil {
+					return fmt.Errorf("record difference %d of chunk %d of table %d (part %d): %w", d.n, c.Seq, c.Table, part, err)
+				}
+				part++
+			}
+		}
+	}
 	return nil
+}
+
+// pieces cuts s into pieces of at most n bytes, at UTF-8 character starts (the texts are
+// stored in utf8mb4 columns, which refuse a split character).
+func pieces(s string, n int) []string {
+	var out []string
+	for len(s) > n {
+		cut := n
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		if cut == 0 {
+			cut = n
+		}
+		out = append(out, s[:cut])
+		s = s[cut:]
+	}
+	if s != "" {
+		out = append(out, s)
+	}
+	return out
+}
+
+// differencePieces reads the parts of a long difference.
+func (s *store) differencePieces(ctx context.Context, table int, seq, n int64) (data, fix string, err error) {
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+	rows, err := s.db.QueryContext(ctx, s.q("SELECT diff, fix_sql FROM %s.diff_difference_parts WHERE run_id = ? AND table_idx = ? AND chunk_seq = ? AND n = ? ORDER BY part"),
+		s.runID, table, seq, n)
+	if err != nil {
+		return "", "", err
+	}
+	defer rows.Close()
+	var d, f strings.Builder
+	for rows.Next() {
+		var a, b string
+		if err := rows.Scan(&a, &b); err != nil {
+			return "", "", err
+		}
+		d.WriteString(a)
+		f.WriteString(b)
+	}
+	return d.String(), f.String(), rows.Err()
 }
 
 // commitChunks stores a batch of the journal in one statement, a multi-row upsert of
@@ -456,6 +552,10 @@ func (s *store) differences(ctx context.Context, table int, limit int, deletesFi
 // query that must finish within the query timeout.
 const differencesPage = 5000
 
+// differencesPageBytes ends a page early when its differences hold this many bytes, so
+// that pages of wide rows stay bounded in memory too.
+const differencesPageBytes = 16 << 20
+
 // differencesWhere streams the differences of a table matching kinds (an AND clause) in
 // (chunk_seq, n) order, at most *limit of them (< 0: all), counting *limit down.
 func (s *store) differencesWhere(ctx context.Context, table int, kinds string, limit *int, fn func(Difference, string) error) error {
@@ -468,10 +568,12 @@ func (s *store) differencesWhere(ctx context.Context, table int, kinds string, l
 		q := s.q("SELECT chunk_seq, n, diff, fix_sql FROM %s.diff_differences WHERE run_id = ? AND table_idx = ?"+kinds+
 			" AND (chunk_seq > ? OR (chunk_seq = ? AND n > ?)) ORDER BY chunk_seq, n LIMIT ") + fmt.Sprint(page)
 		type row struct {
-			d   Difference
-			fix string
+			seq, n int64
+			data   string
+			fix    string
 		}
 		var got []row
+		full := false // the page stopped at differencesPageBytes
 		err := func() error {
 			qctx, cancel := s.ctx(ctx)
 			defer cancel()
@@ -480,16 +582,17 @@ func (s *store) differencesWhere(ctx context.Context, table int, kinds string, l
 				return err
 			}
 			defer rows.Close()
+			bytes := 0
 			for rows.Next() {
-				var data, fix string
-				if err := rows.Scan(&seq, &n, &data, &fix); err != nil {
+				var r row
+				if err := rows.Scan(&r.seq, &r.n, &r.data, &r.fix); err != nil {
 					return err
 				}
-				r := row{fix: fix}
-				if err := json.Unmarshal([]byte(data), &r.d); err != nil {
-					return fmt.Errorf("decode difference %d of chunk %d: %w", n, seq, err)
-				}
 				got = append(got, r)
+				if bytes += len(r.data) + len(r.fix); bytes >= differencesPageBytes {
+					full = true
+					break
+				}
 			}
 			return rows.Err()
 		}()
@@ -497,14 +600,24 @@ func (s *store) differencesWhere(ctx context.Context, table int, kinds string, l
 			return fmt.Errorf("read differences of table %d: %w", table, err)
 		}
 		for _, r := range got {
-			if err := fn(r.d, r.fix); err != nil {
+			seq, n = r.seq, r.n
+			if r.data == "" { // stored in pieces
+				if r.data, r.fix, err = s.differencePieces(ctx, table, r.seq, r.n); err != nil {
+					return fmt.Errorf("read difference %d of chunk %d of table %d: %w", r.n, r.seq, table, err)
+				}
+			}
+			var d Difference
+			if err := json.Unmarshal([]byte(r.data), &d); err != nil {
+				return fmt.Errorf("decode difference %d of chunk %d of table %d: %w", r.n, r.seq, table, err)
+			}
+			if err := fn(d, r.fix); err != nil {
 				return err
 			}
 		}
 		if *limit > 0 {
 			*limit -= len(got)
 		}
-		if len(got) < page {
+		if len(got) < page && !full {
 			return nil
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -513,5 +514,94 @@ func TestBusyGateLag(t *testing.T) {
 	}}
 	if err := bad.wait(context.Background()); err == nil || !strings.Contains(err.Error(), "changefeed lag") {
 		t.Fatalf("want a changefeed lag error, got %v", err)
+	}
+}
+
+func TestFitEncoding(t *testing.T) {
+	col := func(name string, k Kind, maxBytes int64) PlanColumn {
+		return PlanColumn{Name: name, Kind: k, MaxBytes: maxBytes}
+	}
+	plan := func() *TablePlan {
+		return &TablePlan{Columns: []PlanColumn{
+			col("id", KindInt, 0), col("name", KindString, 400), col("body", KindString, 65535),
+			col("doc", KindJSON, unboundedBytes), col("img", KindBinary, 16777215), col("note", KindString, 16777215),
+		}}
+	}
+	for _, c := range []struct {
+		packet int64
+		want   []string
+	}{
+		{1 << 41, nil}, // everything fits, even the unbounded JSON
+		{256 << 20, []string{"doc"}},
+		{32 << 20, []string{"doc", "img"}}, // two MEDIUMs do not fit in 32 MiB
+		{16 << 20, []string{"doc", "img", "note"}},
+		{64 << 10, []string{"doc", "img", "note", "body"}},
+		{0, []string{"doc", "img", "note", "body", "name"}}, // all the long ones; id is short
+	} {
+		p := plan()
+		got := p.FitEncoding(c.packet)
+		if !slices.Equal(got, c.want) {
+			t.Errorf("packet %d: digested %v, want %v", c.packet, got, c.want)
+		}
+		if c.packet > 0 && p.encodingBound() > c.packet-encodingSlack {
+			t.Errorf("packet %d: encoding bound %d", c.packet, p.encodingBound())
+		}
+		for _, pc := range p.Columns {
+			if in := strings.Contains(p.RowEncoding(Upstream), "SHA1("+p.text(Upstream, pc)+")"); in != slices.Contains(got, pc.Name) {
+				t.Errorf("packet %d: %s digested %v, its SHA1 in the encoding %v: %s", c.packet, pc.Name, !in, in, p.RowEncoding(Upstream))
+			}
+		}
+	}
+}
+
+func TestPieces(t *testing.T) {
+	s := strings.Repeat("aé€😀", 1000)
+	for _, n := range []int{1, 2, 3, 4, 5, 7, 100, len(s), len(s) + 1} {
+		ps := pieces(s, n)
+		if strings.Join(ps, "") != s {
+			t.Fatalf("n=%d: pieces do not join to the text", n)
+		}
+		for _, p := range ps {
+			if len(p) > max(n, 4) || (n >= 4 && !utf8.ValidString(p)) {
+				t.Fatalf("n=%d: piece of %d bytes, valid %v", n, len(p), utf8.ValidString(p))
+			}
+		}
+	}
+	if pieces("", 10) != nil {
+		t.Error("pieces of an empty text")
+	}
+}
+
+// TestFixLongValues: a value whose literal is longer than fixLiteralBytes is built in a
+// user variable from pieces, each SET well under a packet, then used and cleared.
+func TestFixLongValues(t *testing.T) {
+	p := testPlan()
+	big := bytes.Repeat([]byte{0xff, 'x'}, fixPieceBytes) // 2 pieces, a 4x longer hex literal
+	row := []Value{StringValue("k"), StringValue("1"), NullValue, {Bytes: big}, NullValue, StringValue(strings.Repeat("y", fixLiteralBytes+1))}
+	fix := p.missing(row, 1).fix
+	lines := strings.Split(fix, "\n")
+	if len(lines) != 2+5+1+1 { // v0: 2 pieces, v1: 5 (512 KiB + 1 byte), the statement, the clearing
+		t.Fatalf("%d lines:\n%.300s", len(lines), fix)
+	}
+	var built []byte
+	for _, l := range lines[:2] {
+		i := strings.Index(l, "X'")
+		b, err := hex.DecodeString(l[i+2 : strings.LastIndex(l, "'")])
+		if err != nil {
+			t.Fatal(err)
+		}
+		built = append(built, b...)
+		if len(l) > 2*fixPieceBytes+100 {
+			t.Errorf("a piece statement of %d bytes", len(l))
+		}
+	}
+	if !bytes.Equal(built, big) {
+		t.Error("the pieces do not rebuild the value")
+	}
+	if !strings.HasPrefix(lines[7], "REPLACE INTO") || !strings.HasSuffix(lines[7], "@parity_v0, NULL, CONVERT(@parity_v1 USING utf8mb4));") {
+		t.Errorf("statement %q", lines[7])
+	}
+	if lines[8] != "SET @parity_v0 = NULL, @parity_v1 = NULL;" {
+		t.Errorf("last line %q", lines[8])
 	}
 }
