@@ -47,7 +47,7 @@ func checkSnapshotGC(ctx context.Context, dsn, snapshot string, now time.Time, l
 	}
 	qctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	src, err := OpenDSN(qctx, dsn, 1, "")
+	src, err := OpenDSN(qctx, dsn, 1, "", 30*time.Second)
 	if err != nil {
 		return err
 	}

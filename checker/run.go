@@ -60,12 +60,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			return nil, fmt.Errorf("%s: %w", s.side, err)
 		}
 	}
-	up, err := OpenDSN(ctx, cfg.Upstream.DSN, upN, cfg.Upstream.Snapshot)
+	up, err := OpenDSN(ctx, cfg.Upstream.DSN, upN, cfg.Upstream.Snapshot, cfg.QueryTimeout)
 	if err != nil {
 		return nil, fmt.Errorf("upstream: %w", snapshotHint(err, &cfg))
 	}
 	defer up.Close()
-	down, err := OpenDSN(ctx, cfg.Downstream.DSN, downN, cfg.Downstream.Snapshot)
+	down, err := OpenDSN(ctx, cfg.Downstream.DSN, downN, cfg.Downstream.Snapshot, cfg.QueryTimeout)
 	if err != nil {
 		return nil, fmt.Errorf("downstream: %w", snapshotHint(err, &cfg))
 	}
@@ -603,6 +603,12 @@ func (r *runner) withSide(ctx context.Context, s Side, fn func(context.Context, 
 	defer release()
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.QueryTimeout)
 	defer cancel()
+	if k, ok := src.(queryKiller); ok {
+		// A query abandoned at its timeout or by cancellation is killed on the server,
+		// which would otherwise run it to its end.
+		stop := k.KillOnDone(ctx, q)
+		defer stop()
+	}
 	return fn(ctx, q)
 }
 

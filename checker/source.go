@@ -4,11 +4,16 @@ import (
 	"bufio"
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
+	"time"
 
 	"github.com/go-sql-driver/mysql"
 )
@@ -63,13 +68,25 @@ type DSNSource struct {
 	db     *sql.DB
 	flavor Flavor
 	desc   string
+
+	// killDB runs KILL QUERY for queries whose context ended (KillOnDone); ids maps each
+	// physical connection (the driver's connection, as sql.Conn.Raw shows it) to its
+	// server connection id.
+	killDB *sql.DB
+	mu     sync.Mutex
+	ids    map[any]int64
+	kills  sync.WaitGroup
 }
 
-var _ Source = (*DSNSource)(nil)
+var (
+	_ Source      = (*DSNSource)(nil)
+	_ queryKiller = (*DSNSource)(nil)
+)
 
 // OpenDSN opens a source on dsn with at most conns connections. snapshot, when not
-// empty, is set as tidb_snapshot on every connection (TiDB only).
-func OpenDSN(ctx context.Context, dsn string, conns int, snapshot string) (*DSNSource, error) {
+// empty, is set as tidb_snapshot on every connection (TiDB only). statementTimeout, when
+// positive, bounds every statement on the server as well (see statementLimit).
+func OpenDSN(ctx context.Context, dsn string, conns int, snapshot string, statementTimeout time.Duration) (*DSNSource, error) {
 	cfg, err := mysql.ParseDSN(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("parse dsn: %w", err)
@@ -103,28 +120,123 @@ func OpenDSN(ctx context.Context, dsn string, conns int, snapshot string) (*DSNS
 		db.Close()
 		return nil, fmt.Errorf("connect to %s: %w", desc, err)
 	}
-	s := &DSNSource{db: db, flavor: flavorOf(version), desc: desc}
+	s := &DSNSource{db: db, flavor: flavorOf(version), desc: desc, ids: map[any]int64{}}
 	if snapshot != "" && s.flavor != FlavorTiDB {
 		db.Close()
 		return nil, fmt.Errorf("source %s: a snapshot TSO needs TiDB, the server is %s", desc, version)
 	}
+	vars := map[string]string{}
 	if s.flavor == FlavorTiDB {
-		vars, err := tidbChunkVars(ctx, db, cfg.Params)
-		if err != nil {
+		if vars, err = tidbChunkVars(ctx, db, cfg.Params); err != nil {
 			db.Close()
 			return nil, fmt.Errorf("source %s: %w", desc, err)
 		}
-		if len(vars) > 0 {
-			db.Close()
-			for k, v := range vars {
-				cfg.Params[k] = v
-			}
-			if s.db, err = openPool(cfg, conns); err != nil {
-				return nil, fmt.Errorf("open %s: %w", desc, err)
-			}
+	}
+	if name, value, ok := statementLimit(ctx, db, s.flavor, statementTimeout, cfg.Params); ok {
+		vars[name] = value
+	}
+	if len(vars) > 0 {
+		db.Close()
+		for k, v := range vars {
+			cfg.Params[k] = v
+		}
+		if s.db, err = openPool(cfg, conns); err != nil {
+			return nil, fmt.Errorf("open %s: %w", desc, err)
 		}
 	}
+	// KILL needs no snapshot and no statement limit: a pool of its own, from the DSN as
+	// given (two connections, opened only when a query is killed).
+	kcfg := cfg.Clone()
+	for k := range vars {
+		delete(kcfg.Params, k)
+	}
+	delete(kcfg.Params, "tidb_snapshot")
+	if s.killDB, err = openPool(kcfg, 2); err != nil {
+		s.db.Close()
+		return nil, fmt.Errorf("open %s: %w", desc, err)
+	}
 	return s, nil
+}
+
+// statementLimit returns the session variable that makes the server itself stop a
+// statement running longer than timeout, for the DSN's parameters: max_statement_time
+// (seconds) on MariaDB, max_execution_time (milliseconds, SELECT statements) on MySQL and
+// TiDB. A query abandoned by its client (its context timed out or was cancelled) otherwise
+// runs on to its end on the server: the driver only closes the connection, which the
+// server notices when it next writes. ok is false when timeout is not positive, the DSN
+// sets the variable itself, or the server does not have it.
+func statementLimit(ctx context.Context, db *sql.DB, f Flavor, timeout time.Duration, set map[string]string) (name, value string, ok bool) {
+	if timeout <= 0 {
+		return "", "", false
+	}
+	// One second over the client's timeout: the client's own error (which names the
+	// query) normally comes first.
+	timeout += time.Second
+	name, value = "max_execution_time", strconv.FormatInt(timeout.Milliseconds(), 10)
+	if f == FlavorMariaDB {
+		name, value = "max_statement_time", strconv.FormatFloat(timeout.Seconds(), 'f', 3, 64)
+	}
+	if _, user := set[name]; user {
+		return "", "", false
+	}
+	var cur sql.NullString
+	if err := db.QueryRowContext(ctx, "SELECT @@SESSION."+name).Scan(&cur); err != nil {
+		return "", "", false // MySQL before 5.7.8
+	}
+	return name, value, true
+}
+
+// queryKiller is a Source that can stop a query on the server.
+type queryKiller interface {
+	// KillOnDone kills the statement running on q, a connection the source gave out, if
+	// ctx ends before stop is called. stop waits for a kill under way; a killed
+	// connection is discarded when it is released.
+	KillOnDone(ctx context.Context, q Querier) (stop func())
+}
+
+// connKey returns the physical connection under c.
+func connKey(c *sql.Conn) any {
+	var key any
+	_ = c.Raw(func(dc any) error { key = dc; return nil })
+	return key
+}
+
+// KillOnDone implements queryKiller.
+func (s *DSNSource) KillOnDone(ctx context.Context, q Querier) func() {
+	c, ok := q.(*sql.Conn)
+	if !ok {
+		return func() {}
+	}
+	key := connKey(c)
+	s.mu.Lock()
+	id, ok := s.ids[key]
+	s.mu.Unlock()
+	if !ok {
+		return func() {}
+	}
+	done := make(chan struct{})
+	s.kills.Add(1)
+	stop := context.AfterFunc(ctx, func() {
+		defer close(done)
+		defer s.kills.Done()
+		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if _, err := s.killDB.ExecContext(kctx, "KILL QUERY "+strconv.FormatInt(id, 10)); err != nil {
+			slog.Warn("cannot kill an abandoned query", "source", s.desc, "connection_id", id, "err", err)
+		}
+		// The driver has closed the connection, or will: never hand it out again.
+		s.mu.Lock()
+		delete(s.ids, key)
+		s.mu.Unlock()
+		_ = c.Raw(func(any) error { return driver.ErrBadConn })
+	})
+	return func() {
+		if stop() {
+			s.kills.Done()
+			return
+		}
+		<-done
+	}
 }
 
 func openPool(cfg *mysql.Config, conns int) (*sql.DB, error) {
@@ -213,6 +325,21 @@ func (s *DSNSource) Acquire(ctx context.Context) (Querier, func(), error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("connect to %s: %w", s.desc, err)
 	}
+	// A new physical connection: read its id, for KillOnDone.
+	key := connKey(c)
+	s.mu.Lock()
+	_, known := s.ids[key]
+	s.mu.Unlock()
+	if !known {
+		var id int64
+		if err := c.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&id); err != nil {
+			_ = c.Close()
+			return nil, nil, fmt.Errorf("connect to %s: %w", s.desc, err)
+		}
+		s.mu.Lock()
+		s.ids[key] = id
+		s.mu.Unlock()
+	}
 	return c, func() { _ = c.Close() }, nil
 }
 
@@ -222,8 +349,11 @@ func (s *DSNSource) Describe() string { return s.desc }
 // DB returns the underlying pool (for callers that need to run their own queries).
 func (s *DSNSource) DB() *sql.DB { return s.db }
 
-// Close closes the pool.
-func (s *DSNSource) Close() error { return s.db.Close() }
+// Close closes the pool, once kills under way have ended.
+func (s *DSNSource) Close() error {
+	s.kills.Wait()
+	return errors.Join(s.db.Close(), s.killDB.Close())
+}
 
 // ConnSource is a Source over connections the caller has already placed inside
 // transactions at the same snapshot (START TRANSACTION WITH CONSISTENT SNAPSHOT, opened

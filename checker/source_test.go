@@ -3,9 +3,13 @@ package checker
 import (
 	"context"
 	"database/sql"
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tidb-parity/parity/internal/testenv"
 )
 
 // TestConnSourceSnapshot: a downstream given as connections inside consistent-snapshot
@@ -37,7 +41,7 @@ func TestConnSourceSnapshot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	up, err := OpenDSN(ctx, p.up.DSN, 2, "")
+	up, err := OpenDSN(ctx, p.up.DSN, 2, "", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +80,7 @@ func TestTiDBSessionVars(t *testing.T) {
 		}
 		return paging, conc
 	}
-	src, err := OpenDSN(ctx, p.up.DSN, 2, "")
+	src, err := OpenDSN(ctx, p.up.DSN, 2, "", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +92,7 @@ func TestTiDBSessionVars(t *testing.T) {
 	if strings.Contains(p.up.DSN, "?") {
 		dsn = p.up.DSN + "&tidb_executor_concurrency=3"
 	}
-	own, err := OpenDSN(ctx, dsn, 2, "")
+	own, err := OpenDSN(ctx, dsn, 2, "", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,12 +100,108 @@ func TestTiDBSessionVars(t *testing.T) {
 	if paging, conc := read(own); paging != "0" || conc != "3" {
 		t.Errorf("the DSN's own setting must win: paging %s, executor concurrency %s", paging, conc)
 	}
-	maria, err := OpenDSN(ctx, p.down.DSN, 1, "")
+	maria, err := OpenDSN(ctx, p.down.DSN, 1, "", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer maria.Close()
 	if maria.Flavor() == FlavorTiDB {
 		t.Fatal("the downstream should be MariaDB")
+	}
+}
+
+// TestAbandonedQueryKilled: a query whose context ends (its timeout, or a cancelled run)
+// is stopped on the server. The driver only closes the connection, and MariaDB and TiDB
+// run the query on to its end (shown first, with the kill left out); a DSNSource kills
+// it, and bounds every statement on the server at the query timeout plus a second.
+func TestAbandonedQueryKilled(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		dsn  func(t *testing.T) string
+		vr   string // the statement limit variable and value for a 1 s timeout
+		want string
+	}{
+		{"mariadb", func(t *testing.T) string { return testenv.Downstream(t).DSN }, "max_statement_time", "2"},
+		{"tidb", func(t *testing.T) string { return testenv.Upstream(t).DSN }, "max_execution_time", "2000"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dsn := c.dsn(t)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			src, err := OpenDSN(ctx, dsn, 2, "", time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer src.Close()
+			running := func(marker string) bool {
+				var n int
+				if err := src.killDB.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE ?", "%"+marker+"%").Scan(&n); err != nil {
+					t.Fatal(err)
+				}
+				return n > 1 // the PROCESSLIST query itself holds the marker too
+			}
+			// abandon starts SLEEP(30) on a connection of src, abandons it after 300 ms,
+			// and returns its marker and start time.
+			abandon := func(kill bool) (string, time.Time) {
+				marker := fmt.Sprintf("parity-kill-test-%d", time.Now().UnixNano())
+				q, release, err := src.Acquire(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer release()
+				var v string
+				if err := queryRow(ctx, q, "SELECT @@SESSION."+c.vr, &v); err != nil || v != c.want {
+					t.Errorf("%s = %q (%v), want %s", c.vr, v, err, c.want)
+				}
+				qctx, qcancel := context.WithTimeout(ctx, 300*time.Millisecond)
+				defer qcancel()
+				stop := func() {}
+				if kill {
+					stop = src.KillOnDone(qctx, q)
+				}
+				start := time.Now()
+				_, err = q.QueryContext(qctx, "SELECT /* "+marker+" */ SLEEP(30)")
+				stop()
+				if !errors.Is(err, context.DeadlineExceeded) {
+					t.Fatalf("query error %v, want the context's deadline", err)
+				}
+				return marker, start
+			}
+			// gone waits up to d for the query to leave the server, and returns when it did.
+			gone := func(marker string, d time.Duration) (time.Time, bool) {
+				for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+					if !running(marker) {
+						return time.Now(), true
+					}
+				}
+				return time.Time{}, false
+			}
+			// Without the kill the query runs on; the server's own limit (2 s) ends it.
+			marker, start := abandon(false)
+			time.Sleep(200 * time.Millisecond)
+			if !running(marker) {
+				t.Fatal("the abandoned query is not running on the server: the case shows nothing")
+			}
+			if at, ok := gone(marker, 10*time.Second); !ok || at.Sub(start) < 1500*time.Millisecond {
+				t.Errorf("without the kill: the query left the server after %v (%v), want the 2 s statement limit", at.Sub(start), ok)
+			}
+			// With it, the query leaves the server at once.
+			marker, start = abandon(true)
+			if at, ok := gone(marker, time.Second); !ok {
+				t.Error("the abandoned query still runs on the server after KillOnDone")
+			} else if at.Sub(start) > 1500*time.Millisecond {
+				t.Errorf("the killed query left the server after %v", at.Sub(start))
+			}
+			// The source stays usable: the killed connection was discarded.
+			q, release, err := src.Acquire(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var one int
+			if err := queryRow(ctx, q, "SELECT 1", &one); err != nil {
+				t.Errorf("after a kill: %v", err)
+			}
+			release()
+		})
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tidb-parity/parity/internal/testenv"
 )
@@ -59,12 +60,12 @@ func TestTiDBSnapshotRead(t *testing.T) {
 func TestTiDBChecksumChoice(t *testing.T) {
 	p := tidbPair(t)
 	ctx := context.Background()
-	up, err := OpenDSN(ctx, p.up.DSN, 1, "")
+	up, err := OpenDSN(ctx, p.up.DSN, 1, "", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer up.Close()
-	down, err := OpenDSN(ctx, p.down.DSN, 1, "")
+	down, err := OpenDSN(ctx, p.down.DSN, 1, "", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -198,12 +198,12 @@ func runFloor(ctx context.Context, o options, p *pair, par Result) (Result, erro
 		return Result{}, err
 	}
 	conc := o.concurrency
-	up, err := checker.OpenDSN(ctx, p.up.S.DSN, conc, "")
+	up, err := checker.OpenDSN(ctx, p.up.S.DSN, conc, "", checker.DefaultConfig().QueryTimeout)
 	if err != nil {
 		return Result{}, err
 	}
 	defer up.Close()
-	down, err := checker.OpenDSN(ctx, p.down.S.DSN, conc, "")
+	down, err := checker.OpenDSN(ctx, p.down.S.DSN, conc, "", checker.DefaultConfig().QueryTimeout)
 	if err != nil {
 		return Result{}, err
 	}
@@ -282,7 +282,7 @@ func warm(ctx context.Context, s *checker.DSNSource, n int) error {
 // engineHashSQL returns parity's whole-table checksum query on t for each of the engine's
 // hashes (the plan compares t with itself; only the upstream side's SQL is used).
 func engineHashSQL(ctx context.Context, t *Table) (map[checker.Hash]string, error) {
-	src, err := checker.OpenDSN(ctx, t.S.DSN, 1, "")
+	src, err := checker.OpenDSN(ctx, t.S.DSN, 1, "", checker.DefaultConfig().QueryTimeout)
 	if err != nil {
 		return nil, err
 	}
