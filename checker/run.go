@@ -601,6 +601,7 @@ func (r *runner) withSide(ctx context.Context, s Side, fn func(context.Context, 
 		return err
 	}
 	defer release()
+	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.QueryTimeout)
 	defer cancel()
 	if k, ok := src.(queryKiller); ok {
@@ -609,7 +610,11 @@ func (r *runner) withSide(ctx context.Context, s Side, fn func(context.Context, 
 		stop := k.KillOnDone(ctx, q)
 		defer stop()
 	}
-	return fn(ctx, q)
+	err = fn(ctx, q)
+	if err != nil && errors.Is(err, context.DeadlineExceeded) && errors.Is(context.Cause(ctx), context.DeadlineExceeded) && parent.Err() == nil {
+		return fmt.Errorf("%w (%s query_timeout %s)", err, s, r.cfg.QueryTimeout)
+	}
+	return err
 }
 
 // withBoth holds one connection of each side (always acquired upstream first, so workers
