@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -451,5 +453,51 @@ func testFloatKeys(t *testing.T, p pair) {
 	}
 	if rep := run(t, cfg); !rep.Equal {
 		t.Fatalf("after fix: %+v", rep.Tables)
+	}
+}
+
+// TestMaxDifferences: a table whose every row differs stops being drilled down once
+// max_differences rows were found (overshooting by at most the chunks in flight); its
+// further mismatched chunks are still found by checksum, counted as undrilled, and make
+// the table and the run unequal; only the drilled rows are stored and get fix SQL.
+func TestMaxDifferences(t *testing.T) {
+	p := mariaPair(t)
+	p.both(t, "CREATE TABLE md (id INT PRIMARY KEY, v INT)")
+	p.fill(t, "md", 12000, func(i int) string { return fmt.Sprintf("(%d, %d)", i, i) })
+	exec(t, p.down.DB, "UPDATE md SET v = -v")
+	cfg := p.config(t, "md")
+	cfg.MaxDifferences = 1000
+	cfg.Concurrency = 2
+	cfg.MaxChunkRows = 200
+	rep := run(t, cfg)
+	tr := tableReport(t, rep, "md")
+	if rep.Equal || tr.Equal() {
+		t.Fatal("a table with undrilled mismatched chunks reported equal")
+	}
+	if tr.RowsChecked != 12000 || tr.DownstreamRows != 12000 {
+		t.Errorf("rows checked %d/%d, want the whole table", tr.RowsChecked, tr.DownstreamRows)
+	}
+	// At most the two chunks in flight when the limit was reached go over it.
+	if tr.DifferencesTotal < 1000 || tr.DifferencesTotal > 1000+2*200 {
+		t.Errorf("%d differences drilled, want 1000 to 1400", tr.DifferencesTotal)
+	}
+	if tr.UndrilledChunks == 0 || int64(tr.UndrilledChunks)*200 < 12000-tr.DifferencesTotal {
+		t.Errorf("%d undrilled chunks for %d undrilled rows", tr.UndrilledChunks, 12000-tr.DifferencesTotal)
+	}
+	if n := strings.Count(readFix(t, cfg, tr), "REPLACE INTO"); int64(n) != tr.DifferencesTotal {
+		t.Errorf("%d fix statements for %d differences", n, tr.DifferencesTotal)
+	}
+	data, err := os.ReadFile(filepath.Join(cfg.OutputDir, "report.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(data), fmt.Sprintf(`"undrilled_chunks": %d`, tr.UndrilledChunks)) {
+		t.Errorf("report.json lacks undrilled_chunks")
+	}
+	// Without the limit every row is found.
+	cfg.MaxDifferences = 0
+	cfg.OutputDir = t.TempDir()
+	if tr := tableReport(t, run(t, cfg), "md"); tr.DifferencesTotal != 12000 || tr.UndrilledChunks != 0 {
+		t.Errorf("without max_differences: %d differences, %d undrilled chunks", tr.DifferencesTotal, tr.UndrilledChunks)
 	}
 }

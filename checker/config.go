@@ -129,6 +129,13 @@ type Config struct {
 	// MaxReportedDifferences caps the differences listed per table in the report (the
 	// total is always counted, and fix SQL covers all of them). Default: 1000.
 	MaxReportedDifferences int `toml:"max_reported_differences" json:"max_reported_differences"`
+	// MaxDifferences stops the drill-down of a table once this many of its rows were found
+	// to differ (0: never). Its later mismatched chunks are still found by their checksums
+	// and reported as undrilled (TableReport.UndrilledChunks), but their rows are not
+	// compared, stored or fixed: a table that is wholly different (truncated, or loaded from
+	// the wrong source) costs a checksum pass, not a row-by-row copy of itself into the meta
+	// schema on the downstream. Default: 100000.
+	MaxDifferences int64 `toml:"max_differences" json:"max_differences"`
 	// OutputDir receives report.json and the fix SQL files. Default: "" (no files).
 	OutputDir string `toml:"output" json:"-"`
 	// MetaDSN is where the run state lives (schema MetaSchema). Default: the downstream DSN.
@@ -164,6 +171,7 @@ func DefaultConfig() Config {
 		Changefeed:             ChangefeedConfig{MetaSchema: "parity_meta"},
 		QueryTimeout:           5 * time.Minute,
 		MaxReportedDifferences: 1000,
+		MaxDifferences:         100000,
 		MetaSchema:             "parity_meta",
 	}
 }
@@ -269,6 +277,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxReportedDifferences < 0 {
 		bad("max_reported_differences", "must not be negative")
+	}
+	if c.MaxDifferences < 0 {
+		bad("max_differences", "must not be negative")
 	}
 	if c.MetaSchema == "" {
 		bad("meta_schema", "is required")

@@ -48,13 +48,17 @@ type TableReport struct {
 	DifferencesTotal     int64        `json:"differences_total"`
 	Differences          []Difference `json:"differences"`
 	DifferencesTruncated bool         `json:"differences_truncated,omitempty"`
+	// UndrilledChunks counts chunks whose checksums differ but whose rows were not
+	// compared, because Config.MaxDifferences rows of the table were already found to
+	// differ: their rows are not in DifferencesTotal, Differences or the fix SQL.
+	UndrilledChunks int `json:"undrilled_chunks,omitempty"`
 	// FixSQLFile is the fix SQL file, relative to the output directory.
 	FixSQLFile string `json:"fix_sql_file,omitempty"`
 }
 
 // Equal reports whether the table pair is equal in structure and data.
 func (t *TableReport) Equal() bool {
-	return t.StructureEqual && t.DataCompared && t.DifferencesTotal == 0
+	return t.StructureEqual && t.DataCompared && t.DifferencesTotal == 0 && t.UndrilledChunks == 0
 }
 
 // Progress is reported after every finished chunk.

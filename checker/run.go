@@ -98,9 +98,15 @@ type checksum struct {
 }
 
 type chunkResult struct {
-	up, down    checksum
+	up, down checksum
+	// differences counts the differing rows; undrilledChunk marks a mismatched chunk that
+	// was not drilled down (Config.MaxDifferences).
 	differences int64
 }
+
+// undrilledChunk is chunkResult.differences (and diff_chunks.differences) of a mismatched
+// chunk whose rows were not compared.
+const undrilledChunk = -1
 
 type tableState struct {
 	idx        int
@@ -122,6 +128,12 @@ type tableState struct {
 	upRows      int64
 	downRows    int64
 	differences int64
+	// drilled counts the differing rows of the chunks whose drill-down ended and kept
+	// them (drillChunk, Config.MaxDifferences); undrilled the done chunks left undrilled
+	// because of the limit.
+	drilled     int64
+	undrilled   int
+	limitLogged bool
 	splitDone   bool
 }
 
@@ -682,6 +694,7 @@ func (r *runner) produce(ctx context.Context, ts *tableState, out chan<- Chunk) 
 			ts.chunks++
 			if c.state == chunkDone {
 				ts.countDone(c.Seq, c.res)
+				ts.drilled = ts.differences
 			}
 			if c.Last {
 				ts.splitDone = true
@@ -966,17 +979,21 @@ func (r *runner) process(ctx context.Context, ch Chunk) error {
 	res := chunkResult{up: up, down: down}
 	if !sameChecksum(up, down) {
 		log.Debug("chunk differs", "up_count", up.count, "down_count", down.count)
-		sink := &diffSink{ctx: ctx, r: r, chunk: ch}
-		if err := r.drill(ctx, ts, ch.Range, up, down, sink.emit, 0); err != nil {
-			return fmt.Errorf("chunk %d of %s: %w", ch.Seq, ts.name, err)
-		}
-		if err := sink.flush(ctx); err != nil {
+		if res.differences, err = r.drillChunk(ctx, ts, ch, up, down); err != nil {
 			return err
 		}
-		res.differences = int64(sink.rows)
+		if res.differences == undrilledChunk {
+			ts.mu.Lock()
+			first := !ts.limitLogged
+			ts.limitLogged = true
+			ts.mu.Unlock()
+			if first {
+				log.Warn("max_differences reached: the table's further mismatched chunks are not drilled down", "max_differences", r.cfg.MaxDifferences)
+			}
+		}
 	}
 	ts.mu.Lock()
-	ts.sizer.observeDiffs(max(up.count, down.count), res.differences)
+	ts.sizer.observeDiffs(max(up.count, down.count), max(res.differences, 0))
 	ts.mu.Unlock()
 	// The chunk counts as done only once the journal has stored its result (after its
 	// differences, stored above).
@@ -986,12 +1003,65 @@ func (r *runner) process(ctx context.Context, ch Chunk) error {
 	return r.limiter.take(ctx, int(max(up.count, down.count)))
 }
 
+// errMaxDifferences ends a drill-down when its table reached Config.MaxDifferences.
+var errMaxDifferences = errors.New("max_differences reached")
+
+// drillChunk drills a mismatched chunk down to its differing rows, stores them and returns
+// how many rows differ. With Config.MaxDifferences, a chunk whose drill-down starts, or
+// goes on, after the table's kept differences reached the limit stops, drops what it
+// stored and returns undrilledChunk: a chunk's differences are kept whole or not at all,
+// and the table keeps the limit plus at most the differences of the chunks whose
+// drill-downs were under way when it was reached (one per worker).
+func (r *runner) drillChunk(ctx context.Context, ts *tableState, ch Chunk, up, down checksum) (int64, error) {
+	limit := r.cfg.MaxDifferences
+	full := func() bool {
+		if limit <= 0 {
+			return false
+		}
+		ts.mu.Lock()
+		defer ts.mu.Unlock()
+		return ts.drilled >= limit
+	}
+	if full() {
+		return undrilledChunk, nil
+	}
+	sink := &diffSink{ctx: ctx, r: r, chunk: ch}
+	emit := func(d Difference) error {
+		if full() {
+			return errMaxDifferences
+		}
+		return sink.emit(d)
+	}
+	err := r.drill(ctx, ts, ch.Range, up, down, emit, 0)
+	if err == nil {
+		err = sink.flush(ctx)
+	}
+	switch {
+	case errors.Is(err, errMaxDifferences):
+		// Drop what the chunk stored before the limit was reached.
+		if err := r.st.dropDifferences(ctx, ch); err != nil {
+			return 0, err
+		}
+		return undrilledChunk, nil
+	case err != nil:
+		return 0, fmt.Errorf("chunk %d of %s: %w", ch.Seq, ts.name, err)
+	}
+	ts.mu.Lock()
+	ts.drilled += int64(sink.rows)
+	ts.mu.Unlock()
+	return int64(sink.rows), nil
+}
+
 // countDone counts a chunk stored as done in the table's tallies; the caller holds ts.mu.
 func (ts *tableState) countDone(seq int, res chunkResult) {
 	ts.done[seq] = true
 	ts.chunksDone++
 	ts.upRows += res.up.count
 	ts.downRows += res.down.count
+	if res.differences == undrilledChunk {
+		ts.undrilled++
+		return
+	}
 	ts.differences += res.differences
 }
 
@@ -1039,6 +1109,7 @@ func (r *runner) report(ctx context.Context) (*Report, error) {
 		}
 		ts.mu.Lock()
 		tr.RowsChecked, tr.DownstreamRows, tr.Chunks, tr.DifferencesTotal = ts.upRows, ts.downRows, ts.chunksDone, ts.differences
+		tr.UndrilledChunks = ts.undrilled
 		ts.mu.Unlock()
 		if tr.DifferencesTotal > 0 {
 			err := r.st.differences(ctx, ts.idx, r.cfg.MaxReportedDifferences, false, func(d Difference, _ string) error {

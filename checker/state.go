@@ -353,9 +353,16 @@ func (s *store) startChunk(ctx context.Context, c Chunk) error {
 		chunkRunning, s.runID, c.Table, c.Seq); err != nil {
 		return fmt.Errorf("start chunk %d of table %d: %w", c.Seq, c.Table, err)
 	}
+	return s.dropDifferences(ctx, c)
+}
+
+// dropDifferences deletes the differences stored for chunk c.
+func (s *store) dropDifferences(ctx context.Context, c Chunk) error {
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
 	for _, t := range []string{"diff_differences", "diff_difference_parts"} {
 		if _, err := s.db.ExecContext(ctx, s.q("DELETE FROM %s."+t+" WHERE run_id = ? AND table_idx = ? AND chunk_seq = ?"), s.runID, c.Table, c.Seq); err != nil {
-			return fmt.Errorf("start chunk %d of table %d: %w", c.Seq, c.Table, err)
+			return fmt.Errorf("drop differences of chunk %d of table %d: %w", c.Seq, c.Table, err)
 		}
 	}
 	return nil

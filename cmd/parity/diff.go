@@ -40,6 +40,7 @@ type diffFlags struct {
 	resume        string
 	concurrency   int
 	maxRows       int
+	maxDiffs      int64
 	maxThreads    int
 	queryTimeout  time.Duration
 	hash          string
@@ -87,6 +88,7 @@ A run is persisted in parity_meta on the downstream; resume a killed run with --
 	fl.StringVar(&f.resume, "resume", "", "resume the run with this ID")
 	fl.IntVar(&f.concurrency, "concurrency", 0, "chunks compared at once (default 4)")
 	fl.IntVar(&f.maxRows, "max-rows-per-second", 0, "cap on rows checksummed per second (0: none)")
+	fl.Int64Var(&f.maxDiffs, "max-differences", 0, "stop drilling down a table once this many of its rows differ (default 100000; 0: never)")
 	fl.IntVar(&f.maxThreads, "max-threads-running", 0, "pause while downstream Threads_running is above this (0: never)")
 	fl.StringVar(&f.changefeed, "changefeed", "", "changefeed.id: parity serve's changefeed replicating into the downstream (for --max-lag)")
 	fl.StringVar(&f.changefeedMS, "changefeed-meta-schema", "", "changefeed.meta_schema: parity serve's applier.meta-schema on the downstream (default parity_meta)")
@@ -157,6 +159,9 @@ func loadDiffConfig(cmd *cobra.Command, f *diffFlags) (checker.Config, error) {
 	}
 	if fl.Changed("max-lag") {
 		cfg.Changefeed.MaxLag = f.maxLag
+	}
+	if fl.Changed("max-differences") {
+		cfg.MaxDifferences = f.maxDiffs
 	}
 	if fl.Changed("query-timeout") {
 		cfg.QueryTimeout = f.queryTimeout
@@ -312,7 +317,7 @@ func printSummary(w io.Writer, rep *checker.Report, outDir string) {
 		switch {
 		case !t.DataCompared:
 			status = "NOT COMPARED"
-		case t.DifferencesTotal > 0:
+		case t.DifferencesTotal > 0 || t.UndrilledChunks > 0:
 			status = "DIFFERENT"
 		case !t.StructureEqual:
 			status = "STRUCTURE DIFFERS"
@@ -327,6 +332,9 @@ func printSummary(w io.Writer, rep *checker.Report, outDir string) {
 			fmt.Fprintf(w, " (listed: %d missing, %d extra, %d differing)", kinds[checker.Missing], kinds[checker.Extra], kinds[checker.Differing])
 		}
 		fmt.Fprintln(w)
+		if t.UndrilledChunks > 0 {
+			fmt.Fprintf(w, "      %d more chunks differ; their rows were not compared (max_differences reached), so the count, the list and the fix SQL are incomplete\n", t.UndrilledChunks)
+		}
 		for _, p := range t.StructureProblems {
 			col := ""
 			if p.Column != "" {
