@@ -355,8 +355,17 @@ func printSummary(w io.Writer, rep *checker.Report, outDir string) {
 	}
 	if rep.Equal {
 		fmt.Fprintln(w, "result: EQUAL")
-	} else {
-		fmt.Fprintln(w, "result: DIFFERENCES FOUND")
+		return
+	}
+	fmt.Fprintln(w, "result: DIFFERENCES FOUND")
+	dataDiffers := false
+	for _, t := range rep.Tables {
+		dataDiffers = dataDiffers || t.DifferencesTotal > 0 || t.UndrilledChunks > 0
+	}
+	if dataDiffers && (rep.UpstreamSnapshot == "" || rep.DownstreamSnapshot == "") {
+		// Without a snapshot on both sides, a row written during the run (replication in
+		// flight) shows as a difference.
+		fmt.Fprintln(w, "note: the sides were not both read at a snapshot: a row that replication changed during the run shows as a difference; compare again (or at a snapshot) before acting on the fix SQL")
 	}
 }
 
