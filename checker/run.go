@@ -522,8 +522,10 @@ func (r *runner) planTable(ctx context.Context, ts *tableState) error {
 }
 
 // NewPlan builds the comparison plan of a table pair: the compared columns are the
-// upstream's non-generated columns that exist on both sides and are not ignored. It fails
-// only when nothing can be compared.
+// upstream's columns that exist on both sides, are not ignored and are not generated
+// downstream (the downstream computes those, fix SQL cannot write them). A column
+// generated upstream but plain downstream is compared: the downstream stores its values
+// like any other column's. It fails only when nothing can be compared.
 func NewPlan(up, down *Table, ignored func(string) bool) (*TablePlan, error) {
 	if ignored == nil {
 		ignored = func(string) bool { return false }
@@ -531,7 +533,7 @@ func NewPlan(up, down *Table, ignored func(string) bool) (*TablePlan, error) {
 	p := &TablePlan{Schema: [2]string{up.Schema, down.Schema}, Table: [2]string{up.Name, down.Name}, Hash: HashSHA1}
 	for _, uc := range up.Columns {
 		dc, ok := down.Column(uc.Name)
-		if !ok || ignored(uc.Name) || uc.Generated {
+		if !ok || ignored(uc.Name) || dc.Generated {
 			continue
 		}
 		p.Columns = append(p.Columns, PlanColumn{Name: uc.Name, Kind: uc.Kind, NotNull: !uc.Nullable && !dc.Nullable,

@@ -284,6 +284,12 @@ func compareStructure(up, down *Table, ignored func(string) bool) []StructurePro
 		if a, b := normalizedType(uc), normalizedType(dc); a != b {
 			out = append(out, StructureProblem{Column: uc.Name, Problem: fmt.Sprintf("type differs: upstream %s, downstream %s", a, b)})
 		}
+		switch {
+		case uc.Generated && !dc.Generated:
+			out = append(out, StructureProblem{Column: uc.Name, Problem: "generated upstream, a plain column downstream: compared as data"})
+		case dc.Generated && !uc.Generated:
+			out = append(out, StructureProblem{Column: uc.Name, Problem: "generated downstream, a plain column upstream: not compared"})
+		}
 		if uc.Nullable != dc.Nullable {
 			out = append(out, StructureProblem{Column: uc.Name, Problem: fmt.Sprintf("nullability differs: upstream nullable=%v, downstream nullable=%v", uc.Nullable, dc.Nullable)})
 		}
