@@ -546,3 +546,39 @@ func testGeneratedColumns(t *testing.T, p pair) {
 		t.Errorf("after the fix SQL: %d differences", tr.DifferencesTotal)
 	}
 }
+
+// TestFixSQLForeignKeys: fix SQL for a table that a foreign key references updates rows
+// in place. REPLACE deletes the old row first, and the ON DELETE CASCADE of the child
+// table deleted the children of every row the fix repaired.
+func TestFixSQLForeignKeys(t *testing.T) {
+	p := mariaPair(t)
+	p.both(t, "CREATE TABLE fp (id INT PRIMARY KEY, v INT)",
+		"CREATE TABLE fc (id INT PRIMARY KEY, pid INT NOT NULL, FOREIGN KEY (pid) REFERENCES fp (id) ON DELETE CASCADE)",
+		"INSERT INTO fp VALUES (1, 1), (2, 2), (3, 3)",
+		"INSERT INTO fc VALUES (10, 1), (20, 2), (30, 3)")
+	exec(t, p.down.DB, "UPDATE fp SET v = 99 WHERE id = 2", "DELETE FROM fc WHERE id = 30", "DELETE FROM fp WHERE id = 3")
+	cfg := p.config(t, "fp", "fc")
+	rep := run(t, cfg)
+	tr := tableReport(t, rep, "fp")
+	if tr.DifferencesTotal != 2 {
+		t.Fatalf("fp: %d differences, want 2", tr.DifferencesTotal)
+	}
+	fix := readFix(t, cfg, tr)
+	if strings.Contains(fix, "REPLACE") || !strings.Contains(fix, "ON DUPLICATE KEY UPDATE") {
+		t.Fatalf("fix SQL of a referenced table:\n%s", fix)
+	}
+	applyFix(t, p.down.DB, fix) // the parent rows first, then the children
+	applyFix(t, p.down.DB, readFix(t, cfg, tableReport(t, rep, "fc")))
+	var children int
+	if err := p.down.QueryRowContext(context.Background(), "SELECT COUNT(*) FROM fc").Scan(&children); err != nil || children != 3 {
+		t.Fatalf("%d child rows after the fix (%v), want 3", children, err)
+	}
+	// The child table itself is not referenced: REPLACE stays.
+	if tr := tableReport(t, rep, "fc"); !strings.Contains(readFix(t, cfg, tr), "REPLACE INTO") {
+		t.Error("fix SQL of an unreferenced table does not use REPLACE")
+	}
+	cfg.OutputDir = t.TempDir()
+	if rep := run(t, cfg); !rep.Equal {
+		t.Errorf("after the fix SQL: %+v", rep.Tables)
+	}
+}

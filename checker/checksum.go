@@ -87,6 +87,10 @@ type TablePlan struct {
 	// PartialColumns is set when some downstream columns are not compared (ignored, or
 	// absent upstream): fix SQL then updates instead of replacing whole rows.
 	PartialColumns bool
+	// Referenced is set when a foreign key references the downstream table: fix SQL then
+	// updates rows in place instead of replacing them, because REPLACE deletes the old row
+	// first and an ON DELETE CASCADE would delete its children with it.
+	Referenced bool
 	Hash           Hash
 	// Pushdown, per side, marks a TiDB whose checksum expressions are written so that TiDB
 	// pushes them down to its coprocessor (every function on TiKV's list: SUBSTRING, not

@@ -105,12 +105,14 @@ func (p *TablePlan) valueList(f *fixStatement, row []Value) string {
 	return strings.Join(vals, ", ")
 }
 
-// upsert writes the upstream row: REPLACE when every downstream column is compared,
-// otherwise INSERT ... ON DUPLICATE KEY UPDATE so ignored columns keep their values.
+// upsert writes the upstream row: REPLACE when every downstream column is compared and no
+// foreign key references the table, otherwise INSERT ... ON DUPLICATE KEY UPDATE, so that
+// ignored columns keep their values and children of the row are not deleted by an ON
+// DELETE CASCADE (REPLACE deletes the old row before it inserts the new one).
 func (p *TablePlan) upsert(row []Value) string {
 	var f fixStatement
 	t := p.table(Downstream)
-	if !p.PartialColumns {
+	if !p.PartialColumns && !p.Referenced {
 		return f.sql(fmt.Sprintf("REPLACE INTO %s (%s) VALUES (%s);", t, p.columnList(), p.valueList(&f, row)))
 	}
 	sets := make([]string, 0, len(p.Columns))

@@ -504,6 +504,7 @@ func (r *runner) planTable(ctx context.Context, ts *tableState) error {
 		return nil
 	}
 	plan.Flavor = [2]Flavor{r.src.Upstream.Flavor(), r.src.Downstream.Flavor()}
+	plan.Referenced = down.Referenced
 	plan.Pushdown = r.pushdown
 	for _, k := range plan.Key {
 		c := plan.Columns[k]

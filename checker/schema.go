@@ -54,6 +54,9 @@ type Table struct {
 	UniqueKeys [][]string
 	// Indexes lists the other (non-unique, or nullable unique) indexes' columns.
 	Indexes [][]string
+	// Referenced is set when a foreign key (of any table) references this table, or when
+	// the server cannot tell.
+	Referenced bool
 }
 
 // Column returns the named column (case-insensitive, as MySQL column names are).
@@ -205,6 +208,15 @@ func LoadTable(ctx context.Context, q Querier, schema, table string) (*Table, er
 		} else {
 			t.Indexes = append(t.Indexes, ix.cols)
 		}
+	}
+	t.Referenced = true // unless the server says otherwise
+	if rows, err := q.QueryContext(ctx, `SELECT COUNT(*) FROM information_schema.REFERENTIAL_CONSTRAINTS
+		WHERE UNIQUE_CONSTRAINT_SCHEMA = ? AND REFERENCED_TABLE_NAME = ?`, schema, table); err == nil {
+		var refs int
+		if rows.Next() && rows.Scan(&refs) == nil && rows.Err() == nil {
+			t.Referenced = refs > 0
+		}
+		rows.Close()
 	}
 	return t, nil
 }
