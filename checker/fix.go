@@ -165,6 +165,10 @@ func (p *TablePlan) extra(row []Value, n int) Difference {
 
 // fixHeader starts a table's fix file.
 func (p *TablePlan) fixHeader(runID string) string {
-	return fmt.Sprintf("-- parity diff run %s: make %s equal to upstream %s.\n-- Review before applying. Deletes come first.\nSET SESSION time_zone = '+00:00';\n",
+	return fmt.Sprintf("-- parity diff run %s: make %s equal to upstream %s.\n"+
+		"-- Review before applying. Deletes come first. The rows are the upstream's as the run read them:\n"+
+		"-- apply while nothing else writes these rows (replication into the table caught up and paused),\n"+
+		"-- or a later change may be overwritten with an older one.\n"+
+		"SET SESSION time_zone = '+00:00';\n",
 		runID, p.table(Downstream), p.table(Upstream))
 }
