@@ -582,3 +582,44 @@ func TestFixSQLForeignKeys(t *testing.T) {
 		t.Errorf("after the fix SQL: %+v", rep.Tables)
 	}
 }
+
+// TestFixSQLZeroDates: fix SQL applies on a server whose sql_mode refuses zero dates
+// (MySQL 8's default has NO_ZERO_DATE and NO_ZERO_IN_DATE): the rows hold them upstream,
+// and the header lifts those two modes for its session only.
+func TestFixSQLZeroDates(t *testing.T) {
+	p := mariaPair(t)
+	p.both(t, "CREATE TABLE zd (id INT PRIMARY KEY, d DATETIME, dt DATE)")
+	execSession(t, &p, true, "SET SESSION sql_mode = ''",
+		"INSERT INTO zd VALUES (1, '0000-00-00 00:00:00', '2020-00-15'), (2, '2021-01-01 00:00:00', '0000-00-00'), (3, NULL, '2022-02-02')")
+	execSession(t, &p, false, "SET SESSION sql_mode = ''", "INSERT INTO zd VALUES (3, NULL, '2022-02-02')")
+	cfg := p.config(t, "zd")
+	tr := tableReport(t, run(t, cfg), "zd")
+	if tr.DifferencesTotal != 2 {
+		t.Fatalf("%d differences, want 2", tr.DifferencesTotal)
+	}
+	ctx := context.Background()
+	conn, err := p.down.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, "SET SESSION sql_mode = 'STRICT_TRANS_TABLES,NO_ZERO_IN_DATE,NO_ZERO_DATE,ERROR_FOR_DIVISION_BY_ZERO'"); err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.SplitSeq(readFix(t, cfg, tr), "\n") {
+		if line == "" || strings.HasPrefix(line, "--") {
+			continue
+		}
+		if _, err := conn.ExecContext(ctx, line); err != nil {
+			t.Fatalf("apply %q under a strict sql_mode: %v", line, err)
+		}
+	}
+	var mode string
+	if err := conn.QueryRowContext(ctx, "SELECT @@SESSION.sql_mode").Scan(&mode); err != nil || mode != "STRICT_TRANS_TABLES,ERROR_FOR_DIVISION_BY_ZERO" {
+		t.Errorf("sql_mode after the header %q (%v): only the zero-date modes should go", mode, err)
+	}
+	cfg.OutputDir = t.TempDir()
+	if rep := run(t, cfg); !rep.Equal {
+		t.Errorf("after the fix SQL: %+v", rep.Tables)
+	}
+}

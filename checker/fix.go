@@ -169,6 +169,8 @@ func (p *TablePlan) fixHeader(runID string) string {
 		"-- Review before applying. Deletes come first. The rows are the upstream's as the run read them:\n"+
 		"-- apply while nothing else writes these rows (replication into the table caught up and paused),\n"+
 		"-- or a later change may be overwritten with an older one.\n"+
-		"SET SESSION time_zone = '+00:00';\n",
+		"SET SESSION time_zone = '+00:00';\n"+
+		"-- Zero dates are data here (the upstream holds them): allow them, and keep the rest of sql_mode.\n"+
+		"SET SESSION sql_mode = TRIM(BOTH ',' FROM REPLACE(REPLACE(CONCAT(',', @@SESSION.sql_mode, ','), ',NO_ZERO_DATE,', ','), ',NO_ZERO_IN_DATE,', ','));\n",
 		runID, p.table(Downstream), p.table(Upstream))
 }
