@@ -564,7 +564,7 @@ func TestFixSQLForeignKeys(t *testing.T) {
 		t.Fatalf("fp: %d differences, want 2", tr.DifferencesTotal)
 	}
 	fix := readFix(t, cfg, tr)
-	if strings.Contains(fix, "REPLACE") || !strings.Contains(fix, "ON DUPLICATE KEY UPDATE") {
+	if strings.Contains(fix, "REPLACE INTO") || !strings.Contains(fix, "ON DUPLICATE KEY UPDATE") {
 		t.Fatalf("fix SQL of a referenced table:\n%s", fix)
 	}
 	applyFix(t, p.down.DB, fix) // the parent rows first, then the children
