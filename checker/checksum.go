@@ -91,7 +91,7 @@ type TablePlan struct {
 	// updates rows in place instead of replacing them, because REPLACE deletes the old row
 	// first and an ON DELETE CASCADE would delete its children with it.
 	Referenced bool
-	Hash           Hash
+	Hash       Hash
 	// Pushdown, per side, marks a TiDB whose checksum expressions are written so that TiDB
 	// pushes them down to its coprocessor (every function on TiKV's list: SUBSTRING, not
 	// LEFT; no derived table). Otherwise a TiDB side uses tidbChecksumSQL's form,

@@ -69,7 +69,7 @@ type DSNSource struct {
 	flavor Flavor
 	desc   string
 
-	// killDB runs KILL QUERY for queries whose context ended (KillOnDone); ids maps each
+	// killDB runs KILL CONNECTION for queries whose context ended (KillOnDone); ids maps each
 	// physical connection (the driver's connection, as sql.Conn.Raw shows it) to its
 	// server connection id.
 	killDB *sql.DB
@@ -214,14 +214,14 @@ func (s *DSNSource) KillOnDone(ctx context.Context, q Querier) func() {
 	if !ok {
 		return func() {}
 	}
-	done := make(chan struct{})
-	s.kills.Add(1)
-	stop := context.AfterFunc(ctx, func() {
-		defer close(done)
-		defer s.kills.Done()
+	kill := func() {
 		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		if _, err := s.killDB.ExecContext(kctx, "KILL QUERY "+strconv.FormatInt(id, 10)); err != nil {
+		// KILL CONNECTION, not KILL QUERY: the client has given the connection up, and a
+		// KILL QUERY that reaches the server before the statement starts executing is
+		// lost. 1094: already gone.
+		var me *mysql.MySQLError
+		if _, err := s.killDB.ExecContext(kctx, "KILL CONNECTION "+strconv.FormatInt(id, 10)); err != nil && !(errors.As(err, &me) && me.Number == 1094) {
 			slog.Warn("cannot kill an abandoned query", "source", s.desc, "connection_id", id, "err", err)
 		}
 		// The driver has closed the connection, or will: never hand it out again.
@@ -229,13 +229,25 @@ func (s *DSNSource) KillOnDone(ctx context.Context, q Querier) func() {
 		delete(s.ids, key)
 		s.mu.Unlock()
 		_ = c.Raw(func(any) error { return driver.ErrBadConn })
+	}
+	done := make(chan struct{})
+	s.kills.Add(1)
+	stop := context.AfterFunc(ctx, func() {
+		defer close(done)
+		defer s.kills.Done()
+		kill()
 	})
 	return func() {
-		if stop() {
-			s.kills.Done()
+		if !stop() {
+			<-done // the kill ran, or runs: wait for it
 			return
 		}
-		<-done
+		defer s.kills.Done()
+		// ctx may have ended with the query (the driver saw it first) before its
+		// cancellation reached the AfterFunc, which stop then prevented: kill here.
+		if ctx.Err() != nil {
+			kill()
+		}
 	}
 }
 
