@@ -623,3 +623,32 @@ func TestFixSQLZeroDates(t *testing.T) {
 		t.Errorf("after the fix SQL: %+v", rep.Tables)
 	}
 }
+
+// TestKeylessManyDifferences: a keyless table without an index (one chunk) with 1,200
+// differing rows. Their rows are read 256 row hashes per query (one query per hash scanned
+// the table 1,200 times); with max_differences below the count of differing row groups,
+// the chunk is left undrilled instead of holding every differing row in memory.
+func TestKeylessManyDifferences(t *testing.T) {
+	p := mariaPair(t)
+	p.both(t, "CREATE TABLE kn (a INT NOT NULL, b VARCHAR(20))")
+	p.fill(t, "kn", 2000, func(i int) string { return fmt.Sprintf("(%d, 'v%d')", i, i) })
+	exec(t, p.down.DB, "UPDATE kn SET b = CONCAT(b, 'x') WHERE a % 10 < 3") // 600 rows
+	cfg := p.config(t, "kn")
+	cfg.MaxReportedDifferences = 2000
+	rep := run(t, cfg)
+	tr := tableReport(t, rep, "kn")
+	if got := diffsByKind(tr); tr.Chunks != 1 || tr.DifferencesTotal != 1200 || got[Missing] != 600 || got[Extra] != 600 {
+		t.Fatalf("%d chunks, %d differences %v, want one chunk, 600 missing and 600 extra", tr.Chunks, tr.DifferencesTotal, got)
+	}
+	applyFix(t, p.down.DB, readFix(t, cfg, tr))
+	cfg.OutputDir = t.TempDir()
+	if rep := run(t, cfg); !rep.Equal {
+		t.Fatalf("after the fix SQL: %+v", rep.Tables)
+	}
+	exec(t, p.down.DB, "UPDATE kn SET b = CONCAT(b, 'y') WHERE a % 10 < 3")
+	cfg.MaxDifferences = 500
+	cfg.OutputDir = t.TempDir()
+	if tr := tableReport(t, run(t, cfg), "kn"); tr.UndrilledChunks != 1 || tr.DifferencesTotal != 0 {
+		t.Errorf("max_differences 500: %d undrilled chunks, %d differences; want the chunk undrilled", tr.UndrilledChunks, tr.DifferencesTotal)
+	}
+}

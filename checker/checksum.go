@@ -546,8 +546,19 @@ func (p *TablePlan) HashGroupsSQL(s Side, r Range) string {
 	return fmt.Sprintf("SELECT h, COUNT(*) FROM (SELECT %s AS h FROM %s%s) AS x GROUP BY h ORDER BY h", p.RowHash(s), p.table(s), p.whereClause(s, r))
 }
 
-// RowsByHashSQL returns up to limit rows of a range whose row hash is h.
-func (p *TablePlan) RowsByHashSQL(s Side, r Range, h string, limit int) string {
+// keylessFetchBatch is how many row hashes one RowsByHashesSQL query looks for.
+const keylessFetchBatch = 256
+
+// RowsByHashesSQL returns the rows of a range whose row hash is one of hs (decimal
+// strings), each followed by its hash.
+func (p *TablePlan) RowsByHashesSQL(s Side, r Range, hs []string) string {
+	lits := make([]string, len(hs))
+	for i, h := range hs {
+		lits[i] = h
+		if h == "" || strings.Trim(h, "0123456789") != "" {
+			lits[i] = "NULL" // not a hash the server computed: matches nothing
+		}
+	}
 	cols := make([]string, len(p.Columns))
 	for i, c := range p.Columns {
 		cols[i] = p.selectExpr(c)
@@ -558,7 +569,8 @@ func (p *TablePlan) RowsByHashSQL(s Side, r Range, h string, limit int) string {
 	} else {
 		w += " AND "
 	}
-	return fmt.Sprintf("SELECT %s FROM %s%s%s = %s LIMIT %d", strings.Join(cols, ", "), p.table(s), w, p.RowHash(s), h, limit)
+	h := p.RowHash(s)
+	return fmt.Sprintf("SELECT %s, %s FROM %s%s%s IN (%s)", strings.Join(cols, ", "), h, p.table(s), w, h, strings.Join(lits, ", "))
 }
 
 // numericKey reports whether every key column orders the same in Go and in SQL

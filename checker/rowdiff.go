@@ -485,6 +485,11 @@ func (r *runner) diffKeyless(ctx context.Context, ts *tableState, rng Range, emi
 				}
 				downOnly = append(downOnly, hashGroup{dg.h, n})
 			}
+			// Every differing group holds a row in memory below: past max_differences
+			// groups the chunk is left undrilled (drillChunk), which bounds that memory.
+			if limit := r.cfg.MaxDifferences; limit > 0 && int64(len(upOnly)+len(downOnly)) > limit {
+				return errMaxDifferences
+			}
 			if c <= 0 {
 				if ug, uv, err = readGroup(urows); err != nil {
 					return fmt.Errorf("read upstream row hashes of %s: %w", ts.name, err)
@@ -509,22 +514,46 @@ func (r *runner) diffKeyless(ctx context.Context, ts *tableState, rng Range, emi
 		canon string
 		n     int64
 	}
+	// fetch reads one row of each group, keylessFetchBatch groups per query: each query
+	// scans the range once (one query per group scanned it once per group, hundreds of
+	// times for a table without an index, which is one chunk).
 	fetch := func(side Side, groups []hashGroup) ([]*counted, error) {
 		var out []*counted
-		for _, g := range groups {
-			var row []Value
+		for len(groups) > 0 {
+			batch := groups[:min(len(groups), keylessFetchBatch)]
+			groups = groups[len(batch):]
+			want := make(map[string]int64, len(batch))
+			hs := make([]string, len(batch))
+			for i, g := range batch {
+				want[g.h] = g.n
+				hs[i] = g.h
+			}
 			err := r.withSide(ctx, side, func(ctx context.Context, q Querier) error {
-				var err error
-				row, err = firstRow(ctx, q, p.RowsByHashSQL(side, rng, g.h, 1), len(p.Columns))
-				return err
+				rows, err := q.QueryContext(ctx, p.RowsByHashesSQL(side, rng, hs))
+				if err != nil {
+					return err
+				}
+				defer rows.Close()
+				s := newRowStream(rows, len(p.Columns)+1)
+				for {
+					if err := s.next(); err != nil || s.done {
+						return err
+					}
+					row := s.row()
+					h := string(row[len(p.Columns)].Bytes)
+					n, ok := want[h]
+					if !ok {
+						continue // a group already read (its other copies)
+					}
+					delete(want, h)
+					row = row[:len(p.Columns)]
+					out = append(out, &counted{row: row, canon: p.canonRow(row), n: n})
+				}
 			})
 			if err != nil {
 				return nil, fmt.Errorf("read %s rows of %s: %w", side, ts.name, err)
 			}
-			if row == nil {
-				continue // changed under us; a snapshot source cannot get here
-			}
-			out = append(out, &counted{row: row, canon: p.canonRow(row), n: g.n})
+			// A group not found changed under us; a snapshot source cannot get here.
 		}
 		return out, nil
 	}
