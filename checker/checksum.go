@@ -181,8 +181,7 @@ func floatText(x string) string {
 // (docs/diff.md). RowEncoding proves the row encoding injective.
 func (p *TablePlan) fields(s Side, c PlanColumn) []string {
 	x := p.text(s, c)
-	switch c.Kind {
-	case KindString, KindBinary, KindJSON:
+	if c.Kind.variableBytes() {
 		if c.NotNull {
 			return []string{"LENGTH(" + x + ")", p.value(s, c)}
 		}
@@ -275,7 +274,7 @@ func (p *TablePlan) FitEncoding(packet int64) []string {
 	for p.encodingBound() > packet-encodingSlack {
 		best := -1
 		for i, c := range p.Columns {
-			if c.MaxBytes > 40 && !c.Digest && (c.Kind == KindString || c.Kind == KindBinary || c.Kind == KindJSON) &&
+			if c.MaxBytes > 40 && !c.Digest && c.Kind.variableBytes() &&
 				(best < 0 || c.MaxBytes > p.Columns[best].MaxBytes) {
 				best = i
 			}
@@ -297,7 +296,7 @@ func (p *TablePlan) encodingBound() int64 {
 	var n int64
 	for _, c := range p.Columns {
 		switch {
-		case c.Kind != KindString && c.Kind != KindBinary && c.Kind != KindJSON:
+		case !c.Kind.variableBytes():
 			n += 100
 		case c.Digest:
 			n += 22 + 40

@@ -55,9 +55,12 @@ type fixStatement struct {
 // variable built by pre-statements (a string or JSON value converted from the variable's
 // bytes as utf8mb4, as its literal would be read).
 func (f *fixStatement) lit(c PlanColumn, v Value) string {
-	l := Literal(c.Kind, v)
-	if len(l) <= fixLiteralBytes {
-		return l
+	// A literal is never shorter than its value's bytes: a longer value is not rendered
+	// whole only to be measured.
+	if len(v.Bytes) <= fixLiteralBytes {
+		if l := Literal(c.Kind, v); len(l) <= fixLiteralBytes {
+			return l
+		}
 	}
 	name := fmt.Sprintf("@parity_v%d", len(f.vars))
 	f.vars = append(f.vars, name)

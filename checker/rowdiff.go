@@ -539,14 +539,13 @@ func (r *runner) diffKeyless(ctx context.Context, ts *tableState, rng Range, emi
 					if err := s.next(); err != nil || s.done {
 						return err
 					}
-					row := s.row()
-					h := string(row[len(p.Columns)].Bytes)
+					h := string(s.cur[len(p.Columns)].Bytes)
 					n, ok := want[h]
 					if !ok {
-						continue // a group already read (its other copies)
+						continue // a group already read (its other copies): no copy made
 					}
 					delete(want, h)
-					row = row[:len(p.Columns)]
+					row := s.row()[:len(p.Columns)]
 					out = append(out, &counted{row: row, canon: p.canonRow(row), n: n})
 				}
 			})

@@ -131,10 +131,9 @@ type tableState struct {
 	// drilled counts the differing rows of the chunks whose drill-down ended and kept
 	// them (drillChunk, Config.MaxDifferences); undrilled the done chunks left undrilled
 	// because of the limit.
-	drilled     int64
-	undrilled   int
-	limitLogged bool
-	splitDone   bool
+	drilled   int64
+	undrilled int
+	splitDone bool
 }
 
 type runner struct {
@@ -626,7 +625,7 @@ func (r *runner) withSide(ctx context.Context, s Side, fn func(context.Context, 
 		defer stop()
 	}
 	err = fn(ctx, q)
-	if err != nil && errors.Is(err, context.DeadlineExceeded) && errors.Is(context.Cause(ctx), context.DeadlineExceeded) && parent.Err() == nil {
+	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil && parent.Err() == nil {
 		return fmt.Errorf("%w (%s query_timeout %s)", err, s, r.cfg.QueryTimeout)
 	}
 	return err
@@ -985,15 +984,6 @@ func (r *runner) process(ctx context.Context, ch Chunk) error {
 		if res.differences, err = r.drillChunk(ctx, ts, ch, up, down); err != nil {
 			return err
 		}
-		if res.differences == undrilledChunk {
-			ts.mu.Lock()
-			first := !ts.limitLogged
-			ts.limitLogged = true
-			ts.mu.Unlock()
-			if first {
-				log.Warn("max_differences reached: the table's further mismatched chunks are not drilled down", "max_differences", r.cfg.MaxDifferences)
-			}
-		}
 	}
 	ts.mu.Lock()
 	ts.sizer.observeDiffs(max(up.count, down.count), max(res.differences, 0))
@@ -1050,8 +1040,14 @@ func (r *runner) drillChunk(ctx context.Context, ts *tableState, ch Chunk, up, d
 		return 0, fmt.Errorf("chunk %d of %s: %w", ch.Seq, ts.name, err)
 	}
 	ts.mu.Lock()
+	before := ts.drilled
 	ts.drilled += int64(sink.rows)
+	reached := limit > 0 && before < limit && ts.drilled >= limit
 	ts.mu.Unlock()
+	if reached {
+		r.log.Warn("max_differences reached: the table's further mismatched chunks are not drilled down",
+			"table", ts.name, "chunk", ch.Seq, "max_differences", limit)
+	}
 	return int64(sink.rows), nil
 }
 

@@ -24,6 +24,12 @@ const (
 	KindJSON                 // JSON (MariaDB: LONGTEXT with a json_valid check)
 )
 
+// variableBytes reports whether the row encoding writes a column of kind k as its byte
+// length and its bytes (strings, binaries and JSON), rather than as one short text field.
+func (k Kind) variableBytes() bool {
+	return k == KindString || k == KindBinary || k == KindJSON
+}
+
 func (k Kind) String() string {
 	return [...]string{"string", "binary", "int", "decimal", "float", "double", "temporal", "bit", "json"}[k]
 }
@@ -231,9 +237,7 @@ const unboundedBytes int64 = 1 << 40
 // other character sets (converted to utf8mb4), unboundedBytes when the server gives no
 // length for a variable-length kind, and 0 for the kinds whose text is short.
 func maxTextBytes(c Column, maxChars, maxOctets sql.NullInt64) int64 {
-	switch c.Kind {
-	case KindString, KindBinary, KindJSON:
-	default:
+	if !c.Kind.variableBytes() {
 		return 0
 	}
 	n := maxOctets.Int64

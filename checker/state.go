@@ -415,18 +415,20 @@ func (s *store) addDifferences(ctx context.Context, c Chunk, batch []storedDiff)
 		return fmt.Errorf("record differences of chunk %d of table %d: %w", c.Seq, c.Table, err)
 	}
 	for _, d := range long {
-		part := 0
-		for i, texts := range [][]string{pieces(d.data, storedPieceBytes/2), pieces(d.diff.fix, storedPieceBytes/2)} {
-			for _, t := range texts {
-				diff, fix := t, ""
-				if i == 1 {
-					diff, fix = "", t
-				}
-				if _, err := s.db.ExecContext(ctx, s.q("INSERT INTO %s.diff_difference_parts (run_id, table_idx, chunk_seq, n, part, diff, fix_sql) VALUES (?, ?, ?, ?, ?, ?, ?)"),
-					s.runID, c.Table, c.Seq, d.n, part, diff, fix); err != nil {
-					return fmt.Errorf("record difference %d of chunk %d of table %d (part %d): %w", d.n, c.Seq, c.Table, part, err)
-				}
-				part++
+		// The JSON's pieces, then the fix SQL's, each a part row. Half of
+		// storedPieceBytes: quotes and backslashes double when the driver escapes them.
+		type part struct{ diff, fix string }
+		var parts []part
+		for _, t := range pieces(d.data, storedPieceBytes/2) {
+			parts = append(parts, part{diff: t})
+		}
+		for _, t := range pieces(d.diff.fix, storedPieceBytes/2) {
+			parts = append(parts, part{fix: t})
+		}
+		for i, p := range parts {
+			if _, err := s.db.ExecContext(ctx, s.q("INSERT INTO %s.diff_difference_parts (run_id, table_idx, chunk_seq, n, part, diff, fix_sql) VALUES (?, ?, ?, ?, ?, ?, ?)"),
+				s.runID, c.Table, c.Seq, d.n, i, p.diff, p.fix); err != nil {
+				return fmt.Errorf("record difference %d of chunk %d of table %d (part %d): %w", d.n, c.Seq, c.Table, i, err)
 			}
 		}
 	}
