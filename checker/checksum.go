@@ -528,6 +528,10 @@ func (p *TablePlan) orderExpr(c PlanColumn, s Side) string {
 // RowsSQL streams the rows of a range on side s: key columns first, then every compared
 // column, in the byte/value order that compareKeys expects.
 func (p *TablePlan) RowsSQL(s Side, r Range) string {
+	return p.rowsSQL(s, p.whereClause(s, r))
+}
+
+func (p *TablePlan) rowsSQL(s Side, where string) string {
 	cols := make([]string, len(p.Columns))
 	for i, c := range p.Columns {
 		cols[i] = p.selectExpr(c)
@@ -536,7 +540,33 @@ func (p *TablePlan) RowsSQL(s Side, r Range) string {
 	for i, k := range p.Key {
 		order[i] = p.orderExpr(p.Columns[k], s)
 	}
-	return fmt.Sprintf("SELECT %s FROM %s%s ORDER BY %s", strings.Join(cols, ", "), p.table(s), p.whereClause(s, r), strings.Join(order, ", "))
+	return fmt.Sprintf("SELECT %s FROM %s%s ORDER BY %s", strings.Join(cols, ", "), p.table(s), where, strings.Join(order, ", "))
+}
+
+// RowsByKeysSQL reads the rows with the given keys (values in key order) on side s, in
+// RowsSQL's columns and order, within the user's row filter: the re-check reads the rows
+// of stored differences again. Each key is an equality per key column (with the collation
+// of the range predicates), OR-ed: both servers' range optimizers turn it into point
+// lookups.
+func (p *TablePlan) RowsByKeysSQL(s Side, keys []Bound) string {
+	terms := make([]string, len(keys))
+	for i, k := range keys {
+		conds := make([]string, len(p.Key))
+		for j, ki := range p.Key {
+			c := p.Columns[ki]
+			if j >= len(k) || k[j].Null {
+				conds[j] = p.keyRef(s, c) + " IS NULL"
+				continue
+			}
+			conds[j] = p.keyRef(s, c) + " = " + predicateLiteral(c.Kind, k[j])
+		}
+		terms[i] = "(" + strings.Join(conds, " AND ") + ")"
+	}
+	where := " WHERE (" + strings.Join(terms, " OR ") + ")"
+	if p.Where != "" {
+		where += " AND (" + p.Where + ")"
+	}
+	return p.rowsSQL(s, where)
 }
 
 // HashGroupsSQL returns (h, n) for every distinct row hash of a range, ordered by h: the

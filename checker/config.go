@@ -136,6 +136,20 @@ type Config struct {
 	// the wrong source) costs a checksum pass, not a row-by-row copy of itself into the meta
 	// schema on the downstream. Default: 100000.
 	MaxDifferences int64 `toml:"max_differences" json:"max_differences"`
+	// RecheckRounds: when the two sides were not both read at a snapshot, the rows of the
+	// differences found are read again, by key on both sides, this many times once the
+	// comparison has ended (see recheck.go). A row equal by then was in flight (written
+	// upstream, not yet replicated, when first read): it is dropped from the differences
+	// and counted in TableReport.DifferencesResolved. 0: never. Default: 1.
+	RecheckRounds int `toml:"recheck_rounds" json:"recheck_rounds"`
+	// RecheckDelay is how long after the comparison (or the previous round) ended a
+	// re-check round starts: time for replication to apply what was in flight. With
+	// Changefeed.ID set, a round also waits until the changefeed's applied checkpoint has
+	// passed that moment (at most RecheckMaxWait). Default: 0 (the first round starts when
+	// the comparison ends; the differences found early in a run have aged by then).
+	RecheckDelay time.Duration `toml:"recheck_delay" json:"recheck_delay,omitempty"`
+	// RecheckMaxWait bounds a round's wait for the changefeed's checkpoint. Default: 1m.
+	RecheckMaxWait time.Duration `toml:"recheck_max_wait" json:"recheck_max_wait"`
 	// OutputDir receives report.json and the fix SQL files. Default: "" (no files).
 	OutputDir string `toml:"output" json:"-"`
 	// MetaDSN is where the run state lives (schema MetaSchema). Default: the downstream DSN.
@@ -172,6 +186,8 @@ func DefaultConfig() Config {
 		QueryTimeout:           5 * time.Minute,
 		MaxReportedDifferences: 1000,
 		MaxDifferences:         100000,
+		RecheckRounds:          1,
+		RecheckMaxWait:         time.Minute,
 		MetaSchema:             "parity_meta",
 	}
 }
@@ -280,6 +296,15 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxDifferences < 0 {
 		bad("max_differences", "must not be negative")
+	}
+	if c.RecheckRounds < 0 {
+		bad("recheck_rounds", "must not be negative, got %d", c.RecheckRounds)
+	}
+	if c.RecheckDelay < 0 {
+		bad("recheck_delay", "must not be negative, got %s", c.RecheckDelay)
+	}
+	if c.RecheckMaxWait < 0 {
+		bad("recheck_max_wait", "must not be negative, got %s", c.RecheckMaxWait)
 	}
 	if c.MetaSchema == "" {
 		bad("meta_schema", "is required")

@@ -242,7 +242,7 @@ type diffSink struct {
 }
 
 func (s *diffSink) emit(d Difference) error {
-	sd := newStoredDiff(s.n, d)
+	sd := newStoredDiff(s.chunk.Seq, s.n, d)
 	if s.bytes+sd.size() > storedPieceBytes {
 		if err := s.flush(s.ctx); err != nil {
 			return err
@@ -259,7 +259,7 @@ func (s *diffSink) emit(d Difference) error {
 }
 
 func (s *diffSink) flush(ctx context.Context) error {
-	if err := s.r.st.addDifferences(ctx, s.chunk, s.batch); err != nil {
+	if err := s.r.st.addDifferences(ctx, s.chunk.Table, s.batch); err != nil {
 		return err
 	}
 	s.batch = s.batch[:0]

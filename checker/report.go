@@ -18,10 +18,13 @@ type Report struct {
 	Downstream string    `json:"downstream"`
 	// UpstreamSnapshot and DownstreamSnapshot are the TiDB snapshots (TSO or datetime) the
 	// sides were read at, when set: "equal" holds between those points.
-	UpstreamSnapshot   string        `json:"upstream_snapshot,omitempty"`
-	DownstreamSnapshot string        `json:"downstream_snapshot,omitempty"`
-	Equal              bool          `json:"equal"`
-	Tables             []TableReport `json:"tables"`
+	UpstreamSnapshot   string `json:"upstream_snapshot,omitempty"`
+	DownstreamSnapshot string `json:"downstream_snapshot,omitempty"`
+	// RecheckRounds counts the rounds in which the rows of the differences were read
+	// again (Config.RecheckRounds; none when both sides were read at a snapshot).
+	RecheckRounds int           `json:"recheck_rounds,omitempty"`
+	Equal         bool          `json:"equal"`
+	Tables        []TableReport `json:"tables"`
 }
 
 // TableReport is the result for one table pair.
@@ -52,6 +55,10 @@ type TableReport struct {
 	// compared, because Config.MaxDifferences rows of the table were already found to
 	// differ: their rows are not in DifferencesTotal, Differences or the fix SQL.
 	UndrilledChunks int `json:"undrilled_chunks,omitempty"`
+	// DifferencesResolved counts the rows found different and then equal when the
+	// re-check read them again (replication in flight): they are not in
+	// DifferencesTotal, Differences or the fix SQL.
+	DifferencesResolved int64 `json:"differences_resolved,omitempty"`
 	// FixSQLFile is the fix SQL file, relative to the output directory.
 	FixSQLFile string `json:"fix_sql_file,omitempty"`
 }

@@ -312,7 +312,12 @@ func (p *TablePlan) differingColumns(up, down []Value) []string {
 // emit. Memory: two rows at a time.
 func (r *runner) mergeRows(ctx context.Context, ts *tableState, rng Range, emit func(Difference) error) error {
 	p := ts.plan
-	uSQL, dSQL := p.RowsSQL(Upstream, rng), p.RowsSQL(Downstream, rng)
+	return r.mergeQueries(ctx, ts, p.RowsSQL(Upstream, rng), p.RowsSQL(Downstream, rng), emit)
+}
+
+// mergeQueries merge-compares the rows of two queries in RowsSQL's columns and order.
+func (r *runner) mergeQueries(ctx context.Context, ts *tableState, uSQL, dSQL string, emit func(Difference) error) error {
+	p := ts.plan
 	return r.withBoth(ctx, func(ctx context.Context, uq, dq Querier) error {
 		err := withDriverRows(ctx, ts.name, uq, dq, uSQL, dSQL, len(p.Columns), func(us, ds *rowStream) error {
 			return mergeStreams(ts, us, ds, emit)

@@ -154,6 +154,8 @@ type runner struct {
 	pushdown [2]bool
 	// packet is the smaller max_allowed_packet of the two servers (TablePlan.FitEncoding).
 	packet int64
+	// rechecks counts the re-check rounds done (recheck.go).
+	rechecks int
 }
 
 // RunWith runs a diff on the given sources (for callers that hold snapshot connections,
@@ -253,10 +255,16 @@ func (r *runner) run(ctx context.Context) error {
 		return err
 	})
 	err := r.compare(wctx)
+	readEnd := time.Now()
 	r.journal.close()
 	jerr := jg.Wait()
 	if jerr != nil && (err == nil || (ctx.Err() == nil && errors.Is(err, context.Canceled))) {
 		err = jerr
+	}
+	// The re-check starts once the journal has stored every chunk's result: it updates
+	// the chunks' difference counts itself.
+	if err == nil && r.recheckEnabled() {
+		err = r.recheck(ctx, readEnd)
 	}
 	return err
 }
@@ -1095,7 +1103,12 @@ func (r *runner) reportProgress() {
 func (r *runner) report(ctx context.Context) (*Report, error) {
 	rep := &Report{RunID: r.st.runID, State: RunDone, StartedAt: r.start.UTC(), FinishedAt: time.Now().UTC(),
 		Upstream: r.src.Upstream.Describe(), Downstream: r.src.Downstream.Describe(), Equal: true,
-		UpstreamSnapshot: r.cfg.Upstream.Snapshot, DownstreamSnapshot: r.cfg.Downstream.Snapshot}
+		UpstreamSnapshot: r.cfg.Upstream.Snapshot, DownstreamSnapshot: r.cfg.Downstream.Snapshot,
+		RecheckRounds: r.rechecks}
+	resolved, err := r.st.resolvedByTable(ctx)
+	if err != nil {
+		return nil, err
+	}
 	for _, ts := range r.tables {
 		tr := TableReport{Schema: ts.stored.upSchema, Table: ts.stored.upTable, DownstreamSchema: ts.stored.downSchema,
 			DownstreamTable: ts.stored.downName, StructureEqual: structureEqual(ts.problems), StructureProblems: ts.problems,
@@ -1110,6 +1123,7 @@ func (r *runner) report(ctx context.Context) (*Report, error) {
 		tr.RowsChecked, tr.DownstreamRows, tr.Chunks, tr.DifferencesTotal = ts.upRows, ts.downRows, ts.chunksDone, ts.differences
 		tr.UndrilledChunks = ts.undrilled
 		ts.mu.Unlock()
+		tr.DifferencesResolved = resolved[ts.idx]
 		if tr.DifferencesTotal > 0 {
 			err := r.st.differences(ctx, ts.idx, r.cfg.MaxReportedDifferences, false, func(d Difference, _ string) error {
 				tr.Differences = append(tr.Differences, d)

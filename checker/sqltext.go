@@ -3,6 +3,7 @@ package checker
 import (
 	"bytes"
 	"encoding/hex"
+	"fmt"
 	"regexp"
 	"strings"
 	"unicode/utf8"
@@ -91,4 +92,29 @@ func plainText(b []byte) bool {
 		}
 	}
 	return true
+}
+
+// parseLiteral reads back a literal written by Literal (a stored difference's key value):
+// NULL, a number, 'plain text', X'hex' or CONVERT(X'hex' USING utf8mb4).
+func parseLiteral(s string) (Value, error) {
+	hexOf := func(h string) (Value, error) {
+		b, err := hex.DecodeString(h)
+		if err != nil {
+			return Value{}, fmt.Errorf("literal %.40q: %w", s, err)
+		}
+		return Value{Bytes: b}, nil
+	}
+	switch {
+	case s == "NULL":
+		return NullValue, nil
+	case strings.HasPrefix(s, "CONVERT(X'") && strings.HasSuffix(s, "' USING utf8mb4)"):
+		return hexOf(s[len("CONVERT(X'") : len(s)-len("' USING utf8mb4)")])
+	case strings.HasPrefix(s, "X'") && strings.HasSuffix(s, "'") && len(s) >= 3:
+		return hexOf(s[2 : len(s)-1])
+	case len(s) >= 2 && s[0] == '\'' && s[len(s)-1] == '\'' && !strings.ContainsAny(s[1:len(s)-1], `'\`):
+		return Value{Bytes: []byte(s[1 : len(s)-1])}, nil
+	case numericText.MatchString(s):
+		return Value{Bytes: []byte(s)}, nil
+	}
+	return Value{}, fmt.Errorf("not a literal parity writes: %.40q", s)
 }

@@ -84,6 +84,16 @@ var migrations = []string{
 		fix_sql LONGTEXT NOT NULL,
 		PRIMARY KEY (run_id, table_idx, chunk_seq, n, part)
 	)`,
+	// The re-check (recheck.go): per chunk, how many of its differences were found equal
+	// when read again. Updated in the transaction that drops them, so a resumed run never
+	// counts one twice.
+	`CREATE TABLE IF NOT EXISTS %[1]s.diff_rechecks (
+		run_id VARCHAR(64) NOT NULL,
+		table_idx INT NOT NULL,
+		chunk_seq BIGINT NOT NULL,
+		resolved BIGINT NOT NULL,
+		PRIMARY KEY (run_id, table_idx, chunk_seq)
+	)`,
 }
 
 // Run states.
@@ -318,9 +328,19 @@ type storedChunk struct {
 }
 
 func (s *store) chunks(ctx context.Context, table int) ([]storedChunk, error) {
+	return s.chunksWhere(ctx, table, "")
+}
+
+// chunksWithDifferences returns the done chunks of a table that hold stored differences.
+func (s *store) chunksWithDifferences(ctx context.Context, table int) ([]storedChunk, error) {
+	return s.chunksWhere(ctx, table, " AND state = '"+chunkDone+"' AND differences > 0")
+}
+
+// chunksWhere returns the chunks of a table matching clause (an AND clause), in seq order.
+func (s *store) chunksWhere(ctx context.Context, table int, clause string) ([]storedChunk, error) {
 	ctx, cancel := s.ctx(ctx)
 	defer cancel()
-	rows, err := s.db.QueryContext(ctx, s.q("SELECT seq, lo_bound, hi_bound, is_last, state, IFNULL(up_count,0), IFNULL(down_count,0), differences FROM %s.diff_chunks WHERE run_id = ? AND table_idx = ? ORDER BY seq"), s.runID, table)
+	rows, err := s.db.QueryContext(ctx, s.q("SELECT seq, lo_bound, hi_bound, is_last, state, IFNULL(up_count,0), IFNULL(down_count,0), differences FROM %s.diff_chunks WHERE run_id = ? AND table_idx = ?"+clause+" ORDER BY seq"), s.runID, table)
 	if err != nil {
 		return nil, fmt.Errorf("read chunks of table %d: %w", table, err)
 	}
@@ -369,14 +389,15 @@ func (s *store) dropDifferences(ctx context.Context, c Chunk) error {
 }
 
 type storedDiff struct {
+	seq  int // its chunk
 	n    int
 	diff Difference
 	data string // diff as JSON
 }
 
-func newStoredDiff(n int, d Difference) storedDiff {
+func newStoredDiff(seq, n int, d Difference) storedDiff {
 	data, _ := json.Marshal(d)
-	return storedDiff{n: n, diff: d, data: string(data)}
+	return storedDiff{seq: seq, n: n, diff: d, data: string(data)}
 }
 
 // size is what the difference adds to an INSERT.
@@ -387,14 +408,29 @@ func (d storedDiff) size() int { return len(d.data) + len(d.diff.fix) + 64 }
 // max_allowed_packet (1 MiB on the oldest MySQL defaults, 16 MiB on MariaDB).
 const storedPieceBytes = 1 << 20
 
-// addDifferences stores a batch of differences of a chunk (its caller keeps a batch under
+// execer runs statements: the meta pool, or one of its transactions.
+type execer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
+var (
+	_ execer = (*sql.DB)(nil)
+	_ execer = (*sql.Tx)(nil)
+)
+
+// addDifferences stores a batch of differences of a table (its caller keeps a batch under
 // storedPieceBytes unless it is one long difference, which is stored in pieces).
-func (s *store) addDifferences(ctx context.Context, c Chunk, batch []storedDiff) error {
+func (s *store) addDifferences(ctx context.Context, table int, batch []storedDiff) error {
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+	return s.insertDifferences(ctx, s.db, table, batch)
+}
+
+// insertDifferences is addDifferences on x, within ctx's deadline.
+func (s *store) insertDifferences(ctx context.Context, x execer, table int, batch []storedDiff) error {
 	if len(batch) == 0 {
 		return nil
 	}
-	ctx, cancel := s.ctx(ctx)
-	defer cancel()
 	var sb strings.Builder
 	args := make([]any, 0, len(batch)*7)
 	sb.WriteString(s.q("INSERT INTO %s.diff_differences (run_id, table_idx, chunk_seq, n, kind, diff, fix_sql) VALUES "))
@@ -405,14 +441,14 @@ func (s *store) addDifferences(ctx context.Context, c Chunk, batch []storedDiff)
 		}
 		sb.WriteString("(?, ?, ?, ?, ?, ?, ?)")
 		if d.size() <= storedPieceBytes {
-			args = append(args, s.runID, c.Table, c.Seq, d.n, string(d.diff.Kind), d.data, d.diff.fix)
+			args = append(args, s.runID, table, d.seq, d.n, string(d.diff.Kind), d.data, d.diff.fix)
 			continue
 		}
-		args = append(args, s.runID, c.Table, c.Seq, d.n, string(d.diff.Kind), "", "")
+		args = append(args, s.runID, table, d.seq, d.n, string(d.diff.Kind), "", "")
 		long = append(long, d)
 	}
-	if _, err := s.db.ExecContext(ctx, sb.String(), args...); err != nil {
-		return fmt.Errorf("record differences of chunk %d of table %d: %w", c.Seq, c.Table, err)
+	if _, err := x.ExecContext(ctx, sb.String(), args...); err != nil {
+		return fmt.Errorf("record differences of chunk %d of table %d: %w", batch[0].seq, table, err)
 	}
 	for _, d := range long {
 		// The JSON's pieces, then the fix SQL's, each a part row. Half of
@@ -426,9 +462,9 @@ func (s *store) addDifferences(ctx context.Context, c Chunk, batch []storedDiff)
 			parts = append(parts, part{fix: t})
 		}
 		for i, p := range parts {
-			if _, err := s.db.ExecContext(ctx, s.q("INSERT INTO %s.diff_difference_parts (run_id, table_idx, chunk_seq, n, part, diff, fix_sql) VALUES (?, ?, ?, ?, ?, ?, ?)"),
-				s.runID, c.Table, c.Seq, d.n, i, p.diff, p.fix); err != nil {
-				return fmt.Errorf("record difference %d of chunk %d of table %d (part %d): %w", d.n, c.Seq, c.Table, i, err)
+			if _, err := x.ExecContext(ctx, s.q("INSERT INTO %s.diff_difference_parts (run_id, table_idx, chunk_seq, n, part, diff, fix_sql) VALUES (?, ?, ?, ?, ?, ?, ?)"),
+				s.runID, table, d.seq, d.n, i, p.diff, p.fix); err != nil {
+				return fmt.Errorf("record difference %d of chunk %d of table %d (part %d): %w", d.n, d.seq, table, i, err)
 			}
 		}
 	}
@@ -568,7 +604,14 @@ const differencesPageBytes = 16 << 20
 // differencesWhere streams the differences of a table matching kinds (an AND clause) in
 // (chunk_seq, n) order, at most *limit of them (< 0: all), counting *limit down.
 func (s *store) differencesWhere(ctx context.Context, table int, kinds string, limit *int, fn func(Difference, string) error) error {
-	var seq, n int64 = -1, -1
+	return s.scanDifferences(ctx, table, kinds, -1, -1, limit, func(_, _ int64, d Difference, fix string) error { return fn(d, fix) })
+}
+
+// scanDifferences streams the differences of a table matching clause (an AND clause) that
+// come after position (seq, n), in (chunk_seq, n) order, at most *limit of them (< 0:
+// all), counting *limit down, with their positions.
+func (s *store) scanDifferences(ctx context.Context, table int, clause string, seq, n int64, limit *int, fn func(seq, n int64, d Difference, fix string) error) error {
+	kinds := clause
 	for *limit != 0 {
 		page := differencesPage
 		if *limit > 0 {
@@ -619,7 +662,7 @@ func (s *store) differencesWhere(ctx context.Context, table int, kinds string, l
 			if err := json.Unmarshal([]byte(r.data), &d); err != nil {
 				return fmt.Errorf("decode difference %d of chunk %d of table %d: %w", r.n, r.seq, table, err)
 			}
-			if err := fn(d, r.fix); err != nil {
+			if err := fn(r.seq, r.n, d, r.fix); err != nil {
 				return err
 			}
 		}
@@ -631,4 +674,163 @@ func (s *store) differencesWhere(ctx context.Context, table int, kinds string, l
 		}
 	}
 	return nil
+}
+
+// maxDifferenceNs returns, per chunk of a table, the largest n of its stored differences.
+func (s *store) maxDifferenceNs(ctx context.Context, table int) (map[int]int, error) {
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+	rows, err := s.db.QueryContext(ctx, s.q("SELECT chunk_seq, MAX(n) FROM %s.diff_differences WHERE run_id = ? AND table_idx = ? GROUP BY chunk_seq"), s.runID, table)
+	if err != nil {
+		return nil, fmt.Errorf("read differences of table %d: %w", table, err)
+	}
+	defer rows.Close()
+	out := map[int]int{}
+	for rows.Next() {
+		var seq, n int
+		if err := rows.Scan(&seq, &n); err != nil {
+			return nil, fmt.Errorf("read differences of table %d: %w", table, err)
+		}
+		out[seq] = n
+	}
+	return out, rows.Err()
+}
+
+// diffRef names a stored difference: its chunk and number.
+type diffRef struct{ seq, n int }
+
+// replaceDifferences swaps stored differences of a table for what a re-check found, in
+// one transaction: it deletes the differences old (all the differences of old's chunks
+// when all is set), which stood for oldRows[chunk] differing rows per chunk, stores news,
+// and counts the rows that are no longer different (oldRows less the rows of news, per
+// chunk) as resolved, in diff_chunks.differences and in diff_rechecks. A failure changes
+// nothing; after a commit the old differences are gone, so a resumed re-check never
+// counts them again. It returns the resolved rows.
+func (s *store) replaceDifferences(ctx context.Context, table int, old []diffRef, all bool, oldRows map[int]int64, news []storedDiff) (int64, error) {
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+	fail := func(err error) (int64, error) {
+		return 0, fmt.Errorf("re-check differences of table %d: %w", table, err)
+	}
+	// The old differences, per chunk, as one condition.
+	var seqs []int
+	byChunk := map[int][]int{}
+	for _, d := range old {
+		if _, ok := byChunk[d.seq]; !ok {
+			seqs = append(seqs, d.seq)
+		}
+		byChunk[d.seq] = append(byChunk[d.seq], d.n)
+	}
+	if len(seqs) == 0 {
+		return 0, nil
+	}
+	var cond strings.Builder
+	args := []any{s.runID, table}
+	for i, seq := range seqs {
+		if i > 0 {
+			cond.WriteString(" OR ")
+		}
+		if all {
+			cond.WriteString("chunk_seq = ?")
+			args = append(args, seq)
+			continue
+		}
+		cond.WriteString("(chunk_seq = ? AND n IN (" + strings.TrimSuffix(strings.Repeat("?, ", len(byChunk[seq])), ", ") + "))")
+		args = append(args, seq)
+		for _, n := range byChunk[seq] {
+			args = append(args, n)
+		}
+	}
+	where := " WHERE run_id = ? AND table_idx = ? AND (" + cond.String() + ")"
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fail(err)
+	}
+	defer tx.Rollback()
+	res, err := tx.ExecContext(ctx, s.q("DELETE FROM %s.diff_differences"+where), args...)
+	if err != nil {
+		return fail(err)
+	}
+	if !all {
+		if got, err := res.RowsAffected(); err != nil {
+			return fail(err)
+		} else if got != int64(len(old)) {
+			return fail(fmt.Errorf("%d of %d differences were gone (another process changed the run?)", int64(len(old))-got, len(old)))
+		}
+	}
+	if _, err := tx.ExecContext(ctx, s.q("DELETE FROM %s.diff_difference_parts"+where), args...); err != nil {
+		return fail(err)
+	}
+	resolved := map[int]int64{}
+	for seq, n := range oldRows {
+		resolved[seq] = n
+	}
+	var batch []storedDiff
+	bytes := 0
+	for _, d := range news {
+		resolved[d.seq] -= int64(max(1, d.diff.Count))
+		if len(batch) > 0 && (len(batch) >= 200 || bytes+d.size() > storedPieceBytes) {
+			if err := s.insertDifferences(ctx, tx, table, batch); err != nil {
+				return fail(err)
+			}
+			batch, bytes = batch[:0], 0
+		}
+		batch = append(batch, d)
+		bytes += d.size()
+	}
+	if err := s.insertDifferences(ctx, tx, table, batch); err != nil {
+		return fail(err)
+	}
+	var total int64
+	var cases strings.Builder
+	var cargs, rargs, sargs []any
+	var rvals []string
+	for _, seq := range seqs {
+		n := resolved[seq]
+		if n == 0 {
+			continue
+		}
+		total += n
+		cases.WriteString(" WHEN ? THEN ?")
+		cargs = append(cargs, seq, n)
+		sargs = append(sargs, seq)
+		rvals = append(rvals, "(?, ?, ?, ?)")
+		rargs = append(rargs, s.runID, table, seq, n)
+	}
+	if len(rvals) > 0 {
+		// The chunks' counts and the re-check tally, one statement each.
+		args := append(append(cargs, s.runID, table), sargs...)
+		in := strings.TrimSuffix(strings.Repeat("?, ", len(sargs)), ", ")
+		if _, err := tx.ExecContext(ctx, s.q("UPDATE %s.diff_chunks SET differences = differences - CASE seq"+cases.String()+" ELSE 0 END, updated_at = NOW(3) WHERE run_id = ? AND table_idx = ? AND seq IN ("+in+")"), args...); err != nil {
+			return fail(err)
+		}
+		if _, err := tx.ExecContext(ctx, s.q("INSERT INTO %s.diff_rechecks (run_id, table_idx, chunk_seq, resolved) VALUES "+strings.Join(rvals, ", ")+" ON DUPLICATE KEY UPDATE resolved = resolved + VALUES(resolved)"), rargs...); err != nil {
+			return fail(err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fail(err)
+	}
+	return total, nil
+}
+
+// resolvedByTable returns, per table, the differing rows a re-check found equal.
+func (s *store) resolvedByTable(ctx context.Context) (map[int]int64, error) {
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+	rows, err := s.db.QueryContext(ctx, s.q("SELECT table_idx, SUM(resolved) FROM %s.diff_rechecks WHERE run_id = ? GROUP BY table_idx"), s.runID)
+	if err != nil {
+		return nil, fmt.Errorf("read re-check results: %w", err)
+	}
+	defer rows.Close()
+	out := map[int]int64{}
+	for rows.Next() {
+		var t int
+		var n int64
+		if err := rows.Scan(&t, &n); err != nil {
+			return nil, fmt.Errorf("read re-check results: %w", err)
+		}
+		out[t] = n
+	}
+	return out, rows.Err()
 }

@@ -226,11 +226,13 @@ func TestConfigValidate(t *testing.T) {
 	c.Changefeed.MaxLag = time.Second // without an id
 	c.TiDBMinChunks = 0
 	c.TiDBChecksum = "tikv"
+	c.RecheckRounds = -1
+	c.RecheckDelay = -time.Second
 	err := c.Validate()
 	if err == nil {
 		t.Fatal("want errors")
 	}
-	for _, key := range []string{"tables[0]", "tables[1]", "routes[0].to", "concurrency", "hash", "ignore_columns[0]", "changefeed.id", "tidb_min_chunks", "tidb_checksum"} {
+	for _, key := range []string{"tables[0]", "tables[1]", "routes[0].to", "concurrency", "hash", "ignore_columns[0]", "changefeed.id", "tidb_min_chunks", "tidb_checksum", "recheck_rounds", "recheck_delay"} {
 		if !strings.Contains(err.Error(), key+":") {
 			t.Errorf("error does not name %s: %v", key, err)
 		}
@@ -603,5 +605,47 @@ func TestFixLongValues(t *testing.T) {
 	}
 	if lines[8] != "SET @parity_v0 = NULL, @parity_v1 = NULL;" {
 		t.Errorf("last line %q", lines[8])
+	}
+}
+
+// TestParseLiteral: every literal Literal writes (the stored keys of differences) reads
+// back to the value it was written from, so the re-check reads the same row again.
+func TestParseLiteral(t *testing.T) {
+	cases := []struct {
+		kind Kind
+		v    Value
+		lit  string
+	}{
+		{KindInt, StringValue("-42"), "-42"},
+		{KindDecimal, StringValue("1.50"), "1.50"},
+		{KindDouble, StringValue("1.5e-300"), "1.5e-300"},
+		{KindString, StringValue("plain text é"), "'plain text é'"},
+		{KindString, StringValue("o'k"), "X'6F276B'"},
+		{KindString, StringValue("tab\there"), "X'7461620968657265'"},
+		{KindString, StringValue(""), "''"},
+		{KindString, StringValue("NULL"), "'NULL'"},
+		{KindString, NullValue, "NULL"},
+		{KindBinary, Value{Bytes: []byte{0, 0xff, '\''}}, "X'00FF27'"},
+		{KindJSON, StringValue(`{"a": "it's"}`), "CONVERT(X'7B2261223A202269742773227D' USING utf8mb4)"},
+		{KindTemporal, StringValue("2024-02-29 23:59:59.123456"), "'2024-02-29 23:59:59.123456'"},
+	}
+	for _, c := range cases {
+		lit := Literal(c.kind, c.v)
+		if lit != c.lit {
+			t.Errorf("Literal(%v, %q) = %s, want %s", c.kind, c.v.Bytes, lit, c.lit)
+		}
+		got, err := parseLiteral(lit)
+		if err != nil {
+			t.Errorf("parseLiteral(%s): %v", lit, err)
+			continue
+		}
+		if got.Null != c.v.Null || !bytes.Equal(got.Bytes, c.v.Bytes) {
+			t.Errorf("parseLiteral(%s) = %+v, want %+v", lit, got, c.v)
+		}
+	}
+	for _, bad := range []string{"", "'a'b'", "X'0G'", "abc", "CONVERT(X'41' USING latin1)", "'back\\slash'"} {
+		if _, err := parseLiteral(bad); err == nil {
+			t.Errorf("parseLiteral(%q) accepted", bad)
+		}
 	}
 }

@@ -41,6 +41,8 @@ type diffFlags struct {
 	concurrency   int
 	maxRows       int
 	maxDiffs      int64
+	recheckRounds int
+	recheckDelay  time.Duration
 	maxThreads    int
 	queryTimeout  time.Duration
 	hash          string
@@ -89,6 +91,8 @@ A run is persisted in parity_meta on the downstream; resume a killed run with --
 	fl.IntVar(&f.concurrency, "concurrency", 0, "chunks compared at once (default 4)")
 	fl.IntVar(&f.maxRows, "max-rows-per-second", 0, "cap on rows checksummed per second (0: none)")
 	fl.Int64Var(&f.maxDiffs, "max-differences", 0, "stop drilling down a table once this many of its rows differ (default 100000; 0: never)")
+	fl.IntVar(&f.recheckRounds, "recheck-rounds", 0, "read the rows of differences again this many times when not both sides are at a snapshot (default 1; 0: never)")
+	fl.DurationVar(&f.recheckDelay, "recheck-delay", 0, "wait this long after the comparison before re-reading differences (default 0; with --changefeed also until its checkpoint passes)")
 	fl.IntVar(&f.maxThreads, "max-threads-running", 0, "pause while downstream Threads_running is above this (0: never)")
 	fl.StringVar(&f.changefeed, "changefeed", "", "changefeed.id: parity serve's changefeed replicating into the downstream (for --max-lag)")
 	fl.StringVar(&f.changefeedMS, "changefeed-meta-schema", "", "changefeed.meta_schema: parity serve's applier.meta-schema on the downstream (default parity_meta)")
@@ -162,6 +166,12 @@ func loadDiffConfig(cmd *cobra.Command, f *diffFlags) (checker.Config, error) {
 	}
 	if fl.Changed("max-differences") {
 		cfg.MaxDifferences = f.maxDiffs
+	}
+	if fl.Changed("recheck-rounds") {
+		cfg.RecheckRounds = f.recheckRounds
+	}
+	if fl.Changed("recheck-delay") {
+		cfg.RecheckDelay = f.recheckDelay
 	}
 	if fl.Changed("query-timeout") {
 		cfg.QueryTimeout = f.queryTimeout
@@ -332,6 +342,9 @@ func printSummary(w io.Writer, rep *checker.Report, outDir string) {
 			fmt.Fprintf(w, " (listed: %d missing, %d extra, %d differing)", kinds[checker.Missing], kinds[checker.Extra], kinds[checker.Differing])
 		}
 		fmt.Fprintln(w)
+		if t.DifferencesResolved > 0 {
+			fmt.Fprintf(w, "      %d more rows differed when first read and were equal when read again (replication in flight); not counted\n", t.DifferencesResolved)
+		}
 		if t.UndrilledChunks > 0 {
 			fmt.Fprintf(w, "      %d more chunks differ; their rows were not compared (max_differences reached), so the count, the list and the fix SQL are incomplete\n", t.UndrilledChunks)
 		}
@@ -365,7 +378,11 @@ func printSummary(w io.Writer, rep *checker.Report, outDir string) {
 	if dataDiffers && (rep.UpstreamSnapshot == "" || rep.DownstreamSnapshot == "") {
 		// Without a snapshot on both sides, a row written during the run (replication in
 		// flight) shows as a difference.
-		fmt.Fprintln(w, "note: the sides were not both read at a snapshot: a row that replication changed during the run shows as a difference; compare again (or at a snapshot) before acting on the fix SQL")
+		if rep.RecheckRounds > 0 {
+			fmt.Fprintf(w, "note: the sides were not both read at a snapshot; the differing rows were read again (%d round(s)) and still differed, but a row that replication keeps changing can still show as a difference: compare again (or at a snapshot) before acting on the fix SQL\n", rep.RecheckRounds)
+		} else {
+			fmt.Fprintln(w, "note: the sides were not both read at a snapshot: a row that replication changed during the run shows as a difference; compare again (or at a snapshot) before acting on the fix SQL")
+		}
 	}
 }
 

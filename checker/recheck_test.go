@@ -1,0 +1,188 @@
+package checker
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestRecheckResolvesInFlight plays replication in flight during a live diff (no
+// snapshots): rows written upstream reach the downstream only after the comparison read
+// them. Without the re-check they are reported; with it, the changefeed hook (Config.Lag,
+// which the re-check waits on) "replicates" them, and only the real differences stay: a
+// row changed downstream only, an extra downstream row, and a row that changed upstream
+// again after being replicated once, whose fix SQL must carry its latest upstream value.
+// Keys with a quote and a tab are written as hex literals in the stored differences and
+// read back for the re-check. A keyless table's chunk that became equal is resolved; one
+// that still differs keeps its differences. Upstream MariaDB and upstream TiDB.
+func TestRecheckResolvesInFlight(t *testing.T) {
+	t.Run("mariadb", func(t *testing.T) { testRecheck(t, mariaPair(t)) })
+	t.Run("tidb", func(t *testing.T) { testRecheck(t, tidbPair(t)) })
+}
+
+func testRecheck(t *testing.T, p pair) {
+	p.both(t, "CREATE TABLE rc (a VARCHAR(20) NOT NULL, b INT NOT NULL, v VARCHAR(50), PRIMARY KEY (a, b))",
+		"CREATE TABLE kl (x INT, y VARCHAR(10))", "CREATE TABLE kr (x INT, y VARCHAR(10))")
+	key := func(i int) string {
+		switch i {
+		case 20:
+			return "'o''k'"
+		case 30:
+			return "'t\\tab'"
+		}
+		return fmt.Sprintf("'k%03d'", i)
+	}
+	p.fill(t, "rc", 300, func(i int) string { return fmt.Sprintf("(%s, %d, 'v%d')", key(i), i%7, i) })
+	p.fill(t, "kl", 50, func(i int) string { return fmt.Sprintf("(%d, 'y%d')", i%10, i) })
+	p.fill(t, "kr", 50, func(i int) string { return fmt.Sprintf("(%d, 'y%d')", i%10, i) })
+
+	// In flight: applied upstream now, downstream by "replication" later.
+	inFlight := []string{
+		fmt.Sprintf("UPDATE rc SET v = 'new10' WHERE a = %s", key(10)),
+		fmt.Sprintf("UPDATE rc SET v = 'new20' WHERE a = %s", key(20)),
+		fmt.Sprintf("UPDATE rc SET v = NULL WHERE a = %s", key(30)),
+		"INSERT INTO rc VALUES ('k999', 1, 'inserted')",
+		fmt.Sprintf("DELETE FROM rc WHERE a = %s", key(60)),
+		fmt.Sprintf("UPDATE rc SET v = 'first50' WHERE a = %s", key(50)),
+		"INSERT INTO kl VALUES (1, 'y1')", // a duplicate row, keyless
+	}
+	exec(t, p.up.DB, inFlight...)
+	// Real differences: written downstream only.
+	exec(t, p.down.DB, fmt.Sprintf("UPDATE rc SET v = 'rogue' WHERE a = %s", key(40)),
+		"INSERT INTO rc VALUES ('k998', 2, 'extra')", "INSERT INTO kr VALUES (3, 'y3')")
+
+	kinds := func(tr TableReport) []string {
+		var out []string
+		for _, d := range tr.Differences {
+			out = append(out, fmt.Sprintf("%s %s %v", d.Kind, d.Key[0].Value, d.Columns))
+		}
+		slices.Sort(out)
+		return out
+	}
+
+	// Without the re-check, every row in flight is reported.
+	cfg := p.config(t, "rc", "kl", "kr")
+	cfg.RecheckRounds = 0
+	rep := run(t, cfg)
+	if tr := tableReport(t, rep, "rc"); tr.DifferencesTotal != 8 || tr.DifferencesResolved != 0 {
+		t.Fatalf("without re-check: rc has %d differences (%d resolved), want 8 (0): %v", tr.DifferencesTotal, tr.DifferencesResolved, kinds(tr))
+	}
+	if tr := tableReport(t, rep, "kl"); tr.DifferencesTotal != 1 {
+		t.Fatalf("without re-check: kl has %d differences, want 1", tr.DifferencesTotal)
+	}
+	if rep.RecheckRounds != 0 {
+		t.Fatalf("recheck_rounds = %d without re-check", rep.RecheckRounds)
+	}
+
+	// With it: the hook replicates what was in flight when the re-check first asks for the
+	// changefeed's lag, and row 50 changes upstream again (not replicated).
+	cfg = p.config(t, "rc", "kl", "kr")
+	var once sync.Once
+	var hookErr error
+	calls := 0
+	cfg.Lag = func(ctx context.Context) (time.Duration, error) {
+		calls++
+		once.Do(func() {
+			for _, s := range inFlight {
+				if _, err := p.down.ExecContext(ctx, s); err != nil {
+					hookErr = fmt.Errorf("%s: %w", s, err)
+					return
+				}
+			}
+			if _, err := p.up.ExecContext(ctx, fmt.Sprintf("UPDATE rc SET v = 'second50' WHERE a = %s", key(50))); err != nil {
+				hookErr = err
+			}
+		})
+		return 0, hookErr
+	}
+	rep = run(t, cfg)
+	if hookErr != nil {
+		t.Fatal(hookErr)
+	}
+	if calls == 0 {
+		t.Fatal("the re-check never waited for the changefeed")
+	}
+	if rep.RecheckRounds != 1 {
+		t.Errorf("recheck_rounds = %d, want 1", rep.RecheckRounds)
+	}
+	tr := tableReport(t, rep, "rc")
+	want := []string{"differing 'k040' [v]", "differing 'k050' [v]", "extra 'k998' []"}
+	if got := kinds(tr); !slices.Equal(got, want) || tr.DifferencesTotal != 3 {
+		t.Fatalf("rc after re-check: %d differences %v, want %v", tr.DifferencesTotal, got, want)
+	}
+	if tr.DifferencesResolved != 5 {
+		t.Errorf("rc: %d resolved, want 5 (rows 10, 20, 30, 60 and k999)", tr.DifferencesResolved)
+	}
+	fix := readFix(t, cfg, tr)
+	if !strings.Contains(fix, "'second50'") || strings.Contains(fix, "'first50'") || strings.Contains(fix, "new10") {
+		t.Errorf("fix SQL does not carry the rows as read last:\n%s", fix)
+	}
+	if kl := tableReport(t, rep, "kl"); kl.DifferencesTotal != 0 || kl.DifferencesResolved != 1 || !kl.Equal() {
+		t.Errorf("kl after re-check: %d differences, %d resolved; want 0 and 1", kl.DifferencesTotal, kl.DifferencesResolved)
+	}
+	if kr := tableReport(t, rep, "kr"); kr.DifferencesTotal != 1 || kr.DifferencesResolved != 0 {
+		t.Errorf("kr after re-check: %d differences, %d resolved; want 1 and 0", kr.DifferencesTotal, kr.DifferencesResolved)
+	}
+
+	// The stored chunk counts agree with the report (a resumed run sums them).
+	var stored int64
+	if err := p.down.QueryRowContext(context.Background(), "SELECT IFNULL(SUM(c.differences),0) FROM parity_meta.diff_chunks c JOIN parity_meta.diff_tables t USING (run_id, table_idx) WHERE c.run_id = ? AND t.up_table = 'rc'", rep.RunID).Scan(&stored); err != nil {
+		t.Fatal(err)
+	}
+	if stored != 3 {
+		t.Errorf("diff_chunks holds %d differences of rc, want 3", stored)
+	}
+
+	// The fix SQL makes the sides equal.
+	applyFix(t, p.down.DB, fix)
+	applyFix(t, p.down.DB, readFix(t, cfg, tableReport(t, rep, "kr")))
+	cfg = p.config(t, "rc", "kl", "kr")
+	if rep := run(t, cfg); !rep.Equal {
+		t.Errorf("not equal after the fix: %+v", rep.Tables)
+	}
+}
+
+// TestRecheckResume stops a run while its re-check waits for the changefeed, after the
+// comparison stored its differences, and resumes it: the resumed run re-checks them (its
+// comparison has nothing left to do) and reports what the re-check resolved.
+func TestRecheckResume(t *testing.T) {
+	p := mariaPair(t)
+	p.both(t, "CREATE TABLE rr (id INT PRIMARY KEY, v VARCHAR(20))")
+	p.fill(t, "rr", 2000, func(i int) string { return fmt.Sprintf("(%d, 'v%d')", i, i) })
+	inFlight := "UPDATE rr SET v = CONCAT(v, '+') WHERE id % 7 = 0" // 285 rows: two batches
+	exec(t, p.up.DB, inFlight)
+	exec(t, p.down.DB, "UPDATE rr SET v = 'rogue' WHERE id = 1000")
+
+	cfg := p.config(t, "rr")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cfg.Lag = func(context.Context) (time.Duration, error) {
+		cancel() // stop the run here: the differences are stored, none re-checked
+		return time.Hour, nil
+	}
+	_, err := Run(ctx, cfg)
+	var re *RunError
+	if !asRunError(err, &re) || re.State != RunCancelled {
+		t.Fatalf("want a cancelled run, got %v", err)
+	}
+	var stored int
+	if err := p.down.QueryRow("SELECT COUNT(*) FROM parity_meta.diff_differences WHERE run_id = ?", re.RunID).Scan(&stored); err != nil {
+		t.Fatal(err)
+	}
+	if stored != 286 {
+		t.Fatalf("the stopped run stored %d differences, want 286", stored)
+	}
+
+	exec(t, p.down.DB, inFlight) // replication catches up
+	cfg = p.config(t, "rr")
+	cfg.Resume = re.RunID
+	rep := run(t, cfg)
+	tr := tableReport(t, rep, "rr")
+	if tr.DifferencesTotal != 1 || tr.DifferencesResolved != 285 || len(tr.Differences) != 1 || tr.Differences[0].Key[0].Value != "1000" {
+		t.Fatalf("resumed: %d differences %v, %d resolved; want only row 1000, 285 resolved", tr.DifferencesTotal, tr.Differences, tr.DifferencesResolved)
+	}
+}
