@@ -343,7 +343,7 @@ func printSummary(w io.Writer, rep *checker.Report, outDir string) {
 		}
 		fmt.Fprintln(w)
 		if t.DifferencesResolved > 0 {
-			fmt.Fprintf(w, "      %d more rows differed when first read and were equal when read again (replication in flight); not counted\n", t.DifferencesResolved)
+			fmt.Fprintf(w, "      %d rows that differed when first read were equal when read again (replication in flight); not counted above\n", t.DifferencesResolved)
 		}
 		if t.UndrilledChunks > 0 {
 			fmt.Fprintf(w, "      %d more chunks differ; their rows were not compared (max_differences reached), so the count, the list and the fix SQL are incomplete\n", t.UndrilledChunks)

@@ -185,6 +185,69 @@ func TestDiffWaitsForChangefeedLag(t *testing.T) {
 	}
 }
 
+// TestDiffRecheckWaitsForChangefeed: with --changefeed, the re-check of a live diff's
+// differences waits until the changefeed's applied checkpoint (parity serve's meta schema
+// on the downstream) has passed the comparison; a row that replication applied in the
+// meantime is then equal, and the run ends equal, saying so.
+func TestDiffRecheckWaitsForChangefeed(t *testing.T) {
+	up, down := testenv.MySQL(t), testenv.Downstream(t)
+	execOn(t, []*testenv.DB{up, down}, "CREATE TABLE rw (id INT PRIMARY KEY, v VARCHAR(10))", "INSERT INTO rw VALUES (1, 'a'), (2, 'b')")
+	inFlight := "UPDATE rw SET v = 'new' WHERE id = 2"
+	execOn(t, []*testenv.DB{up}, inFlight)
+	ms := testenv.UniqueName("pm")
+	mq := ident.Quote(ms)
+	t.Cleanup(func() { _, _ = down.Exec("DROP DATABASE IF EXISTS " + mq) })
+	tso := func(at time.Time) uint64 { return uint64(at.UnixMilli()) << 18 }
+	execOn(t, []*testenv.DB{down}, "CREATE DATABASE "+mq,
+		"CREATE TABLE "+mq+".checkpoint (changefeed VARCHAR(128) NOT NULL PRIMARY KEY, applied_ts BIGINT UNSIGNED NOT NULL)",
+		fmt.Sprintf("INSERT INTO %s.checkpoint VALUES ('cf', %d)", mq, tso(time.Now().Add(-time.Hour))))
+	route := filepath.Join(t.TempDir(), "route.toml")
+	if err := os.WriteFile(route, []byte("[[routes]]\nfrom = \""+up.Name+"\"\nto = \""+down.Name+"\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan string, 1)
+	go func() {
+		code, out := runDiffCLI(t, "--upstream", up.Root, "--downstream", down.Root, "--table", up.Name+".rw", "--config", route,
+			"--changefeed-meta-schema", ms, "--changefeed", "cf")
+		done <- fmt.Sprintf("exit %d: %s", code, out)
+	}()
+	// Wait for the comparison to store the difference: the run is then in its re-check.
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var n int
+		err := down.QueryRow(`SELECT COUNT(*) FROM parity_meta.diff_differences d JOIN parity_meta.diff_tables t USING (run_id, table_idx)
+			WHERE t.down_schema = ? AND t.down_table = 'rw'`, down.Name).Scan(&n)
+		if err == nil && n > 0 {
+			break
+		}
+		select {
+		case res := <-done:
+			t.Fatalf("the diff ended before its re-check: %s", res)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the comparison stored no difference")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	select {
+	case res := <-done:
+		t.Fatalf("the re-check did not wait for the changefeed, an hour behind: %s", res)
+	case <-time.After(time.Second):
+	}
+	// Replication applies the row, and the checkpoint moves past the comparison.
+	execOn(t, []*testenv.DB{down}, inFlight, fmt.Sprintf("UPDATE %s.checkpoint SET applied_ts = %d WHERE changefeed = 'cf'", mq, tso(time.Now())))
+	select {
+	case res := <-done:
+		if !strings.HasPrefix(res, "exit 0:") || !strings.Contains(res, "1 rows that differed when first read were equal when read again") ||
+			!strings.Contains(res, "result: EQUAL") {
+			t.Fatalf("after the changefeed caught up: %s", res)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the diff did not finish after the changefeed caught up")
+	}
+}
+
 func TestPrintSummarySnapshots(t *testing.T) {
 	at := time.Date(2026, 11, 21, 13, 42, 5, 250e6, time.UTC)
 	rep := &checker.Report{RunID: "r1", Equal: true, UpstreamSnapshot: fmt.Sprint(uint64(at.UnixMilli()) << 18), DownstreamSnapshot: "2026-11-21 13:00:00"}
