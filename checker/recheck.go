@@ -60,6 +60,7 @@ func (r *runner) recheck(ctx context.Context, readEnd time.Time) error {
 			return err
 		}
 		start := time.Now()
+		r.reportPhase(true, 0)
 		r.log.Info("re-checking differences", "round", round, "differences", pending,
 			"since_read", time.Since(readEnd).Round(time.Millisecond))
 		g, gctx := errgroup.WithContext(ctx)
@@ -90,6 +91,7 @@ func (r *runner) recheck(ctx context.Context, readEnd time.Time) error {
 			return err
 		}
 		r.rechecks = round
+		r.reportPhase(true, 0)
 		r.log.Info("re-check round done", "round", round, "resolved", resolvedTotal, "remaining", pending-resolvedTotal,
 			"elapsed", time.Since(start).Round(time.Millisecond))
 		readEnd = time.Now()
@@ -124,6 +126,8 @@ func (r *runner) recheckWait(ctx context.Context, readEnd time.Time) error {
 	for {
 		lag, err := r.cfg.Lag(ctx)
 		switch {
+		case ctx.Err() != nil:
+			return ctx.Err()
 		case err != nil:
 			r.log.Warn("re-check: changefeed lag unknown; re-checking without waiting for it", "changefeed", r.cfg.Changefeed.ID, "err", err)
 			return nil
@@ -134,6 +138,7 @@ func (r *runner) recheckWait(ctx context.Context, readEnd time.Time) error {
 				"changefeed", r.cfg.Changefeed.ID, "lag", lag.Round(time.Millisecond), "recheck_max_wait", r.cfg.RecheckMaxWait)
 			return nil
 		}
+		r.reportPhase(true, lag)
 		if err := sleep(min(250*time.Millisecond, lag-time.Since(readEnd))); err != nil {
 			return err
 		}

@@ -78,6 +78,11 @@ type Progress struct {
 	RowsEstimated int64 // from table statistics; may be 0 or off
 	Differences   int64
 	Elapsed       time.Duration
+	// Rechecking is set once the comparison has ended and the differences are read
+	// again (recheck.go); ChangefeedLag is the changefeed's lag while the re-check waits
+	// for it (0 otherwise).
+	Rechecking    bool
+	ChangefeedLag time.Duration
 }
 
 // writeReport writes dir/report.json atomically.

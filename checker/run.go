@@ -1078,13 +1078,17 @@ func (ts *tableState) advanceCheckpoint() {
 	}
 }
 
-func (r *runner) reportProgress() {
+func (r *runner) reportProgress() { r.reportPhase(false, 0) }
+
+// reportPhase reports progress, during the re-check when rechecking (lag: the changefeed
+// lag it waits out).
+func (r *runner) reportPhase(rechecking bool, lag time.Duration) {
 	if r.cfg.Progress == nil {
 		return
 	}
 	r.progressMu.Lock()
 	defer r.progressMu.Unlock()
-	p := Progress{RunID: r.st.runID, Tables: len(r.tables), Elapsed: time.Since(r.start)}
+	p := Progress{RunID: r.st.runID, Tables: len(r.tables), Elapsed: time.Since(r.start), Rechecking: rechecking, ChangefeedLag: lag}
 	for _, ts := range r.tables {
 		ts.mu.Lock()
 		p.ChunksDone += ts.chunksDone

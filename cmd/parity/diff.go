@@ -261,6 +261,7 @@ type progressPrinter struct {
 	last     time.Time
 	drawn    bool
 	finalMsg string
+	phase    string // what the last line said the run was doing
 }
 
 func (p *progressPrinter) update(pr checker.Progress) {
@@ -269,10 +270,30 @@ func (p *progressPrinter) update(pr checker.Progress) {
 	if p.tty {
 		interval = 200 * time.Millisecond
 	}
-	if now.Sub(p.last) < interval {
+	phase := "compare"
+	if pr.Rechecking {
+		phase = "recheck"
+		if pr.ChangefeedLag > 0 {
+			phase = "recheck-wait"
+		}
+	}
+	if now.Sub(p.last) < interval && phase == p.phase {
 		return
 	}
-	p.last = now
+	p.last, p.phase = now, phase
+	if pr.Rechecking {
+		msg := fmt.Sprintf("run %s: re-checking %d differences", pr.RunID, pr.Differences)
+		if pr.ChangefeedLag > 0 {
+			msg += fmt.Sprintf(" (waiting for the changefeed, %s behind, to pass the comparison)", pr.ChangefeedLag.Round(time.Second))
+		}
+		if p.tty {
+			fmt.Fprintf(p.w, "\r\033[K%s", msg)
+			p.drawn = true
+		} else {
+			fmt.Fprintln(p.w, msg)
+		}
+		return
+	}
 	frac := 0.0
 	if pr.RowsEstimated > 0 {
 		frac = min(1, float64(pr.RowsChecked)/float64(pr.RowsEstimated))

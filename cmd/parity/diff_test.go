@@ -240,7 +240,7 @@ func TestDiffRecheckWaitsForChangefeed(t *testing.T) {
 	select {
 	case res := <-done:
 		if !strings.HasPrefix(res, "exit 0:") || !strings.Contains(res, "1 rows that differed when first read were equal when read again") ||
-			!strings.Contains(res, "result: EQUAL") {
+			!strings.Contains(res, "result: EQUAL") || !strings.Contains(res, "re-checking 1 differences (waiting for the changefeed, 1h0m") {
 			t.Fatalf("after the changefeed caught up: %s", res)
 		}
 	case <-time.After(30 * time.Second):
