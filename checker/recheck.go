@@ -104,18 +104,8 @@ func (r *runner) recheck(ctx context.Context, readEnd time.Time) error {
 // checkpoint has passed readEnd (at most RecheckMaxWait; then the round goes ahead, and
 // rows still in flight stay reported).
 func (r *runner) recheckWait(ctx context.Context, readEnd time.Time) error {
-	sleep := func(d time.Duration) error {
-		t := time.NewTimer(d)
-		defer t.Stop()
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.C:
-			return nil
-		}
-	}
 	if d := time.Until(readEnd.Add(r.cfg.RecheckDelay)); d > 0 {
-		if err := sleep(d); err != nil {
+		if err := sleep(ctx, d); err != nil {
 			return err
 		}
 	}
@@ -139,7 +129,7 @@ func (r *runner) recheckWait(ctx context.Context, readEnd time.Time) error {
 			return nil
 		}
 		r.reportPhase(true, lag)
-		if err := sleep(min(250*time.Millisecond, lag-time.Since(readEnd))); err != nil {
+		if err := sleep(ctx, min(250*time.Millisecond, lag-time.Since(readEnd))); err != nil {
 			return err
 		}
 	}

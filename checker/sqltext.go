@@ -104,11 +104,12 @@ func parseLiteral(s string) (Value, error) {
 		}
 		return Value{Bytes: b}, nil
 	}
+	const convOpen, convClose = "CONVERT(X'", "' USING utf8mb4)"
 	switch {
 	case s == "NULL":
 		return NullValue, nil
-	case strings.HasPrefix(s, "CONVERT(X'") && strings.HasSuffix(s, "' USING utf8mb4)"):
-		return hexOf(s[len("CONVERT(X'") : len(s)-len("' USING utf8mb4)")])
+	case len(s) >= len(convOpen)+len(convClose) && strings.HasPrefix(s, convOpen) && strings.HasSuffix(s, convClose):
+		return hexOf(s[len(convOpen) : len(s)-len(convClose)])
 	case strings.HasPrefix(s, "X'") && strings.HasSuffix(s, "'") && len(s) >= 3:
 		return hexOf(s[2 : len(s)-1])
 	case len(s) >= 2 && s[0] == '\'' && s[len(s)-1] == '\'' && !strings.ContainsAny(s[1:len(s)-1], `'\`):

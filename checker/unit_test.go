@@ -88,6 +88,29 @@ func FuzzBoundRoundTrip(f *testing.F) {
 	})
 }
 
+// FuzzLiteralRoundTrip: parseLiteral (the re-check's reader of stored key literals) reads
+// every literal Literal writes back to its value, and refuses, without panicking, what it
+// did not write.
+func FuzzLiteralRoundTrip(f *testing.F) {
+	f.Add([]byte("o'k"), uint8(KindString))
+	f.Add([]byte("-1.5e3"), uint8(KindDecimal))
+	f.Add([]byte{0, 0xff}, uint8(KindBinary))
+	f.Add([]byte(`{"a":1}`), uint8(KindJSON))
+	f.Add([]byte("CONVERT(X'41' USING utf8mb4)"), uint8(KindString))
+	f.Fuzz(func(t *testing.T, b []byte, kind uint8) {
+		v := Value{Bytes: b}
+		lit := Literal(Kind(kind%uint8(KindJSON+1)), v)
+		got, err := parseLiteral(lit)
+		if err != nil {
+			t.Fatalf("parseLiteral(%q) of %q: %v", lit, b, err)
+		}
+		if got.Null || !bytes.Equal(got.Bytes, b) {
+			t.Fatalf("%q -> %s -> %+v", b, lit, got)
+		}
+		_, _ = parseLiteral(string(b)) // any text: a value or an error
+	})
+}
+
 func TestCanon(t *testing.T) {
 	eq := []struct {
 		k    Kind
