@@ -252,7 +252,7 @@ func (s *diffSink) emit(d Difference) error {
 	s.bytes += sd.size()
 	s.n++
 	s.rows += max(1, d.Count)
-	if len(s.batch) >= 200 || s.bytes > storedPieceBytes {
+	if len(s.batch) >= insertBatchRows || s.bytes > storedPieceBytes {
 		return s.flush(s.ctx)
 	}
 	return nil

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -46,14 +47,16 @@ func (r *runner) recheckEnabled() bool {
 func (r *runner) recheck(ctx context.Context, readEnd time.Time) error {
 	for round := 1; round <= r.cfg.RecheckRounds; round++ {
 		var pending int64
+		var todo []*tableState
 		for _, ts := range r.tables {
 			ts.mu.Lock()
-			if ts.plan != nil && !ts.fatal {
+			if ts.plan != nil && !ts.fatal && ts.differences > 0 {
 				pending += ts.differences
+				todo = append(todo, ts)
 			}
 			ts.mu.Unlock()
 		}
-		if pending == 0 {
+		if len(todo) == 0 {
 			return nil
 		}
 		if err := r.recheckWait(ctx, readEnd); err != nil {
@@ -65,14 +68,8 @@ func (r *runner) recheck(ctx context.Context, readEnd time.Time) error {
 			"since_read", time.Since(readEnd).Round(time.Millisecond))
 		g, gctx := errgroup.WithContext(ctx)
 		g.SetLimit(r.cfg.Concurrency)
-		var resolvedTotal int64
-		for _, ts := range r.tables {
-			ts.mu.Lock()
-			skip := ts.plan == nil || ts.fatal || ts.differences == 0
-			ts.mu.Unlock()
-			if skip {
-				continue
-			}
+		var resolvedTotal atomic.Int64
+		for _, ts := range todo {
 			g.Go(func() error {
 				resolved, err := r.recheckTable(gctx, ts)
 				if err != nil {
@@ -81,9 +78,7 @@ func (r *runner) recheck(ctx context.Context, readEnd time.Time) error {
 				ts.mu.Lock()
 				ts.differences -= resolved
 				ts.mu.Unlock()
-				r.progressMu.Lock()
-				resolvedTotal += resolved
-				r.progressMu.Unlock()
+				resolvedTotal.Add(resolved)
 				return nil
 			})
 		}
@@ -92,7 +87,7 @@ func (r *runner) recheck(ctx context.Context, readEnd time.Time) error {
 		}
 		r.rechecks = round
 		r.reportPhase(true, 0)
-		r.log.Info("re-check round done", "round", round, "resolved", resolvedTotal, "remaining", pending-resolvedTotal,
+		r.log.Info("re-check round done", "round", round, "resolved", resolvedTotal.Load(), "remaining", pending-resolvedTotal.Load(),
 			"elapsed", time.Since(start).Round(time.Millisecond))
 		readEnd = time.Now()
 	}

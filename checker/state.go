@@ -418,19 +418,35 @@ var (
 	_ execer = (*sql.Tx)(nil)
 )
 
-// addDifferences stores a batch of differences of a table (its caller keeps a batch under
-// storedPieceBytes unless it is one long difference, which is stored in pieces).
+// addDifferences stores differences of a table (a long one in pieces).
 func (s *store) addDifferences(ctx context.Context, table int, batch []storedDiff) error {
 	ctx, cancel := s.ctx(ctx)
 	defer cancel()
 	return s.insertDifferences(ctx, s.db, table, batch)
 }
 
-// insertDifferences is addDifferences on x, within ctx's deadline.
-func (s *store) insertDifferences(ctx context.Context, x execer, table int, batch []storedDiff) error {
-	if len(batch) == 0 {
-		return nil
+// insertBatchRows and storedPieceBytes bound one INSERT of insertDifferences.
+const insertBatchRows = 200
+
+// insertDifferences is addDifferences on x, within ctx's deadline: one INSERT per run of
+// at most insertBatchRows differences and storedPieceBytes.
+func (s *store) insertDifferences(ctx context.Context, x execer, table int, diffs []storedDiff) error {
+	for len(diffs) > 0 {
+		n, bytes := 0, 0
+		for n < len(diffs) && n < insertBatchRows && (n == 0 || bytes+diffs[n].size() <= storedPieceBytes) {
+			bytes += diffs[n].size()
+			n++
+		}
+		if err := s.insertStatement(ctx, x, table, diffs[:n]); err != nil {
+			return err
+		}
+		diffs = diffs[n:]
 	}
+	return nil
+}
+
+// insertStatement stores batch in one INSERT (a long difference's pieces follow it).
+func (s *store) insertStatement(ctx context.Context, x execer, table int, batch []storedDiff) error {
 	var sb strings.Builder
 	args := make([]any, 0, len(batch)*7)
 	sb.WriteString(s.q("INSERT INTO %s.diff_differences (run_id, table_idx, chunk_seq, n, kind, diff, fix_sql) VALUES "))
@@ -611,13 +627,12 @@ func (s *store) differencesWhere(ctx context.Context, table int, kinds string, l
 // come after position (seq, n), in (chunk_seq, n) order, at most *limit of them (< 0:
 // all), counting *limit down, with their positions.
 func (s *store) scanDifferences(ctx context.Context, table int, clause string, seq, n int64, limit *int, fn func(seq, n int64, d Difference, fix string) error) error {
-	kinds := clause
 	for *limit != 0 {
 		page := differencesPage
 		if *limit > 0 {
 			page = min(page, *limit)
 		}
-		q := s.q("SELECT chunk_seq, n, diff, fix_sql FROM %s.diff_differences WHERE run_id = ? AND table_idx = ?"+kinds+
+		q := s.q("SELECT chunk_seq, n, diff, fix_sql FROM %s.diff_differences WHERE run_id = ? AND table_idx = ?"+clause+
 			" AND (chunk_seq > ? OR (chunk_seq = ? AND n > ?)) ORDER BY chunk_seq, n LIMIT ") + fmt.Sprint(page)
 		type row struct {
 			seq, n int64
@@ -765,20 +780,10 @@ func (s *store) replaceDifferences(ctx context.Context, table int, old []diffRef
 	for seq, n := range oldRows {
 		resolved[seq] = n
 	}
-	var batch []storedDiff
-	bytes := 0
 	for _, d := range news {
 		resolved[d.seq] -= int64(max(1, d.diff.Count))
-		if len(batch) > 0 && (len(batch) >= 200 || bytes+d.size() > storedPieceBytes) {
-			if err := s.insertDifferences(ctx, tx, table, batch); err != nil {
-				return fail(err)
-			}
-			batch, bytes = batch[:0], 0
-		}
-		batch = append(batch, d)
-		bytes += d.size()
 	}
-	if err := s.insertDifferences(ctx, tx, table, batch); err != nil {
+	if err := s.insertDifferences(ctx, tx, table, news); err != nil {
 		return fail(err)
 	}
 	var total int64
