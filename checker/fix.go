@@ -149,9 +149,18 @@ func (p *TablePlan) extra(row []Value, n int) Difference {
 	var f fixStatement
 	var conds []string
 	if p.Keyless {
-		// Exact-row delete: NULL-safe equality on every column, as many copies as extra.
+		// Exact-row delete, as many copies as extra: NULL-safe equality on every column,
+		// and for text also equal bytes. The column's collation alone would take 'A' for
+		// 'a' or 'a ' for 'a' (and so perhaps delete a copy of another row); the bytes are
+		// compared as utf8mb4, as they were read. The collation's equality stays first, so
+		// that an index on the column can still narrow the delete.
 		for i, c := range p.Columns {
-			conds = append(conds, ident.Quote(c.Name)+" <=> "+f.lit(c, row[i]))
+			l := f.lit(c, row[i])
+			cond := ident.Quote(c.Name) + " <=> " + l
+			if c.Kind == KindString && !row[i].Null {
+				cond += " AND CAST(" + p.text(Downstream, c) + " AS BINARY) = CAST(" + l + " AS BINARY)"
+			}
+			conds = append(conds, cond)
 		}
 		if n > 1 {
 			d.Count = n
@@ -172,6 +181,8 @@ func (p *TablePlan) fixHeader(runID string) string {
 		"-- Review before applying. Deletes come first. The rows are the upstream's as the run read them:\n"+
 		"-- apply while nothing else writes these rows (replication into the table caught up and paused),\n"+
 		"-- or a later change may be overwritten with an older one.\n"+
+		"-- Text values are written as utf8mb4 (plain, or _utf8mb4 X'..').\n"+
+		"SET NAMES utf8mb4;\n"+
 		"SET SESSION time_zone = '+00:00';\n"+
 		"-- Zero dates are data here (the upstream holds them): allow them, and keep the rest of sql_mode.\n"+
 		"SET SESSION sql_mode = TRIM(BOTH ',' FROM REPLACE(REPLACE(CONCAT(',', @@SESSION.sql_mode, ','), ',NO_ZERO_DATE,', ','), ',NO_ZERO_IN_DATE,', ','));\n",

@@ -33,9 +33,15 @@ var numericText = regexp.MustCompile(`^[-+]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?
 
 // Literal renders v as SQL text for a column of kind k, so that it can be pasted into any
 // statement regardless of the session's sql_mode: numbers unquoted, text quoted with ”
-// when it is plain printable UTF-8 without quotes or backslashes, everything else as a hex
-// literal X'..' (which MySQL converts to the column's character set on assignment). This
-// is the form used in fix SQL and in report.json.
+// when it is plain printable UTF-8 without quotes or backslashes, other text as a hex
+// literal with the _utf8mb4 introducer (_utf8mb4 X'..'), and binary values as a bare hex
+// literal X'..'. This is the form used in fix SQL and in report.json.
+//
+// Text is read as utf8mb4 whatever the column's character set, so its literal must say
+// so: a bare X'..' is a binary string, which the server stores into a latin1 column
+// byte for byte (UTF-8 bytes, not the characters), where _utf8mb4 X'..' is converted to
+// the column's character set on assignment. Only text that is not valid UTF-8 (which a
+// server reading as utf8mb4 does not send) stays a bare X'..', its bytes as read.
 func Literal(k Kind, v Value) string {
 	if v.Null {
 		return "NULL"
@@ -55,8 +61,14 @@ func Literal(k Kind, v Value) string {
 		// MySQL and TiDB refuse JSON from a binary string.
 		return "CONVERT(" + hexLiteral(v.Bytes) + " USING utf8mb4)"
 	}
+	if k == KindString && len(v.Bytes) > 0 && utf8.Valid(v.Bytes) {
+		return utf8Introducer + hexLiteral(v.Bytes)
+	}
 	return hexLiteral(v.Bytes)
 }
+
+// utf8Introducer marks a hex literal as utf8mb4 text.
+const utf8Introducer = "_utf8mb4 "
 
 // predicateLiteral renders v for a comparison against a column of kind k in a chunk
 // predicate. Text gets the _utf8mb4 introducer so the comparison uses the column's own
@@ -68,9 +80,9 @@ func predicateLiteral(k Kind, v Value) string {
 	}
 	switch k {
 	case KindString:
-		return "_utf8mb4 " + hexLiteral(v.Bytes)
+		return utf8Introducer + hexLiteral(v.Bytes)
 	case KindJSON:
-		return "CAST(_utf8mb4 " + hexLiteral(v.Bytes) + " AS JSON)"
+		return "CAST(" + utf8Introducer + hexLiteral(v.Bytes) + " AS JSON)"
 	}
 	return Literal(k, v)
 }
@@ -95,7 +107,7 @@ func plainText(b []byte) bool {
 }
 
 // parseLiteral reads back a literal written by Literal (a stored difference's key value):
-// NULL, a number, 'plain text', X'hex' or CONVERT(X'hex' USING utf8mb4).
+// NULL, a number, 'plain text', X'hex', _utf8mb4 X'hex' or CONVERT(X'hex' USING utf8mb4).
 func parseLiteral(s string) (Value, error) {
 	hexOf := func(h string) (Value, error) {
 		b, err := hex.DecodeString(h)
@@ -112,6 +124,8 @@ func parseLiteral(s string) (Value, error) {
 		return hexOf(s[len(convOpen) : len(s)-len(convClose)])
 	case strings.HasPrefix(s, "X'") && strings.HasSuffix(s, "'") && len(s) >= 3:
 		return hexOf(s[2 : len(s)-1])
+	case strings.HasPrefix(s, utf8Introducer+"X'") && strings.HasSuffix(s, "'") && len(s) >= len(utf8Introducer)+3:
+		return hexOf(s[len(utf8Introducer)+2 : len(s)-1])
 	case len(s) >= 2 && s[0] == '\'' && s[len(s)-1] == '\'' && !strings.ContainsAny(s[1:len(s)-1], `'\`):
 		return Value{Bytes: []byte(s[1 : len(s)-1])}, nil
 	case numericText.MatchString(s):

@@ -46,6 +46,15 @@ func FuzzLiteral(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte, k uint8) {
 		kind := Kind(int(k) % (int(KindJSON) + 1))
 		lit := Literal(kind, Value{Bytes: b})
+		if strings.HasPrefix(lit, utf8Introducer) {
+			// Text only, and only valid UTF-8: the server converts it from utf8mb4.
+			if kind != KindString || !utf8.Valid(b) {
+				t.Fatalf("%s for %q of kind %s", lit, b, kind)
+			}
+			lit = strings.TrimPrefix(lit, utf8Introducer)
+		} else if strings.HasPrefix(lit, "X'") && kind == KindString && utf8.Valid(b) {
+			t.Fatalf("UTF-8 text %q as a binary literal %s", b, lit)
+		}
 		switch {
 		case strings.HasPrefix(lit, "X'"), strings.HasPrefix(lit, "CONVERT(X'"):
 			h := strings.TrimSuffix(strings.TrimPrefix(lit, "CONVERT("), " USING utf8mb4)")
@@ -643,8 +652,9 @@ func TestParseLiteral(t *testing.T) {
 		{KindDecimal, StringValue("1.50"), "1.50"},
 		{KindDouble, StringValue("1.5e-300"), "1.5e-300"},
 		{KindString, StringValue("plain text é"), "'plain text é'"},
-		{KindString, StringValue("o'k"), "X'6F276B'"},
-		{KindString, StringValue("tab\there"), "X'7461620968657265'"},
+		{KindString, StringValue("o'k"), "_utf8mb4 X'6F276B'"},
+		{KindString, StringValue("tab\there"), "_utf8mb4 X'7461620968657265'"},
+		{KindString, Value{Bytes: []byte{'a', 0xff}}, "X'61FF'"}, // not UTF-8: the bytes as read
 		{KindString, StringValue(""), "''"},
 		{KindString, StringValue("NULL"), "'NULL'"},
 		{KindString, NullValue, "NULL"},
@@ -666,7 +676,7 @@ func TestParseLiteral(t *testing.T) {
 			t.Errorf("parseLiteral(%s) = %+v, want %+v", lit, got, c.v)
 		}
 	}
-	for _, bad := range []string{"", "'a'b'", "X'0G'", "abc", "CONVERT(X'41' USING latin1)", "'back\\slash'"} {
+	for _, bad := range []string{"", "'a'b'", "X'0G'", "abc", "CONVERT(X'41' USING latin1)", "'back\\slash'", "_utf8mb4 X'4G'", "_latin1 X'41'"} {
 		if _, err := parseLiteral(bad); err == nil {
 			t.Errorf("parseLiteral(%q) accepted", bad)
 		}
