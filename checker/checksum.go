@@ -1,6 +1,7 @@
 package checker
 
 import (
+	"bytes"
 	"fmt"
 	"strings"
 
@@ -446,20 +447,141 @@ func (p *TablePlan) boundPredicate(s Side, b Bound, op string) string {
 	strict := op[:1] // ">" or "<"
 	refs := make([]string, n)
 	lits := make([]string, n)
+	cols := make([]PlanColumn, n)
 	for i := 0; i < n; i++ {
-		c := p.Columns[p.Key[i]]
-		refs[i] = p.keyRef(s, c)
-		lits[i] = predicateLiteral(c.Kind, b[i])
+		cols[i] = p.Columns[p.Key[i]]
+		refs[i] = p.keyRef(s, cols[i])
+		lits[i] = predicateLiteral(cols[i].Kind, b[i])
 	}
 	// Build from the last column outwards.
-	expr := refs[n-1] + " " + op + " " + lits[n-1]
+	expr := p.compare(s, cols[n-1], refs[n-1], op, b[n-1])
 	for i := n - 2; i >= 0; i-- {
-		expr = refs[i] + " " + strict + " " + lits[i] + " OR (" + refs[i] + " = " + lits[i] + " AND (" + expr + "))"
+		expr = p.compare(s, cols[i], refs[i], strict, b[i]) + " OR (" + refs[i] + " = " + lits[i] + " AND (" + expr + "))"
 	}
 	if n > 1 {
-		expr = refs[0] + " " + strict + "= " + lits[0] + " AND (" + expr + ")"
+		expr = p.compare(s, cols[0], refs[0], strict+"=", b[0]) + " AND (" + expr + ")"
 	}
 	return "(" + expr + ")"
+}
+
+// compare renders ref op v (op one of > >= < <=) for key column c on side s. It is the
+// plain comparison except on a MySQL or MariaDB downstream of a TiDB upstream, for a
+// string key under a PAD SPACE collation: there the two servers order some strings
+// differently, and the comparison is written to follow TiDB's order (tidbPadOrder).
+func (p *TablePlan) compare(s Side, c PlanColumn, ref, op string, v Value) string {
+	lit := predicateLiteral(c.Kind, v)
+	plain := ref + " " + op + " " + lit
+	if v.Null || !p.tidbPadOrder(s, c) {
+		return plain
+	}
+	// PAD SPACE means comparing as if the shorter string were padded with spaces. MySQL
+	// and MariaDB do exactly that; TiDB trims trailing spaces and then compares, so a
+	// string ordered against one it extends differs when what follows the common part
+	// starts (after spaces) with a character below the space (a tab, a newline, any
+	// control character): MariaDB orders 'a\t' below 'a', TiDB above. Only two sets of
+	// strings x are ordered differently against a bound b:
+	//
+	//   - extensions of b' (b without trailing spaces) that MariaDB puts below b; TiDB
+	//     puts every extension of b' above b. In MariaDB's order the strings that extend
+	//     b' form one interval, whose lowest member is b' followed by as many NUL
+	//     characters as the column holds, l: these are exactly the x in [l, b).
+	//   - prefixes of b after which b goes on with spaces and a control character
+	//     (prefixesBelow): MariaDB puts them above b, TiDB below.
+	//
+	// So, in TiDB's order, x >= b is x >= l and x not one of those prefixes, x < b is
+	// x < l or one of them, and so on: index ranges and points. (A LIKE 'b%' prefix would
+	// not do: MariaDB's range optimizer starts a LIKE range at b' padded with spaces, so
+	// an index scan misses the very strings at stake.) TestPadSpaceOrder compares every
+	// form with TiDB's own answers.
+	t := bytes.TrimRight(v.Bytes, " ")
+	low := predicateLiteral(KindString, Value{Bytes: append(t[:len(t):len(t)], make([]byte, padLowChars(c))...)})
+	below := ""
+	if pre := prefixesBelow(v.Bytes); len(pre) > 0 {
+		lits := make([]string, len(pre))
+		for i, x := range pre {
+			lits[i] = predicateLiteral(c.Kind, Value{Bytes: x})
+		}
+		below = ref + " IN (" + strings.Join(lits, ", ") + ")"
+	}
+	var out string
+	switch op {
+	case ">":
+		out = ref + " >= " + low + " AND " + ref + " <> " + lit
+		if below != "" {
+			out += " AND NOT " + below
+		}
+	case ">=":
+		out = ref + " >= " + low
+		if below != "" {
+			out += " AND NOT " + below
+		}
+	case "<":
+		out = ref + " < " + low
+		if below != "" {
+			out += " OR " + below
+		}
+	case "<=":
+		out = ref + " < " + low + " OR " + ref + " = " + lit
+		if below != "" {
+			out += " OR " + below
+		}
+	default:
+		return plain
+	}
+	return "(" + out + ")"
+}
+
+// padLowChars is how many NUL characters follow a bound's text in the lowest string that
+// extends it (compare): at least as many characters as the column holds, at most 3072
+// (the longest index key, and so the longest key value that can be cut on).
+func padLowChars(c PlanColumn) int {
+	n := c.MaxBytes
+	if c.Charset[0] == "utf8mb4" && c.Charset[1] == "utf8mb4" {
+		n = (n + 3) / 4
+	}
+	return int(max(1, min(n, 3072)))
+}
+
+// tidbPadOrder reports whether key comparisons on side s must be rewritten to follow the
+// TiDB upstream's order of a PAD SPACE collation (compare): on a MySQL or MariaDB
+// downstream, for a string key column whose comparison collation (the upstream's, see
+// keyRef) pads with spaces. Boundaries come from the upstream's key order; evaluated in
+// the same order on both sides, the chunks hold the same keys.
+func (p *TablePlan) tidbPadOrder(s Side, c PlanColumn) bool {
+	if s != Downstream || p.Flavor[Upstream] != FlavorTiDB || p.Flavor[Downstream] == FlavorTiDB || c.Kind != KindString || c.Enum {
+		return false
+	}
+	coll := c.Collation[1]
+	if c.Collation[0] != "" && c.Collation[0] != c.Collation[1] {
+		coll = c.Collation[0]
+	}
+	return padSpace(coll)
+}
+
+// padSpace reports whether a collation compares with PAD SPACE: all but binary, MariaDB's
+// _nopad_ collations and MySQL's _0900_ ones.
+func padSpace(coll string) bool {
+	return coll != "" && coll != "binary" && !strings.Contains(coll, "_nopad_") && !strings.Contains(coll, "_0900_")
+}
+
+// prefixesBelow returns the prefixes of b after which b continues with spaces (possibly
+// none) and then a character below the space, without those spaces: the strings that
+// MySQL orders above b and TiDB below it.
+func prefixesBelow(b []byte) [][]byte {
+	var out [][]byte
+	for j, ch := range b {
+		if ch >= 0x20 {
+			continue
+		}
+		k := j
+		for k > 0 && b[k-1] == ' ' {
+			k--
+		}
+		if len(out) == 0 || len(out[len(out)-1]) != k {
+			out = append(out, b[:k:k])
+		}
+	}
+	return out
 }
 
 func (p *TablePlan) keyList(s Side) string {
