@@ -652,3 +652,39 @@ func TestKeylessManyDifferences(t *testing.T) {
 		t.Errorf("max_differences 500: %d undrilled chunks, %d differences; want the chunk undrilled", tr.UndrilledChunks, tr.DifferencesTotal)
 	}
 }
+
+// TestBucketDrillBounds: the bucket drill-down of an integer key rounds its bucket width
+// up, so the last bucket's span can pass the end of the range being narrowed. Its
+// sub-range must stop at that end: beyond it lie the next bucket's rows, which were
+// reported twice (and written twice into the fix SQL) when they differed too. Here one
+// chunk of 11,000 keys is cut into buckets of 11 keys, and each of those into buckets of
+// 3 keys: the fourth spans 12 keys from the start of its 11-key bucket.
+func TestBucketDrillBounds(t *testing.T) {
+	p := mariaPair(t)
+	p.both(t, "CREATE TABLE bd (id INT PRIMARY KEY, v INT)")
+	p.fill(t, "bd", 11000, func(i int) string { return fmt.Sprintf("(%d, %d)", i, i) })
+	// Every row differs: every bucket is followed, the last ones too.
+	exec(t, p.down.DB, "UPDATE bd SET v = -v")
+	cfg := p.config(t, "bd")
+	cfg.InitialChunkRows, cfg.MinChunkRows, cfg.MaxChunkRows = 11000, 11000, 11000
+	cfg.MinChunks = 1
+	cfg.RowDiffRows = 4
+	cfg.MaxReportedDifferences = 20000
+	rep := run(t, cfg)
+	tr := tableReport(t, rep, "bd")
+	if tr.Chunks != 1 {
+		t.Fatalf("want one chunk, got %d", tr.Chunks)
+	}
+	seen := map[string]bool{}
+	dups := 0
+	for _, d := range tr.Differences {
+		if k := d.Key[0].Value; seen[k] || d.Kind != Differing {
+			dups++
+		} else {
+			seen[k] = true
+		}
+	}
+	if tr.DifferencesTotal != 11000 || len(seen) != 11000 || dups != 0 {
+		t.Fatalf("want the 11000 changed rows once each, got %d differences, %d distinct keys, %d repeated", tr.DifferencesTotal, len(seen), dups)
+	}
+}

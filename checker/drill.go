@@ -133,10 +133,15 @@ func (r *runner) drillBuckets(ctx context.Context, ts *tableState, rng Range, n 
 	}
 	slices.Sort(differing)
 	for _, b := range differing {
-		// Bucket b holds keys in [lo + b*w, lo + (b+1)*w - 1] = (lo + b*w - 1, lo + (b+1)*w - 1].
+		// Bucket b holds keys in [lo + b*w, lo + (b+1)*w - 1] = (lo + b*w - 1, lo + (b+1)*w - 1],
+		// cut at hi: the width is rounded up, so the last bucket's span can pass the range's
+		// end, and a sub-range beyond it would read (and report) rows of the next range.
 		start := new(big.Int).Add(lo, new(big.Int).Mul(big.NewInt(b), width))
-		sub := Range{Lo: Bound{StringValue(new(big.Int).Sub(start, big.NewInt(1)).String())},
-			Hi: Bound{StringValue(new(big.Int).Sub(new(big.Int).Add(start, width), big.NewInt(1)).String())}}
+		end := new(big.Int).Sub(new(big.Int).Add(start, width), big.NewInt(1))
+		if end.Cmp(hi) > 0 {
+			end = hi
+		}
+		sub := Range{Lo: Bound{StringValue(new(big.Int).Sub(start, big.NewInt(1)).String())}, Hi: Bound{StringValue(end.String())}}
 		u, d := ub[strconv.FormatInt(b, 10)], db[strconv.FormatInt(b, 10)]
 		if width.Cmp(big.NewInt(1)) == 0 {
 			// One key value (several rows only where the downstream lacks the unique key):
