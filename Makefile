@@ -10,6 +10,7 @@ GO      ?= go
 ENV     := set -a; [ -f var/env.sh ] && . var/env.sh; set +a;
 FUZZTIME ?= 60s
 FUZZTIME_OTHERS ?= 10s
+SEEDS ?= 300
 
 .PHONY: build
 build: ## build bin/parity
@@ -36,6 +37,10 @@ test-unit: ## unit tests only (integration tests skip without the environment)
 .PHONY: fuzz
 fuzz: ## every fuzz target: the decoder for FUZZTIME, the others for FUZZTIME_OTHERS (e.g. make fuzz FUZZTIME=10m FUZZTIME_OTHERS=2m)
 	FUZZTIME=$(FUZZTIME) FUZZTIME_OTHERS=$(FUZZTIME_OTHERS) scripts/fuzz.sh
+
+.PHONY: soak
+soak: env-up ## the randomized differential diff test over many seeds (SEEDS=300 by default; make test runs 6)
+	$(ENV) PARITY_RANDOM_SEEDS=$(SEEDS) $(GO) test -count=1 -timeout 3h -run '^TestRandomDiff' ./checker/
 
 .PHONY: bench
 bench: env-up build ## performance targets, each printed against its baseline (20-30 minutes)

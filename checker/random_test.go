@@ -1,0 +1,778 @@
+package checker
+
+import (
+	"context"
+	"database/sql"
+	"encoding/hex"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tidb-parity/parity/internal/ident"
+)
+
+// The randomized differential test: for each seed, a random table (key shape and column
+// types drawn from pools), random rows with edge values inserted alike on both sides, and
+// random chunking settings. The sides must first compare equal. Then random changes are
+// made downstream — single cells, rows deleted, rows added, keys moved — and parity must
+// report exactly those rows, with the right kind and, for changed rows, exactly the changed
+// column; its fix SQL must make the sides equal again.
+//
+// The truth is kept apart from parity: every row carries a column rid (never changed,
+// never a key), and every reported key is looked up by its literal with plain SQL on the
+// side that holds the row, so the report's key text is checked too. Keyless tables carry a
+// group column g instead, equal for the copies of a row.
+//
+// PARITY_RANDOM_SEEDS=n runs n seeds per pair (default 6); PARITY_RANDOM_SEED=s runs only
+// seed s (to replay a failure, whose message names its seed).
+
+// rcol is a column type of the pool.
+type rcol struct {
+	def string
+	// gen returns a non-NULL SQL literal.
+	gen func(r *rand.Rand) string
+	// mut returns an SQL expression of column c whose value, stored in c, differs from c's
+	// current value (NULL included).
+	mut func(c string, r *rand.Rand) string
+	// keyless marks types whose generated literals are canonical (equal stored values
+	// have equal literals), usable in keyless tables.
+	keyless bool
+}
+
+var randomAlphabet = []string{"a", "b", "Z", "q", " ", ",", "'", "\\", "N", "é", "ü", "😀", "0", "7", "\t", "%", "_"}
+
+func randomText(r *rand.Rand, maxChars int, alphabet []string) string {
+	if r.IntN(10) == 0 {
+		return [...]string{"", "NULL", "N", "a ", " ", "0"}[r.IntN(6)]
+	}
+	n := r.IntN(maxChars + 1)
+	var b strings.Builder
+	for range n {
+		b.WriteString(alphabet[r.IntN(len(alphabet))])
+	}
+	return b.String()
+}
+
+func sqlString(s string) string {
+	return "'" + strings.NewReplacer(`\`, `\\`, `'`, `''`).Replace(s) + "'"
+}
+
+func sqlBytes(b []byte) string {
+	if len(b) == 0 {
+		return "''"
+	}
+	return "X'" + strings.ToUpper(hex.EncodeToString(b)) + "'"
+}
+
+func randomBytes(r *rand.Rand, maxLen int) []byte {
+	b := make([]byte, r.IntN(maxLen+1))
+	for i := range b {
+		b[i] = byte([]int{0, 0xff, ' ', ',', 'a', r.IntN(256)}[r.IntN(6)])
+	}
+	return b
+}
+
+func intGen(lo, hi int64) func(r *rand.Rand) string {
+	return func(r *rand.Rand) string {
+		switch r.IntN(6) {
+		case 0:
+			return strconv.FormatInt(lo, 10)
+		case 1:
+			return strconv.FormatInt(hi, 10)
+		case 2:
+			return strconv.FormatInt(r.Int64N(21)-10, 10)
+		}
+		return strconv.FormatInt(lo+r.Int64N(hi-lo), 10)
+	}
+}
+
+// stringMut changes a string: a trailing space, a case change or another first character,
+// whichever stays within max characters and changes the bytes.
+func stringMut(max int) func(c string, r *rand.Rand) string {
+	return func(c string, r *rand.Rand) string {
+		return fmt.Sprintf("IF(%[1]s IS NULL, '', CASE "+
+			"WHEN CHAR_LENGTH(%[1]s) < %[2]d AND %[3]d = 0 THEN CONCAT(%[1]s, ' ') "+
+			"WHEN BINARY UPPER(%[1]s) <> BINARY %[1]s AND %[4]d = 0 THEN UPPER(%[1]s) "+
+			"WHEN CHAR_LENGTH(%[1]s) = 0 THEN 'y' "+
+			"WHEN BINARY LEFT(%[1]s, 1) = 'y' THEN CONCAT('x', SUBSTRING(%[1]s, 2)) "+
+			"ELSE CONCAT('y', SUBSTRING(%[1]s, 2)) END)", c, max, r.IntN(3), r.IntN(2))
+	}
+}
+
+var randomPool = []rcol{
+	{def: "INT", gen: intGen(math.MinInt32, math.MaxInt32), keyless: true,
+		mut: func(c string, _ *rand.Rand) string {
+			return fmt.Sprintf("IF(%[1]s IS NULL, 0, IF(%[1]s = 2147483647, %[1]s - 1, %[1]s + 1))", c)
+		}},
+	{def: "TINYINT", gen: intGen(-128, 127), keyless: true,
+		mut: func(c string, _ *rand.Rand) string {
+			return fmt.Sprintf("IF(%[1]s IS NULL, 0, IF(%[1]s = 127, %[1]s - 1, %[1]s + 1))", c)
+		}},
+	{def: "BIGINT UNSIGNED", keyless: true,
+		gen: func(r *rand.Rand) string {
+			switch r.IntN(4) {
+			case 0:
+				return "18446744073709551615"
+			case 1:
+				return "9223372036854775808"
+			case 2:
+				return strconv.Itoa(r.IntN(5))
+			}
+			return strconv.FormatUint(r.Uint64(), 10)
+		},
+		mut: func(c string, _ *rand.Rand) string {
+			return fmt.Sprintf("IF(%[1]s IS NULL, 0, IF(%[1]s = 18446744073709551615, %[1]s - 1, %[1]s + 1))", c)
+		}},
+	{def: "DECIMAL(12,3)", keyless: true,
+		gen: func(r *rand.Rand) string {
+			v := r.Int64N(2_000_000_000_000-1) - (1_000_000_000_000 - 1)
+			if r.IntN(5) == 0 {
+				v = r.Int64N(3) - 1
+			}
+			s := ""
+			if v < 0 {
+				s, v = "-", -v
+			}
+			return fmt.Sprintf("%s%d.%03d", s, v/1000, v%1000)
+		},
+		mut: func(c string, _ *rand.Rand) string {
+			return fmt.Sprintf("IF(%[1]s IS NULL, 0, IF(%[1]s > 0, %[1]s - 0.001, %[1]s + 0.001))", c)
+		}},
+	{def: "DOUBLE",
+		gen: func(r *rand.Rand) string {
+			switch r.IntN(8) {
+			case 0:
+				return [...]string{"0e0", "-0e0", "1e308", "-1.7976931348623157e308", "2.2250738585072014e-308", "0.1e0", "1e-300", "123456789012345678e0"}[r.IntN(8)]
+			case 1:
+				return doubleLit(float64(r.IntN(2000)-1000) / 8)
+			}
+			f := math.Float64frombits(r.Uint64())
+			for math.IsNaN(f) || math.IsInf(f, 0) || (f != 0 && math.Abs(f) < 2.3e-308) {
+				f = math.Float64frombits(r.Uint64())
+			}
+			return doubleLit(f)
+		},
+		mut: func(c string, _ *rand.Rand) string {
+			return fmt.Sprintf("IF(%[1]s IS NULL OR %[1]s = 0, 1, IF(ABS(%[1]s) > 1e300, %[1]s / 2, %[1]s * 2))", c)
+		}},
+	{def: "FLOAT",
+		gen: func(r *rand.Rand) string {
+			var f float32
+			switch r.IntN(6) {
+			case 0:
+				f = [...]float32{0, 3.4028234663852886e38, 1.1754943508222875e-38, -1, 0.1, 16777217}[r.IntN(6)]
+			default:
+				f = float32(math.Ldexp(r.Float64()*2-1, r.IntN(120)-60))
+			}
+			return doubleLit(float64(f))
+		},
+		mut: func(c string, _ *rand.Rand) string {
+			return fmt.Sprintf("IF(%[1]s IS NULL OR %[1]s = 0, 1, IF(ABS(%[1]s) > 1e37, %[1]s / 2, %[1]s * 2))", c)
+		}},
+	{def: "VARCHAR(24) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin", keyless: true,
+		gen: func(r *rand.Rand) string { return sqlString(randomText(r, 24, randomAlphabet)) }, mut: stringMut(24)},
+	{def: "VARCHAR(24) CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci",
+		gen: func(r *rand.Rand) string { return sqlString(randomText(r, 24, randomAlphabet)) }, mut: stringMut(24)},
+	{def: "CHAR(8) CHARACTER SET utf8mb4",
+		gen: func(r *rand.Rand) string { return sqlString(randomText(r, 8, randomAlphabet)) },
+		mut: func(c string, _ *rand.Rand) string {
+			return fmt.Sprintf("IF(%[1]s IS NULL, '', IF(BINARY LEFT(%[1]s, 1) = 'y', CONCAT('x', SUBSTRING(%[1]s, 2)), CONCAT('y', SUBSTRING(%[1]s, 2))))", c)
+		}},
+	{def: "VARCHAR(16) CHARACTER SET latin1",
+		gen: func(r *rand.Rand) string {
+			return sqlString(randomText(r, 16, []string{"a", "B", "é", "ü", " ", ",", "'", "ß"}))
+		}, mut: stringMut(16)},
+	{def: "TEXT",
+		gen: func(r *rand.Rand) string { return sqlString(randomText(r, 120, randomAlphabet)) }, mut: stringMut(1000)},
+	{def: "BLOB", keyless: true,
+		gen: func(r *rand.Rand) string { return sqlBytes(randomBytes(r, 40)) },
+		mut: func(c string, _ *rand.Rand) string {
+			return fmt.Sprintf("IF(%[1]s IS NULL, X'', CONCAT(%[1]s, X'00'))", c)
+		}},
+	{def: "VARBINARY(16)", keyless: true,
+		gen: func(r *rand.Rand) string { return sqlBytes(randomBytes(r, 16)) },
+		mut: func(c string, _ *rand.Rand) string {
+			return fmt.Sprintf("IF(%[1]s IS NULL, X'', IF(LENGTH(%[1]s) < 16, CONCAT(%[1]s, X'00'), CONCAT(IF(LEFT(%[1]s, 1) = X'00', X'01', X'00'), SUBSTRING(%[1]s, 2))))", c)
+		}},
+	{def: "DATE", keyless: true, gen: func(r *rand.Rand) string { return "'" + randomTime(r).Format("2006-01-02") + "'" },
+		mut: func(c string, _ *rand.Rand) string {
+			return fmt.Sprintf("IF(%[1]s IS NULL, '2000-01-01', IF(%[1]s > '9000-01-01', %[1]s - INTERVAL 1 DAY, %[1]s + INTERVAL 1 DAY))", c)
+		}},
+	{def: "DATETIME(6)", gen: func(r *rand.Rand) string { return "'" + randomTime(r).Format("2006-01-02 15:04:05.000000") + "'" },
+		mut: func(c string, _ *rand.Rand) string {
+			return fmt.Sprintf("IF(%[1]s IS NULL, '2000-01-01', IF(%[1]s > '9000-01-01', %[1]s - INTERVAL 1 MICROSECOND, %[1]s + INTERVAL 1 MICROSECOND))", c)
+		}},
+	{def: "DATETIME", keyless: true, gen: func(r *rand.Rand) string { return "'" + randomTime(r).Format("2006-01-02 15:04:05") + "'" },
+		mut: func(c string, _ *rand.Rand) string {
+			return fmt.Sprintf("IF(%[1]s IS NULL, '2000-01-01', IF(%[1]s > '9000-01-01', %[1]s - INTERVAL 1 SECOND, %[1]s + INTERVAL 1 SECOND))", c)
+		}},
+	{def: "TIMESTAMP(3)",
+		gen: func(r *rand.Rand) string {
+			t := time.Unix(86400*2+r.Int64N(2_140_000_000-86400*4), int64(r.IntN(1000))*1e6).UTC()
+			return "'" + t.Format("2006-01-02 15:04:05.000") + "'"
+		},
+		mut: func(c string, _ *rand.Rand) string {
+			return fmt.Sprintf("IF(%[1]s IS NULL, '2000-01-01', IF(%[1]s > '2030-01-01', %[1]s - INTERVAL 1 SECOND, %[1]s + INTERVAL 1 SECOND))", c)
+		}},
+	{def: "TIME(3)",
+		gen: func(r *rand.Rand) string {
+			ms := r.Int64N(2*3_020_399_000+1) - 3_020_399_000
+			s := ""
+			if ms < 0 {
+				s, ms = "-", -ms
+			}
+			return fmt.Sprintf("'%s%d:%02d:%02d.%03d'", s, ms/3_600_000, ms/60_000%60, ms/1000%60, ms%1000)
+		},
+		mut: func(c string, _ *rand.Rand) string {
+			return fmt.Sprintf("IF(%[1]s IS NULL, '00:00:00', IF(%[1]s > '800:00:00', SUBTIME(%[1]s, '00:00:01'), ADDTIME(%[1]s, '00:00:01')))", c)
+		}},
+	{def: "YEAR", keyless: true, gen: func(r *rand.Rand) string { return strconv.Itoa(1901 + r.IntN(255)) },
+		mut: func(c string, _ *rand.Rand) string {
+			return fmt.Sprintf("IF(%[1]s IS NULL, 2000, IF(%[1]s >= 2155, %[1]s - 1, %[1]s + 1))", c)
+		}},
+	{def: "ENUM('a','B','c d')", gen: func(r *rand.Rand) string { return [...]string{"'a'", "'B'", "'c d'"}[r.IntN(3)] },
+		mut: func(c string, _ *rand.Rand) string { return fmt.Sprintf("IF(%[1]s = 'a', 'B', 'a')", c) }},
+	{def: "SET('x','y','z')", gen: func(r *rand.Rand) string { return [...]string{"''", "'x'", "'y,z'", "'x,y,z'", "'z'"}[r.IntN(5)] },
+		mut: func(c string, _ *rand.Rand) string { return fmt.Sprintf("IF(%[1]s = 'x,y', 'z', 'x,y')", c) }},
+	{def: "BIT(12)", gen: func(r *rand.Rand) string { return strconv.Itoa(r.IntN(4096)) },
+		mut: func(c string, _ *rand.Rand) string { return fmt.Sprintf("IFNULL(%[1]s ^ 1, 0)", c) }},
+	{def: "JSON",
+		gen: func(r *rand.Rand) string {
+			return sqlString(fmt.Sprintf(`{"n": %d, "s": %q, "a": [%d, 2.5, true, null], "o": {"k": "%s"}}`,
+				9007199254740992+r.Int64N(5), randomText(r, 5, []string{"a", "é", " ", `"`}), r.IntN(10), []string{"x", "y"}[r.IntN(2)]))
+		},
+		mut: func(c string, _ *rand.Rand) string {
+			return fmt.Sprintf("JSON_SET(IFNULL(%[1]s, '{}'), '$.mut', 1)", c)
+		}},
+}
+
+// doubleLit writes f exactly as a DOUBLE literal (with an exponent, so not DECIMAL).
+func doubleLit(f float64) string {
+	s := strconv.FormatFloat(f, 'g', -1, 64)
+	if !strings.Contains(s, "e") {
+		s += "e0"
+	}
+	return s
+}
+
+func randomTime(r *rand.Rand) time.Time {
+	switch r.IntN(8) {
+	case 0:
+		return time.Date(1000, 1, 1, 0, 0, 0, 0, time.UTC)
+	case 1:
+		return time.Date(9999, 12, 31, 23, 59, 59, 999999000, time.UTC)
+	}
+	return time.Date(1000+r.IntN(9000), time.Month(1+r.IntN(12)), 1+r.IntN(28), r.IntN(24), r.IntN(60), r.IntN(60), r.IntN(1_000_000)*1000, time.UTC)
+}
+
+// rkey is a key shape: its column definitions and a generator of unique key tuples.
+type rkey struct {
+	name string
+	cols []string // "name TYPE"
+	// gen returns the key's literals and a string that is equal for keys the table's
+	// unique index considers equal.
+	gen func(r *rand.Rand) (lits []string, norm string)
+	// unique puts the key in a UNIQUE NOT NULL index instead of the primary key.
+	unique bool
+}
+
+var randomKeys = []rkey{
+	{name: "int", cols: []string{"id INT"}, gen: func(r *rand.Rand) ([]string, string) {
+		v := intGen(math.MinInt32, math.MaxInt32)(r)
+		return []string{v}, v
+	}},
+	{name: "bigint unsigned", cols: []string{"id BIGINT UNSIGNED"}, gen: func(r *rand.Rand) ([]string, string) {
+		v := strconv.FormatUint(r.Uint64()>>uint(r.IntN(64)), 10)
+		return []string{v}, v
+	}},
+	{name: "decimal", cols: []string{"id DECIMAL(20,4)"}, gen: func(r *rand.Rand) ([]string, string) {
+		v := fmt.Sprintf("%d.%04d", r.Int64N(2e15)-1e15, r.IntN(10000))
+		return []string{v}, v
+	}},
+	{name: "ci string + int", cols: []string{"s VARCHAR(12) CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci", "n INT"},
+		gen: func(r *rand.Rand) ([]string, string) {
+			s := strings.TrimRight(randomText(r, 12, []string{"a", "B", "c", "-", "_", "0", " ", "x"}), " ")
+			n := strconv.Itoa(r.IntN(7) - 3)
+			return []string{sqlString(s), n}, strings.ToLower(s) + "\x00" + n
+		}},
+	{name: "bin string", cols: []string{"s VARCHAR(20) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"},
+		gen: func(r *rand.Rand) ([]string, string) {
+			s := strings.TrimRight(randomText(r, 20, randomAlphabet), " ")
+			return []string{sqlString(s)}, s
+		}},
+	{name: "varbinary", cols: []string{"b VARBINARY(12)"}, gen: func(r *rand.Rand) ([]string, string) {
+		b := randomBytes(r, 12)
+		return []string{sqlBytes(b)}, string(b)
+	}},
+	{name: "date + smallint", cols: []string{"d DATE", "n SMALLINT"}, gen: func(r *rand.Rand) ([]string, string) {
+		d := "'" + randomTime(r).Format("2006-01-02") + "'"
+		n := strconv.Itoa(r.IntN(65536) - 32768)
+		return []string{d, n}, d + n
+	}},
+	{name: "datetime(3)", cols: []string{"t DATETIME(3)"}, gen: func(r *rand.Rand) ([]string, string) {
+		t := "'" + randomTime(r).Format("2006-01-02 15:04:05.000") + "'"
+		return []string{t}, t
+	}},
+	{name: "unique bin string", unique: true, cols: []string{"u VARCHAR(16) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"},
+		gen: func(r *rand.Rand) ([]string, string) {
+			s := strings.TrimRight(randomText(r, 16, randomAlphabet), " ")
+			return []string{sqlString(s)}, s
+		}},
+	{name: "keyless"},
+}
+
+// rtable is a generated table and its rows as inserted upstream.
+type rtable struct {
+	key     rkey
+	keyCols []string
+	cols    []rcol // the other columns, named c0, c1, ...
+	notNull []bool // per column in cols
+	rows    []rrow // upstream rows
+	used    map[string]bool
+}
+
+type rrow struct {
+	id   int      // rid, or g for keyless tables
+	key  []string // key literals
+	vals []string // literals of cols ("NULL" for NULL)
+}
+
+func (tb *rtable) ddl() string {
+	var defs []string
+	for _, c := range tb.key.cols {
+		defs = append(defs, c+" NOT NULL")
+	}
+	col := "rid"
+	if tb.key.cols == nil {
+		col = "g"
+	}
+	defs = append(defs, col+" INT NOT NULL")
+	for i, c := range tb.cols {
+		d := fmt.Sprintf("c%d %s", i, c.def)
+		switch {
+		case tb.notNull[i] && strings.HasPrefix(c.def, "TIMESTAMP"):
+			d += " NOT NULL DEFAULT '2000-01-01 00:00:00'" // no implicit ON UPDATE
+		case tb.notNull[i]:
+			d += " NOT NULL"
+		case strings.HasPrefix(c.def, "TIMESTAMP"):
+			d += " NULL"
+		}
+		defs = append(defs, d)
+	}
+	switch {
+	case tb.key.cols == nil:
+	case tb.key.unique:
+		defs = append(defs, "UNIQUE KEY uk ("+strings.Join(tb.keyCols, ", ")+")")
+	default:
+		defs = append(defs, "PRIMARY KEY ("+strings.Join(tb.keyCols, ", ")+")")
+	}
+	return "CREATE TABLE rnd (" + strings.Join(defs, ", ") + ")"
+}
+
+func (tb *rtable) values(r rrow) string {
+	vals := append(append(slices.Clone(r.key), strconv.Itoa(r.id)), r.vals...)
+	return "(" + strings.Join(vals, ", ") + ")"
+}
+
+func (tb *rtable) newRow(r *rand.Rand, id int) rrow {
+	row := rrow{id: id}
+	if tb.key.gen != nil {
+		for {
+			lits, norm := tb.key.gen(r)
+			if !tb.used[norm] {
+				tb.used[norm] = true
+				row.key = lits
+				break
+			}
+		}
+	}
+	for i, c := range tb.cols {
+		if !tb.notNull[i] && r.IntN(7) == 0 {
+			row.vals = append(row.vals, "NULL")
+		} else {
+			row.vals = append(row.vals, c.gen(r))
+		}
+	}
+	return row
+}
+
+func generateTable(r *rand.Rand) *rtable {
+	tb := &rtable{key: randomKeys[r.IntN(len(randomKeys))], used: map[string]bool{}}
+	for _, c := range tb.key.cols {
+		tb.keyCols = append(tb.keyCols, strings.Fields(c)[0])
+	}
+	pool := randomPool
+	if tb.key.cols == nil {
+		pool = nil
+		for _, c := range randomPool {
+			if c.keyless {
+				pool = append(pool, c)
+			}
+		}
+	}
+	for range 1 + r.IntN(6) {
+		tb.cols = append(tb.cols, pool[r.IntN(len(pool))])
+		tb.notNull = append(tb.notNull, r.IntN(3) == 0)
+	}
+	n := []int{0, 1, 2, 50, 300, 1200, 2500}[r.IntN(7)]
+	if tb.key.cols == nil {
+		// Keyless: a pool of distinct rows (distinct g), each inserted 1-3 times.
+		for g := 1; len(tb.rows) < n; g++ {
+			row := tb.newRow(r, g)
+			for range 1 + r.IntN(3) {
+				tb.rows = append(tb.rows, row)
+			}
+		}
+		return tb
+	}
+	for i := range n {
+		tb.rows = append(tb.rows, tb.newRow(r, i+1))
+	}
+	return tb
+}
+
+// expectation is what the report must hold: per kind, the rids (keyed tables) or g values
+// with their copy counts (keyless), and the changed column per rid.
+type expectation struct {
+	missing, extra map[int]int
+	columns        map[int]string
+}
+
+func randomSeeds(t *testing.T) []uint64 {
+	if s := os.Getenv("PARITY_RANDOM_SEED"); s != "" {
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("PARITY_RANDOM_SEED: %v", err)
+		}
+		return []uint64{v}
+	}
+	n := 6
+	if s := os.Getenv("PARITY_RANDOM_SEEDS"); s != "" {
+		v, err := strconv.Atoi(s)
+		if err != nil {
+			t.Fatalf("PARITY_RANDOM_SEEDS: %v", err)
+		}
+		n = v
+	}
+	seeds := make([]uint64, n)
+	for i := range seeds {
+		seeds[i] = uint64(i + 1)
+	}
+	return seeds
+}
+
+func TestRandomDiffMariaDB(t *testing.T) {
+	for _, seed := range randomSeeds(t) {
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) { testRandomDiff(t, mariaPair(t), seed, false) })
+	}
+}
+
+func TestRandomDiffTiDB(t *testing.T) {
+	for _, seed := range randomSeeds(t) {
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) { testRandomDiff(t, tidbPair(t), seed, true) })
+	}
+}
+
+func testRandomDiff(t *testing.T, p pair, seed uint64, tidb bool) {
+	stream := uint64(0x5eed)
+	if tidb {
+		stream = 0x71db // another table for the same seed number
+	}
+	r := rand.New(rand.NewPCG(seed, stream))
+	tb := generateTable(r)
+	var colDefs []string
+	for i, c := range tb.cols {
+		colDefs = append(colDefs, fmt.Sprintf("c%d %s", i, c.def))
+	}
+	t.Logf("seed %d: key %s, %d rows, columns %s", seed, tb.key.name, len(tb.rows), strings.Join(colDefs, ", "))
+	p.both(t, tb.ddl())
+	for start := 0; start < len(tb.rows); start += 500 {
+		var vals []string
+		for _, row := range tb.rows[start:min(start+500, len(tb.rows))] {
+			vals = append(vals, tb.values(row))
+		}
+		p.both(t, "INSERT INTO rnd VALUES "+strings.Join(vals, ", "))
+	}
+
+	cfg := p.config(t, "rnd")
+	cfg.InitialChunkRows = []int{3, 40, 500, 10000}[r.IntN(4)]
+	cfg.MinChunkRows = 1
+	cfg.RowDiffRows = []int{1, 4, 50, 20000}[r.IntN(4)]
+	cfg.Concurrency = 1 + r.IntN(4)
+	if tidb && r.IntN(2) == 0 {
+		cfg.TiDBChecksum = TiDBChecksumPushdown
+	}
+	t.Logf("initial_chunk_rows %d, row_diff_rows %d, concurrency %d, tidb_checksum %q", cfg.InitialChunkRows, cfg.RowDiffRows, cfg.Concurrency, cfg.TiDBChecksum)
+
+	rep := run(t, cfg)
+	if tr := tableReport(t, rep, "rnd"); !tr.Equal() || tr.RowsChecked != int64(len(tb.rows)) || tr.DifferencesResolved != 0 {
+		// Nothing changes while the run reads: a difference the re-check resolves was never
+		// there, and the first read must not have reported it.
+		t.Fatalf("seed %d: equal data reported different: %d rows checked of %d, %d differences %+v (%d resolved by the re-check), structure %+v",
+			seed, tr.RowsChecked, len(tb.rows), tr.DifferencesTotal, tr.Differences, tr.DifferencesResolved, tr.StructureProblems)
+	}
+
+	want := mutate(t, p, tb, r)
+	t.Logf("changed downstream: %d missing, %d extra, %d differing", len(want.missing), len(want.extra), len(want.columns))
+	rep = run(t, cfg)
+	tr := tableReport(t, rep, "rnd")
+	checkRandomReport(t, p, tb, tr, want, seed)
+
+	if tr.DifferencesTotal > 0 {
+		applyFix(t, p.down.DB, readFix(t, cfg, tr))
+	}
+	rep = run(t, cfg)
+	if tr := tableReport(t, rep, "rnd"); !tr.Equal() {
+		t.Fatalf("seed %d: after the fix SQL: %d differences %+v", seed, tr.DifferencesTotal, tr.Differences)
+	}
+	if !tidb {
+		// Same server kind on both sides: the tables must now be byte for byte alike.
+		if u, d := dumpTable(t, p.up.DB, tb), dumpTable(t, p.down.DB, tb); !slices.Equal(u, d) {
+			t.Fatalf("seed %d: after the fix SQL parity reports equal, but the rows differ:\nupstream   %q\ndownstream %q", seed, u, d)
+		}
+	}
+}
+
+// mutate changes the downstream copy and returns what parity must report.
+func mutate(t *testing.T, p pair, tb *rtable, r *rand.Rand) expectation {
+	want := expectation{missing: map[int]int{}, extra: map[int]int{}, columns: map[int]string{}}
+	if tb.key.cols == nil {
+		return mutateKeyless(t, p, tb, r, want)
+	}
+	order := r.Perm(len(tb.rows))
+	changes := r.IntN(min(len(tb.rows), 25) + 1)
+	for _, i := range order[:changes] {
+		row := tb.rows[i]
+		where := " WHERE rid = " + strconv.Itoa(row.id)
+		switch k := r.IntN(10); {
+		case k < 6: // one cell
+			c := r.IntN(len(tb.cols))
+			name := fmt.Sprintf("c%d", c)
+			expr := tb.cols[c].mut(name, r)
+			if !tb.notNull[c] && row.vals[c] != "NULL" && r.IntN(5) == 0 {
+				expr = "NULL"
+			}
+			exec(t, p.down.DB, "UPDATE rnd SET "+name+" = "+expr+where)
+			want.missing[row.id], want.extra[row.id] = 0, 0
+			want.columns[row.id] = name
+		case k < 8:
+			exec(t, p.down.DB, "DELETE FROM rnd"+where)
+			want.missing[row.id] = 1
+		default: // the key moves: the old key is missing, the new one extra
+			nr := tb.newRow(r, row.id)
+			var sets []string
+			for j, c := range tb.keyCols {
+				sets = append(sets, c+" = "+nr.key[j])
+			}
+			exec(t, p.down.DB, "UPDATE rnd SET "+strings.Join(sets, ", ")+where)
+			want.missing[row.id], want.extra[row.id] = 1, 1
+		}
+	}
+	for i := range r.IntN(4) {
+		row := tb.newRow(r, 1_000_000+i)
+		exec(t, p.down.DB, "INSERT INTO rnd VALUES "+tb.values(row))
+		want.extra[row.id] = 1
+	}
+	for id, n := range want.missing {
+		if n == 0 {
+			delete(want.missing, id)
+		}
+	}
+	for id, n := range want.extra {
+		if n == 0 {
+			delete(want.extra, id)
+		}
+	}
+	return want
+}
+
+// mutateKeyless deletes and adds copies of rows and changes one cell of a copy (which
+// makes that copy missing and the changed row extra). Each group is touched once.
+func mutateKeyless(t *testing.T, p pair, tb *rtable, r *rand.Rand, want expectation) expectation {
+	byG := map[int]rrow{}
+	var gs []int
+	for _, row := range tb.rows {
+		if _, ok := byG[row.id]; !ok {
+			gs = append(gs, row.id)
+		}
+		byG[row.id] = row
+	}
+	r.Shuffle(len(gs), func(i, j int) { gs[i], gs[j] = gs[j], gs[i] })
+	for _, g := range gs[:r.IntN(min(len(gs), 20)+1)] {
+		row := byG[g]
+		match := keylessMatch(tb, row)
+		switch k := r.IntN(3); k {
+		case 0:
+			exec(t, p.down.DB, "DELETE FROM rnd WHERE "+match+" LIMIT 1")
+			want.missing[g] = 1
+		case 1:
+			exec(t, p.down.DB, "INSERT INTO rnd VALUES "+tb.values(row))
+			want.extra[g] = 1
+		case 2:
+			c := r.IntN(len(tb.cols))
+			name := fmt.Sprintf("c%d", c)
+			exec(t, p.down.DB, "UPDATE rnd SET "+name+" = "+tb.cols[c].mut(name, r)+" WHERE "+match+" LIMIT 1")
+			want.missing[g], want.extra[g] = 1, 1
+		}
+	}
+	for i := range r.IntN(3) {
+		row := tb.newRow(r, 1_000_000+i)
+		exec(t, p.down.DB, "INSERT INTO rnd VALUES "+tb.values(row))
+		want.extra[row.id] = 1
+	}
+	return want
+}
+
+// keylessMatch is a WHERE condition matching the copies of row exactly (binary
+// comparison, so trailing spaces and case count).
+func keylessMatch(tb *rtable, row rrow) string {
+	conds := []string{"g = " + strconv.Itoa(row.id)}
+	for i, v := range row.vals {
+		name := fmt.Sprintf("c%d", i)
+		if v == "NULL" {
+			conds = append(conds, name+" IS NULL")
+		} else {
+			conds = append(conds, "BINARY "+name+" = BINARY "+v)
+		}
+	}
+	return strings.Join(conds, " AND ")
+}
+
+func checkRandomReport(t *testing.T, p pair, tb *rtable, tr TableReport, want expectation, seed uint64) {
+	t.Helper()
+	got := expectation{missing: map[int]int{}, extra: map[int]int{}, columns: map[int]string{}}
+	for _, d := range tr.Differences {
+		db := p.up.DB
+		if d.Kind == Extra {
+			db = p.down.DB
+		}
+		id := lookupReported(t, db, tb, d, seed)
+		n := max(d.Count, 1)
+		switch d.Kind {
+		case Missing:
+			got.missing[id] += n
+		case Extra:
+			got.extra[id] += n
+		case Differing:
+			if _, dup := got.columns[id]; dup || len(d.Columns) != 1 {
+				t.Errorf("seed %d: row %d reported differing in columns %v (again: %v)", seed, id, d.Columns, dup)
+			}
+			got.columns[id] = strings.Join(d.Columns, ",")
+		}
+	}
+	if tr.DifferencesTruncated || tr.UndrilledChunks > 0 || tr.DifferencesResolved > 0 {
+		t.Fatalf("seed %d: report truncated (%v), chunks undrilled (%d) or differences that were never there resolved by the re-check (%d)",
+			seed, tr.DifferencesTruncated, tr.UndrilledChunks, tr.DifferencesResolved)
+	}
+	total := int64(len(want.columns))
+	for _, n := range want.missing {
+		total += int64(n)
+	}
+	for _, n := range want.extra {
+		total += int64(n)
+	}
+	if !mapsEqual(got.missing, want.missing) || !mapsEqual(got.extra, want.extra) || !mapsEqual(got.columns, want.columns) || tr.DifferencesTotal != total {
+		t.Fatalf("seed %d: report does not match the changes made:\n missing got %v want %v\n extra   got %v want %v\n differing got %v want %v\n total got %d want %d",
+			seed, got.missing, want.missing, got.extra, want.extra, got.columns, want.columns, tr.DifferencesTotal, total)
+	}
+}
+
+func mapsEqual[V comparable](a, b map[int]V) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
+
+// lookupReported finds the rid (or g) of a reported row by its key literals, with plain
+// SQL on the side that holds it: the literals must select exactly that row.
+func lookupReported(t *testing.T, db *sql.DB, tb *rtable, d Difference, seed uint64) int {
+	t.Helper()
+	var conds []string
+	for _, kv := range d.Key {
+		if kv.Value == "NULL" {
+			conds = append(conds, ident.Quote(kv.Column)+" IS NULL")
+			continue
+		}
+		// Binary comparison for the key of a keyless row (every column): the literal must
+		// hold the exact bytes. Keys are unique under their own collation.
+		if tb.key.cols == nil {
+			conds = append(conds, "BINARY "+ident.Quote(kv.Column)+" = BINARY "+kv.Value)
+		} else {
+			conds = append(conds, ident.Quote(kv.Column)+" = "+kv.Value)
+		}
+	}
+	col := "rid"
+	if tb.key.cols == nil {
+		col = "g"
+	}
+	q := "SELECT DISTINCT " + col + " FROM rnd WHERE " + strings.Join(conds, " AND ")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rows, err := db.QueryContext(ctx, q)
+	if err != nil {
+		t.Fatalf("seed %d: look up reported %s row: %s: %v", seed, d.Kind, q, err)
+	}
+	defer rows.Close()
+	var ids []int
+	for rows.Next() {
+		var id int
+		if err := rows.Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(ids) != 1 {
+		t.Fatalf("seed %d: reported %s row %v selects %v on its side (%s)", seed, d.Kind, d.Key, ids, q)
+	}
+	return ids[0]
+}
+
+// dumpTable returns every row's bytes, in a fixed order.
+func dumpTable(t *testing.T, db *sql.DB, tb *rtable) []string {
+	t.Helper()
+	var cols []string
+	for _, c := range tb.keyCols {
+		cols = append(cols, "IFNULL(HEX("+c+"),'N')")
+	}
+	id := "rid"
+	if tb.key.cols == nil {
+		id = "g"
+	}
+	cols = append(cols, id)
+	for i := range tb.cols {
+		cols = append(cols, fmt.Sprintf("IFNULL(HEX(c%d),'N')", i))
+	}
+	e := "CONCAT_WS('|', " + strings.Join(cols, ", ") + ")"
+	rows, err := db.Query("SELECT " + e + " AS r FROM rnd ORDER BY r")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, s)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
