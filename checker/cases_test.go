@@ -688,3 +688,39 @@ func TestBucketDrillBounds(t *testing.T) {
 		t.Fatalf("want the 11000 changed rows once each, got %d differences, %d distinct keys, %d repeated", tr.DifferencesTotal, len(seen), dups)
 	}
 }
+
+// TestFixSQLIgnoredColumns: an ignored column is not compared, but a row the fix SQL
+// inserts gets the upstream's value of it (a NOT NULL column without a default refused the
+// insert before), while rows that exist downstream keep theirs. A long ignored column is
+// not read; inserted rows get its default.
+func TestFixSQLIgnoredColumns(t *testing.T) {
+	p := mariaPair(t)
+	p.both(t, "CREATE TABLE ig (id INT PRIMARY KEY, v INT, note VARCHAR(20) NOT NULL, big LONGTEXT NOT NULL DEFAULT 'dflt')")
+	exec(t, p.up.DB, "INSERT INTO ig VALUES (1, 1, 'n1', 'b1'), (2, 2, 'n2', 'b2'), (3, 3, 'n3', 'b3')")
+	exec(t, p.down.DB, "INSERT INTO ig VALUES (1, -1, 'down1', 'x'), (3, 3, 'down3', 'y')")
+	cfg := p.config(t, "ig")
+	cfg.IgnoreColumns = []string{"*.ig.note", "*.ig.big"}
+	rep := run(t, cfg)
+	tr := tableReport(t, rep, "ig")
+	if got := diffsByKind(tr); tr.DifferencesTotal != 2 || got[Missing] != 1 || got[Differing] != 1 {
+		t.Fatalf("want row 2 missing and row 1 differing (in v), got %+v", tr.Differences)
+	}
+	applyFix(t, p.down.DB, readFix(t, cfg, tr))
+	rows, err := p.down.DB.Query("SELECT CONCAT_WS(',', id, v, note, big) FROM ig ORDER BY id")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var got []string
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, s)
+	}
+	want := []string{"1,1,down1,x", "2,2,n2,dflt", "3,3,down3,y"}
+	if strings.Join(got, ";") != strings.Join(want, ";") {
+		t.Fatalf("downstream after the fix: %q, want %q", got, want)
+	}
+}

@@ -88,6 +88,11 @@ type TablePlan struct {
 	// PartialColumns is set when some downstream columns are not compared (ignored, or
 	// absent upstream): fix SQL then updates instead of replacing whole rows.
 	PartialColumns bool
+	// Carried are the ignored columns that both sides have (plain, not generated,
+	// downstream): not compared, but read from the upstream after the compared columns,
+	// so that fix SQL inserts a missing row whole, with the upstream's values, instead of
+	// leaving them to their defaults (which a NOT NULL column without one refuses).
+	Carried []PlanColumn
 	// Referenced is set when a foreign key references the downstream table: fix SQL then
 	// updates rows in place instead of replacing them, because REPLACE deletes the old row
 	// first and an ON DELETE CASCADE would delete its children with it.
@@ -647,17 +652,37 @@ func (p *TablePlan) orderExpr(c PlanColumn, s Side) string {
 	return id
 }
 
-// RowsSQL streams the rows of a range on side s: key columns first, then every compared
-// column, in the byte/value order that compareKeys expects.
+// rowColumns returns what a row read on side s holds: the compared columns, then on the
+// upstream the carried ones (width).
+func (p *TablePlan) rowColumns(s Side) []string {
+	cols := make([]string, 0, p.width(s))
+	for _, c := range p.Columns {
+		cols = append(cols, p.selectExpr(c))
+	}
+	if s == Upstream {
+		for _, c := range p.Carried {
+			cols = append(cols, p.selectExpr(c))
+		}
+	}
+	return cols
+}
+
+// width is the number of values of a row read on side s (rowColumns).
+func (p *TablePlan) width(s Side) int {
+	if s == Upstream {
+		return len(p.Columns) + len(p.Carried)
+	}
+	return len(p.Columns)
+}
+
+// RowsSQL streams the rows of a range on side s: every compared column (then the
+// carried ones upstream), in the byte/value order of the key that compareKeys expects.
 func (p *TablePlan) RowsSQL(s Side, r Range) string {
 	return p.rowsSQL(s, p.whereClause(s, r))
 }
 
 func (p *TablePlan) rowsSQL(s Side, where string) string {
-	cols := make([]string, len(p.Columns))
-	for i, c := range p.Columns {
-		cols[i] = p.selectExpr(c)
-	}
+	cols := p.rowColumns(s)
 	order := make([]string, len(p.Key))
 	for i, k := range p.Key {
 		order[i] = p.orderExpr(p.Columns[k], s)
@@ -710,10 +735,7 @@ func (p *TablePlan) RowsByHashesSQL(s Side, r Range, hs []string) string {
 			lits[i] = "NULL" // not a hash the server computed: matches nothing
 		}
 	}
-	cols := make([]string, len(p.Columns))
-	for i, c := range p.Columns {
-		cols[i] = p.selectExpr(c)
-	}
+	cols := p.rowColumns(s)
 	w := p.whereClause(s, r)
 	if w == "" {
 		w = " WHERE "

@@ -27,9 +27,19 @@ func (p *TablePlan) keyFor(row []Value) Key {
 	return k
 }
 
-func (p *TablePlan) columnList() string {
-	names := make([]string, len(p.Columns))
-	for i, c := range p.Columns {
+// insertColumns returns the columns a fix statement writes for an upstream row: the
+// compared ones, and the carried ones it was read with.
+func (p *TablePlan) insertColumns(row []Value) []PlanColumn {
+	cols := p.Columns
+	if n := len(row) - len(p.Columns); n > 0 {
+		cols = append(cols[:len(cols):len(cols)], p.Carried[:n]...)
+	}
+	return cols
+}
+
+func columnList(cols []PlanColumn) string {
+	names := make([]string, len(cols))
+	for i, c := range cols {
 		names[i] = ident.Quote(c.Name)
 	}
 	return strings.Join(names, ", ")
@@ -100,9 +110,9 @@ func (f *fixStatement) sql(stmt string) string {
 	return sb.String()
 }
 
-func (p *TablePlan) valueList(f *fixStatement, row []Value) string {
-	vals := make([]string, len(p.Columns))
-	for i, c := range p.Columns {
+func valueList(f *fixStatement, cols []PlanColumn, row []Value) string {
+	vals := make([]string, len(cols))
+	for i, c := range cols {
 		vals[i] = f.lit(c, row[i])
 	}
 	return strings.Join(vals, ", ")
@@ -115,21 +125,24 @@ func (p *TablePlan) valueList(f *fixStatement, row []Value) string {
 func (p *TablePlan) upsert(row []Value) string {
 	var f fixStatement
 	t := p.table(Downstream)
+	cols := p.insertColumns(row)
 	if !p.PartialColumns && !p.Referenced {
-		return f.sql(fmt.Sprintf("REPLACE INTO %s (%s) VALUES (%s);", t, p.columnList(), p.valueList(&f, row)))
+		return f.sql(fmt.Sprintf("REPLACE INTO %s (%s) VALUES (%s);", t, columnList(cols), valueList(&f, cols, row)))
 	}
+	// An existing row keeps what is not compared: only the compared columns are updated.
 	sets := make([]string, 0, len(p.Columns))
 	for _, c := range p.Columns {
 		sets = append(sets, ident.Quote(c.Name)+" = VALUES("+ident.Quote(c.Name)+")")
 	}
-	return f.sql(fmt.Sprintf("INSERT INTO %s (%s) VALUES (%s) ON DUPLICATE KEY UPDATE %s;", t, p.columnList(), p.valueList(&f, row), strings.Join(sets, ", ")))
+	return f.sql(fmt.Sprintf("INSERT INTO %s (%s) VALUES (%s) ON DUPLICATE KEY UPDATE %s;", t, columnList(cols), valueList(&f, cols, row), strings.Join(sets, ", ")))
 }
 
 func (p *TablePlan) missing(row []Value, n int) Difference {
 	d := Difference{Kind: Missing, Key: p.keyFor(row)}
 	if p.Keyless {
 		var f fixStatement
-		stmt := fmt.Sprintf("INSERT INTO %s (%s) VALUES (%s);", p.table(Downstream), p.columnList(), p.valueList(&f, row))
+		cols := p.insertColumns(row)
+		stmt := fmt.Sprintf("INSERT INTO %s (%s) VALUES (%s);", p.table(Downstream), columnList(cols), valueList(&f, cols, row))
 		d.fix = f.sql(strings.TrimSuffix(strings.Repeat(stmt+"\n", n), "\n"))
 		if n > 1 {
 			d.Count = n

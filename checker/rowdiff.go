@@ -319,7 +319,7 @@ func (r *runner) mergeRows(ctx context.Context, ts *tableState, rng Range, emit 
 func (r *runner) mergeQueries(ctx context.Context, ts *tableState, uSQL, dSQL string, emit func(Difference) error) error {
 	p := ts.plan
 	return r.withBoth(ctx, func(ctx context.Context, uq, dq Querier) error {
-		err := withDriverRows(ctx, ts.name, uq, dq, uSQL, dSQL, len(p.Columns), func(us, ds *rowStream) error {
+		err := withDriverRows(ctx, ts.name, uq, dq, uSQL, dSQL, p.width(Upstream), p.width(Downstream), func(us, ds *rowStream) error {
 			return mergeStreams(ts, us, ds, emit)
 		})
 		if !errors.Is(err, errNoDriverQuery) {
@@ -335,7 +335,7 @@ func (r *runner) mergeQueries(ctx context.Context, ts *tableState, uSQL, dSQL st
 			return fmt.Errorf("read downstream rows of %s: %w", ts.name, err)
 		}
 		defer drows.Close()
-		return mergeStreams(ts, newRowStream(urows, len(p.Columns)), newRowStream(drows, len(p.Columns)), emit)
+		return mergeStreams(ts, newRowStream(urows, p.width(Upstream)), newRowStream(drows, p.width(Downstream)), emit)
 	})
 }
 
@@ -343,9 +343,10 @@ func (r *runner) mergeQueries(ctx context.Context, ts *tableState, uSQL, dSQL st
 var errNoDriverQuery = errors.New("no driver-level query")
 
 // withDriverRows runs the two queries on the drivers of connections uq and dq and hands
-// their row streams to fn. It returns errNoDriverQuery (having run nothing) unless both
-// are *sql.Conn over drivers that implement driver.QueryerContext.
-func withDriverRows(ctx context.Context, table string, uq, dq Querier, uSQL, dSQL string, n int, fn func(us, ds *rowStream) error) error {
+// their row streams (of nu and nd values per row) to fn. It returns errNoDriverQuery
+// (having run nothing) unless both are *sql.Conn over drivers that implement
+// driver.QueryerContext.
+func withDriverRows(ctx context.Context, table string, uq, dq Querier, uSQL, dSQL string, nu, nd int, fn func(us, ds *rowStream) error) error {
 	uc, ok1 := uq.(*sql.Conn)
 	dc, ok2 := dq.(*sql.Conn)
 	if !ok1 || !ok2 {
@@ -368,7 +369,7 @@ func withDriverRows(ctx context.Context, table string, uq, dq Querier, uSQL, dSQ
 				return fmt.Errorf("read downstream rows of %s: %w", table, err)
 			}
 			defer drows.Close()
-			return fn(newDriverRowStream(urows, n), newDriverRowStream(drows, n))
+			return fn(newDriverRowStream(urows, nu), newDriverRowStream(drows, nd))
 		})
 	})
 }
@@ -539,18 +540,19 @@ func (r *runner) diffKeyless(ctx context.Context, ts *tableState, rng Range, emi
 					return err
 				}
 				defer rows.Close()
-				s := newRowStream(rows, len(p.Columns)+1)
+				w := p.width(side)
+				s := newRowStream(rows, w+1)
 				for {
 					if err := s.next(); err != nil || s.done {
 						return err
 					}
-					h := string(s.cur[len(p.Columns)].Bytes)
+					h := string(s.cur[w].Bytes)
 					n, ok := want[h]
 					if !ok {
 						continue // a group already read (its other copies): no copy made
 					}
 					delete(want, h)
-					row := s.row()[:len(p.Columns)]
+					row := s.row()[:w]
 					out = append(out, &counted{row: row, canon: p.canonRow(row), n: n})
 				}
 			})

@@ -529,6 +529,10 @@ func (r *runner) planTable(ctx context.Context, ts *tableState) error {
 	return nil
 }
 
+// carryMaxBytes is the longest ignored column carried into fix SQL (TablePlan.Carried):
+// up to a TEXT or BLOB (TiDB counts a utf8mb4 TEXT as 4 × 65,535 bytes).
+const carryMaxBytes = 4 * 65535
+
 // NewPlan builds the comparison plan of a table pair: the compared columns are the
 // upstream's columns that exist on both sides, are not ignored and are not generated
 // downstream (the downstream computes those, fix SQL cannot write them). A column
@@ -541,7 +545,17 @@ func NewPlan(up, down *Table, ignored func(string) bool) (*TablePlan, error) {
 	p := &TablePlan{Schema: [2]string{up.Schema, down.Schema}, Table: [2]string{up.Name, down.Name}, Hash: HashSHA1}
 	for _, uc := range up.Columns {
 		dc, ok := down.Column(uc.Name)
-		if !ok || ignored(uc.Name) || dc.Generated {
+		if !ok || dc.Generated {
+			continue
+		}
+		if ignored(uc.Name) {
+			// Carried into inserted rows, unless long: a column ignored to spare reading it
+			// (a LONGBLOB, a JSON document) is not read for every drilled-down row; rows
+			// the fix SQL inserts get its downstream default.
+			if n := max(uc.MaxBytes, dc.MaxBytes); n <= carryMaxBytes {
+				p.Carried = append(p.Carried, PlanColumn{Name: uc.Name, Kind: uc.Kind, Charset: [2]string{uc.Charset, dc.Charset},
+					Collation: [2]string{uc.Collation, dc.Collation}, MaxBytes: n})
+			}
 			continue
 		}
 		p.Columns = append(p.Columns, PlanColumn{Name: uc.Name, Kind: uc.Kind, NotNull: !uc.Nullable && !dc.Nullable,
