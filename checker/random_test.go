@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -442,6 +443,9 @@ func generateTable(r *rand.Rand) *rtable {
 type expectation struct {
 	missing, extra map[int]int
 	columns        map[int]string
+	// keylessCol names the column changed in a copy of keyless group g (which makes the
+	// copy missing and the changed row extra).
+	keylessCol map[int]string
 }
 
 func randomSeeds(t *testing.T) []uint64 {
@@ -508,21 +512,45 @@ func testRandomDiff(t *testing.T, p pair, seed uint64, tidb bool) {
 	if tidb && r.IntN(2) == 0 {
 		cfg.TiDBChecksum = TiDBChecksumPushdown
 	}
-	t.Logf("initial_chunk_rows %d, row_diff_rows %d, concurrency %d, tidb_checksum %q", cfg.InitialChunkRows, cfg.RowDiffRows, cfg.Concurrency, cfg.TiDBChecksum)
+	// Options from a stream of their own, so that they do not change a seed's table.
+	o := rand.New(rand.NewPCG(seed, stream^0xf11e))
+	f := filter{ignored: "-"}
+	if o.IntN(4) == 0 {
+		f.where = tb.idCol() + " % 3 <> 1"
+		cfg.TableConfigs = []TableConfig{{Table: p.up.Name + ".rnd", Where: f.where}}
+	}
+	if len(tb.cols) > 1 && o.IntN(4) == 0 {
+		f.ignored = fmt.Sprintf("c%d", o.IntN(len(tb.cols)))
+		cfg.IgnoreColumns = []string{p.up.Name + ".rnd." + f.ignored}
+	}
+	t.Logf("initial_chunk_rows %d, row_diff_rows %d, concurrency %d, tidb_checksum %q, where %q, ignored column %s",
+		cfg.InitialChunkRows, cfg.RowDiffRows, cfg.Concurrency, cfg.TiDBChecksum, f.where, f.ignored)
+	compared := 0
+	for _, row := range tb.rows {
+		if f.keep(row.id) {
+			compared++
+		}
+	}
 
 	rep := run(t, cfg)
-	if tr := tableReport(t, rep, "rnd"); !tr.Equal() || tr.RowsChecked != int64(len(tb.rows)) || tr.DifferencesResolved != 0 {
+	if tr := tableReport(t, rep, "rnd"); !tr.Equal() || tr.RowsChecked != int64(compared) || tr.DifferencesResolved != 0 {
 		// Nothing changes while the run reads: a difference the re-check resolves was never
 		// there, and the first read must not have reported it.
 		t.Fatalf("seed %d: equal data reported different: %d rows checked of %d, %d differences %+v (%d resolved by the re-check), structure %+v",
-			seed, tr.RowsChecked, len(tb.rows), tr.DifferencesTotal, tr.Differences, tr.DifferencesResolved, tr.StructureProblems)
+			seed, tr.RowsChecked, compared, tr.DifferencesTotal, tr.Differences, tr.DifferencesResolved, tr.StructureProblems)
 	}
 
 	want := mutate(t, p, tb, r)
 	t.Logf("changed downstream: %d missing, %d extra, %d differing", len(want.missing), len(want.extra), len(want.columns))
-	rep = run(t, cfg)
+	if r.IntN(3) == 0 {
+		// Stopped after a few progress reports (chunks, drill-downs, the re-check) and
+		// resumed: the result must be the same.
+		rep = runInterrupted(t, cfg, 1+r.IntN(4))
+	} else {
+		rep = run(t, cfg)
+	}
 	tr := tableReport(t, rep, "rnd")
-	checkRandomReport(t, p, tb, tr, want, seed)
+	checkRandomReport(t, p, tb, tr, f.apply(want), seed)
 
 	if tr.DifferencesTotal > 0 {
 		applyFix(t, p.down.DB, readFix(t, cfg, tr))
@@ -533,15 +561,86 @@ func testRandomDiff(t *testing.T, p pair, seed uint64, tidb bool) {
 	}
 	if !tidb {
 		// Same server kind on both sides: the tables must now be byte for byte alike.
-		if u, d := dumpTable(t, p.up.DB, tb), dumpTable(t, p.down.DB, tb); !slices.Equal(u, d) {
+		// (Rows outside the WHERE filter and the ignored column are not compared, so not
+		// fixed.)
+		if u, d := dumpTable(t, p.up.DB, tb, f), dumpTable(t, p.down.DB, tb, f); !slices.Equal(u, d) {
 			t.Fatalf("seed %d: after the fix SQL parity reports equal, but the rows differ:\nupstream   %q\ndownstream %q", seed, u, d)
 		}
 	}
 }
 
+// filter is a run's row filter and ignored column ("-" for none).
+type filter struct {
+	where   string
+	ignored string
+}
+
+// keep reports whether the row with that rid (or g) passes the filter (rid % 3 <> 1).
+func (f filter) keep(id int) bool { return f.where == "" || id%3 != 1 }
+
+// apply removes from want what the filter hides: rows it leaves out, and changes to the
+// ignored column alone (for a keyless copy, its missing and its extra row).
+func (f filter) apply(want expectation) expectation {
+	out := expectation{missing: map[int]int{}, extra: map[int]int{}, columns: map[int]string{}}
+	for id, col := range want.columns {
+		if f.keep(id) && col != f.ignored {
+			out.columns[id] = col
+		}
+	}
+	for id, n := range want.missing {
+		if f.keep(id) && want.keylessCol[id] != f.ignored {
+			out.missing[id] = n
+		}
+	}
+	for id, n := range want.extra {
+		if f.keep(id) && want.keylessCol[id] != f.ignored {
+			out.extra[id] = n
+		}
+	}
+	return out
+}
+
+func (tb *rtable) idCol() string {
+	if tb.key.cols == nil {
+		return "g"
+	}
+	return "rid"
+}
+
+// runInterrupted runs cfg, cancels it at its after-th progress report and resumes it by
+// its ID (if it had not finished by then).
+func runInterrupted(t *testing.T, cfg Config, after int) *Report {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var mu sync.Mutex
+	n := 0
+	c := cfg
+	c.Progress = func(Progress) {
+		mu.Lock()
+		defer mu.Unlock()
+		if n++; n == after {
+			cancel()
+		}
+	}
+	rep, err := Run(ctx, c)
+	if err == nil {
+		t.Logf("the run ended before its progress report %d", after)
+		return rep
+	}
+	var re *RunError
+	if !asRunError(err, &re) || re.State != RunCancelled {
+		t.Fatalf("want a cancelled run, got %v", err)
+	}
+	t.Logf("cancelled at progress report %d; resuming %s", after, re.RunID)
+	c = cfg
+	c.Resume = re.RunID
+	return run(t, c)
+}
+
 // mutate changes the downstream copy and returns what parity must report.
 func mutate(t *testing.T, p pair, tb *rtable, r *rand.Rand) expectation {
-	want := expectation{missing: map[int]int{}, extra: map[int]int{}, columns: map[int]string{}}
+	want := expectation{missing: map[int]int{}, extra: map[int]int{}, columns: map[int]string{}, keylessCol: map[int]string{}}
 	if tb.key.cols == nil {
 		return mutateKeyless(t, p, tb, r, want)
 	}
@@ -619,6 +718,7 @@ func mutateKeyless(t *testing.T, p pair, tb *rtable, r *rand.Rand, want expectat
 			name := fmt.Sprintf("c%d", c)
 			exec(t, p.down.DB, "UPDATE rnd SET "+name+" = "+tb.cols[c].mut(name, r)+" WHERE "+match+" LIMIT 1")
 			want.missing[g], want.extra[g] = 1, 1
+			want.keylessCol[g] = name
 		}
 	}
 	for i := range r.IntN(3) {
@@ -743,22 +843,24 @@ func lookupReported(t *testing.T, db *sql.DB, tb *rtable, d Difference, seed uin
 }
 
 // dumpTable returns every row's bytes, in a fixed order.
-func dumpTable(t *testing.T, db *sql.DB, tb *rtable) []string {
+func dumpTable(t *testing.T, db *sql.DB, tb *rtable, f filter) []string {
 	t.Helper()
 	var cols []string
 	for _, c := range tb.keyCols {
 		cols = append(cols, "IFNULL(HEX("+c+"),'N')")
 	}
-	id := "rid"
-	if tb.key.cols == nil {
-		id = "g"
-	}
-	cols = append(cols, id)
+	cols = append(cols, tb.idCol())
 	for i := range tb.cols {
-		cols = append(cols, fmt.Sprintf("IFNULL(HEX(c%d),'N')", i))
+		if c := fmt.Sprintf("c%d", i); c != f.ignored {
+			cols = append(cols, "IFNULL(HEX("+c+"),'N')")
+		}
+	}
+	where := ""
+	if f.where != "" {
+		where = " WHERE " + f.where
 	}
 	e := "CONCAT_WS('|', " + strings.Join(cols, ", ") + ")"
-	rows, err := db.Query("SELECT " + e + " AS r FROM rnd ORDER BY r")
+	rows, err := db.Query("SELECT " + e + " AS r FROM rnd" + where + " ORDER BY r")
 	if err != nil {
 		t.Fatal(err)
 	}
