@@ -706,19 +706,7 @@ func TestFixSQLIgnoredColumns(t *testing.T) {
 		t.Fatalf("want row 2 missing and row 1 differing (in v), got %+v", tr.Differences)
 	}
 	applyFix(t, p.down.DB, readFix(t, cfg, tr))
-	rows, err := p.down.DB.Query("SELECT CONCAT_WS(',', id, v, note, big) FROM ig ORDER BY id")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	var got []string
-	for rows.Next() {
-		var s string
-		if err := rows.Scan(&s); err != nil {
-			t.Fatal(err)
-		}
-		got = append(got, s)
-	}
+	got := firstColumn(t, p.down.DB, "SELECT CONCAT_WS(',', id, v, note, big) FROM ig ORDER BY id")
 	want := []string{"1,1,down1,x", "2,2,n2,dflt", "3,3,down3,y"}
 	if strings.Join(got, ";") != strings.Join(want, ";") {
 		t.Fatalf("downstream after the fix: %q, want %q", got, want)

@@ -167,4 +167,28 @@ func applyFix(t *testing.T, db *sql.DB, fix string) {
 	}
 }
 
+// firstColumn runs query and returns the first column of every row as text.
+func firstColumn(t testing.TB, db *sql.DB, query string) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	rows, err := db.QueryContext(ctx, query)
+	if err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, s)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
 func asRunError(err error, target **RunError) bool { return errors.As(err, target) }

@@ -818,28 +818,15 @@ func lookupReported(t *testing.T, db *sql.DB, tb *rtable, d Difference, seed uin
 		col = "g"
 	}
 	q := "SELECT DISTINCT " + col + " FROM rnd WHERE " + strings.Join(conds, " AND ")
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	rows, err := db.QueryContext(ctx, q)
-	if err != nil {
-		t.Fatalf("seed %d: look up reported %s row: %s: %v", seed, d.Kind, q, err)
-	}
-	defer rows.Close()
-	var ids []int
-	for rows.Next() {
-		var id int
-		if err := rows.Scan(&id); err != nil {
-			t.Fatal(err)
-		}
-		ids = append(ids, id)
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
+	ids := firstColumn(t, db, q)
 	if len(ids) != 1 {
 		t.Fatalf("seed %d: reported %s row %v selects %v on its side (%s)", seed, d.Kind, d.Key, ids, q)
 	}
-	return ids[0]
+	id, err := strconv.Atoi(ids[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
 }
 
 // dumpTable returns every row's bytes, in a fixed order.
@@ -859,22 +846,5 @@ func dumpTable(t *testing.T, db *sql.DB, tb *rtable, f filter) []string {
 	if f.where != "" {
 		where = " WHERE " + f.where
 	}
-	e := "CONCAT_WS('|', " + strings.Join(cols, ", ") + ")"
-	rows, err := db.Query("SELECT " + e + " AS r FROM rnd" + where + " ORDER BY r")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		var s string
-		if err := rows.Scan(&s); err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, s)
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return firstColumn(t, db, "SELECT CONCAT_WS('|', "+strings.Join(cols, ", ")+") AS r FROM rnd"+where+" ORDER BY r")
 }
