@@ -691,13 +691,13 @@ func TestBucketDrillBounds(t *testing.T) {
 
 // TestFixSQLIgnoredColumns: an ignored column is not compared, but a row the fix SQL
 // inserts gets the upstream's value of it (a NOT NULL column without a default refused the
-// insert before), while rows that exist downstream keep theirs. A long ignored column is
-// not read; inserted rows get its default.
+// insert before), also for a long column (a JSON document here), while rows that exist
+// downstream keep theirs.
 func TestFixSQLIgnoredColumns(t *testing.T) {
 	p := mariaPair(t)
-	p.both(t, "CREATE TABLE ig (id INT PRIMARY KEY, v INT, note VARCHAR(20) NOT NULL, big LONGTEXT NOT NULL DEFAULT 'dflt')")
-	exec(t, p.up.DB, "INSERT INTO ig VALUES (1, 1, 'n1', 'b1'), (2, 2, 'n2', 'b2'), (3, 3, 'n3', 'b3')")
-	exec(t, p.down.DB, "INSERT INTO ig VALUES (1, -1, 'down1', 'x'), (3, 3, 'down3', 'y')")
+	p.both(t, "CREATE TABLE ig (id INT PRIMARY KEY, v INT, note VARCHAR(20) NOT NULL, big JSON NOT NULL)")
+	exec(t, p.up.DB, `INSERT INTO ig VALUES (1, 1, 'n1', '{"b":1}'), (2, 2, 'n2', '{"b":2}'), (3, 3, 'n3', '{"b":3}')`)
+	exec(t, p.down.DB, `INSERT INTO ig VALUES (1, -1, 'down1', '"x"'), (3, 3, 'down3', '"y"')`)
 	cfg := p.config(t, "ig")
 	cfg.IgnoreColumns = []string{"*.ig.note", "*.ig.big"}
 	rep := run(t, cfg)
@@ -707,7 +707,7 @@ func TestFixSQLIgnoredColumns(t *testing.T) {
 	}
 	applyFix(t, p.down.DB, readFix(t, cfg, tr))
 	got := firstColumn(t, p.down.DB, "SELECT CONCAT_WS(',', id, v, note, big) FROM ig ORDER BY id")
-	want := []string{"1,1,down1,x", "2,2,n2,dflt", "3,3,down3,y"}
+	want := []string{`1,1,down1,"x"`, `2,2,n2,{"b":2}`, `3,3,down3,"y"`}
 	if strings.Join(got, ";") != strings.Join(want, ";") {
 		t.Fatalf("downstream after the fix: %q, want %q", got, want)
 	}

@@ -325,6 +325,31 @@ var randomKeys = []rkey{
 			s := strings.TrimRight(randomText(r, 16, randomAlphabet), " ")
 			return []string{sqlString(s)}, s
 		}},
+	{name: "double", cols: []string{"f DOUBLE"}, gen: func(r *rand.Rand) ([]string, string) {
+		v := randomPool[4].gen(r) // the DOUBLE column's values: extremes, fractions, random bits
+		f, _ := strconv.ParseFloat(v, 64)
+		if f == 0 {
+			v = "0e0" // -0 and 0 are one key
+		}
+		return []string{v}, strconv.FormatFloat(f+0, 'g', -1, 64)
+	}},
+	{name: "float + int", cols: []string{"f FLOAT", "n INT"}, gen: func(r *rand.Rand) ([]string, string) {
+		v := randomPool[5].gen(r)
+		f, _ := strconv.ParseFloat(v, 64)
+		n := strconv.Itoa(r.IntN(3))
+		return []string{v, n}, strconv.FormatFloat(f+0, 'g', -1, 64) + "," + n
+	}},
+	{name: "enum + int", cols: []string{"e ENUM('a','B','c d')", "n INT"}, gen: func(r *rand.Rand) ([]string, string) {
+		e := [...]string{"'a'", "'B'", "'c d'"}[r.IntN(3)]
+		n := strconv.Itoa(r.IntN(2000) - 1000)
+		return []string{e, n}, e + n
+	}},
+	{name: "int + bigint + ci string", cols: []string{"a INT", "b BIGINT", "s VARCHAR(8) CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci"},
+		gen: func(r *rand.Rand) ([]string, string) {
+			a, b := strconv.Itoa(r.IntN(3)), strconv.Itoa(r.IntN(5)-2)
+			s := strings.TrimRight(randomText(r, 8, []string{"a", "B", "\t", " ", "é"}), " ")
+			return []string{a, b, sqlString(s)}, a + "," + b + "," + strings.ToLower(s)
+		}},
 	{name: "keyless"},
 }
 
@@ -502,6 +527,17 @@ func testRandomDiff(t *testing.T, p pair, seed uint64, tidb bool) {
 			vals = append(vals, tb.values(row))
 		}
 		p.both(t, "INSERT INTO rnd VALUES "+strings.Join(vals, ", "))
+	}
+
+	if tidb && (tb.key.name == "int" || tb.key.name == "bigint unsigned") && r.IntN(2) == 0 {
+		// Regions: chunks are cut at their boundaries too.
+		n := 2 + r.IntN(7)
+		if tb.key.name == "int" {
+			exec(t, p.up.DB, fmt.Sprintf("SPLIT TABLE rnd BETWEEN (-2147483648) AND (2147483647) REGIONS %d", n))
+		} else {
+			exec(t, p.up.DB, fmt.Sprintf("SPLIT TABLE rnd BETWEEN (0) AND (9223372036854775807) REGIONS %d", n))
+		}
+		t.Logf("upstream split into %d regions", n)
 	}
 
 	cfg := p.config(t, "rnd")

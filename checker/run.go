@@ -529,10 +529,6 @@ func (r *runner) planTable(ctx context.Context, ts *tableState) error {
 	return nil
 }
 
-// carryMaxBytes is the longest ignored column carried into fix SQL (TablePlan.Carried):
-// up to a TEXT or BLOB (TiDB counts a utf8mb4 TEXT as 4 × 65,535 bytes).
-const carryMaxBytes = 4 * 65535
-
 // NewPlan builds the comparison plan of a table pair: the compared columns are the
 // upstream's columns that exist on both sides, are not ignored and are not generated
 // downstream (the downstream computes those, fix SQL cannot write them). A column
@@ -549,13 +545,11 @@ func NewPlan(up, down *Table, ignored func(string) bool) (*TablePlan, error) {
 			continue
 		}
 		if ignored(uc.Name) {
-			// Carried into inserted rows, unless long: a column ignored to spare reading it
-			// (a LONGBLOB, a JSON document) is not read for every drilled-down row; rows
-			// the fix SQL inserts get its downstream default.
-			if n := max(uc.MaxBytes, dc.MaxBytes); n <= carryMaxBytes {
-				p.Carried = append(p.Carried, PlanColumn{Name: uc.Name, Kind: uc.Kind, Charset: [2]string{uc.Charset, dc.Charset},
-					Collation: [2]string{uc.Collation, dc.Collation}, MaxBytes: n})
-			}
+			// Not compared, but carried into the rows fix SQL inserts. Long ones too (a
+			// LONGBLOB, a JSON document): a NOT NULL column without a default refuses an
+			// insert without it, and only the rows of mismatched ranges are read.
+			p.Carried = append(p.Carried, PlanColumn{Name: uc.Name, Kind: uc.Kind, Charset: [2]string{uc.Charset, dc.Charset},
+				Collation: [2]string{uc.Collation, dc.Collation}, MaxBytes: max(uc.MaxBytes, dc.MaxBytes)})
 			continue
 		}
 		p.Columns = append(p.Columns, PlanColumn{Name: uc.Name, Kind: uc.Kind, NotNull: !uc.Nullable && !dc.Nullable,
