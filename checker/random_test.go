@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/tidb-parity/parity/internal/ident"
+	"github.com/tidb-parity/parity/internal/testenv"
 )
 
 // The randomized differential test: for each seed, a random table (key shape and column
@@ -578,6 +579,13 @@ func testRandomDiff(t *testing.T, p pair, seed uint64, tidb bool) {
 
 	want := mutate(t, p, tb, r)
 	t.Logf("changed downstream: %d missing, %d extra, %d differing", len(want.missing), len(want.extra), len(want.columns))
+	if tidb && o.IntN(3) == 0 {
+		// The upstream read at a TSO taken now; what changes upstream afterwards must not
+		// be seen (by the comparison, the re-check or the fix SQL).
+		cfg.Upstream.Snapshot = fmt.Sprint(testenv.TiDBTSO(t, p.up.DB))
+		n := mutateUpstream(t, p, tb, want, o)
+		t.Logf("upstream read at TSO %s; %d upstream changes after it", cfg.Upstream.Snapshot, n)
+	}
 	if r.IntN(3) == 0 {
 		// Stopped after a few progress reports (chunks, drill-downs, the re-check) and
 		// resumed: the result must be the same.
@@ -641,6 +649,39 @@ func (tb *rtable) idCol() string {
 		return "g"
 	}
 	return "rid"
+}
+
+// mutateUpstream changes upstream rows that the downstream changes left alone (and adds
+// some): after a snapshot, so none of it may show. It returns the number of changes.
+func mutateUpstream(t *testing.T, p pair, tb *rtable, want expectation, r *rand.Rand) int {
+	n := 0
+	touched := func(id int) bool {
+		_, a := want.missing[id]
+		_, b := want.extra[id]
+		_, c := want.columns[id]
+		return a || b || c
+	}
+	for _, i := range r.Perm(len(tb.rows))[:min(len(tb.rows), r.IntN(10))] {
+		row := tb.rows[i]
+		if touched(row.id) {
+			continue
+		}
+		where := " WHERE " + tb.idCol() + " = " + strconv.Itoa(row.id)
+		if r.IntN(2) == 0 {
+			exec(t, p.up.DB, "DELETE FROM rnd"+where)
+		} else {
+			k := r.IntN(len(tb.cols))
+			exec(t, p.up.DB, fmt.Sprintf("UPDATE rnd SET c%d = %s%s", k, tb.cols[k].gen(r), where))
+		}
+		n++
+	}
+	if tb.key.cols != nil {
+		for i := range r.IntN(3) {
+			exec(t, p.up.DB, "INSERT INTO rnd VALUES "+tb.values(tb.newRow(r, 2_000_000+i)))
+			n++
+		}
+	}
+	return n
 }
 
 // runInterrupted runs cfg, cancels it at its after-th progress report and resumes it by
