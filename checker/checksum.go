@@ -510,23 +510,19 @@ func (p *TablePlan) compare(s Side, c PlanColumn, ref, op string, v Value) strin
 	}
 	var out string
 	switch op {
-	case ">":
-		out = ref + " >= " + low + " AND " + ref + " <> " + lit
-		if below != "" {
-			out += " AND NOT " + below
-		}
-	case ">=":
+	case ">", ">=":
 		out = ref + " >= " + low
+		if op == ">" {
+			out += " AND " + ref + " <> " + lit
+		}
 		if below != "" {
 			out += " AND NOT " + below
 		}
-	case "<":
+	case "<", "<=":
 		out = ref + " < " + low
-		if below != "" {
-			out += " OR " + below
+		if op == "<=" {
+			out += " OR " + ref + " = " + lit
 		}
-	case "<=":
-		out = ref + " < " + low + " OR " + ref + " = " + lit
 		if below != "" {
 			out += " OR " + below
 		}
@@ -582,9 +578,8 @@ func prefixesBelow(b []byte) [][]byte {
 		for k > 0 && b[k-1] == ' ' {
 			k--
 		}
-		if len(out) == 0 || len(out[len(out)-1]) != k {
-			out = append(out, b[:k:k])
-		}
+		out = append(out, b[:k:k]) // k grows with j: b[k-1], if any, is not a space
+
 	}
 	return out
 }

@@ -2,6 +2,7 @@ package checker
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/tidb-parity/parity/internal/ident"
@@ -30,11 +31,7 @@ func (p *TablePlan) keyFor(row []Value) Key {
 // insertColumns returns the columns a fix statement writes for an upstream row: the
 // compared ones, and the carried ones it was read with.
 func (p *TablePlan) insertColumns(row []Value) []PlanColumn {
-	cols := p.Columns
-	if n := len(row) - len(p.Columns); n > 0 {
-		cols = append(cols[:len(cols):len(cols)], p.Carried[:n]...)
-	}
-	return cols
+	return slices.Concat(p.Columns, p.Carried[:len(row)-len(p.Columns)])
 }
 
 func columnList(cols []PlanColumn) string {

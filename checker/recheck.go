@@ -170,8 +170,9 @@ func (r *runner) recheckTable(ctx context.Context, ts *tableState) (int64, error
 			}
 			old = append(old, diffRef{seq: int(sq), n: int(n)})
 			keys = append(keys, k)
-			if _, dup := chunkOf[keyText(d.Key)]; !dup {
-				chunkOf[keyText(d.Key)] = int(sq)
+			kt := keyText(d.Key)
+			if _, dup := chunkOf[kt]; !dup {
+				chunkOf[kt] = int(sq)
 			}
 			oldRows[int(sq)] += int64(max(1, d.Count))
 			if bytes += len(fix); bytes >= recheckBatchBytes {
