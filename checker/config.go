@@ -167,6 +167,11 @@ type Config struct {
 	Progress func(Progress) `toml:"-" json:"-"`
 	// Logger receives structured logs (never row values). Default: slog.Default().
 	Logger *slog.Logger `toml:"-" json:"-"`
+
+	// groupedChunks checksums every chunk of a single-integer-key table per key bucket,
+	// whatever the cost model says (chunkSizer.plan), so tests cover that path. Default:
+	// false.
+	groupedChunks bool
 }
 
 // DefaultConfig returns a Config with every default filled in.

@@ -105,7 +105,7 @@ func TestTiDBChecksumForm(t *testing.T) {
 		}
 		// Bucket checksums (the drill-down of big integer-key ranges): the same per bucket.
 		rng := Range{Lo: bound(100), Hi: bound(2900)}
-		q := plan.BucketChecksumSQL(Upstream, rng, "101", "97")
+		q := plan.BucketChecksumSQL(Upstream, rng, "101", "97", false)
 		if !strings.Contains(q, "ASCII(SUBSTRING(b,8,1))") {
 			t.Fatalf("%s: bucket query not in the batch form on TiDB: %s", h, q)
 		}
@@ -131,6 +131,10 @@ func TestTiDBChecksumForm(t *testing.T) {
 		got, want := read(q), read(wq)
 		if len(got) != 29 || strings.Join(got, " ") != strings.Join(want, " ") {
 			t.Errorf("%s buckets: batch form %v, CONV form %v", h, got, want)
+		}
+		// Integer bucket arithmetic (keys >= base): the same buckets.
+		if got := read(plan.BucketChecksumSQL(Upstream, rng, "101", "97", true)); strings.Join(got, " ") != strings.Join(want, " ") {
+			t.Errorf("%s buckets: integer arithmetic %v, DECIMAL %v", h, got, want)
 		}
 
 		// The pushdown form (TiKV stores): the same values, and TiDB hands the whole
@@ -158,12 +162,14 @@ func TestTiDBChecksumForm(t *testing.T) {
 				t.Errorf("%s: TiDB does not push the checksum aggregate down: %s", h, q)
 			}
 		}
-		pq := plan.BucketChecksumSQL(Upstream, rng, "101", "97")
-		if got := read(pq); strings.Join(got, " ") != strings.Join(want, " ") {
-			t.Errorf("%s buckets: pushdown form %v, CONV form %v", h, got, want)
-		}
-		if !copAggregate(t, p.up.DB, pq) {
-			t.Errorf("%s: TiDB does not push the bucket aggregate down: %s", h, pq)
+		for _, intMath := range []bool{false, true} {
+			pq := plan.BucketChecksumSQL(Upstream, rng, "101", "97", intMath)
+			if got := read(pq); strings.Join(got, " ") != strings.Join(want, " ") {
+				t.Errorf("%s buckets (integer arithmetic %v): pushdown form %v, CONV form %v", h, intMath, got, want)
+			}
+			if !copAggregate(t, p.up.DB, pq) {
+				t.Errorf("%s: TiDB does not push the bucket aggregate down: %s", h, pq)
+			}
 		}
 		plan.Pushdown = [2]bool{}
 		if copAggregate(t, p.up.DB, plan.ChecksumSQL(Upstream, Range{})) {

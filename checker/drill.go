@@ -8,6 +8,7 @@ import (
 	"math/big"
 	"slices"
 	"strconv"
+	"time"
 
 	"golang.org/x/sync/errgroup"
 )
@@ -60,16 +61,8 @@ func (r *runner) drill(ctx context.Context, ts *tableState, rng Range, up, down 
 // ~n/(RowDiffRows/2) equal-width key buckets in one grouped query per side and follows only
 // the buckets that differ.
 func (r *runner) drillBuckets(ctx context.Context, ts *tableState, rng Range, n int64, emit func(Difference) error, depth int) error {
-	p := ts.plan
-	var lo, hi *big.Int
-	known := false
-	// Both ends known: the keys lie in [Lo+1, Hi], no MIN/MAX queries needed.
-	a, ok1 := boundInt(rng.Lo)
-	b, ok2 := boundInt(rng.Hi)
-	if ok1 && ok2 && a.Cmp(b) < 0 {
-		lo, hi, known = a.Add(a, big.NewInt(1)), b, true
-	}
-	if !known {
+	lo, hi, ok := rangeInts(rng)
+	if !ok {
 		var err error
 		if lo, hi, err = r.intKeyBounds(ctx, ts, rng); err != nil {
 			return err
@@ -78,61 +71,132 @@ func (r *runner) drillBuckets(ctx context.Context, ts *tableState, rng Range, n 
 	if lo == nil {
 		return nil // both sides empty: cannot be
 	}
-	buckets := max(2, min(1024, n/int64(max(1, r.cfg.RowDiffRows/2))))
+	width := bucketWidth(lo, hi, max(2, min(1024, n/int64(max(1, r.cfg.RowDiffRows/2)))))
+	ub, db, err := r.readBuckets(ctx, ts, rng, lo, hi, width)
+	if err != nil {
+		return err
+	}
+	return r.followBuckets(ctx, ts, lo, hi, width, ub, db, emit, depth)
+}
+
+// rangeInts returns the keys a range of a single integer key can hold, [Lo+1, Hi], when
+// both ends are known integers (ok false otherwise: an open end needs MIN/MAX queries).
+func rangeInts(rng Range) (lo, hi *big.Int, ok bool) {
+	a, ok1 := boundInt(rng.Lo)
+	b, ok2 := boundInt(rng.Hi)
+	if !ok1 || !ok2 || a.Cmp(b) >= 0 {
+		return nil, nil, false
+	}
+	return a.Add(a, big.NewInt(1)), b, true
+}
+
+// bucketWidth is the key width of buckets that cut [lo, hi] into about n buckets (at
+// least 1).
+func bucketWidth(lo, hi *big.Int, n int64) *big.Int {
 	span := new(big.Int).Add(new(big.Int).Sub(hi, lo), big.NewInt(1))
-	width := new(big.Int).Div(new(big.Int).Add(span, big.NewInt(buckets-1)), big.NewInt(buckets))
+	width := new(big.Int).Div(new(big.Int).Add(span, big.NewInt(n-1)), big.NewInt(max(1, n)))
 	if width.Sign() <= 0 {
 		width.SetInt64(1)
 	}
-	type bsum struct {
-		cnt int64
-		sum string
-	}
-	read := func(ctx context.Context, side Side) (map[string]bsum, error) {
-		out := map[string]bsum{}
+	return width
+}
+
+// bucketSums are the per-bucket checksums of one side, by bucket number (as the server
+// prints it).
+type bucketSums map[string]checksum
+
+// readBuckets checksums the key buckets of [lo, hi] (within rng) on both sides at once:
+// bucket b holds the keys lo + b*width .. lo + (b+1)*width - 1.
+func (r *runner) readBuckets(ctx context.Context, ts *tableState, rng Range, lo, hi, width *big.Int) (ub, db bucketSums, err error) {
+	p := ts.plan
+	// Integer arithmetic when every key - lo fits a signed BIGINT (both servers then
+	// compute (key - lo) DIV width without overflow); DECIMAL otherwise.
+	intMath := new(big.Int).Sub(hi, lo).IsInt64()
+	read := func(ctx context.Context, side Side) (bucketSums, error) {
+		out := bucketSums{}
 		err := r.withSide(ctx, side, func(ctx context.Context, q Querier) error {
-			rows, err := q.QueryContext(ctx, p.BucketChecksumSQL(side, rng, lo.String(), width.String()))
+			start := time.Now()
+			rows, err := q.QueryContext(ctx, p.BucketChecksumSQL(side, rng, lo.String(), width.String(), intMath))
 			if err != nil {
 				return err
 			}
 			defer rows.Close()
 			for rows.Next() {
 				var b string
-				var s bsum
-				if err := rows.Scan(&b, &s.cnt, &s.sum); err != nil {
+				var s checksum
+				if err := rows.Scan(&b, &s.count, &s.sum); err != nil {
 					return err
 				}
 				out[b] = s
 			}
-			return rows.Err()
+			if err := rows.Err(); err != nil {
+				return err
+			}
+			// The query's time goes to every bucket's duration total (see bucketTotal).
+			for b, s := range out {
+				s.dur = time.Since(start)
+				out[b] = s
+			}
+			return nil
 		})
 		if err != nil {
-			return nil, fmt.Errorf("%s bucket checksums: %w", side, err)
+			return nil, fmt.Errorf("%s bucket checksums of %s: %w", side, ts.name, err)
 		}
 		return out, nil
 	}
-	var ub, db map[string]bsum
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() (err error) { ub, err = read(gctx, Upstream); return })
 	g.Go(func() (err error) { db, err = read(gctx, Downstream); return })
 	if err := g.Wait(); err != nil {
-		return err
+		return nil, nil, err
 	}
-	var differing []int64
+	return ub, db, nil
+}
+
+// total adds up the buckets of one side into the range's checksum: the row count, the
+// exact sum of the per-row hashes (the aggregate the chunk query computes) and the
+// query's time.
+func (bs bucketSums) total() (checksum, error) {
+	var c checksum
+	sum := new(big.Int)
+	for _, s := range bs {
+		v, ok := new(big.Int).SetString(s.sum, 10)
+		if !ok {
+			return c, fmt.Errorf("bucket checksum %q is not an integer", s.sum)
+		}
+		sum.Add(sum, v)
+		c.count += s.count
+		c.dur = s.dur
+	}
+	c.sum = sum.String()
+	return c, nil
+}
+
+// differing returns the numbers of the buckets whose checksums differ, in key order.
+func differingBuckets(ub, db bucketSums) []int64 {
+	var out []int64
 	for b, u := range ub {
-		if d, ok := db[b]; !ok || d != u {
+		if d, ok := db[b]; !ok || !sameChecksum(d, u) {
 			i, _ := strconv.ParseInt(b, 10, 64)
-			differing = append(differing, i)
+			out = append(out, i)
 		}
 	}
 	for b := range db {
 		if _, ok := ub[b]; !ok {
 			i, _ := strconv.ParseInt(b, 10, 64)
-			differing = append(differing, i)
+			out = append(out, i)
 		}
 	}
-	slices.Sort(differing)
-	for _, b := range differing {
+	slices.Sort(out)
+	return out
+}
+
+// followBuckets drills the buckets of [lo, hi] whose checksums differ. Buckets of at most
+// RowDiffRows rows on both sides are merge-compared together, one row query per side over
+// all of them; larger ones are drilled further.
+func (r *runner) followBuckets(ctx context.Context, ts *tableState, lo, hi, width *big.Int, ub, db bucketSums, emit func(Difference) error, depth int) error {
+	var small []Range
+	for _, b := range differingBuckets(ub, db) {
 		// Bucket b holds keys in [lo + b*w, lo + (b+1)*w - 1] = (lo + b*w - 1, lo + (b+1)*w - 1],
 		// cut at hi: the width is rounded up, so the last bucket's span can pass the range's
 		// end, and a sub-range beyond it would read (and report) rows of the next range.
@@ -142,21 +206,34 @@ func (r *runner) drillBuckets(ctx context.Context, ts *tableState, rng Range, n 
 			end = hi
 		}
 		sub := Range{Lo: Bound{StringValue(new(big.Int).Sub(start, big.NewInt(1)).String())}, Hi: Bound{StringValue(end.String())}}
-		u, d := ub[strconv.FormatInt(b, 10)], db[strconv.FormatInt(b, 10)]
-		if width.Cmp(big.NewInt(1)) == 0 {
-			// One key value (several rows only where the downstream lacks the unique key):
-			// bucketing it again cannot narrow it. Smaller buckets are left to drill, which
-			// merges a range of up to RowDiffRows rows.
-			if err := r.mergeRows(ctx, ts, sub, emit); err != nil {
-				return err
+		key := strconv.FormatInt(b, 10)
+		u, d := ub[key], db[key]
+		// One key value (several rows only where the downstream lacks the unique key)
+		// cannot be narrowed by bucketing it again: merged, as small buckets are.
+		if max(u.count, d.count) <= int64(r.cfg.RowDiffRows) || width.Cmp(big.NewInt(1)) == 0 {
+			if n := len(small); n > 0 && rangesAdjoin(small[n-1], sub) {
+				small[n-1].Hi = sub.Hi
+			} else {
+				small = append(small, sub)
 			}
 			continue
 		}
-		if err := r.drill(ctx, ts, sub, checksum{count: u.cnt, sum: u.sum}, checksum{count: d.cnt, sum: d.sum}, emit, depth+1); err != nil {
+		// Differences go out in key order: the small buckets before this one first.
+		if err := r.mergeRanges(ctx, ts, small, emit); err != nil {
+			return err
+		}
+		small = small[:0]
+		if err := r.drill(ctx, ts, sub, u, d, emit, depth+1); err != nil {
 			return err
 		}
 	}
-	return nil
+	return r.mergeRanges(ctx, ts, small, emit)
+}
+
+// rangesAdjoin reports whether b starts where a ends (a bucket range's bounds are the
+// integers the buckets computed, so equal text is an equal key).
+func rangesAdjoin(a, b Range) bool {
+	return a.Hi != nil && b.Lo != nil && string(a.Hi[0].Bytes) == string(b.Lo[0].Bytes)
 }
 
 // boundInt reads a bound of a single integer key as an integer; ok is false for an open

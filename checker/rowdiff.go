@@ -315,6 +315,19 @@ func (r *runner) mergeRows(ctx context.Context, ts *tableState, rng Range, emit 
 	return r.mergeQueries(ctx, ts, p.RowsSQL(Upstream, rng), p.RowsSQL(Downstream, rng), emit)
 }
 
+// mergeRanges merge-compares the rows of several disjoint ranges, given in key order,
+// with one row query per side over all of them.
+func (r *runner) mergeRanges(ctx context.Context, ts *tableState, rngs []Range, emit func(Difference) error) error {
+	switch len(rngs) {
+	case 0:
+		return nil
+	case 1:
+		return r.mergeRows(ctx, ts, rngs[0], emit)
+	}
+	p := ts.plan
+	return r.mergeQueries(ctx, ts, p.RowsInRangesSQL(Upstream, rngs), p.RowsInRangesSQL(Downstream, rngs), emit)
+}
+
 // mergeQueries merge-compares the rows of two queries in RowsSQL's columns and order.
 func (r *runner) mergeQueries(ctx context.Context, ts *tableState, uSQL, dSQL string, emit func(Difference) error) error {
 	p := ts.plan

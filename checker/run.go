@@ -336,6 +336,9 @@ func (r *runner) setupTables(ctx context.Context) error {
 		if err := r.planTable(ctx, ts); err != nil {
 			return err
 		}
+		if p := ts.plan; p != nil && len(p.Key) == 1 && !p.Keyless && p.Columns[p.Key[0]].Kind == KindInt {
+			ts.sizer.groupable = true
+		}
 		r.tables = append(r.tables, ts)
 	}
 	return nil
@@ -984,7 +987,28 @@ func (r *runner) process(ctx context.Context, ch Chunk) error {
 	} else if err := r.journal.started(ctx, ch); err != nil {
 		return err
 	}
-	up, down, err := r.checksumBoth(ctx, ts, ch.Range)
+	ts.mu.Lock()
+	size, grouped := ts.sizer.plan()
+	ts.mu.Unlock()
+	var lo, hi, width *big.Int
+	if grouped {
+		// Both ends must be known keys (the first and last chunks are open-ended).
+		if lo, hi, grouped = rangeInts(ch.Range); grouped {
+			width = bucketWidth(lo, hi, max(1, int64(size)/bucketRows))
+		}
+	}
+	var up, down checksum
+	var ub, db bucketSums
+	var err error
+	if grouped {
+		if ub, db, err = r.readBuckets(ctx, ts, ch.Range, lo, hi, width); err == nil {
+			if up, err = ub.total(); err == nil {
+				down, err = db.total()
+			}
+		}
+	} else {
+		up, down, err = r.checksumBoth(ctx, ts, ch.Range)
+	}
 	if err != nil {
 		return fmt.Errorf("chunk %d: %w", ch.Seq, err)
 	}
@@ -995,9 +1019,15 @@ func (r *runner) process(ctx context.Context, ch Chunk) error {
 	}
 	ts.mu.Unlock()
 	res := chunkResult{up: up, down: down}
-	if !sameChecksum(up, down) {
-		log.Debug("chunk differs", "up_count", up.count, "down_count", down.count)
-		if res.differences, err = r.drillChunk(ctx, ts, ch, up, down); err != nil {
+	if differs := !sameChecksum(up, down) || (grouped && len(differingBuckets(ub, db)) > 0); differs {
+		log.Debug("chunk differs", "up_count", up.count, "down_count", down.count, "grouped", grouped)
+		drill := func(emit func(Difference) error) error { return r.drill(ctx, ts, ch.Range, up, down, emit, 0) }
+		if grouped {
+			drill = func(emit func(Difference) error) error {
+				return r.followBuckets(ctx, ts, lo, hi, width, ub, db, emit, 1)
+			}
+		}
+		if res.differences, err = r.drillChunk(ctx, ts, ch, drill); err != nil {
 			return err
 		}
 	}
@@ -1021,7 +1051,7 @@ var errMaxDifferences = errors.New("max_differences reached")
 // stored and returns undrilledChunk: a chunk's differences are kept whole or not at all,
 // and the table keeps the limit plus at most the differences of the chunks whose
 // drill-downs were under way when it was reached (one per worker).
-func (r *runner) drillChunk(ctx context.Context, ts *tableState, ch Chunk, up, down checksum) (int64, error) {
+func (r *runner) drillChunk(ctx context.Context, ts *tableState, ch Chunk, drill func(emit func(Difference) error) error) (int64, error) {
 	limit := r.cfg.MaxDifferences
 	full := func() bool {
 		if limit <= 0 {
@@ -1041,7 +1071,7 @@ func (r *runner) drillChunk(ctx context.Context, ts *tableState, ch Chunk, up, d
 		}
 		return sink.emit(d)
 	}
-	err := r.drill(ctx, ts, ch.Range, up, down, emit, 0)
+	err := drill(emit)
 	if err == nil {
 		err = sink.flush(ctx)
 	}

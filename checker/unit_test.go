@@ -415,7 +415,9 @@ func FuzzCompareValue(f *testing.F) {
 }
 
 // TestChunkSizerDifferences: once rows differ, chunks shrink to about
-// sqrt(drillCostRows/rate), unless differences are so dense that every chunk differs.
+// sqrt(drillCostRows/rate), unless differences are so dense that every chunk differs; a
+// single-integer-key table behind a costly drill-down (TiDB) is grouped by key bucket at
+// its time-based size instead while differences are sparse but frequent enough.
 func TestChunkSizerDifferences(t *testing.T) {
 	for _, tc := range []struct {
 		name        string
@@ -423,13 +425,23 @@ func TestChunkSizerDifferences(t *testing.T) {
 		lo, hi      int     // expected size range
 		cost        float64 // drill cost (default: drillCostRows)
 		cur         int     // time-based size (default: 4000)
+		groupable   bool
+		grouped     bool // expected
 	}{
-		{"no differences", 1_000_000, 0, 4000, 4000, 0, 0},
-		{"1 in 10,000", 1_000_000, 100, 1600, 1700, 0, 0},  // sqrt(270e4) = 1643
-		{"1 in 1,000,000", 1_000_000, 1, 4000, 4000, 0, 0}, // sqrt(270e6) > 4000
-		{"1 in 1,000", 100_000, 100, 1000, 1000, 0, 0},     // 520 rows, bounded by min 1000
-		{"1 in 10: every chunk differs", 10_000, 1000, 4000, 4000, 0, 0},
-		{"TiDB, 1 in 10,000", 1_000_000, 100, 4200, 4300, tidbDrillCostRows, 16000}, // sqrt(1800e4) = 4243
+		{"grouped: TiDB, 1 in 10,000", 1_000_000, 100, 16000, 16000, tidbDrillCostRows, 16000, true, true},
+		{"grouped: TiDB, 1 in 2,000", 1_000_000, 500, 16000, 16000, tidbDrillCostRows, 16000, true, true},
+		{"groupable: TiDB, no differences", 1_000_000, 0, 16000, 16000, tidbDrillCostRows, 16000, true, false},
+		{"groupable: TiDB, 1 in 1,000,000", 1_000_000, 1, 16000, 16000, tidbDrillCostRows, 16000, true, false},
+		{"groupable: TiDB, 1 in 10", 10_000, 1000, 1000, 16000, tidbDrillCostRows, 16000, true, false},
+		{"groupable: MariaDB, 1 in 10,000", 1_000_000, 100, 1600, 1700, 0, 0, true, false},
+		{"groupable: MariaDB, 1 in 100,000", 1_000_000, 10, 4000, 4000, 0, 0, true, false},
+		{"grouped: MariaDB, 1 in 1,000", 100_000, 100, 4000, 4000, 0, 0, true, true},
+		{"no differences", 1_000_000, 0, 4000, 4000, 0, 0, false, false},
+		{"1 in 10,000", 1_000_000, 100, 1600, 1700, 0, 0, false, false},  // sqrt(270e4) = 1643
+		{"1 in 1,000,000", 1_000_000, 1, 4000, 4000, 0, 0, false, false}, // sqrt(270e6) > 4000
+		{"1 in 1,000", 100_000, 100, 1000, 1000, 0, 0, false, false},     // 520 rows, bounded by min 1000
+		{"1 in 10: every chunk differs", 10_000, 1000, 4000, 4000, 0, 0, false, false},
+		{"TiDB, 1 in 10,000", 1_000_000, 100, 4200, 4300, tidbDrillCostRows, 16000, false, false}, // sqrt(1800e4) = 4243
 	} {
 		cfg := DefaultConfig()
 		s := newChunkSizer(&cfg)
@@ -440,9 +452,13 @@ func TestChunkSizerDifferences(t *testing.T) {
 		if tc.cost > 0 {
 			s.drillCost = tc.cost
 		}
+		s.groupable = tc.groupable
 		s.observeDiffs(tc.rows, tc.diffs)
 		if n := s.size(); n < tc.lo || n > tc.hi {
 			t.Errorf("%s: size %d, want [%d, %d]", tc.name, n, tc.lo, tc.hi)
+		}
+		if g := s.grouped(); g != tc.grouped {
+			t.Errorf("%s: grouped %v, want %v", tc.name, g, tc.grouped)
 		}
 	}
 }
