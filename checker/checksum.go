@@ -784,8 +784,10 @@ func (p *TablePlan) MinMaxSQL(s Side, r Range) string {
 //
 // intMath, when every key of the range minus base fits a signed BIGINT, computes the
 // bucket as (key - base) DIV width in integer arithmetic instead (the same number for the
-// range's keys, which are >= base): the DECIMAL form costs about a tenth of a checksum
-// query more on MariaDB.
+// range's keys, which are >= base). Per 1M sysbench rows in 248 grouped chunk queries
+// (64-row buckets), MariaDB spent 2.15-2.45 s of CPU with integers and 2.29-2.89 s with
+// DECIMAL, against 1.70-1.95 s for the plain checksum; on TiDB the two forms cost the same
+// within noise.
 func (p *TablePlan) BucketChecksumSQL(s Side, r Range, base, width string, intMath bool) string {
 	k := ident.Quote(p.Columns[p.Key[0]].Name)
 	b := "FLOOR((CAST(" + k + " AS DECIMAL(65,0)) - " + base + ") / " + width + ")"

@@ -278,12 +278,14 @@ func (s *chunkSizer) plan() (n int, grouped bool) {
 const bucketRows = 64
 
 // groupedExtra is what grouping a chunk checksum by key bucket adds per row, in drill-down
-// rows: the GROUP BY costs about 30 % more server CPU than the plain checksum query on
-// MariaDB and 10-15 % on TiDB (docs/diff.md), about a third of a row's drill-down cost
-// either way (TiDB's checksum costs more per row). With sysbench rows and 100 scattered
-// differences per 1M, that leaves MariaDB ungrouped (both ways cost about the same) and
-// groups TiDB's chunks, whose drill-downs otherwise stream whole 15,000-row chunks.
-const groupedExtra = 0.35
+// rows: the GROUP BY costs 25-35 % more server CPU than the plain checksum query on
+// MariaDB and 5-15 % on TiDB (per 1M sysbench rows: 2.15-2.45 s against 1.70-1.95 s on
+// MariaDB, 4.5-5.6 s against 4.2-5.0 s on TiDB). Calibrated on make bench's MariaDB pair
+// with 100 scattered differences per 1M rows, where grouped chunks took 2.64-3.28 s and
+// ungrouped ones (shrunk to about 1,650 rows) 3.18-3.62 s in interleaved runs: a streamed
+// drill-down costs parity and the servers more per row than the drill-down cost constants
+// count, and this keeps both pairs grouped there.
+const groupedExtra = 0.15
 
 // DecodeBound parses a chunk bound as persisted in parity_meta.diff_chunks.lo_bound /
 // hi_bound ("" is an open end, nil). The format is a JSON array with one object per key

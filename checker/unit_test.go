@@ -433,7 +433,7 @@ func TestChunkSizerDifferences(t *testing.T) {
 		{"groupable: TiDB, no differences", 1_000_000, 0, 16000, 16000, tidbDrillCostRows, 16000, true, false},
 		{"groupable: TiDB, 1 in 1,000,000", 1_000_000, 1, 16000, 16000, tidbDrillCostRows, 16000, true, false},
 		{"groupable: TiDB, 1 in 10", 10_000, 1000, 1000, 16000, tidbDrillCostRows, 16000, true, false},
-		{"groupable: MariaDB, 1 in 10,000", 1_000_000, 100, 1600, 1700, 0, 0, true, false},
+		{"grouped: MariaDB, 1 in 10,000", 1_000_000, 100, 4000, 4000, 0, 0, true, true},
 		{"groupable: MariaDB, 1 in 100,000", 1_000_000, 10, 4000, 4000, 0, 0, true, false},
 		{"grouped: MariaDB, 1 in 1,000", 100_000, 100, 4000, 4000, 0, 0, true, true},
 		{"no differences", 1_000_000, 0, 4000, 4000, 0, 0, false, false},
