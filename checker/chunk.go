@@ -252,6 +252,9 @@ func (s *chunkSizer) grouped() bool {
 
 func (s *chunkSizer) plan() (n int, grouped bool) {
 	n = s.cur
+	if s.groupable && s.alwaysGrouped {
+		return n, true
+	}
 	if s.diffs == 0 || s.rows == 0 {
 		return n, false
 	}
@@ -264,9 +267,6 @@ func (s *chunkSizer) plan() (n int, grouped bool) {
 	// Grouped, at the time-based size c: a mismatched chunk reads the rows of its
 	// differing buckets (about bucketRows per difference) in one row query per side,
 	// counted like a chunk's own cost.
-	if s.groupable && s.alwaysGrouped {
-		return s.cur, true
-	}
 	c := float64(s.cur)
 	if s.groupable && groupedExtra+(2-math.Exp(-d*c))*s.drillCost/c+d*bucketRows < best {
 		return s.cur, true
