@@ -772,6 +772,12 @@ func (p *TablePlan) numericKey() bool {
 	return true
 }
 
+// intKey reports whether the table has a key of one integer column: such ranges are cut by
+// key value, and narrowed or grouped by key buckets (BucketChecksumSQL).
+func (p *TablePlan) intKey() bool {
+	return len(p.Key) == 1 && !p.Keyless && p.Columns[p.Key[0]].Kind == KindInt
+}
+
 // MinMaxSQL returns the smallest and largest key of a range (single-column keys).
 func (p *TablePlan) MinMaxSQL(s Side, r Range) string {
 	k := ident.Quote(p.Columns[p.Key[0]].Name)

@@ -233,23 +233,19 @@ const (
 // is used when it is cheaper than the time-based size (it is not when differences are so
 // dense that nearly every chunk differs anyway).
 //
-// With grouped chunks (see grouped) the size stays the time-based one.
+// With grouped chunks (see plan) the size stays the time-based one.
 func (s *chunkSizer) size() int {
 	n, _ := s.plan()
 	return n
 }
 
-// grouped reports whether chunks are now checksummed per key bucket (BucketChecksumSQL,
-// about bucketRows rows each) instead of as a whole: a grouped chunk query costs more
-// (groupedExtra per row), but a mismatched chunk then reads only the rows of its
-// differing buckets instead of the whole chunk. It is chosen when, at the rate of
-// differences seen so far, that costs less than the best ungrouped chunk size; a table
-// without differences is never grouped, and one whose differences thin out goes back.
-func (s *chunkSizer) grouped() bool {
-	_, g := s.plan()
-	return g
-}
-
+// plan returns the next chunks' size and whether they are checksummed per key bucket
+// (BucketChecksumSQL, about bucketRows rows each) instead of as a whole: a grouped chunk
+// query costs more (groupedExtra per row), but a mismatched chunk then reads only the
+// rows of its differing buckets instead of the whole chunk. Grouping is chosen when, at
+// the rate of differences seen so far, it costs less than the best ungrouped chunk size;
+// a table without differences is never grouped, and one whose differences thin out goes
+// back.
 func (s *chunkSizer) plan() (n int, grouped bool) {
 	n = s.cur
 	if s.groupable && s.alwaysGrouped {

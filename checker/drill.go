@@ -27,7 +27,7 @@ func (r *runner) drill(ctx context.Context, ts *tableState, rng Range, up, down 
 	if n <= int64(r.cfg.RowDiffRows) || depth > 64 {
 		return r.mergeRows(ctx, ts, rng, emit)
 	}
-	if len(p.Key) == 1 && p.Columns[p.Key[0]].Kind == KindInt {
+	if p.intKey() {
 		return r.drillBuckets(ctx, ts, rng, n, emit, depth)
 	}
 	var mid Bound
@@ -102,8 +102,11 @@ func bucketWidth(lo, hi *big.Int, n int64) *big.Int {
 }
 
 // bucketSums are the per-bucket checksums of one side, by bucket number (as the server
-// prints it).
-type bucketSums map[string]checksum
+// prints it), and the time their query took.
+type bucketSums struct {
+	sums map[string]checksum
+	dur  time.Duration
+}
 
 // readBuckets checksums the key buckets of [lo, hi] (within rng) on both sides at once:
 // bucket b holds the keys lo + b*width .. lo + (b+1)*width - 1.
@@ -113,7 +116,7 @@ func (r *runner) readBuckets(ctx context.Context, ts *tableState, rng Range, lo,
 	// compute (key - lo) DIV width without overflow); DECIMAL otherwise.
 	intMath := new(big.Int).Sub(hi, lo).IsInt64()
 	read := func(ctx context.Context, side Side) (bucketSums, error) {
-		out := bucketSums{}
+		out := bucketSums{sums: map[string]checksum{}}
 		err := r.withSide(ctx, side, func(ctx context.Context, q Querier) error {
 			start := time.Now()
 			rows, err := q.QueryContext(ctx, p.BucketChecksumSQL(side, rng, lo.String(), width.String(), intMath))
@@ -127,20 +130,13 @@ func (r *runner) readBuckets(ctx context.Context, ts *tableState, rng Range, lo,
 				if err := rows.Scan(&b, &s.count, &s.sum); err != nil {
 					return err
 				}
-				out[b] = s
+				out.sums[b] = s
 			}
-			if err := rows.Err(); err != nil {
-				return err
-			}
-			// The query's time goes to every bucket's duration total (see bucketTotal).
-			for b, s := range out {
-				s.dur = time.Since(start)
-				out[b] = s
-			}
-			return nil
+			out.dur = time.Since(start)
+			return rows.Err()
 		})
 		if err != nil {
-			return nil, fmt.Errorf("%s bucket checksums of %s: %w", side, ts.name, err)
+			return bucketSums{}, fmt.Errorf("%s bucket checksums of %s: %w", side, ts.name, err)
 		}
 		return out, nil
 	}
@@ -148,7 +144,7 @@ func (r *runner) readBuckets(ctx context.Context, ts *tableState, rng Range, lo,
 	g.Go(func() (err error) { ub, err = read(gctx, Upstream); return })
 	g.Go(func() (err error) { db, err = read(gctx, Downstream); return })
 	if err := g.Wait(); err != nil {
-		return nil, nil, err
+		return bucketSums{}, bucketSums{}, err
 	}
 	return ub, db, nil
 }
@@ -157,32 +153,31 @@ func (r *runner) readBuckets(ctx context.Context, ts *tableState, rng Range, lo,
 // exact sum of the per-row hashes (the aggregate the chunk query computes) and the
 // query's time.
 func (bs bucketSums) total() (checksum, error) {
-	var c checksum
+	c := checksum{dur: bs.dur}
 	sum := new(big.Int)
-	for _, s := range bs {
+	for _, s := range bs.sums {
 		v, ok := new(big.Int).SetString(s.sum, 10)
 		if !ok {
 			return c, fmt.Errorf("bucket checksum %q is not an integer", s.sum)
 		}
 		sum.Add(sum, v)
 		c.count += s.count
-		c.dur = s.dur
 	}
 	c.sum = sum.String()
 	return c, nil
 }
 
-// differing returns the numbers of the buckets whose checksums differ, in key order.
+// differingBuckets returns the numbers of the buckets whose checksums differ, in key order.
 func differingBuckets(ub, db bucketSums) []int64 {
 	var out []int64
-	for b, u := range ub {
-		if d, ok := db[b]; !ok || !sameChecksum(d, u) {
+	for b, u := range ub.sums {
+		if d, ok := db.sums[b]; !ok || !sameChecksum(d, u) {
 			i, _ := strconv.ParseInt(b, 10, 64)
 			out = append(out, i)
 		}
 	}
-	for b := range db {
-		if _, ok := ub[b]; !ok {
+	for b := range db.sums {
+		if _, ok := ub.sums[b]; !ok {
 			i, _ := strconv.ParseInt(b, 10, 64)
 			out = append(out, i)
 		}
@@ -207,7 +202,7 @@ func (r *runner) followBuckets(ctx context.Context, ts *tableState, lo, hi, widt
 		}
 		sub := Range{Lo: Bound{StringValue(new(big.Int).Sub(start, big.NewInt(1)).String())}, Hi: Bound{StringValue(end.String())}}
 		key := strconv.FormatInt(b, 10)
-		u, d := ub[key], db[key]
+		u, d := ub.sums[key], db.sums[key]
 		// One key value (several rows only where the downstream lacks the unique key)
 		// cannot be narrowed by bucketing it again: merged, as small buckets are.
 		if max(u.count, d.count) <= int64(r.cfg.RowDiffRows) || width.Cmp(big.NewInt(1)) == 0 {

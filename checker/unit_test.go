@@ -457,7 +457,7 @@ func TestChunkSizerDifferences(t *testing.T) {
 		if n := s.size(); n < tc.lo || n > tc.hi {
 			t.Errorf("%s: size %d, want [%d, %d]", tc.name, n, tc.lo, tc.hi)
 		}
-		if g := s.grouped(); g != tc.grouped {
+		if _, g := s.plan(); g != tc.grouped {
 			t.Errorf("%s: grouped %v, want %v", tc.name, g, tc.grouped)
 		}
 	}
