@@ -359,6 +359,41 @@ func (p *TablePlan) ChecksumSQL(s Side, r Range) string {
 	return "SELECT COUNT(*) AS cnt, IFNULL(SUM(" + p.RowHash(s) + "),0) AS sum FROM " + p.table(s) + p.whereClause(s, r)
 }
 
+// LowerBound selects a benchmark-only query (LowerBoundSQL) that bounds from below what
+// any SQL checksum of a chunk can cost on a server.
+type LowerBound string
+
+const (
+	// LowerBoundRead reads every compared column and hashes nothing.
+	LowerBoundRead LowerBound = "read"
+	// LowerBoundCRC32 is COUNT(*) and SUM(CRC32(row encoding)): a 32-bit per-row hash,
+	// below the 64 bits the engine requires.
+	LowerBoundCRC32 LowerBound = "crc32"
+)
+
+// LowerBoundSQL returns, for benchmarks only, a query over the chunk range r on side s
+// that does less than any sound checksum can. LowerBoundRead returns COUNT(*) and, per
+// compared column, the cheapest aggregate that still reads it (BIT_XOR of integers and
+// BIT values, SUM(LENGTH(x)) of everything else); LowerBoundCRC32 hashes the row encoding
+// with CRC32. The benchmark (scripts/bench/diffbench) times them in the bare loop's shape:
+// a ratio against another tool that even the read bound does not reach cannot be reached
+// by checksumming in SQL at all.
+func (p *TablePlan) LowerBoundSQL(s Side, r Range, b LowerBound) string {
+	if b == LowerBoundCRC32 {
+		return "SELECT COUNT(*), IFNULL(SUM(CRC32(" + p.RowEncoding(s) + ")),0) FROM " + p.table(s) + p.whereClause(s, r)
+	}
+	aggs := []string{"COUNT(*)"}
+	for _, c := range p.Columns {
+		id := ident.Quote(c.Name)
+		if c.Kind == KindInt || c.Kind == KindBit {
+			aggs = append(aggs, "BIT_XOR("+id+")")
+		} else {
+			aggs = append(aggs, "SUM(LENGTH("+id+"))")
+		}
+	}
+	return "SELECT " + strings.Join(aggs, ", ") + " FROM " + p.table(s) + p.whereClause(s, r)
+}
+
 // batchFold reports whether side s computes checksums in tidbChecksumSQL's form.
 func (p *TablePlan) batchFold(s Side) bool {
 	return p.Flavor[s] == FlavorTiDB && !p.Pushdown[s] && (p.Hash == HashSHA1 || p.Hash == HashMD5)

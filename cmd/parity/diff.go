@@ -47,7 +47,7 @@ type diffFlags struct {
 	queryTimeout  time.Duration
 	hash          string
 	tidbChecksum  string
-	verbose       bool
+	verbose       int
 	cpuProfile    string
 	changefeed    string
 	changefeedMS  string
@@ -100,7 +100,7 @@ A run is persisted in parity_meta on the downstream; resume a killed run with --
 	fl.DurationVar(&f.queryTimeout, "query-timeout", 0, "timeout of every query (default 5m)")
 	fl.StringVar(&f.hash, "hash", "", "per-row hash: sha1 (default), md5")
 	fl.StringVar(&f.tidbChecksum, "tidb-checksum", "", "where a TiDB side computes checksums: auto (default: pushdown on TiKV, tidb on unistore), pushdown or tidb")
-	fl.BoolVarP(&f.verbose, "verbose", "v", false, "log progress details to stderr")
+	fl.CountVarP(&f.verbose, "verbose", "v", "log progress details to stderr (-vv: also every mismatched chunk)")
 	fl.StringVar(&f.cpuProfile, "cpu-profile", "", "write a Go CPU profile of the run to this file (for `go tool pprof`)")
 	return cmd
 }
@@ -203,7 +203,10 @@ func runDiff(cmd *cobra.Command, f *diffFlags) (int, error) {
 	}
 	stderr := cmd.ErrOrStderr()
 	level := slog.LevelWarn
-	if f.verbose {
+	switch {
+	case f.verbose >= 2:
+		level = slog.LevelDebug
+	case f.verbose == 1:
 		level = slog.LevelInfo
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))

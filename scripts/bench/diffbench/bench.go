@@ -11,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/tidb-parity/parity/checker"
 )
 
 // caseResult holds the three tools' results for one pair and one case.
@@ -21,8 +23,11 @@ type caseResult struct {
 	parity   Result
 	reladiff Result
 	floor    Result
-	fixOK    *bool // parity's fix SQL made the downstream equal (differences case)
-	fixNote  string
+	// Lower bounds (identical case only): the bare loop with checker.LowerBoundRead and
+	// checker.LowerBoundCRC32 instead of the checksum.
+	readBound, crcBound Result
+	fixOK               *bool // parity's fix SQL made the downstream equal (differences case)
+	fixNote             string
 }
 
 func bench(ctx context.Context, o options, data Dataset, want Expected, plan []Difference, pairs []*pair) error {
@@ -132,12 +137,25 @@ func runCase(ctx context.Context, o options, p *pair, name string, diffs []Diffe
 		r.parity = best(r.parity, pr)
 
 		slog.Info("running bare checksum loop", "pair", p.label, "case", name, "repeat", i+1)
-		fr, err := runFloor(ctx, o, p, pr)
+		fr, err := runFloor(ctx, o, p, pr, "")
 		if err != nil {
 			return r, err
 		}
 		slog.Info("bare loop done", "seconds", fr.Wall.Seconds(), "chunks", fr.Chunks)
 		r.floor = best(r.floor, fr)
+		if len(diffs) == 0 && o.bounds {
+			for _, b := range []struct {
+				bound checker.LowerBound
+				res   *Result
+			}{{checker.LowerBoundRead, &r.readBound}, {checker.LowerBoundCRC32, &r.crcBound}} {
+				br, err := runFloor(ctx, o, p, pr, b.bound)
+				if err != nil {
+					return r, err
+				}
+				slog.Info("lower bound done", "bound", b.bound, "seconds", br.Wall.Seconds())
+				*b.res = best(*b.res, br)
+			}
+		}
 
 		if o.noReladiff {
 			continue

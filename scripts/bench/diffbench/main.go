@@ -9,7 +9,10 @@
 //   - parity: the `parity diff` binary, run as a subprocess (wall time, max RSS, report.json);
 //   - reladiff (pip package in var/venv-reladiff, --threads 4, -c for every non-key column);
 //   - the floor: a bare loop of chunked count+checksum queries on both sides at parity's
-//     concurrency, using parity's own per-chunk checksum SQL over the same key ranges.
+//     concurrency, using parity's own per-chunk checksum SQL over the same key ranges;
+//   - in the identical case, two lower bounds in the bare loop's shape: reading every
+//     compared column with no hash at all, and a 32-bit CRC32 per row (checker.LowerBoundSQL).
+//     reladiff's time over these bounds what any tool checksumming in SQL can reach.
 //
 // It prints wall times, ratios and max RSS, checks that parity found exactly the injected
 // differences, and prints PASS/MISS against the targets of issue 5. Tables are reused when
@@ -51,6 +54,7 @@ type options struct {
 	inject        string
 	revert        string
 	hashes        bool
+	bounds        bool
 	fixCheck      string
 	noReladiff    bool
 	workDir       string
@@ -84,6 +88,7 @@ func main() {
 	flag.StringVar(&o.fixCheck, "fix-check", "", "only inject the differences into the first pair's downstream, apply this fix SQL file, verify and revert")
 	flag.BoolVar(&o.noReladiff, "no-reladiff", false, "skip reladiff (quick iterations on the engine: parity and the bare loop only)")
 	flag.BoolVar(&o.hashes, "hashes", true, "also time the per-row hash alternatives over the whole table on every server")
+	flag.BoolVar(&o.bounds, "bounds", true, "identical case: also time the bare loop with the lower-bound queries (read only; CRC32), which bound any SQL checksum's ratio against reladiff")
 	flag.StringVar(&o.workDir, "work", "var/bench/diff", "directory for binaries, reports and logs")
 	flag.StringVar(&o.parity, "parity", "", "parity binary (default: go build ./cmd/parity into -work)")
 	flag.StringVar(&o.reladiff, "reladiff", "var/venv-reladiff/bin/reladiff", "reladiff executable (a venv is created when it is missing)")

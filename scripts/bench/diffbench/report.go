@@ -59,9 +59,12 @@ func printResults(w io.Writer, o options, results []*caseResult) {
 		for _, t := range []struct {
 			name string
 			res  Result
-		}{{"parity", r.parity}, {"reladiff", r.reladiff}, {"bare loop", r.floor}} {
+		}{{"parity", r.parity}, {"reladiff", r.reladiff}, {"bare loop", r.floor}, {"read bound", r.readBound}, {"crc32 bound", r.crcBound}} {
+			if t.res.Wall == 0 && strings.HasSuffix(t.name, " bound") {
+				continue
+			}
 			found := "-"
-			if t.name != "bare loop" && t.res.Wall > 0 {
+			if (t.name == "parity" || t.name == "reladiff") && t.res.Wall > 0 {
 				found = kindCounts(t.res.Found)
 			}
 			chunks := "-"
@@ -102,6 +105,16 @@ func printResults(w io.Writer, o options, results []*caseResult) {
 				verdict = "skipped (-no-reladiff)"
 			}
 			fmt.Fprintf(tw, "%s\t%s\tparity >= %.0fx faster than reladiff\tnot measured\t%s\n", r.pair.label, r.name, target, verdict)
+		}
+		for _, b := range []struct {
+			name string
+			res  Result
+		}{{"reading every compared column, no hash (read bound)", r.readBound}, {"a 32-bit CRC32 per row (crc32 bound)", r.crcBound}} {
+			if b.res.Wall > 0 && r.reladiff.Wall > 0 {
+				x := ratio(r.reladiff.Wall, b.res.Wall)
+				fmt.Fprintf(tw, "%s\t%s\t(info) reladiff against the bare loop %s\t%.2fx (%s vs %s)\t%s\n", r.pair.label, r.name, b.name, x,
+					secs(b.res.Wall), secs(r.reladiff.Wall), map[bool]string{true: "above target", false: "below target"}[x >= target])
+			}
 		}
 		if r.parity.Wall > 0 && r.floor.Wall > 0 {
 			x := ratio(r.parity.Wall, r.floor.Wall)
