@@ -447,15 +447,28 @@ func (p *TablePlan) whereClause(s Side, r Range) string {
 	return " WHERE " + strings.Join(conds, " AND ")
 }
 
+// binaryCollation stands, in PlanColumn.Collation, for a TiDB without new collations:
+// whatever its columns declare, it compares strings as their bytes, NO PAD.
+const binaryCollation = "binary"
+
 // keyRef returns the key column as used in range predicates and index walks on side s.
 // When the two sides' collations differ, the downstream compares with the upstream's
-// collation so a row falls into the same chunk on both sides.
+// collation so a row falls into the same chunk on both sides; with binaryCollation it
+// compares the column's bytes (no COLLATE names that for a text column), and cannot use
+// its index for the range.
 func (p *TablePlan) keyRef(s Side, c PlanColumn) string {
 	id := ident.Quote(c.Name)
 	if c.Enum {
 		id = "CAST(" + id + " AS CHAR)"
 	}
 	if s == Downstream && c.Kind == KindString && c.Collation[0] != "" && c.Collation[0] != c.Collation[1] {
+		if c.Collation[0] == binaryCollation {
+			// TiDB compares the UTF-8 bytes it stores.
+			if !isUTF8(c.Charset[1]) {
+				id = "CONVERT(" + id + " USING utf8mb4)"
+			}
+			return "CAST(" + id + " AS BINARY)"
+		}
 		if c.Charset[0] != c.Charset[1] {
 			id = "CONVERT(" + id + " USING " + c.Charset[0] + ")"
 		}
@@ -753,7 +766,13 @@ func (p *TablePlan) RowsByKeysSQL(s Side, keys []Bound) string {
 				conds[j] = p.keyRef(s, c) + " IS NULL"
 				continue
 			}
-			conds[j] = p.keyRef(s, c) + " = " + predicateLiteral(c.Kind, k[j])
+			ref, lit := p.keyRef(s, c), predicateLiteral(c.Kind, k[j])
+			conds[j] = ref + " = " + lit
+			if ref != ident.Quote(c.Name) && c.Collation[0] == binaryCollation {
+				// Equal bytes are equal under any collation: the column's own equality
+				// is a superset its index can look up.
+				conds[j] = ident.Quote(c.Name) + " = " + lit + " AND " + conds[j]
+			}
 		}
 		terms[i] = "(" + strings.Join(conds, " AND ") + ")"
 	}

@@ -152,6 +152,9 @@ type runner struct {
 	// pushdown, per side: a TiDB side computes checksums in the form its coprocessor
 	// evaluates (see TablePlan.Pushdown).
 	pushdown [2]bool
+	// binaryStrings, per side: a TiDB bootstrapped without new collations, which compares
+	// every string as binary bytes (NO PAD) whatever collation its columns declare.
+	binaryStrings [2]bool
 	// packet is the smaller max_allowed_packet of the two servers (TablePlan.FitEncoding).
 	packet int64
 	// rechecks counts the re-check rounds done (recheck.go).
@@ -324,6 +327,9 @@ func (r *runner) setupTables(ctx context.Context) error {
 	if err := r.choosePushdown(ctx); err != nil {
 		return err
 	}
+	if err := r.readCollations(ctx); err != nil {
+		return err
+	}
 	if err := r.readPacket(ctx); err != nil {
 		return err
 	}
@@ -392,6 +398,36 @@ func (r *runner) choosePushdown(ctx context.Context) error {
 			r.log.Warn("cannot read the TiDB store type; assuming TiKV", "side", side.String(), "err", storeErr)
 		}
 		r.log.Info("tidb checksum form", "side", side.String(), "pushdown", r.pushdown[side], "tidb_checksum", string(r.cfg.TiDBChecksum))
+	}
+	return nil
+}
+
+// readCollations finds the TiDB sides that run without new collations
+// (new_collations_enabled_on_first_bootstrap = false, the default of clusters bootstrapped
+// before v6.0): they compare every string as its binary bytes, without padding, whatever
+// collation a column declares. Asking the server to compare 'a' and 'A' under
+// utf8mb4_general_ci needs no privilege (mysql.tidb's new_collation_enabled row does).
+func (r *runner) readCollations(ctx context.Context) error {
+	for _, side := range []Side{Upstream, Downstream} {
+		src := r.src.Upstream
+		if side == Downstream {
+			src = r.src.Downstream
+		}
+		if src.Flavor() != FlavorTiDB {
+			continue
+		}
+		var same int
+		err := r.withSide(ctx, side, func(ctx context.Context, q Querier) error {
+			return queryRow(ctx, q, "SELECT _utf8mb4'a' = _utf8mb4'A' COLLATE utf8mb4_general_ci", &same)
+		})
+		if err != nil {
+			return fmt.Errorf("%s: read the collation framework: %w", side, err)
+		}
+		r.binaryStrings[side] = same == 0
+		if same == 0 {
+			r.log.Warn("TiDB runs without new collations: it compares strings as binary bytes whatever their collation",
+				"side", side.String())
+		}
 	}
 	return nil
 }
@@ -512,6 +548,18 @@ func (r *runner) planTable(ctx context.Context, ts *tableState) error {
 		return nil
 	}
 	plan.Flavor = [2]Flavor{r.src.Upstream.Flavor(), r.src.Downstream.Flavor()}
+	for s, binary := range r.binaryStrings {
+		if !binary {
+			continue
+		}
+		// What the server does, not what the column declares: the key order, the chunk
+		// ranges and the downstream's comparisons follow it (keyRef).
+		for i := range plan.Columns {
+			if plan.Columns[i].Kind == KindString {
+				plan.Columns[i].Collation[s] = binaryCollation
+			}
+		}
+	}
 	plan.Referenced = down.Referenced
 	plan.Pushdown = r.pushdown
 	for _, k := range plan.Key {

@@ -204,6 +204,13 @@ func TestRangePredicates(t *testing.T) {
 	out.WriteString("checksum: " + p.ChecksumSQL(Downstream, Range{Lo: lo}) + "\n")
 	out.WriteString("rows: " + p.RowsSQL(Upstream, Range{Hi: hi}) + "\n")
 	out.WriteString("boundary: " + p.BoundarySQL(Downstream, Range{Lo: lo}, 999) + "\n")
+	// A TiDB upstream without new collations compares bytes; a latin1 downstream column is
+	// compared as the UTF-8 bytes TiDB holds, and looked up by key through its own index.
+	b := testPlan()
+	b.Columns[0].Collation[0] = binaryCollation
+	b.Columns[0].Charset[1] = "latin1"
+	out.WriteString("binary: " + b.rangePredicate(Downstream, Range{Lo: lo, Hi: hi}) + "\n")
+	out.WriteString("binary keys: " + b.RowsByKeysSQL(Downstream, []Bound{lo}) + "\n")
 	golden(t, "predicates.golden", out.String())
 }
 

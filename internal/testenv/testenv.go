@@ -31,6 +31,9 @@ const (
 	EnvDownstream = "PARITY_TEST_DOWNSTREAM_DSN" // fallback MariaDB
 	EnvMySQL      = "PARITY_TEST_MYSQL_DSN"      // second MariaDB
 	EnvKafka      = "PARITY_TEST_KAFKA"          // bootstrap address
+	// EnvTiDBOldCollation is a TiDB bootstrapped without new collations: it compares every
+	// string as binary bytes (NO PAD), whatever collation a column declares.
+	EnvTiDBOldCollation = "PARITY_TEST_TIDB_OLDCOLL_DSN"
 )
 
 // Lookup returns the value of an environment variable, falling back to var/env.sh at the
@@ -168,6 +171,9 @@ func open(t testing.TB, dsn string) *sql.DB {
 func Upstream(t testing.TB) *DB   { return NewDB(t, EnvUpstream, "pt") }
 func Downstream(t testing.TB) *DB { return NewDB(t, EnvDownstream, "pt") }
 func MySQL(t testing.TB) *DB      { return NewDB(t, EnvMySQL, "pt") }
+
+// TiDBOldCollation creates a fresh database on the TiDB without new collations.
+func TiDBOldCollation(t testing.TB) *DB { return NewDB(t, EnvTiDBOldCollation, "pt") }
 
 // Kafka returns the bootstrap address of the test Kafka.
 func Kafka(t testing.TB) string { return Require(t, EnvKafka) }
