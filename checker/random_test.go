@@ -499,21 +499,29 @@ func randomSeeds(t *testing.T) []uint64 {
 
 func TestRandomDiffMariaDB(t *testing.T) {
 	for _, seed := range randomSeeds(t) {
-		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) { testRandomDiff(t, mariaPair(t), seed, false) })
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) { testRandomDiff(t, mariaPair(t), seed, false, 0x5eed) })
 	}
 }
 
 func TestRandomDiffTiDB(t *testing.T) {
 	for _, seed := range randomSeeds(t) {
-		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) { testRandomDiff(t, tidbPair(t), seed, true) })
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) { testRandomDiff(t, tidbPair(t), seed, true, 0x71db) })
 	}
 }
 
-func testRandomDiff(t *testing.T, p pair, seed uint64, tidb bool) {
-	stream := uint64(0x5eed)
-	if tidb {
-		stream = 0x71db // another table for the same seed number
+// TestRandomDiffTiDBOldCollation runs the randomized test from a TiDB without new
+// collations (strings compared as bytes whatever their collation) to the fallback MariaDB.
+func TestRandomDiffTiDBOldCollation(t *testing.T) {
+	for _, seed := range randomSeeds(t) {
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
+			testRandomDiff(t, pair{up: testenv.TiDBOldCollation(t), down: testenv.Downstream(t)}, seed, true, 0x01dc)
+		})
 	}
+}
+
+// testRandomDiff: stream picks the generator's stream, so that the pairs test different
+// tables for the same seed number.
+func testRandomDiff(t *testing.T, p pair, seed uint64, tidb bool, stream uint64) {
 	r := rand.New(rand.NewPCG(seed, stream))
 	tb := generateTable(r)
 	var colDefs []string
