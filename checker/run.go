@@ -370,22 +370,27 @@ func ChecksumPushdown(ctx context.Context, q Querier, f Flavor, mode TiDBChecksu
 	return store.String != "unistore", nil
 }
 
+// tidbSides returns the sides whose server is TiDB.
+func (r *runner) tidbSides() []Side {
+	var out []Side
+	if r.src.Upstream.Flavor() == FlavorTiDB {
+		out = append(out, Upstream)
+	}
+	if r.src.Downstream.Flavor() == FlavorTiDB {
+		out = append(out, Downstream)
+	}
+	return out
+}
+
 // choosePushdown decides, for each TiDB side, where its checksums are computed
 // (Config.TiDBChecksum): "auto" pushes them down to the coprocessor when TiDB's store is
 // TiKV (or when the store cannot be read), and keeps them in TiDB on the embedded
 // unistore.
 func (r *runner) choosePushdown(ctx context.Context) error {
-	for _, side := range []Side{Upstream, Downstream} {
-		src := r.src.Upstream
-		if side == Downstream {
-			src = r.src.Downstream
-		}
-		if src.Flavor() != FlavorTiDB {
-			continue
-		}
+	for _, side := range r.tidbSides() {
 		var storeErr error
 		err := r.withSide(ctx, side, func(ctx context.Context, q Querier) error {
-			r.pushdown[side], storeErr = ChecksumPushdown(ctx, q, src.Flavor(), r.cfg.TiDBChecksum)
+			r.pushdown[side], storeErr = ChecksumPushdown(ctx, q, FlavorTiDB, r.cfg.TiDBChecksum)
 			return nil
 		})
 		switch {
@@ -408,14 +413,7 @@ func (r *runner) choosePushdown(ctx context.Context) error {
 // collation a column declares. Asking the server to compare 'a' and 'A' under
 // utf8mb4_general_ci needs no privilege (mysql.tidb's new_collation_enabled row does).
 func (r *runner) readCollations(ctx context.Context) error {
-	for _, side := range []Side{Upstream, Downstream} {
-		src := r.src.Upstream
-		if side == Downstream {
-			src = r.src.Downstream
-		}
-		if src.Flavor() != FlavorTiDB {
-			continue
-		}
+	for _, side := range r.tidbSides() {
 		var same int
 		err := r.withSide(ctx, side, func(ctx context.Context, q Querier) error {
 			return queryRow(ctx, q, "SELECT _utf8mb4'a' = _utf8mb4'A' COLLATE utf8mb4_general_ci", &same)
