@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/tidb-parity/parity/internal/ident"
 )
@@ -451,6 +452,17 @@ func (p *TablePlan) whereClause(s Side, r Range) string {
 // whatever its columns declare, it compares strings as their bytes, NO PAD.
 const binaryCollation = "binary"
 
+// compareBytes plans side s as a server that compares strings as their bytes, NO PAD (a
+// TiDB without new collations): what the server does, not what its columns declare. The
+// key order, the chunk ranges and the other side's comparisons follow it (keyRef).
+func (p *TablePlan) compareBytes(s Side) {
+	for i := range p.Columns {
+		if p.Columns[i].Kind == KindString {
+			p.Columns[i].Collation[s] = binaryCollation
+		}
+	}
+}
+
 // keyRef returns the key column as used in range predicates and index walks on side s.
 // When the two sides' collations differ, the downstream compares with the upstream's
 // collation so a row falls into the same chunk on both sides; with binaryCollation it
@@ -483,6 +495,9 @@ func (p *TablePlan) keyRef(s Side, c PlanColumn) string {
 //	k1 >= v1 AND (k1 > v1 OR (k1 = v1 AND k2 > v2))
 func (p *TablePlan) rangePredicate(s Side, r Range) string {
 	var conds []string
+	if sup := p.byteRangeSuperset(s, r); sup != "" {
+		conds = append(conds, sup)
+	}
 	if r.Lo != nil {
 		conds = append(conds, p.boundPredicate(s, r.Lo, ">"))
 	}
@@ -490,6 +505,56 @@ func (p *TablePlan) rangePredicate(s Side, r Range) string {
 		conds = append(conds, p.boundPredicate(s, r.Hi, "<="))
 	}
 	return strings.Join(conds, " AND ")
+}
+
+// byteRangeSuperset returns, for a downstream whose first key column is compared as bytes
+// (an upstream TiDB without new collations, keyRef), a predicate on the column itself that
+// its index can serve and that every key of the range satisfies; "" when there is none.
+// Every key between two strings in byte order starts with their common prefix P, and under
+// the column's own PAD SPACE collation every string that starts with P lies between P
+// followed by NUL characters and P followed by the collation's heaviest character, as many
+// as the column holds: the lowest and highest weights there are. utf8mb4_general_ci
+// weighs every character at most as U+FFFF (supplementary ones as U+FFFD), utf8mb4_bin by
+// code point. Other collations (UCA ones expand and ignore characters) get no superset,
+// and an open-ended range has no common prefix: the downstream scans for those.
+// TestTiDBWithoutNewCollations checks the rows it selects and MariaDB's index range.
+func (p *TablePlan) byteRangeSuperset(s Side, r Range) string {
+	if s != Downstream || len(p.Key) == 0 || len(r.Lo) == 0 || len(r.Hi) == 0 {
+		return ""
+	}
+	c := p.Columns[p.Key[0]]
+	if c.Kind != KindString || c.Enum || c.Collation[0] != binaryCollation || c.Charset[1] != "utf8mb4" {
+		return ""
+	}
+	var heaviest string
+	switch c.Collation[1] {
+	case "utf8mb4_general_ci":
+		heaviest = "\uffff"
+	case "utf8mb4_bin":
+		heaviest = "\U0010ffff"
+	default:
+		return ""
+	}
+	lo, hi := r.Lo[0], r.Hi[0]
+	if lo.Null || hi.Null {
+		return ""
+	}
+	n := 0
+	for n < len(lo.Bytes) && n < len(hi.Bytes) && lo.Bytes[n] == hi.Bytes[n] {
+		n++
+	}
+	pre := lo.Bytes[:n:n]
+	for len(pre) > 0 && !utf8.Valid(pre) { // end on a whole character
+		pre = pre[: len(pre)-1 : len(pre)-1]
+	}
+	if len(pre) == 0 {
+		return ""
+	}
+	m := padLowChars(c)
+	id := ident.Quote(c.Name)
+	low := predicateLiteral(KindString, Value{Bytes: append(pre, bytes.Repeat([]byte{0}, m)...)})
+	high := predicateLiteral(KindString, Value{Bytes: append(pre, strings.Repeat(heaviest, m)...)})
+	return id + " >= " + low + " AND " + id + " <= " + high
 }
 
 func (p *TablePlan) boundPredicate(s Side, b Bound, op string) string {

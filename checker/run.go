@@ -547,15 +547,8 @@ func (r *runner) planTable(ctx context.Context, ts *tableState) error {
 	}
 	plan.Flavor = [2]Flavor{r.src.Upstream.Flavor(), r.src.Downstream.Flavor()}
 	for s, binary := range r.binaryStrings {
-		if !binary {
-			continue
-		}
-		// What the server does, not what the column declares: the key order, the chunk
-		// ranges and the downstream's comparisons follow it (keyRef).
-		for i := range plan.Columns {
-			if plan.Columns[i].Kind == KindString {
-				plan.Columns[i].Collation[s] = binaryCollation
-			}
+		if binary {
+			plan.compareBytes(Side(s))
 		}
 	}
 	plan.Referenced = down.Referenced

@@ -211,6 +211,12 @@ func TestRangePredicates(t *testing.T) {
 	b.Columns[0].Charset[1] = "latin1"
 	out.WriteString("binary: " + b.rangePredicate(Downstream, Range{Lo: lo, Hi: hi}) + "\n")
 	out.WriteString("binary keys: " + b.RowsByKeysSQL(Downstream, []Bound{lo}) + "\n")
+	// A utf8mb4_general_ci downstream key: a range whose ends share a prefix gets the
+	// index-served superset.
+	b.Columns[0].Charset[1] = "utf8mb4"
+	b.Columns[0].MaxBytes = 12
+	out.WriteString("binary prefix: " + b.rangePredicate(Downstream, Range{Lo: Bound{StringValue("ab\xc3\xa9x"), StringValue("1")},
+		Hi: Bound{StringValue("ab\xc3\xa9z"), StringValue("2")}}) + "\n")
 	golden(t, "predicates.golden", out.String())
 }
 
