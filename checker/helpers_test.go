@@ -192,3 +192,37 @@ func firstColumn(t testing.TB, db *sql.DB, query string) []string {
 }
 
 func asRunError(err error, target **RunError) bool { return errors.As(err, target) }
+
+// queryTable runs q and returns its column names and every row's values as text (NULL as
+// "").
+func queryTable(t *testing.T, db *sql.DB, q string) (cols []string, out [][]string) {
+	t.Helper()
+	rows, err := db.Query(q)
+	if err != nil {
+		t.Fatalf("%s: %v", q, err)
+	}
+	defer rows.Close()
+	cols, err = rows.Columns()
+	if err != nil {
+		t.Fatal(err)
+	}
+	vals := make([]sql.NullString, len(cols))
+	ptrs := make([]any, len(cols))
+	for i := range vals {
+		ptrs[i] = &vals[i]
+	}
+	for rows.Next() {
+		if err := rows.Scan(ptrs...); err != nil {
+			t.Fatal(err)
+		}
+		row := make([]string, len(vals))
+		for i, v := range vals {
+			row[i] = v.String
+		}
+		out = append(out, row)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return cols, out
+}

@@ -206,28 +206,12 @@ func TestTiDBWithoutNewCollations(t *testing.T) {
 // explainType returns the access type MariaDB's EXPLAIN shows for q's first table.
 func explainType(t *testing.T, db *sql.DB, q string) string {
 	t.Helper()
-	rows, err := db.Query("EXPLAIN " + q)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	cols, _ := rows.Columns()
-	vals := make([]sql.NullString, len(cols))
-	ptrs := make([]any, len(cols))
-	for i := range vals {
-		ptrs[i] = &vals[i]
-	}
-	if !rows.Next() {
-		t.Fatalf("EXPLAIN %s: no row", q)
-	}
-	if err := rows.Scan(ptrs...); err != nil {
-		t.Fatal(err)
-	}
+	cols, rows := queryTable(t, db, "EXPLAIN "+q)
 	for i, c := range cols {
-		if c == "type" {
-			return vals[i].String
+		if c == "type" && len(rows) > 0 {
+			return rows[0][i]
 		}
 	}
-	t.Fatalf("EXPLAIN %s: no type column in %v", q, cols)
+	t.Fatalf("EXPLAIN %s: no type in %v %v", q, cols, rows)
 	return ""
 }
