@@ -692,7 +692,6 @@ func prefixesBelow(b []byte) [][]byte {
 			k--
 		}
 		out = append(out, b[:k:k]) // k grows with j: b[k-1], if any, is not a space
-
 	}
 	return out
 }

@@ -76,7 +76,7 @@ func (r *runner) drillBuckets(ctx context.Context, ts *tableState, rng Range, n 
 	if err != nil {
 		return err
 	}
-	return r.followBuckets(ctx, ts, lo, hi, width, ub, db, emit, depth)
+	return r.followBuckets(ctx, ts, lo, hi, width, ub, db, differingBuckets(ub, db), emit, depth)
 }
 
 // rangeInts returns the keys a range of a single integer key can hold, [Lo+1, Hi], when
@@ -186,12 +186,12 @@ func differingBuckets(ub, db bucketSums) []int64 {
 	return out
 }
 
-// followBuckets drills the buckets of [lo, hi] whose checksums differ. Buckets of at most
-// RowDiffRows rows on both sides are merge-compared together, one row query per side over
-// all of them; larger ones are drilled further.
-func (r *runner) followBuckets(ctx context.Context, ts *tableState, lo, hi, width *big.Int, ub, db bucketSums, emit func(Difference) error, depth int) error {
+// followBuckets drills the buckets of [lo, hi] whose checksums differ (differing, from
+// differingBuckets). Buckets of at most RowDiffRows rows on both sides are merge-compared
+// together, one row query per side over all of them; larger ones are drilled further.
+func (r *runner) followBuckets(ctx context.Context, ts *tableState, lo, hi, width *big.Int, ub, db bucketSums, differing []int64, emit func(Difference) error, depth int) error {
 	var small []Range
-	for _, b := range differingBuckets(ub, db) {
+	for _, b := range differing {
 		// Bucket b holds keys in [lo + b*w, lo + (b+1)*w - 1] = (lo + b*w - 1, lo + (b+1)*w - 1],
 		// cut at hi: the width is rounded up, so the last bucket's span can pass the range's
 		// end, and a sub-range beyond it would read (and report) rows of the next range.

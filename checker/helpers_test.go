@@ -197,7 +197,9 @@ func asRunError(err error, target **RunError) bool { return errors.As(err, targe
 // "").
 func queryTable(t *testing.T, db *sql.DB, q string) (cols []string, out [][]string) {
 	t.Helper()
-	rows, err := db.Query(q)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	rows, err := db.QueryContext(ctx, q)
 	if err != nil {
 		t.Fatalf("%s: %v", q, err)
 	}

@@ -1057,17 +1057,19 @@ func (r *runner) process(ctx context.Context, ch Chunk) error {
 	ts.mu.Unlock()
 	res := chunkResult{up: up, down: down}
 	differs := !sameChecksum(up, down)
+	var differing []int64
 	if grouped {
 		// The buckets decide: the totals differ only where a bucket does, and buckets can
 		// differ where the totals happen to agree.
-		differs = len(differingBuckets(ub, db)) > 0
+		differing = differingBuckets(ub, db)
+		differs = len(differing) > 0
 	}
 	if differs {
 		log.Debug("chunk differs", "up_count", up.count, "down_count", down.count, "grouped", grouped)
 		drill := func(emit func(Difference) error) error { return r.drill(ctx, ts, ch.Range, up, down, emit, 0) }
 		if grouped {
 			drill = func(emit func(Difference) error) error {
-				return r.followBuckets(ctx, ts, lo, hi, width, ub, db, emit, 1)
+				return r.followBuckets(ctx, ts, lo, hi, width, ub, db, differing, emit, 1)
 			}
 		}
 		if res.differences, err = r.drillChunk(ctx, ts, ch, drill); err != nil {
