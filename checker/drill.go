@@ -18,7 +18,7 @@ import (
 func (r *runner) drill(ctx context.Context, ts *tableState, rng Range, up, down checksum, emit func(Difference) error, depth int) error {
 	p := ts.plan
 	if p.Keyless {
-		return r.diffKeyless(ctx, ts, rng, emit)
+		return r.diffKeyless(ctx, ts, rng, emit, nil)
 	}
 	n, side := up.count, Upstream
 	if down.count > n {

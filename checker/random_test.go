@@ -31,8 +31,9 @@ import (
 // side that holds the row, so the report's key text is checked too. Keyless tables carry a
 // group column g instead, equal for the copies of a row.
 //
-// PARITY_RANDOM_SEEDS=n runs n seeds per pair (default 6); PARITY_RANDOM_SEED=s runs only
-// seed s (to replay a failure, whose message names its seed).
+// PARITY_RANDOM_SEEDS=n runs seeds 1..n per pair (default 6), PARITY_RANDOM_SEEDS=a-b
+// seeds a..b (a sweep past earlier ones); PARITY_RANDOM_SEED=s runs only seed s (to
+// replay a failure, whose message names its seed).
 
 // rcol is a column type of the pool.
 type rcol struct {
@@ -482,17 +483,30 @@ func randomSeeds(t *testing.T) []uint64 {
 		}
 		return []uint64{v}
 	}
-	n := 6
+	from, n := uint64(1), 6
 	if s := os.Getenv("PARITY_RANDOM_SEEDS"); s != "" {
-		v, err := strconv.Atoi(s)
-		if err != nil {
-			t.Fatalf("PARITY_RANDOM_SEEDS: %v", err)
+		// n, or from-to (inclusive) to sweep seeds no earlier sweep ran.
+		lo, hi, isRange := strings.Cut(s, "-")
+		var err error
+		if isRange {
+			var a, b uint64
+			if a, err = strconv.ParseUint(lo, 10, 64); err == nil {
+				b, err = strconv.ParseUint(hi, 10, 64)
+			}
+			if err == nil && b < a {
+				err = fmt.Errorf("range %d-%d is empty", a, b)
+			}
+			from, n = a, int(b-a+1)
+		} else {
+			n, err = strconv.Atoi(s)
 		}
-		n = v
+		if err != nil {
+			t.Fatalf("PARITY_RANDOM_SEEDS %q: %v", s, err)
+		}
 	}
 	seeds := make([]uint64, n)
 	for i := range seeds {
-		seeds[i] = uint64(i + 1)
+		seeds[i] = from + uint64(i)
 	}
 	return seeds
 }

@@ -19,8 +19,9 @@ import (
 // passed the moment they were read): a row that is then equal is dropped from the
 // differences and counted as resolved; a row that still differs is stored as it is now
 // (its fix SQL carries the upstream row read last). A keyless table has no key to read
-// its rows by: its chunk is checksummed again, and its differences are dropped when the
-// chunk is equal now (otherwise they stay as first found). Chunks left undrilled
+// its rows by: its chunk is checksummed again, its differences are dropped when the chunk
+// is equal now, and otherwise the chunk is compared again and only the rows still
+// missing or extra stay (recheckKeyless). Chunks left undrilled
 // (Config.MaxDifferences) are not re-checked.
 //
 // Each batch of re-read differences is swapped in one meta transaction
@@ -209,7 +210,12 @@ func (r *runner) recheckTable(ctx context.Context, ts *tableState) (int64, error
 }
 
 // recheckKeyless re-checks a keyless table chunk by chunk: a chunk equal now has its
-// differences resolved; one that still differs keeps them as found.
+// differences resolved; one that still differs is compared again (diffKeyless), and of its
+// differences only the rows still missing or extra stay, each at most as often as it was
+// found before (a row that differs now and did not then was written since: the re-check
+// resolves differences, it never adds one). A chunk whose stored differences exceed
+// recheckBatchBytes, or whose comparison reaches Config.MaxDifferences, keeps them as
+// found: both bound what the re-check holds in memory.
 func (r *runner) recheckKeyless(ctx context.Context, ts *tableState) (int64, error) {
 	chunks, err := r.st.chunksWithDifferences(ctx, ts.idx)
 	if err != nil {
@@ -221,16 +227,66 @@ func (r *runner) recheckKeyless(ctx context.Context, ts *tableState) (int64, err
 		if err != nil {
 			return resolved, err
 		}
+		var news []storedDiff
 		if !sameChecksum(u, d) {
-			continue
+			var ok bool
+			if news, ok, err = r.redrillKeyless(ctx, ts, c); err != nil || !ok {
+				if err != nil {
+					return resolved, err
+				}
+				continue
+			}
 		}
-		n, err := r.st.replaceDifferences(ctx, ts.idx, []diffRef{{seq: c.Seq}}, true, map[int]int64{c.Seq: c.res.differences}, nil)
+		n, err := r.st.replaceDifferences(ctx, ts.idx, []diffRef{{seq: c.Seq}}, true, map[int]int64{c.Seq: c.res.differences}, news)
 		if err != nil {
 			return resolved, err
 		}
 		resolved += n
 	}
 	return resolved, nil
+}
+
+// redrillKeyless compares keyless chunk c again and returns the differences to store in
+// place of its stored ones: those found again, each row at most as often as before. ok is
+// false when the chunk keeps its differences as found (see recheckKeyless).
+func (r *runner) redrillKeyless(ctx context.Context, ts *tableState, c storedChunk) (news []storedDiff, ok bool, err error) {
+	p := ts.plan
+	before := map[string]int64{} // kind and row → copies found before
+	bytes := 0
+	limit := -1
+	err = r.st.scanDifferences(ctx, ts.idx, fmt.Sprintf(" AND chunk_seq = %d", c.Seq), int64(c.Seq), -1, &limit, func(_, _ int64, d Difference, fix string) error {
+		before[string(d.Kind)+"\x00"+keyText(d.Key)] += int64(max(1, d.Count))
+		if bytes += len(fix) + len(keyText(d.Key)); bytes >= recheckBatchBytes {
+			return errBatchFull
+		}
+		return nil
+	})
+	switch {
+	case errors.Is(err, errBatchFull):
+		r.log.Info("re-check keeps a keyless chunk's differences as found: too many to hold",
+			"table", ts.name, "chunk", c.Seq, "differences", c.res.differences)
+		return nil, false, nil
+	case err != nil:
+		return nil, false, err
+	}
+	keep := func(kind DiffKind, row []Value, n int64) int64 {
+		k := string(kind) + "\x00" + keyText(p.keyFor(row))
+		n = min(n, before[k])
+		before[k] -= n
+		return n
+	}
+	emit := func(d Difference) error {
+		news = append(news, newStoredDiff(c.Seq, len(news), d))
+		return nil
+	}
+	err = r.diffKeyless(ctx, ts, c.Range, emit, keep)
+	switch {
+	case errors.Is(err, errMaxDifferences):
+		return nil, false, nil
+	case err != nil:
+		return nil, false, fmt.Errorf("chunk %d: %w", c.Seq, err)
+	}
+	return news, true, nil
 }
 
 // keyBound reads a stored difference's key (its columns in key order, values as written

@@ -49,6 +49,10 @@ func testRecheck(t *testing.T, p pair) {
 		fmt.Sprintf("DELETE FROM rc WHERE a = %s", key(60)),
 		fmt.Sprintf("UPDATE rc SET v = 'first50' WHERE a = %s", key(50)),
 		"INSERT INTO kl VALUES (1, 'y1')", // a duplicate row, keyless
+		// kr also holds a real difference (below): its chunk still differs at the
+		// re-check, which must resolve these three rows and keep only the real one.
+		"INSERT INTO kr VALUES (7, 'late')",
+		"UPDATE kr SET y = 'y8+' WHERE y = 'y8'",
 	}
 	exec(t, p.up.DB, inFlight...)
 	// Real differences: written downstream only.
@@ -73,6 +77,9 @@ func testRecheck(t *testing.T, p pair) {
 	}
 	if tr := tableReport(t, rep, "kl"); tr.DifferencesTotal != 1 {
 		t.Fatalf("without re-check: kl has %d differences, want 1", tr.DifferencesTotal)
+	}
+	if tr := tableReport(t, rep, "kr"); tr.DifferencesTotal != 4 {
+		t.Fatalf("without re-check: kr has %d differences, want 4", tr.DifferencesTotal)
 	}
 	if rep.RecheckRounds != 0 {
 		t.Fatalf("recheck_rounds = %d without re-check", rep.RecheckRounds)
@@ -124,8 +131,9 @@ func testRecheck(t *testing.T, p pair) {
 	if kl := tableReport(t, rep, "kl"); kl.DifferencesTotal != 0 || kl.DifferencesResolved != 1 || !kl.Equal() {
 		t.Errorf("kl after re-check: %d differences, %d resolved; want 0 and 1", kl.DifferencesTotal, kl.DifferencesResolved)
 	}
-	if kr := tableReport(t, rep, "kr"); kr.DifferencesTotal != 1 || kr.DifferencesResolved != 0 {
-		t.Errorf("kr after re-check: %d differences, %d resolved; want 1 and 0", kr.DifferencesTotal, kr.DifferencesResolved)
+	kr := tableReport(t, rep, "kr")
+	if got, want := kinds(kr), []string{"extra 3 []"}; kr.DifferencesTotal != 1 || kr.DifferencesResolved != 3 || !slices.Equal(got, want) {
+		t.Errorf("kr after re-check: %d differences %v, %d resolved; want %v and 3 resolved (the rows in flight)", kr.DifferencesTotal, got, kr.DifferencesResolved, want)
 	}
 
 	// The stored chunk counts agree with the report (a resumed run sums them).
@@ -136,10 +144,16 @@ func testRecheck(t *testing.T, p pair) {
 	if stored != 3 {
 		t.Errorf("diff_chunks holds %d differences of rc, want 3", stored)
 	}
+	if err := p.down.QueryRowContext(context.Background(), "SELECT IFNULL(SUM(c.differences),0) FROM parity_meta.diff_chunks c JOIN parity_meta.diff_tables t USING (run_id, table_idx) WHERE c.run_id = ? AND t.up_table = 'kr'", rep.RunID).Scan(&stored); err != nil {
+		t.Fatal(err)
+	}
+	if stored != 1 {
+		t.Errorf("diff_chunks holds %d differences of kr, want 1", stored)
+	}
 
 	// The fix SQL makes the sides equal.
 	applyFix(t, p.down.DB, fix)
-	applyFix(t, p.down.DB, readFix(t, cfg, tableReport(t, rep, "kr")))
+	applyFix(t, p.down.DB, readFix(t, cfg, kr))
 	cfg = p.config(t, "rc", "kl", "kr")
 	if rep := run(t, cfg); !rep.Equal {
 		t.Errorf("not equal after the fix: %+v", rep.Tables)

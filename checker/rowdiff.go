@@ -447,8 +447,9 @@ type hashGroup struct {
 // (row hash, count) groups of both sides, fetches the rows of every group whose counts
 // differ, pairs up rows that are equal by type-aware comparison (their SQL encodings may
 // differ across servers, e.g. JSON spelling), and reports the rest as missing or extra
-// with their multiplicity.
-func (r *runner) diffKeyless(ctx context.Context, ts *tableState, rng Range, emit func(Difference) error) error {
+// with their multiplicity. keep, when set, says how many of n differing copies of a row
+// to report (the re-check reports a row only as often as it was found before).
+func (r *runner) diffKeyless(ctx context.Context, ts *tableState, rng Range, emit func(Difference) error, keep func(kind DiffKind, row []Value, n int64) int64) error {
 	p := ts.plan
 	var upOnly, downOnly []hashGroup
 	err := r.withBoth(ctx, func(ctx context.Context, uq, dq Querier) error {
@@ -600,18 +601,28 @@ func (r *runner) diffKeyless(ctx context.Context, ts *tableState, rng Range, emi
 			d.n -= m
 		}
 	}
+	report := func(kind DiffKind, c *counted) error {
+		n := c.n
+		if keep != nil && n > 0 {
+			n = keep(kind, c.row, n)
+		}
+		switch {
+		case n <= 0:
+			return nil
+		case kind == Missing:
+			return emit(p.missing(c.row, int(n)))
+		default:
+			return emit(p.extra(c.row, int(n)))
+		}
+	}
 	for _, u := range ups {
-		if u.n > 0 {
-			if err := emit(p.missing(u.row, int(u.n))); err != nil {
-				return err
-			}
+		if err := report(Missing, u); err != nil {
+			return err
 		}
 	}
 	for _, d := range downs {
-		if d.n > 0 {
-			if err := emit(p.extra(d.row, int(d.n))); err != nil {
-				return err
-			}
+		if err := report(Extra, d); err != nil {
+			return err
 		}
 	}
 	return nil
