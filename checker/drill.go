@@ -64,19 +64,25 @@ func (r *runner) drillBuckets(ctx context.Context, ts *tableState, rng Range, n 
 	lo, hi, ok := rangeInts(rng)
 	if !ok {
 		var err error
-		if lo, hi, err = r.intKeyBounds(ctx, ts, rng); err != nil {
+		lo, hi, err = r.intKeyBounds(ctx, ts, rng)
+		switch {
+		case errors.Is(err, errKeyBounds):
+			// The servers' MIN/MAX contradict themselves; the rows decide.
+			r.log.Warn("key bounds unusable: comparing the range's rows", "table", ts.name, "err", err)
+			return r.mergeRows(ctx, ts, rng, emit)
+		case err != nil:
 			return err
+		case lo == nil:
+			// No rows by MIN/MAX, though the checksums differ: the rows decide.
+			return r.mergeRows(ctx, ts, rng, emit)
 		}
-	}
-	if lo == nil {
-		return nil // both sides empty: cannot be
 	}
 	width := bucketWidth(lo, hi, max(2, min(1024, n/int64(max(1, r.cfg.RowDiffRows/2)))))
 	ub, db, err := r.readBuckets(ctx, ts, rng, lo, hi, width)
 	if err != nil {
 		return err
 	}
-	return r.followBuckets(ctx, ts, lo, hi, width, ub, db, differingBuckets(ub, db), emit, depth)
+	return r.followBuckets(ctx, ts, rng, lo, hi, width, ub, db, differingBuckets(ub, db), emit, depth)
 }
 
 // rangeInts returns the keys a range of a single integer key can hold, [Lo+1, Hi], when
@@ -109,12 +115,18 @@ type bucketSums struct {
 }
 
 // readBuckets checksums the key buckets of [lo, hi] (within rng) on both sides at once:
-// bucket b holds the keys lo + b*width .. lo + (b+1)*width - 1.
+// bucket b holds the keys lo + b*width .. lo + (b+1)*width - 1. lo and hi only place the
+// buckets: a row of rng below lo counts in bucket 0 and one above hi in the last bucket
+// (clampBuckets), whose ranges followBuckets opens to rng's ends, so every row of rng is
+// in a bucket even when MIN/MAX were wrong (TiDB's unistore reads a descending scan, and
+// so MAX, at a snapshot from the newest data: a row deleted after the snapshot is missing
+// from MAX while the ranges still hold it).
 func (r *runner) readBuckets(ctx context.Context, ts *tableState, rng Range, lo, hi, width *big.Int) (ub, db bucketSums, err error) {
 	p := ts.plan
 	// Integer arithmetic when every key - lo fits a signed BIGINT (both servers then
 	// compute (key - lo) DIV width without overflow); DECIMAL otherwise.
 	intMath := new(big.Int).Sub(hi, lo).IsInt64()
+	last := lastBucket(lo, hi, width)
 	read := func(ctx context.Context, side Side) (bucketSums, error) {
 		out := bucketSums{sums: map[string]checksum{}}
 		err := r.withSide(ctx, side, func(ctx context.Context, q Querier) error {
@@ -130,7 +142,9 @@ func (r *runner) readBuckets(ctx context.Context, ts *tableState, rng Range, lo,
 				if err := rows.Scan(&b, &s.count, &s.sum); err != nil {
 					return err
 				}
-				out.sums[b] = s
+				if err := out.add(b, s, last); err != nil {
+					return err
+				}
 			}
 			out.dur = time.Since(start)
 			return rows.Err()
@@ -147,6 +161,35 @@ func (r *runner) readBuckets(ctx context.Context, ts *tableState, rng Range, lo,
 		return bucketSums{}, bucketSums{}, err
 	}
 	return ub, db, nil
+}
+
+// lastBucket is the number of the bucket holding hi.
+func lastBucket(lo, hi, width *big.Int) int64 {
+	return new(big.Int).Div(new(big.Int).Sub(hi, lo), width).Int64()
+}
+
+// add counts bucket b's checksum s, clamped into buckets 0..last (readBuckets).
+func (bs bucketSums) add(b string, s checksum, last int64) error {
+	n, err := strconv.ParseInt(b, 10, 64)
+	if err != nil {
+		v, ok := new(big.Int).SetString(b, 10)
+		if !ok {
+			return fmt.Errorf("bucket number %q is not an integer", b)
+		}
+		n = int64(v.Sign()) * (last + 1) // far outside: clamped below
+	}
+	n = min(max(n, 0), last)
+	key := strconv.FormatInt(n, 10)
+	if prev, ok := bs.sums[key]; ok {
+		a, ok1 := new(big.Int).SetString(prev.sum, 10)
+		c, ok2 := new(big.Int).SetString(s.sum, 10)
+		if !ok1 || !ok2 {
+			return fmt.Errorf("bucket checksum %q or %q is not an integer", prev.sum, s.sum)
+		}
+		s = checksum{count: prev.count + s.count, sum: a.Add(a, c).String()}
+	}
+	bs.sums[key] = s
+	return nil
 }
 
 // total adds up the buckets of one side into the range's checksum: the row count, the
@@ -186,21 +229,31 @@ func differingBuckets(ub, db bucketSums) []int64 {
 	return out
 }
 
-// followBuckets drills the buckets of [lo, hi] whose checksums differ (differing, from
-// differingBuckets). Buckets of at most RowDiffRows rows on both sides are merge-compared
-// together, one row query per side over all of them; larger ones are drilled further.
-func (r *runner) followBuckets(ctx context.Context, ts *tableState, lo, hi, width *big.Int, ub, db bucketSums, differing []int64, emit func(Difference) error, depth int) error {
+// followBuckets drills the buckets of [lo, hi] (within rng) whose checksums differ
+// (differing, from differingBuckets). Buckets of at most RowDiffRows rows on both sides are
+// merge-compared together, one row query per side over all of them; larger ones are
+// drilled further.
+func (r *runner) followBuckets(ctx context.Context, ts *tableState, rng Range, lo, hi, width *big.Int, ub, db bucketSums, differing []int64, emit func(Difference) error, depth int) error {
 	var small []Range
+	last := lastBucket(lo, hi, width)
 	for _, b := range differing {
 		// Bucket b holds keys in [lo + b*w, lo + (b+1)*w - 1] = (lo + b*w - 1, lo + (b+1)*w - 1],
 		// cut at hi: the width is rounded up, so the last bucket's span can pass the range's
 		// end, and a sub-range beyond it would read (and report) rows of the next range.
+		// The first and last buckets reach to rng's ends, which hold the rows clamped into
+		// them (readBuckets); where lo and hi are rng's own ends this is the same range.
 		start := new(big.Int).Add(lo, new(big.Int).Mul(big.NewInt(b), width))
 		end := new(big.Int).Sub(new(big.Int).Add(start, width), big.NewInt(1))
 		if end.Cmp(hi) > 0 {
 			end = hi
 		}
 		sub := Range{Lo: Bound{StringValue(new(big.Int).Sub(start, big.NewInt(1)).String())}, Hi: Bound{StringValue(end.String())}}
+		if b == 0 {
+			sub.Lo = rng.Lo
+		}
+		if b == last {
+			sub.Hi = rng.Hi
+		}
 		key := strconv.FormatInt(b, 10)
 		u, d := ub.sums[key], db.sums[key]
 		// One key value (several rows only where the downstream lacks the unique key)
@@ -240,6 +293,11 @@ func boundInt(b Bound) (v *big.Int, ok bool) {
 	return new(big.Int).SetString(string(b[0].Bytes), 10)
 }
 
+// errKeyBounds: a server's MIN and MAX of a key contradict each other (a NULL beside a
+// value, MIN above MAX). They only place buckets and size chunks, so callers go on
+// without them.
+var errKeyBounds = errors.New("key bounds unusable")
+
 // intKeyBounds returns the smallest and largest value of a single integer key in rng over
 // both sides (nil, nil when both sides are empty).
 func (r *runner) intKeyBounds(ctx context.Context, ts *tableState, rng Range) (lo, hi *big.Int, err error) {
@@ -250,13 +308,19 @@ func (r *runner) intKeyBounds(ctx context.Context, ts *tableState, rng Range) (l
 			if err := queryRow(ctx, q, p.MinMaxSQL(side, rng), &mn, &mx); err != nil {
 				return err
 			}
-			if !mn.Valid {
+			if !mn.Valid && !mx.Valid {
 				return nil
+			}
+			if mn.Valid != mx.Valid {
+				return fmt.Errorf("%w: %s returned MIN without MAX or MAX without MIN", errKeyBounds, side)
 			}
 			a, ok1 := new(big.Int).SetString(mn.String, 10)
 			b, ok2 := new(big.Int).SetString(mx.String, 10)
 			if !ok1 || !ok2 {
-				return errors.New("key bounds are not integers") // values stay out of logs
+				return fmt.Errorf("%w: %s returned bounds that are not integers", errKeyBounds, side) // values stay out of logs
+			}
+			if a.Cmp(b) > 0 {
+				return fmt.Errorf("%w: %s returned MIN above MAX", errKeyBounds, side)
 			}
 			if lo == nil || a.Cmp(lo) < 0 {
 				lo = a

@@ -784,7 +784,12 @@ func (r *runner) produce(ctx context.Context, ts *tableState, out chan<- Chunk) 
 	// MIN/MAX could scan the table, and the filtered keys' density is unknown.
 	if p := ts.plan; p.intKey() && p.Where == "" {
 		mn, mx, err := r.intKeyBounds(ctx, ts, Range{})
-		if err != nil {
+		switch {
+		case errors.Is(err, errKeyBounds):
+			// Only the chunk sizes depend on them: cut by rows instead.
+			r.log.Warn("key bounds unusable: chunks cut by walking the key", "table", ts.name, "err", err)
+			mn = nil
+		case err != nil:
 			return fmt.Errorf("table %s: %w", ts.name, err)
 		}
 		if mn != nil {
@@ -1069,7 +1074,7 @@ func (r *runner) process(ctx context.Context, ch Chunk) error {
 		drill := func(emit func(Difference) error) error { return r.drill(ctx, ts, ch.Range, up, down, emit, 0) }
 		if grouped {
 			drill = func(emit func(Difference) error) error {
-				return r.followBuckets(ctx, ts, lo, hi, width, ub, db, differing, emit, 1)
+				return r.followBuckets(ctx, ts, ch.Range, lo, hi, width, ub, db, differing, emit, 1)
 			}
 		}
 		if res.differences, err = r.drillChunk(ctx, ts, ch, drill); err != nil {

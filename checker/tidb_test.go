@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -53,6 +54,59 @@ func TestTiDBSnapshotRead(t *testing.T) {
 	if rep := run(t, cfg); rep.Equal || rep.Tables[0].DifferencesTotal != 2 {
 		t.Fatalf("without snapshot: %+v", rep.Tables)
 	}
+}
+
+// TestTiDBSnapshotKeyBounds: TiDB's unistore answers a descending scan at a snapshot, and
+// so MAX, from the newest data (SELECT MAX(id) reads NULL, or a lower key, once the
+// largest row is deleted after the snapshot), while ascending scans honour the snapshot.
+// The drill-down's key buckets are placed by MIN/MAX; the rows above a wrong MAX must
+// still be compared, and contradictory bounds (a MIN without a MAX) must not fail the run.
+func TestTiDBSnapshotKeyBounds(t *testing.T) {
+	p := tidbPair(t)
+	p.both(t, "CREATE TABLE sb (id INT PRIMARY KEY, v INT)", "CREATE TABLE sc (id INT PRIMARY KEY, v INT)")
+	p.fill(t, "sb", 200, func(i int) string { return fmt.Sprintf("(%d, %d)", i, i) }) // ids 1..200
+	p.both(t, "INSERT INTO sc VALUES (7, 7)")
+	// Real differences: the largest row of sb is missing downstream and one row differs;
+	// sc has a row extra downstream. After the snapshot the upstream deletes sb's largest
+	// row (its MAX falls below a row the snapshot holds) and sc's only row (MIN without
+	// MAX: the chunk planner's bounds contradict themselves).
+	exec(t, p.down.DB, "DELETE FROM sb WHERE id = 200", "UPDATE sb SET v = -3 WHERE id = 3", "INSERT INTO sc VALUES (9, 9)")
+	tso := fmt.Sprint(testenv.TiDBTSO(t, p.up.DB))
+	// After the snapshot: the rows that make the bounds wrong.
+	exec(t, p.up.DB, "DELETE FROM sb WHERE id = 200", "DELETE FROM sc WHERE id = 7")
+	var mx sql.NullInt64
+	if err := p.up.QueryRow("SELECT MAX(id) FROM sb").Scan(&mx); err != nil {
+		t.Fatal(err)
+	}
+	cfg := p.config(t, "sb", "sc")
+	cfg.Upstream.Snapshot = tso
+	cfg.InitialChunkRows, cfg.RowDiffRows = 1000, 4 // one open-ended chunk, drilled by buckets
+	rep := run(t, cfg)
+	sb := tableReport(t, rep, "sb")
+	var got []string
+	for _, d := range sb.Differences {
+		got = append(got, fmt.Sprintf("%s %s %v", d.Kind, d.Key[0].Value, d.Columns))
+	}
+	if want := []string{"differing 3 [v]", "missing 200 []"}; !slices.Equal(got, want) || sb.DifferencesTotal != 2 || sb.RowsChecked != 200 {
+		t.Errorf("sb at the snapshot: %d rows, %d differences %v; want 200 rows and %v", sb.RowsChecked, sb.DifferencesTotal, got, want)
+	}
+	if sc := tableReport(t, rep, "sc"); sc.DifferencesTotal != 1 || len(sc.Differences) != 1 || sc.Differences[0].Kind != Extra || sc.Differences[0].Key[0].Value != "9" {
+		t.Errorf("sc at the snapshot: %d differences %+v; want extra 9", sc.DifferencesTotal, sc.Differences)
+	}
+	// Say what the server did, so a TiDB that fixes its descending scans is seen here.
+	var snapMax sql.NullInt64
+	conn, err := p.up.Conn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(context.Background(), "SET @@tidb_snapshot = '"+tso+"'"); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.QueryRowContext(context.Background(), "SELECT MAX(id) FROM sb").Scan(&snapMax); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("MAX(id) of sb at the snapshot: %v (the snapshot holds 200; now %v)", snapMax, mx)
 }
 
 // TestTiDBChecksumChoice: tidb_checksum "auto" keeps the checksums in TiDB on the
