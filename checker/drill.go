@@ -117,7 +117,7 @@ type bucketSums struct {
 // readBuckets checksums the key buckets of [lo, hi] (within rng) on both sides at once:
 // bucket b holds the keys lo + b*width .. lo + (b+1)*width - 1. lo and hi only place the
 // buckets: a row of rng below lo counts in bucket 0 and one above hi in the last bucket
-// (clampBuckets), whose ranges followBuckets opens to rng's ends, so every row of rng is
+// (bucketSums.add), whose ranges followBuckets opens to rng's ends, so every row of rng is
 // in a bucket even when MIN/MAX were wrong (TiDB's unistore reads a descending scan, and
 // so MAX, at a snapshot from the newest data: a row deleted after the snapshot is missing
 // from MAX while the ranges still hold it).
