@@ -479,7 +479,7 @@ func (p *TablePlan) keyRef(s Side, c PlanColumn) string {
 			if !isUTF8(c.Charset[1]) {
 				id = "CONVERT(" + id + " USING utf8mb4)"
 			}
-			return "CAST(" + id + " AS BINARY)"
+			return byteString(p.Flavor[s], id)
 		}
 		if c.Charset[0] != c.Charset[1] {
 			id = "CONVERT(" + id + " USING " + c.Charset[0] + ")"
@@ -746,15 +746,7 @@ func (p *TablePlan) RegionSampleSQL() string {
 }
 
 // orderExpr orders drill-down streams so that Go can merge them: strings by their UTF-8
-// bytes (no collation, no pad space), everything else by value. The servers need
-// different spellings of "the bytes":
-//   - TiDB casts a VARCHAR(n) to a binary string of n bytes, so CAST(… AS BINARY) sorted
-//     a value longer than n bytes (a VARCHAR(3) holding 中a) by its first n bytes only:
-//     keys sharing them tied and came in TiDB's own order, and the merge reported each
-//     such row as missing and extra (found by the randomized test, seed 5378;
-//     TestTiDBLongKeyOrder). CONVERT(… USING binary) keeps every byte on TiDB;
-//   - MariaDB orders CONVERT(… USING binary) of a text column with PAD SPACE (中\t before
-//     中), and CAST(… AS BINARY) by the bytes.
+// bytes (no collation, no pad space, byteString), everything else by value.
 func (p *TablePlan) orderExpr(c PlanColumn, s Side) string {
 	id := ident.Quote(c.Name)
 	switch c.Kind {
@@ -762,12 +754,25 @@ func (p *TablePlan) orderExpr(c PlanColumn, s Side) string {
 		if !isUTF8(c.Charset[s]) {
 			id = "CONVERT(" + id + " USING utf8mb4)"
 		}
-		if p.Flavor[s] == FlavorTiDB {
-			return "CONVERT(" + id + " USING binary)"
-		}
-		return "CAST(" + id + " AS BINARY)"
+		return byteString(p.Flavor[s], id)
 	}
 	return id
+}
+
+// byteString returns text expression x as a binary string of all its bytes, compared and
+// ordered byte by byte, on a server of flavor f. The servers need different spellings:
+//   - TiDB casts a VARCHAR(n) to a binary string of n bytes, so CAST(… AS BINARY) sorted
+//     a value longer than n bytes (a VARCHAR(3) holding 中a) by its first n bytes only:
+//     keys sharing them tied and came in TiDB's own order, and the drill-down's merge
+//     reported each such row as missing and extra (found by the randomized test, seed
+//     5378; TestTiDBLongKeyOrder). CONVERT(… USING binary) keeps every byte on TiDB;
+//   - MariaDB orders CONVERT(… USING binary) of a text column with PAD SPACE (中\t before
+//     中), and CAST(… AS BINARY) by the bytes.
+func byteString(f Flavor, x string) string {
+	if f == FlavorTiDB {
+		return "CONVERT(" + x + " USING binary)"
+	}
+	return "CAST(" + x + " AS BINARY)"
 }
 
 // rowColumns returns what a row read on side s holds: the compared columns, then on the

@@ -168,7 +168,8 @@ func (p *TablePlan) extra(row []Value, n int) Difference {
 			l := f.lit(c, row[i])
 			cond := ident.Quote(c.Name) + " <=> " + l
 			if c.Kind == KindString && !row[i].Null {
-				cond += " AND CAST(" + p.text(Downstream, c) + " AS BINARY) = CAST(" + l + " AS BINARY)"
+				f := p.Flavor[Downstream]
+				cond += " AND " + byteString(f, p.text(Downstream, c)) + " = " + byteString(f, l)
 			}
 			conds = append(conds, cond)
 		}
