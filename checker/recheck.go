@@ -230,10 +230,11 @@ func (r *runner) recheckKeyless(ctx context.Context, ts *tableState) (int64, err
 		var news []storedDiff
 		if !sameChecksum(u, d) {
 			var ok bool
-			if news, ok, err = r.redrillKeyless(ctx, ts, c); err != nil || !ok {
-				if err != nil {
-					return resolved, err
-				}
+			news, ok, err = r.redrillKeyless(ctx, ts, c)
+			if err != nil {
+				return resolved, err
+			}
+			if !ok {
 				continue
 			}
 		}
@@ -254,9 +255,11 @@ func (r *runner) redrillKeyless(ctx context.Context, ts *tableState, c storedChu
 	before := map[string]int64{} // kind and row → copies found before
 	bytes := 0
 	limit := -1
+	rowKey := func(kind DiffKind, k Key) string { return string(kind) + "\x00" + keyText(k) }
 	err = r.st.scanDifferences(ctx, ts.idx, fmt.Sprintf(" AND chunk_seq = %d", c.Seq), int64(c.Seq), -1, &limit, func(_, _ int64, d Difference, fix string) error {
-		before[string(d.Kind)+"\x00"+keyText(d.Key)] += int64(max(1, d.Count))
-		if bytes += len(fix) + len(keyText(d.Key)); bytes >= recheckBatchBytes {
+		k := rowKey(d.Kind, d.Key)
+		before[k] += int64(max(1, d.Count))
+		if bytes += len(fix) + len(k); bytes >= recheckBatchBytes {
 			return errBatchFull
 		}
 		return nil
@@ -270,7 +273,7 @@ func (r *runner) redrillKeyless(ctx context.Context, ts *tableState, c storedChu
 		return nil, false, err
 	}
 	keep := func(kind DiffKind, row []Value, n int64) int64 {
-		k := string(kind) + "\x00" + keyText(p.keyFor(row))
+		k := rowKey(kind, p.keyFor(row))
 		n = min(n, before[k])
 		before[k] -= n
 		return n
