@@ -7,13 +7,12 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
-	"hash/fnv"
+	"hash/maphash"
 	"io"
 	"log/slog"
 	"math"
 	"net"
 	"sort"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -33,10 +32,19 @@ import (
 // of the round's rows (one worker for a table with at most 1/Workers of the rows, all of
 // them for a table holding all rows), least-loaded workers first, so that with several
 // tables each connection writes one table in long statements (as a bulk load would)
-// rather than every connection contending for the same table's pages:
-//   - tables whose handle is their only unique key: by hash of (table, handle) over the
-//     table's lane, so all versions of one row go to one connection in commit-ts order;
-//     statements are idempotent upserts/deletes and replaying a round converges;
+// rather than every connection contending for the same table's pages.
+//
+// How a table's rows are written is decided by the table — its unique indexes and its
+// key columns' collations, read from the downstream's schema (tableInfo) — never by the
+// columns one event happens to carry (a handle-key-only delete carries no unique flags):
+//   - tables whose handle is their only unique key: by a hash of the handle's
+//     collation-aware key (internal/rowkey) over the table's lane, so every version of a
+//     row, and every spelling the collation holds equal ('Ase', 'ASE', 'Asé', 'Ase '),
+//     goes to one connection in commit-ts order; statements are idempotent
+//     upserts/deletes and replaying a round converges. A key Go cannot fold safely
+//     ('ß', a locale-tailored collation) may equal any key of the table: the table's
+//     earlier rows of the round are waited for (a fence) and the rest go through one
+//     connection;
 //   - tables with other unique keys: by table (the lane's first worker), in order, with
 //     REPLACE (TiCDC's safe mode), which also converges on replay;
 //   - tables without a handle: the table's rows of the round and its table_progress row
@@ -54,6 +62,21 @@ type applier struct {
 	tableProgress map[tableKey]uint64
 
 	rows atomic.Int64 // rows applied (statements' row images), for metrics
+
+	tables *tableInfos  // downstream tables: unique indexes, key collations
+	seed   maphash.Seed // for hashKey
+}
+
+func newApplier(db *sql.DB, m *meta, cfg Config, log *slog.Logger, hooks *testHooks, progress map[tableKey]uint64) *applier {
+	a := &applier{db: db, meta: m, cfg: cfg, log: log, hooks: hooks, tableProgress: progress, seed: maphash.MakeSeed()}
+	a.tables = newTableInfos(func(ctx context.Context, schema, table string) (t *tableInfo, err error) {
+		err = a.retry(ctx, ident.Table(schema, table), func(ctx context.Context) error {
+			t, err = loadTableInfo(ctx, db, schema, table)
+			return err
+		})
+		return t, err
+	})
+	return a
 }
 
 // op is one unit of work for a worker.
@@ -63,6 +86,9 @@ type op struct {
 	mode          writeMode
 	cols          []open.Column // upsert: the row to write; delete: the handle columns
 	unit          *keylessUnit
+	// fence asks the worker to write everything it was sent so far, then to send on
+	// fence (see produce).
+	fence chan<- struct{}
 }
 
 // keylessUnit applies a table without a handle in one transaction.
@@ -161,7 +187,6 @@ func assignLanes(tables []*tableBuf, target uint64, workers int) [][]int {
 
 func (a *applier) produce(ctx context.Context, tb *tableBuf, target uint64, chans []chan []op, lane []int) error {
 	schema, table := a.cfg.targetSchema(tb.key.Schema), tb.key.Table
-	name := tb.key.String()
 	tableWorker := lane[0]
 	// Ops wait in a per-worker chunk; a worker receives them in the order they were
 	// produced, since every chunk of this table for it comes from here.
@@ -188,6 +213,56 @@ func (a *applier) produce(ctx context.Context, tb *tableBuf, target uint64, chan
 		}
 		return nil
 	}
+	// fence waits until every worker of the lane but the table's own has written what
+	// it was sent of this round: from then on the table's rows all go to tableWorker.
+	fence := func() error {
+		acks := make(chan struct{}, len(lane))
+		n := 0
+		for _, w := range lane {
+			if w == tableWorker {
+				continue
+			}
+			if err := send(w, op{fence: acks}); err != nil {
+				return err
+			}
+			if err := flush(w); err != nil {
+				return err
+			}
+			n++
+		}
+		for ; n > 0; n-- {
+			select {
+			case <-acks:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		return nil
+	}
+	var info *tableInfo
+	ordered := len(lane) == 1
+	mode := modeUpsert
+	var key []byte
+	// route picks the worker of a row by its handle columns (among cols): every
+	// version of a key, and every spelling the downstream's collation holds equal,
+	// goes to one worker. A key that cannot be folded safely in Go may equal any other
+	// key of the table: the table's earlier rows of the round are waited for and the
+	// rest go through tableWorker.
+	route := func(cols []open.Column) (int, error) {
+		if ordered {
+			return tableWorker, nil
+		}
+		var ok bool
+		key, ok = info.routeKey(key[:0], cols)
+		if !ok {
+			if err := fence(); err != nil {
+				return 0, err
+			}
+			ordered = true
+			return tableWorker, nil
+		}
+		return lane[a.hashKey(key)%uint64(len(lane))], nil
+	}
 	first := true
 	for ev, err := range tb.events(target) {
 		if err != nil {
@@ -203,37 +278,55 @@ func (a *applier) produce(ctx context.Context, tb *tableBuf, target uint64, chan
 				}
 				return flush(tableWorker)
 			}
+			// The table decides how its rows are written, never the columns one event
+			// happens to carry.
+			if info, err = a.tables.get(ctx, schema, table); err != nil {
+				return err
+			}
+			if info.exists && info.otherUnique(cols) {
+				ordered, mode = true, modeReplace
+			}
 		}
 		if !keyed {
 			return fmt.Errorf("table %s: row at commit ts %d has no handle key while earlier rows of the round had one", tb.key, ev.CommitTs)
 		}
-		mode, w := modeUpsert, -1
-		if hasOtherUnique(cols) {
-			mode, w = modeReplace, tableWorker
-		}
-		// route picks the worker of a row by its handle columns (among cols).
-		route := func(cols []open.Column) int {
-			if w >= 0 {
-				return w
+		m := mode
+		if !info.exists {
+			// No downstream table to read: one ordered connection, REPLACE when the
+			// row shows another unique key; the statement's error names the table.
+			ordered = true
+			if hasOtherUnique(cols) {
+				m = modeReplace
 			}
-			return lane[hashHandle(name, cols)%uint64(len(lane))]
 		}
 		switch ev.Op {
 		case open.OpDelete:
 			handle := handleCols(cols)
-			if err := send(route(handle), op{schema: schema, table: table, del: true, cols: handle}); err != nil {
+			w, err := route(handle)
+			if err != nil {
+				return err
+			}
+			if err := send(w, op{schema: schema, table: table, del: true, cols: handle}); err != nil {
 				return err
 			}
 		case open.OpUpdate:
 			if ev.OldColumns != nil && handleChanged(ev, cols) {
 				old := handleCols(writable(oldRow(ev)))
-				if err := send(route(old), op{schema: schema, table: table, del: true, cols: old}); err != nil {
+				w, err := route(old)
+				if err != nil {
+					return err
+				}
+				if err := send(w, op{schema: schema, table: table, del: true, cols: old}); err != nil {
 					return err
 				}
 			}
 			fallthrough
 		default:
-			if err := send(route(cols), op{schema: schema, table: table, mode: mode, cols: cols}); err != nil {
+			w, err := route(cols)
+			if err != nil {
+				return err
+			}
+			if err := send(w, op{schema: schema, table: table, mode: m, cols: cols}); err != nil {
 				return err
 			}
 		}
@@ -298,6 +391,13 @@ func (a *applier) worker(ctx context.Context, ch <-chan []op) error {
 	}
 	var last *batch // the batch of the previous op: consecutive ops are mostly of one table
 	add := func(o *op) error {
+		if o.fence != nil {
+			if err := flushAll(); err != nil {
+				return err
+			}
+			o.fence <- struct{}{} // buffered for every worker of the lane
+			return nil
+		}
 		if o.unit != nil {
 			if err := flushAll(); err != nil {
 				return err
@@ -563,33 +663,11 @@ func valueEqual(x, y any) bool {
 	return x == y
 }
 
-// hashHandle hashes a row's table and the values of its handle-key columns (the
-// columns of cols flagged as handle): every version of a row hashes alike.
-func hashHandle(table string, cols []open.Column) uint64 {
-	h := fnv.New64a()
-	_, _ = h.Write([]byte(table))
-	var buf [20]byte
-	for _, c := range cols {
-		if !c.IsHandle() {
-			continue
-		}
-		_, _ = h.Write([]byte{0})
-		switch v := c.Value.(type) {
-		case int64:
-			_, _ = h.Write(strconv.AppendInt(buf[:0], v, 10))
-		case uint64:
-			_, _ = h.Write(strconv.AppendUint(buf[:0], v, 10))
-		case string:
-			_, _ = h.Write([]byte(v))
-		case []byte:
-			_, _ = h.Write(v)
-		case float64:
-			_, _ = h.Write(strconv.AppendUint(buf[:0], math.Float64bits(v), 10))
-		default:
-			_, _ = fmt.Fprint(h, v)
-		}
-	}
-	return h.Sum64()
+// hashKey hashes a row key (tableInfo.routeKey) for routing. The seed is the applier's:
+// a key hashes alike for the applier's life, which is all routing needs (each round's
+// workers finish before the next round).
+func (a *applier) hashKey(key []byte) uint64 {
+	return maphash.Bytes(a.seed, key)
 }
 
 func rowBytes(cols []open.Column) int {

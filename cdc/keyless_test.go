@@ -81,7 +81,7 @@ func (k *keylessRig) start(evs ...open.Event) *rigProcess {
 		}
 	}
 	log := slog.New(slog.NewTextHandler(testWriter{k.t}, nil))
-	ap := &applier{db: k.meta.db, meta: k.meta, cfg: k.cfg, log: log, tableProgress: st.tableProgress}
+	ap := newApplier(k.meta.db, k.meta, k.cfg, log, nil, st.tableProgress)
 	return &rigProcess{rig: k, ap: ap, buf: buf, saved: st}
 }
 

@@ -384,7 +384,7 @@ func (r *Replicator) runOnce(ctx context.Context, started func()) error {
 	}
 	c := &coordinator{
 		r: r, cfg: cfg, log: r.log, meta: m, buf: buf, watch: watch,
-		ap:      &applier{db: applyDB, meta: m, cfg: cfg, log: r.log, hooks: r.hooks, tableProgress: saved.tableProgress},
+		ap:      newApplier(applyDB, m, cfg, r.log, r.hooks, saved.tableProgress),
 		applied: saved.appliedTs, startTs: saved.appliedTs, ddlDone: saved.ddlApplied,
 	}
 	for _, pk := range parts {
@@ -697,6 +697,7 @@ func (c *coordinator) round(ctx context.Context, target uint64) error {
 			return err
 		}
 		c.ddls = c.ddls[1:]
+		c.ap.tables.forget() // the DDL may have changed any table's keys or indexes
 		c.ddlDone[d.key] = true
 		c.ddlCount++
 		if len(c.ddls) == 0 || c.ddls[0].ev.CommitTs != d.ev.CommitTs {

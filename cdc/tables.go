@@ -1,0 +1,180 @@
+package cdc
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/tidb-parity/parity/cdc/open"
+	"github.com/tidb-parity/parity/internal/rowkey"
+)
+
+// tableInfo is what the applier knows of a downstream table, read from the downstream's
+// schema (not from the events: an event's columns say what that event carries, not what
+// the table is — a handle-key-only delete carries no unique-key flags, and the open
+// protocol carries no collation). It decides, per table, how every version of every key
+// is written and routed.
+type tableInfo struct {
+	// exists is false when the downstream has no such table (yet): rows are then
+	// written through one ordered connection, in the mode their flags ask for, and
+	// the statements' own errors say what is wrong.
+	exists bool
+	// uniques lists the column names (lower-cased) of each unique index.
+	uniques [][]string
+	// classes gives the rowkey class of each column by lower-cased name (column names
+	// are case-insensitive); a column missing here is Opaque when it holds text.
+	classes map[string]rowkey.Class
+}
+
+// otherUnique reports whether the table has a unique index other than the one on the
+// handle columns (of cols, a row of the table): a row's write can then conflict with
+// another key's row, so rows are written by REPLACE (evicting stale holders) through one
+// ordered connection.
+func (t *tableInfo) otherUnique(cols []open.Column) bool {
+	var handle []string
+	for i := range cols {
+		if cols[i].IsHandle() {
+			handle = append(handle, strings.ToLower(cols[i].Name))
+		}
+	}
+	for _, u := range t.uniques {
+		if !slices.Equal(u, handle) {
+			return true
+		}
+	}
+	return false
+}
+
+// class returns the key class of column c.
+func (t *tableInfo) class(c *open.Column) rowkey.Class {
+	switch c.Type {
+	case open.TypeVarchar, open.TypeVarString, open.TypeString,
+		open.TypeTinyBlob, open.TypeBlob, open.TypeMediumBlob, open.TypeLongBlob:
+	default:
+		return rowkey.Exact // numbers, DECIMAL and temporal text, ENUM/SET, BIT
+	}
+	if k, ok := t.classes[strings.ToLower(c.Name)]; ok {
+		return k
+	}
+	return rowkey.Opaque
+}
+
+// routeKey appends the collation-aware key of a row's handle columns (the columns of
+// cols flagged as handle). ok is false when a value cannot be folded safely: the key may
+// then equal another key of the table whose encoding differs.
+func (t *tableInfo) routeKey(dst []byte, cols []open.Column) ([]byte, bool) {
+	all := true
+	for i := range cols {
+		c := &cols[i]
+		if !c.IsHandle() {
+			continue
+		}
+		var ok bool
+		dst, ok = rowkey.Append(dst, c.Value, t.class(c))
+		all = all && ok
+	}
+	return dst, all
+}
+
+// tableInfos caches tableInfo per downstream table until the next DDL.
+type tableInfos struct {
+	load func(ctx context.Context, schema, table string) (*tableInfo, error)
+
+	mu sync.Mutex
+	m  map[[2]string]*tableInfo
+}
+
+func newTableInfos(load func(ctx context.Context, schema, table string) (*tableInfo, error)) *tableInfos {
+	return &tableInfos{load: load, m: map[[2]string]*tableInfo{}}
+}
+
+// get returns the table's info, reading it on first use after a DDL.
+func (ti *tableInfos) get(ctx context.Context, schema, table string) (*tableInfo, error) {
+	k := [2]string{schema, table}
+	ti.mu.Lock()
+	t := ti.m[k]
+	ti.mu.Unlock()
+	if t != nil {
+		return t, nil
+	}
+	t, err := ti.load(ctx, schema, table)
+	if err != nil {
+		return nil, err
+	}
+	if t.exists { // a table created later (not by the changefeed) is read again
+		ti.mu.Lock()
+		ti.m[k] = t
+		ti.mu.Unlock()
+	}
+	return t, nil
+}
+
+// forget drops everything read: a DDL may have changed any table (RENAME, indexes,
+// collations).
+func (ti *tableInfos) forget() {
+	ti.mu.Lock()
+	clear(ti.m)
+	ti.mu.Unlock()
+}
+
+// loadTableInfo reads a table's unique indexes and column collations from the
+// downstream's information_schema.
+func loadTableInfo(ctx context.Context, db *sql.DB, schema, table string) (*tableInfo, error) {
+	t := &tableInfo{classes: map[string]rowkey.Class{}}
+	rows, err := db.QueryContext(ctx,
+		"SELECT COLUMN_NAME, COALESCE(COLLATION_NAME, '') FROM information_schema.COLUMNS WHERE TABLE_SCHEMA=? AND TABLE_NAME=?",
+		schema, table)
+	if err != nil {
+		return nil, fmt.Errorf("reading the columns of %s.%s: %w", schema, table, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var name, coll string
+		if err := rows.Scan(&name, &coll); err != nil {
+			return nil, fmt.Errorf("reading the columns of %s.%s: %w", schema, table, err)
+		}
+		t.exists = true
+		t.classes[strings.ToLower(name)] = rowkey.ClassOf(coll)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("reading the columns of %s.%s: %w", schema, table, err)
+	}
+	if !t.exists {
+		return t, nil
+	}
+	// Index columns in the table's column order, as TiCDC lists a row's handle columns.
+	irows, err := db.QueryContext(ctx, `SELECT s.INDEX_NAME, s.COLUMN_NAME, s.SUB_PART IS NOT NULL
+FROM information_schema.STATISTICS s JOIN information_schema.COLUMNS c
+  ON c.TABLE_SCHEMA=s.TABLE_SCHEMA AND c.TABLE_NAME=s.TABLE_NAME AND c.COLUMN_NAME=s.COLUMN_NAME
+WHERE s.TABLE_SCHEMA=? AND s.TABLE_NAME=? AND s.NON_UNIQUE=0
+ORDER BY s.INDEX_NAME, c.ORDINAL_POSITION`, schema, table)
+	if err != nil {
+		return nil, fmt.Errorf("reading the indexes of %s.%s: %w", schema, table, err)
+	}
+	defer irows.Close()
+	last := ""
+	for irows.Next() {
+		var index, col string
+		var prefix bool
+		if err := irows.Scan(&index, &col, &prefix); err != nil {
+			return nil, fmt.Errorf("reading the indexes of %s.%s: %w", schema, table, err)
+		}
+		if len(t.uniques) == 0 || index != last {
+			t.uniques = append(t.uniques, nil)
+			last = index
+		}
+		n := len(t.uniques) - 1
+		col = strings.ToLower(col)
+		if prefix {
+			col += "(prefix)" // unique on a prefix: conflicts between different keys
+		}
+		t.uniques[n] = append(t.uniques[n], col)
+	}
+	if err := irows.Err(); err != nil {
+		return nil, fmt.Errorf("reading the indexes of %s.%s: %w", schema, table, err)
+	}
+	return t, nil
+}
