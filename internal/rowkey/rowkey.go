@@ -175,23 +175,24 @@ func foldText(dst []byte, s string) ([]byte, bool) {
 			dst = appendASCII(dst, s[i])
 		}
 	} else {
-		var buf [utf8.UTFMax]byte
-		for _, r := range norm.NFKD.String(s) {
+		for _, r := range s {
 			switch {
 			case r < utf8.RuneSelf:
 				dst = appendASCII(dst, byte(r))
-			case unicode.Is(unicode.Mn, r) || unicode.Is(unicode.Me, r) || unicode.Is(unicode.Cc, r):
-			case unicode.Is(unicode.Greek, r) || unicode.Is(unicode.Cyrillic, r):
-				if !unicode.IsLetter(r) {
+			case r < tableEnd:
+				f := &foldTable[r-utf8.RuneSelf]
+				if !f.ok {
 					return dst, false
 				}
-				n := utf8.EncodeRune(buf[:], caseOrbitMin(r))
-				dst = append(dst, buf[:n]...)
-			case r <= 0xFFFF && unicode.Is(unicode.Han, r):
-				n := utf8.EncodeRune(buf[:], r)
-				dst = append(dst, buf[:n]...)
+				dst = append(dst, f.s...)
+			case r >= 0x4E00 && r <= 0x9FFF: // CJK Unified Ideographs: no decomposition
+				dst = utf8.AppendRune(dst, r)
 			default:
-				return dst, false
+				f, ok := foldRune(r)
+				if !ok {
+					return dst, false
+				}
+				dst = append(dst, f...)
 			}
 		}
 	}
@@ -201,6 +202,43 @@ func foldText(dst []byte, s string) ([]byte, bool) {
 	}
 	return append(dst[:end], endOfText, 0x01), true
 }
+
+// foldRune folds one non-ASCII character (see foldText). Marks are dropped whole, so
+// decomposing each character on its own gives what decomposing the string would.
+func foldRune(r rune) (string, bool) {
+	var out []byte
+	for _, d := range norm.NFKD.String(string(r)) {
+		switch {
+		case d < utf8.RuneSelf:
+			out = appendASCII(out, byte(d))
+		case unicode.Is(unicode.Mn, d) || unicode.Is(unicode.Me, d) || unicode.Is(unicode.Cc, d):
+		case unicode.Is(unicode.Greek, d) || unicode.Is(unicode.Cyrillic, d):
+			if !unicode.IsLetter(d) {
+				return "", false
+			}
+			out = utf8.AppendRune(out, caseOrbitMin(d))
+		case d <= 0xFFFF && unicode.Is(unicode.Han, d):
+			out = utf8.AppendRune(out, d)
+		default:
+			return "", false
+		}
+	}
+	return string(out), true
+}
+
+// foldTable holds foldRune of the characters below tableEnd (Latin, combining marks,
+// Greek, Cyrillic), the ones keys are most often made of beyond ASCII.
+const tableEnd = 0x500
+
+var foldTable = func() (t [tableEnd - utf8.RuneSelf]struct {
+	s  string
+	ok bool
+}) {
+	for i := range t {
+		t[i].s, t[i].ok = foldRune(rune(i + utf8.RuneSelf))
+	}
+	return t
+}()
 
 // appendASCII appends an ASCII byte folded: letters lower-cased, controls dropped, NUL
 // escaped (a NUL is a control and never reaches the escape, but the rule stays local).
