@@ -1,0 +1,1182 @@
+package e2e
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+	"unicode"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/segmentio/kafka-go"
+
+	"github.com/tidb-parity/parity/cdc/loadgen"
+	"github.com/tidb-parity/parity/cdc/open"
+	"github.com/tidb-parity/parity/cdc/upstream"
+	"github.com/tidb-parity/parity/internal/ident"
+	"github.com/tidb-parity/parity/internal/testenv"
+)
+
+// TestCollationKeys is issue 24's end-to-end test: keys that are equal under their
+// column's collation but spelled with other bytes ('ase', 'ASE', 'Asé', 'ase ') are one
+// key, and parity serve must apply their changes as TiDB made them.
+//
+// Tables with utf8mb4_general_ci, utf8mb4_unicode_ci and PAD SPACE utf8mb4_bin string
+// primary keys (clustered, keyed in TiDB's storage by the collation key, and
+// non-clustered, keyed by _tidb_rowid), a composite (INT, VARCHAR _ci) key and a _ci
+// UNIQUE secondary key are created on TiDB; the changefeed carries their CREATE TABLE.
+// One TiDB session then respells keys by case, accent and trailing spaces, several
+// times inside one transaction and across adjacent ones, deletes and re-inserts
+// respelled keys, swaps keys between rows through a temporary key, and moves unique
+// values between rows. Every committed transaction becomes the events TiCDC's Kafka
+// sink would send: one per changed row (TiCDC sees a transaction's net change of each
+// storage key), full images with TiCDC's types and flags, an update that changes a
+// primary- or unique-key value split into a delete and an insert with the deletes
+// first (output-raw-change-event = false), its real commit ts, encoded by cdc/open,
+// dispatched over 3 partitions by table for some tables and by index value for others
+// (TiCDC's per-table [[sink.dispatchers]]), and a resolved ts after every 2-5
+// transactions — so one applier round holds several spellings of one key. parity serve
+// applies them with 6 workers and batches of 3 rows; then every table on the fallback
+// must equal TiDB at the last commit ts, every column compared as HEX bytes.
+//
+// PARITY_COLLATION_REPS (default 50) repeats the pattern set; PARITY_COLLATION_SEED
+// (default 24) seeds the workload's choices.
+func TestCollationKeys(t *testing.T) {
+	reps := collEnvInt(t, "PARITY_COLLATION_REPS", 50)
+	seed := uint64(collEnvInt(t, "PARITY_COLLATION_SEED", 24))
+	e := newEnv(t, 3, true)
+	e.writeConfig("", "workers = 6\nbatch-rows = 3\n")
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+
+	up := openCollSession(t, e.upDSN, e.db)
+	down := e.open(e.downDSN, e.db)
+	var eq int
+	if err := up.QueryRowContext(ctx, "SELECT 'a' = 'A' COLLATE utf8mb4_general_ci").Scan(&eq); err != nil || eq != 1 {
+		t.Fatalf("TiDB must run with new collations ('a' = 'A' COLLATE utf8mb4_general_ci gave %d, %v)", eq, err)
+	}
+	r := rand.New(rand.NewPCG(seed, 24))
+	tables := collTables(r)
+	for _, ct := range tables {
+		collCheckSpellings(t, ctx, "TiDB", up, ct)
+		collCheckSpellings(t, ctx, "fallback", down, ct)
+	}
+
+	pub := newCollPublisher(t, e, tables)
+	for _, ct := range tables {
+		if _, err := up.ExecContext(ctx, ct.ddl); err != nil {
+			t.Fatalf("create table %s on TiDB: %v", ct.name, err)
+		}
+		meta, err := upstream.LoadTable(ctx, up, e.db, ct.name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ct.meta = meta
+		pub.send(collBatch{ddl: &open.Event{Kind: open.KindDDL, CommitTs: testenv.TiDBTSO(t, up), Schema: e.db,
+			Table: ct.name, Query: ct.ddl, DDLType: 3}})
+	}
+	pub.send(collBatch{resolved: testenv.TiDBTSO(t, up)})
+	s := e.startServe()
+
+	conn, err := up.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	w := &collWorkload{t: t, ctx: ctx, conn: conn, r: r, pub: pub, schema: e.db}
+	start := time.Now()
+	checks := 0
+	for rep := 0; rep < reps; rep++ {
+		for _, ct := range tables {
+			w.rounds(ct)
+		}
+		// A lost row is healed by the next insert of its key: compare every few
+		// repetitions, once serve has applied all of them (nothing newer is published
+		// yet, so the fallback is exactly at lastTs).
+		if (rep+1)%collCheckEvery == 0 || rep == reps-1 {
+			if err := pub.failed(); err != nil {
+				t.Fatalf("publish: %v", err)
+			}
+			e.waitApplied(s, w.lastTs, time.Minute)
+			compareCollTables(t, ctx, up, down, e.db, tables, w.lastTs)
+			checks++
+			if t.Failed() {
+				t.Fatalf("the fallback differs from TiDB after repetition %d of %d (%d transactions, %d rounds so far)",
+					rep+1, reps, w.txns, w.roundsDone)
+			}
+		}
+	}
+	if err := pub.close(); err != nil {
+		t.Fatalf("publish: %v", err)
+	}
+	t.Logf("workload: %d transactions, %d row events, %d rounds in %v; %d key respellings split into delete + insert, "+
+		"%d rounds deleting and inserting one key under two spellings; the fallback equalled TiDB at %d checkpoints, the last at ts %d",
+		w.txns, w.events, w.roundsDone, time.Since(start).Round(time.Millisecond), w.respelled, w.collisions, checks, w.lastTs)
+	if w.respelled < reps || w.collisions < reps {
+		t.Fatalf("the workload respelled too few keys (%d respellings, %d colliding rounds for %d repetitions): it no longer exercises the issue",
+			w.respelled, w.collisions, reps)
+	}
+	s.stop(t)
+}
+
+// collCheckEvery is how many repetitions run between two comparisons.
+const collCheckEvery = 5
+
+func collEnvInt(t *testing.T, name string, def int) int {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n <= 0 {
+		t.Fatalf("%s=%q: want a positive integer", name, v)
+	}
+	return n
+}
+
+// openCollSession opens TiDB as the workload uses it: pessimistic transactions whose
+// commit ts comes from the TSO (as loadgen's sessions), parameters interpolated.
+func openCollSession(t *testing.T, dsn, db string) *sql.DB {
+	t.Helper()
+	c, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.DBName = db
+	c.InterpolateParams = true
+	c.ParseTime = false
+	if c.Params == nil {
+		c.Params = map[string]string{}
+	}
+	c.Params["time_zone"] = "'+00:00'"
+	c.Params["tidb_txn_mode"] = "'pessimistic'"
+	c.Params["tidb_enable_async_commit"] = "0"
+	c.Params["tidb_enable_1pc"] = "0"
+	sdb, err := sql.Open("mysql", c.FormatDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sdb.SetMaxOpenConns(4)
+	t.Cleanup(func() { sdb.Close() })
+	return sdb
+}
+
+// collTable is one table of the test and the workload's model of its rows.
+type collTable struct {
+	name string
+	ddl  string
+	coll string // collation of the string key column
+	// dispatch is the table's partition rule ([[sink.dispatchers]] partition).
+	dispatch string
+	// keyCols are the primary-key columns; the key column `k` (or `u`) is a string.
+	keyCols []string
+	// identity is the SQL expression of a row's key in TiDB's storage: the unit TiCDC
+	// sees changed once per transaction. Clustered string keys are stored under their
+	// collation key (WEIGHT_STRING), non-clustered tables under _tidb_rowid.
+	identity string
+	rowid    bool // identity is _tidb_rowid (TiCDC's "rid")
+	unique   bool // INT primary key `id`, the string is the UNIQUE column `u`
+	grouped  bool // composite key (g, k)
+	// families are the spellings of the keys; all spellings of a family are equal
+	// under coll, different families are not.
+	families [][]string
+	meta     *upstream.Table
+
+	// history lists the events sent for each key (by familyKey), for failure messages.
+	history map[string][]string
+
+	present map[collSlot]bool // key tables: which keys hold a row
+	holds   map[int64]int     // unique table: id -> family of its u, or -1 for its own "free" value
+	nextID  int64
+}
+
+// collSlot is one key of a key table: family fam, in group g of a composite key.
+type collSlot struct{ g, fam int }
+
+const collTmpKey = "~tmp" // the temporary key of a swap
+
+func collTables(r *rand.Rand) []*collTable {
+	ci := func() [][]string {
+		return [][]string{collCISpellings(r, "ase"), collCISpellings(r, "ole"), collCISpellings(r, "uni")}
+	}
+	// Under utf8mb4_bin only trailing spaces respell a key; case and accents make
+	// other keys.
+	bin := [][]string{collPadSpellings("ase"), collPadSpellings("Ase"), collPadSpellings("asé")}
+	keyTable := func(name, coll, clustered, dispatch string, fam [][]string) *collTable {
+		ct := &collTable{
+			name: name, coll: coll, dispatch: dispatch, keyCols: []string{"k"}, families: fam,
+			ddl: "CREATE TABLE " + ident.Quote(name) + " (\n" +
+				"  `k` VARCHAR(32) CHARACTER SET utf8mb4 COLLATE " + coll + " NOT NULL,\n" +
+				"  `v` BIGINT NOT NULL,\n" +
+				"  `note` VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,\n" +
+				"  PRIMARY KEY (`k`) /*T![clustered_index] " + clustered + " */\n" +
+				") DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin",
+		}
+		if clustered == "CLUSTERED" {
+			ct.identity = "HEX(WEIGHT_STRING(`k`))"
+		} else {
+			ct.identity, ct.rowid = "_tidb_rowid", true
+		}
+		return ct
+	}
+	comp := &collTable{
+		name: "comp", coll: "utf8mb4_general_ci", dispatch: loadgen.DispatchTable, keyCols: []string{"g", "k"}, grouped: true,
+		families: [][]string{collCISpellings(r, "ase"), collCISpellings(r, "ole")},
+		identity: "CONCAT(`g`, ',', HEX(WEIGHT_STRING(`k`)))",
+		ddl: "CREATE TABLE `comp` (\n" +
+			"  `g` INT NOT NULL,\n" +
+			"  `k` VARCHAR(32) CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci NOT NULL,\n" +
+			"  `v` BIGINT NOT NULL,\n" +
+			"  `note` VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,\n" +
+			"  PRIMARY KEY (`g`, `k`) /*T![clustered_index] CLUSTERED */\n" +
+			") DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin",
+	}
+	uk := &collTable{
+		name: "uk", coll: "utf8mb4_general_ci", dispatch: loadgen.DispatchIndexValue, keyCols: []string{"id"}, unique: true,
+		families: ci(), identity: "`id`",
+		ddl: "CREATE TABLE `uk` (\n" +
+			"  `id` INT NOT NULL,\n" +
+			"  `u` VARCHAR(32) CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci NOT NULL,\n" +
+			"  `v` BIGINT NOT NULL,\n" +
+			"  PRIMARY KEY (`id`) /*T![clustered_index] CLUSTERED */,\n" +
+			"  UNIQUE KEY `u` (`u`)\n" +
+			") DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin",
+	}
+	// Each collation's key is dispatched by table (a table's rows in one partition, in
+	// TiCDC's order) and by index value (a split update's delete and insert of two
+	// spellings land in different partitions, so only their commit ts orders them).
+	tbl, iv := loadgen.DispatchTable, loadgen.DispatchIndexValue
+	out := []*collTable{
+		keyTable("gci", "utf8mb4_general_ci", "CLUSTERED", tbl, ci()),
+		keyTable("gci_rowid", "utf8mb4_general_ci", "NONCLUSTERED", iv, ci()),
+		keyTable("uci", "utf8mb4_unicode_ci", "CLUSTERED", iv, ci()),
+		keyTable("uci_rowid", "utf8mb4_unicode_ci", "NONCLUSTERED", tbl, ci()),
+		keyTable("bin", "utf8mb4_bin", "NONCLUSTERED", tbl, bin),
+		keyTable("bin_iv", "utf8mb4_bin", "CLUSTERED", iv, bin),
+		comp,
+		uk,
+	}
+	for _, ct := range out {
+		ct.present = map[collSlot]bool{}
+		ct.holds = map[int64]int{}
+		ct.history = map[string][]string{}
+	}
+	return out
+}
+
+// collAccents are spellings equal to a vowel under utf8mb4_general_ci and _unicode_ci, on
+// TiDB and on MariaDB (collCheckSpellings verifies it on both).
+var collAccents = map[rune][]rune{
+	'a': []rune("áàâäÁÀÂÄ"), 'e': []rune("éèêëÉÈÊË"), 'i': []rune("íìîïÍÌÎÏ"),
+	'o': []rune("óòôöÓÒÔÖ"), 'u': []rune("úùûüÚÙÛÜ"),
+}
+
+// collCISpellings returns about a dozen spellings of base under a _ci collation: the word
+// itself, upper case, and random mixes of case, collAccents and trailing spaces.
+func collCISpellings(r *rand.Rand, base string) []string {
+	out := []string{base, strings.ToUpper(base), strings.ToUpper(base[:1]) + base[1:], base + " "}
+	for len(out) < 12 {
+		var b strings.Builder
+		for _, c := range base {
+			switch x := r.IntN(3); {
+			case x == 0 && collAccents[c] != nil:
+				b.WriteRune(collAccents[c][r.IntN(len(collAccents[c]))])
+			case x == 1:
+				b.WriteRune(unicode.ToUpper(c))
+			default:
+				b.WriteRune(c)
+			}
+		}
+		b.WriteString(strings.Repeat(" ", r.IntN(3)))
+		if s := b.String(); !slices.Contains(out, s) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func collPadSpellings(base string) []string {
+	return []string{base, base + " ", base + "  ", base + "   "}
+}
+
+// collCheckSpellings proves the test's premise on one server: the spellings of a family
+// are equal under the table's collation, different families are not.
+func collCheckSpellings(t *testing.T, ctx context.Context, server string, db *sql.DB, ct *collTable) {
+	t.Helper()
+	var exprs []string
+	var args []any
+	var what []string
+	for i, fam := range ct.families {
+		for _, sp := range fam[1:] {
+			exprs = append(exprs, "CONVERT(? USING utf8mb4) COLLATE "+ct.coll+" = CONVERT(? USING utf8mb4)")
+			args = append(args, fam[0], sp)
+			what = append(what, fmt.Sprintf("%q = %q", fam[0], sp))
+		}
+		for _, other := range ct.families[i+1:] {
+			exprs = append(exprs, "CONVERT(? USING utf8mb4) COLLATE "+ct.coll+" <> CONVERT(? USING utf8mb4)")
+			args = append(args, fam[0], other[0])
+			what = append(what, fmt.Sprintf("%q <> %q", fam[0], other[0]))
+		}
+	}
+	got := make([]int, len(exprs))
+	dest := make([]any, len(exprs))
+	for i := range got {
+		dest[i] = &got[i]
+	}
+	if err := db.QueryRowContext(ctx, "SELECT "+strings.Join(exprs, ", "), args...).Scan(dest...); err != nil {
+		t.Fatalf("%s: check spellings of %s: %v", server, ct.name, err)
+	}
+	for i, v := range got {
+		if v != 1 {
+			t.Fatalf("%s: %s is false under %s: the test's spellings do not hold on this server", server, what[i], ct.coll)
+		}
+	}
+}
+
+// collBatch is what the publisher writes next: a DDL, or a round's row events followed
+// by a resolved ts, or a resolved ts alone.
+type collBatch struct {
+	ddl      *open.Event
+	rows     []*open.Event
+	resolved uint64
+}
+
+// collPublisher writes batches to the topic in order, in the background, as TiCDC's
+// Kafka sink would: row events dispatched by their table's rule and batched per (partition,
+// partition key), DDL and resolved events broadcast to every partition after the rows.
+type collPublisher struct {
+	e     *env
+	w     *kafka.Writer
+	disp  map[string]loadgen.Dispatcher // by table
+	enc   *open.Encoder
+	ch    chan collBatch
+	done  chan struct{}
+	err   error
+	ctx   context.Context
+	stopF context.CancelFunc
+}
+
+func newCollPublisher(t *testing.T, e *env, tables []*collTable) *collPublisher {
+	t.Helper()
+	disp := map[string]loadgen.Dispatcher{}
+	for _, ct := range tables {
+		d, err := loadgen.NewDispatcher(ct.dispatch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		disp[ct.name] = d
+	}
+	enc, err := open.NewEncoder(open.DefaultEncoderConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	p := &collPublisher{
+		e: e, disp: disp, enc: enc, ch: make(chan collBatch, 64), done: make(chan struct{}), ctx: ctx, stopF: cancel,
+		w: &kafka.Writer{
+			Addr:         kafka.TCP(e.broker),
+			Topic:        e.topic,
+			Balancer:     kafka.BalancerFunc(func(m kafka.Message, _ ...int) int { return m.Partition }),
+			BatchTimeout: time.Millisecond,
+			RequiredAcks: kafka.RequireAll,
+		},
+	}
+	go p.run()
+	t.Cleanup(func() { _ = p.close() })
+	return p
+}
+
+func (p *collPublisher) send(b collBatch) {
+	select {
+	case p.ch <- b:
+	case <-p.done: // failed; close reports it
+	}
+}
+
+// failed returns the error that stopped the publisher, if it stopped.
+func (p *collPublisher) failed() error {
+	select {
+	case <-p.done:
+		if p.err == nil {
+			return errors.New("publisher stopped")
+		}
+		return p.err
+	default:
+		return nil
+	}
+}
+
+// close publishes what was sent and returns the first error.
+func (p *collPublisher) close() error {
+	select {
+	case <-p.done:
+	default:
+		close(p.ch)
+		<-p.done
+	}
+	p.stopF()
+	return p.err
+}
+
+func (p *collPublisher) run() {
+	defer close(p.done)
+	defer p.w.Close()
+	for b := range p.ch {
+		if err := p.write(b); err != nil {
+			p.err = err
+			return
+		}
+	}
+}
+
+func (p *collPublisher) write(b collBatch) error {
+	broadcast := func(m open.Message) error {
+		msgs := make([]kafka.Message, p.e.partitions)
+		for i := range msgs {
+			msgs[i] = kafka.Message{Partition: i, Key: m.Key, Value: m.Value}
+		}
+		return writeRetry(p.ctx, p.w, msgs)
+	}
+	if b.ddl != nil {
+		m, err := p.enc.EncodeDDL(b.ddl)
+		if err != nil {
+			return err
+		}
+		if err := broadcast(m); err != nil {
+			return fmt.Errorf("ddl of %s: %w", b.ddl.Table, err)
+		}
+	}
+	if len(b.rows) > 0 {
+		type group struct {
+			partition int
+			enc       *open.Encoder
+		}
+		groups := map[string]*group{}
+		var order []*group
+		for _, ev := range b.rows {
+			part, key := p.disp[ev.Table].Dispatch(ev, p.e.partitions)
+			gk := strconv.Itoa(part) + "/" + key
+			g := groups[gk]
+			if g == nil {
+				enc, err := open.NewEncoder(open.DefaultEncoderConfig())
+				if err != nil {
+					return err
+				}
+				g = &group{partition: part, enc: enc}
+				groups[gk] = g
+				order = append(order, g)
+			}
+			if err := g.enc.AppendRow(ev); err != nil {
+				return fmt.Errorf("encode %s row at ts %d: %w", ev.Table, ev.CommitTs, err)
+			}
+		}
+		var msgs []kafka.Message
+		for _, g := range order {
+			for _, m := range g.enc.Build() {
+				msgs = append(msgs, kafka.Message{Partition: g.partition, Key: m.Key, Value: m.Value})
+			}
+		}
+		if err := writeRetry(p.ctx, p.w, msgs); err != nil {
+			return fmt.Errorf("write %d records: %w", len(msgs), err)
+		}
+	}
+	if b.resolved > 0 {
+		if err := broadcast(p.enc.EncodeResolved(b.resolved)); err != nil {
+			return fmt.Errorf("resolved ts %d: %w", b.resolved, err)
+		}
+	}
+	return nil
+}
+
+// collWorkload runs the transactions on one TiDB session and turns each into TiCDC's
+// events.
+type collWorkload struct {
+	t      *testing.T
+	ctx    context.Context
+	conn   *sql.Conn
+	r      *rand.Rand
+	pub    *collPublisher
+	schema string
+
+	seq    int64  // the value written to `v`, new for every statement
+	lastTs uint64 // commit ts of the last transaction
+	round  []*open.Event
+
+	txns, events, roundsDone, respelled, collisions int
+}
+
+// rounds runs a few rounds of transactions on one table: each round 2-5 transactions,
+// each a pattern picked at random among a few keys, then a resolved ts.
+func (w *collWorkload) rounds(ct *collTable) {
+	for range 2 {
+		n := 2 + w.r.IntN(4)
+		for range n {
+			if ct.unique {
+				w.uniqueTxn(ct)
+			} else {
+				w.keyTxn(ct)
+			}
+		}
+		w.flush(ct)
+	}
+}
+
+// flush publishes the round's events and the last commit ts as resolved ts.
+func (w *collWorkload) flush(ct *collTable) {
+	// A round in which one key is deleted under one spelling and inserted under another
+	// is what the issue's race needs.
+	type seen struct{ del, ins map[string]bool }
+	byFam := map[string]*seen{}
+	for _, ev := range w.round {
+		fk, spell := ct.familyKey(ev.Columns)
+		var vals []string
+		for _, c := range ev.Columns {
+			vals = append(vals, c.Name+"="+strconv.Quote(loadgen.ColumnValueString(c)))
+		}
+		ct.history[fk] = append(ct.history[fk], fmt.Sprintf("round %d, commit ts %d: %s %s", w.roundsDone, ev.CommitTs, ev.Op, strings.Join(vals, " ")))
+		if ev.Op == open.OpUpdate {
+			continue
+		}
+		s := byFam[fk]
+		if s == nil {
+			s = &seen{map[string]bool{}, map[string]bool{}}
+			byFam[fk] = s
+		}
+		if ev.Op == open.OpDelete {
+			s.del[spell] = true
+		} else {
+			s.ins[spell] = true
+		}
+	}
+	for _, s := range byFam {
+		collide := false
+		for d := range s.del {
+			for i := range s.ins {
+				if d != i {
+					collide = true
+				}
+			}
+		}
+		if collide {
+			w.collisions++
+			break
+		}
+	}
+	w.pub.send(collBatch{rows: w.round, resolved: w.lastTs})
+	w.round = nil
+	w.roundsDone++
+}
+
+// familyKey names the key a row holds up to its collation (the family of its string
+// key part), and its exact spelling.
+func (ct *collTable) familyKey(cols []open.Column) (fam, spelling string) {
+	var f, s []string
+	for _, c := range cols {
+		if c.Flags&(open.FlagHandleKey|open.FlagUniqueKey) == 0 {
+			continue
+		}
+		v := loadgen.ColumnValueString(c)
+		if ct.unique && c.Name == "id" {
+			continue // the unique value is the contested key
+		}
+		s = append(s, v)
+		if c.Name == "k" || c.Name == "u" {
+			for i, family := range ct.families {
+				if slices.Contains(family, v) {
+					v = "family" + strconv.Itoa(i)
+				}
+			}
+		}
+		f = append(f, v)
+	}
+	return strings.Join(f, ","), strings.Join(s, ",")
+}
+
+func (w *collWorkload) fatalf(format string, args ...any) {
+	w.t.Helper()
+	w.t.Fatalf(format, args...)
+}
+
+// exec runs one statement of the open transaction; it must change exactly one row
+// (the workload's model of the table says which rows exist).
+func (w *collWorkload) exec(q string, args ...any) {
+	w.t.Helper()
+	res, err := w.conn.ExecContext(w.ctx, q, args...)
+	if err != nil {
+		w.fatalf("TiDB: %s %v: %v", q, args, err)
+	}
+	if n, err := res.RowsAffected(); err != nil || n != 1 {
+		w.fatalf("TiDB: %s %v changed %d rows (%v), want 1: the workload's model is wrong", q, args, n, err)
+	}
+}
+
+// images reads every row of the table inside the open transaction, by storage key.
+func (w *collWorkload) images(ct *collTable) map[string][]open.Column {
+	w.t.Helper()
+	rows, err := w.conn.QueryContext(w.ctx, "SELECT "+ct.identity+", "+ct.meta.SelectList()+" FROM "+ct.meta.QualifiedName())
+	if err != nil {
+		w.fatalf("TiDB: read %s: %v", ct.name, err)
+	}
+	imgs, lead, err := upstream.ScanRows(rows, ct.meta, 1)
+	if err != nil {
+		w.fatalf("TiDB: %v", err)
+	}
+	out := make(map[string][]open.Column, len(imgs))
+	for i, img := range imgs {
+		out[string(lead[i][0])] = img
+	}
+	return out
+}
+
+// txn runs body in one TiDB transaction and adds TiCDC's events of it to the round.
+func (w *collWorkload) txn(ct *collTable, body func()) {
+	w.t.Helper()
+	if _, err := w.conn.ExecContext(w.ctx, "BEGIN PESSIMISTIC"); err != nil {
+		w.fatalf("TiDB: begin: %v", err)
+	}
+	before := w.images(ct)
+	body()
+	after := w.images(ct)
+	if _, err := w.conn.ExecContext(w.ctx, "COMMIT"); err != nil {
+		w.fatalf("TiDB: commit: %v", err)
+	}
+	var info string
+	if err := w.conn.QueryRowContext(w.ctx, "SELECT @@tidb_last_txn_info").Scan(&info); err != nil {
+		w.fatalf("TiDB: read @@tidb_last_txn_info: %v", err)
+	}
+	var ti struct {
+		CommitTs uint64 `json:"commit_ts"`
+	}
+	if err := json.Unmarshal([]byte(info), &ti); err != nil || ti.CommitTs <= w.lastTs {
+		w.fatalf("TiDB: @@tidb_last_txn_info %q (%v): no commit after ts %d", info, err, w.lastTs)
+	}
+	w.lastTs = ti.CommitTs
+	evs := w.changes(ct, before, after, ti.CommitTs)
+	w.round = append(w.round, evs...)
+	w.txns++
+	w.events += len(evs)
+}
+
+// changes returns the events TiCDC emits for a transaction that turned the table from
+// before into after: one change per storage key (the puller sees each key's last
+// write), in TiCDC's sorter order (deletes, updates, inserts; by key), updates that
+// change a primary- or unique-key value split into delete + insert, and then the
+// deletes moved ahead of everything else (tiflow trySplitAndSortUpdateEvent).
+func (w *collWorkload) changes(ct *collTable, before, after map[string][]open.Column, ts uint64) []*open.Event {
+	ids := func(m map[string][]open.Column) []string {
+		out := make([]string, 0, len(m))
+		for id := range m {
+			out = append(out, id)
+		}
+		slices.SortFunc(out, func(a, b string) int {
+			x, errA := strconv.ParseInt(a, 10, 64)
+			y, errB := strconv.ParseInt(b, 10, 64)
+			if errA == nil && errB == nil {
+				return cmp.Compare(x, y)
+			}
+			return strings.Compare(a, b)
+		})
+		return out
+	}
+	ev := func(id string, op open.Op, cols, old []open.Column) *open.Event {
+		e := &open.Event{Kind: open.KindRow, CommitTs: ts, Schema: w.schema, Table: ct.name, Op: op, Columns: cols, OldColumns: old}
+		if ct.rowid || ct.unique {
+			e.RowID, _ = strconv.ParseInt(id, 10, 64)
+		}
+		return e
+	}
+	var dels, upds, ins []*open.Event
+	for _, id := range ids(before) {
+		if after[id] == nil {
+			dels = append(dels, ev(id, open.OpDelete, before[id], nil))
+		}
+	}
+	for _, id := range ids(after) {
+		old := before[id]
+		switch {
+		case old == nil:
+			ins = append(ins, ev(id, open.OpInsert, after[id], nil))
+		case !collSameColumns(old, after[id]):
+			upds = append(upds, ev(id, open.OpUpdate, after[id], old))
+		}
+	}
+	var out []*open.Event
+	for _, list := range [][]*open.Event{dels, upds, ins} {
+		for _, e := range list {
+			if e.Op != open.OpUpdate || !collKeyChanged(e) {
+				out = append(out, e)
+				continue
+			}
+			if fOld, sOld := ct.familyKey(e.OldColumns); true {
+				if fNew, sNew := ct.familyKey(e.Columns); fOld == fNew && sOld != sNew {
+					w.respelled++
+				}
+			}
+			del := *e
+			del.Op, del.Columns, del.OldColumns = open.OpDelete, e.OldColumns, nil
+			insert := *e
+			insert.Op, insert.OldColumns = open.OpInsert, nil
+			out = append(out, &del, &insert)
+		}
+	}
+	slices.SortStableFunc(out, func(a, b *open.Event) int {
+		return cmp.Compare(collBoolInt(a.Op != open.OpDelete), collBoolInt(b.Op != open.OpDelete))
+	})
+	return out
+}
+
+func collBoolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// collKeyChanged is TiCDC's ShouldSplitUpdateEvent: a handle- or unique-key column's value
+// string differs between the old and the new row.
+func collKeyChanged(e *open.Event) bool {
+	for i, c := range e.Columns {
+		if c.Flags&(open.FlagHandleKey|open.FlagUniqueKey) != 0 &&
+			loadgen.ColumnValueString(c) != loadgen.ColumnValueString(e.OldColumns[i]) {
+			return true
+		}
+	}
+	return false
+}
+
+func collSameColumns(a, b []open.Column) bool {
+	return slices.EqualFunc(a, b, func(x, y open.Column) bool {
+		return loadgen.ColumnValueString(x) == loadgen.ColumnValueString(y)
+	})
+}
+
+// The key tables' statements. A slot's key is matched by its family's first spelling:
+// TiDB compares it under the column's collation, so it finds the row however it is
+// spelled now.
+
+func (w *collWorkload) spell(ct *collTable, s collSlot) string {
+	fam := ct.families[s.fam]
+	return fam[w.r.IntN(len(fam))]
+}
+
+func (ct *collTable) where(s collSlot) (string, []any) {
+	if s.fam < 0 {
+		if ct.grouped {
+			return "`g` = 0 AND `k` = ?", []any{collTmpKey}
+		}
+		return "`k` = ?", []any{collTmpKey}
+	}
+	if ct.grouped {
+		return "`g` = ? AND `k` = ?", []any{s.g, ct.families[s.fam][0]}
+	}
+	return "`k` = ?", []any{ct.families[s.fam][0]}
+}
+
+func (w *collWorkload) keyValue(ct *collTable, s collSlot) (string, []any) {
+	sp := collTmpKey
+	if s.fam >= 0 {
+		sp = w.spell(ct, s)
+	}
+	if ct.grouped {
+		return "`g` = ?, `k` = ?", []any{max(s.g, 0), sp}
+	}
+	return "`k` = ?", []any{sp}
+}
+
+func (w *collWorkload) insert(ct *collTable, s collSlot) {
+	set, args := w.keyValue(ct, s)
+	w.seq++
+	w.exec("INSERT INTO "+ident.Quote(ct.name)+" SET "+set+", `v` = ?, `note` = ?", append(args, w.seq, fmt.Sprintf("ins %v #%d", args, w.seq))...)
+	ct.present[s] = true
+}
+
+func (w *collWorkload) update(ct *collTable, from, to collSlot) {
+	set, args := w.keyValue(ct, to)
+	wh, wargs := ct.where(from)
+	w.seq++
+	args = append(args, w.seq, fmt.Sprintf("upd %v #%d", args, w.seq))
+	w.exec("UPDATE "+ident.Quote(ct.name)+" SET "+set+", `v` = ?, `note` = ? WHERE "+wh, append(args, wargs...)...)
+	delete(ct.present, from)
+	ct.present[to] = true
+}
+
+func (w *collWorkload) del(ct *collTable, s collSlot) {
+	wh, args := ct.where(s)
+	w.exec("DELETE FROM "+ident.Quote(ct.name)+" WHERE "+wh, args...)
+	delete(ct.present, s)
+}
+
+func (w *collWorkload) ensure(ct *collTable, s collSlot) {
+	if !ct.present[s] {
+		w.insert(ct, s)
+	}
+}
+
+func (w *collWorkload) pickSlot(ct *collTable) collSlot {
+	s := collSlot{fam: w.r.IntN(len(ct.families))}
+	if ct.grouped {
+		s.g = 1 + w.r.IntN(2)
+	}
+	return s
+}
+
+// keyTxn runs one transaction of a random pattern on a table keyed by its string.
+func (w *collWorkload) keyTxn(ct *collTable) {
+	s := w.pickSlot(ct)
+	switch x := w.r.IntN(10); {
+	case x < 3: // respell (or insert a deleted key under a new spelling)
+		w.txn(ct, func() {
+			if ct.present[s] {
+				w.update(ct, s, s)
+			} else {
+				w.insert(ct, s)
+			}
+		})
+	case x < 5: // several respellings inside one transaction
+		w.txn(ct, func() {
+			w.ensure(ct, s)
+			for range 2 + w.r.IntN(3) {
+				w.update(ct, s, s)
+			}
+		})
+	case x < 7: // delete and re-insert respelled inside one transaction
+		w.txn(ct, func() {
+			w.ensure(ct, s)
+			w.del(ct, s)
+			w.insert(ct, s)
+		})
+	case x < 8: // delete; a later transaction re-inserts it respelled
+		w.txn(ct, func() {
+			if ct.present[s] {
+				w.del(ct, s)
+			} else {
+				w.insert(ct, s)
+			}
+		})
+	default: // swap the keys of two rows through a temporary key, respelling both
+		o := w.pickSlot(ct)
+		for o == s {
+			o = w.pickSlot(ct)
+		}
+		tmp := collSlot{g: -1, fam: -1}
+		w.txn(ct, func() {
+			w.ensure(ct, s)
+			w.ensure(ct, o)
+			w.update(ct, s, tmp)
+			w.update(ct, o, s)
+			w.update(ct, tmp, o)
+		})
+	}
+}
+
+// The unique table: rows `id`, each holding one family's value in `u` (or a value of
+// its own), so moving a family's value from one row to another must free it first.
+
+func (ct *collTable) freeValue(id int64) string { return "free" + strconv.FormatInt(id, 10) }
+
+func (w *collWorkload) setU(ct *collTable, id int64, fam int) {
+	u := ct.freeValue(id)
+	switch {
+	case fam >= 0:
+		u = ct.families[fam][w.r.IntN(len(ct.families[fam]))]
+	case fam == -2:
+		u = collTmpKey
+	}
+	w.seq++
+	w.exec("UPDATE `uk` SET `u` = ?, `v` = ? WHERE `id` = ?", u, w.seq, id)
+	ct.holds[id] = fam
+}
+
+func (w *collWorkload) insertU(ct *collTable, fam int) int64 {
+	ct.nextID++
+	id := ct.nextID
+	u := ct.freeValue(id)
+	if fam >= 0 {
+		u = ct.families[fam][w.r.IntN(len(ct.families[fam]))]
+	}
+	w.seq++
+	w.exec("INSERT INTO `uk` (`id`, `u`, `v`) VALUES (?, ?, ?)", id, u, w.seq)
+	ct.holds[id] = fam
+	return id
+}
+
+func (w *collWorkload) deleteU(ct *collTable, id int64) {
+	w.exec("DELETE FROM `uk` WHERE `id` = ?", id)
+	delete(ct.holds, id)
+}
+
+// holder returns the row holding family fam, or 0.
+func (ct *collTable) holder(fam int) int64 {
+	for id, f := range ct.holds {
+		if f == fam {
+			return id
+		}
+	}
+	return 0
+}
+
+// rowsU returns the ids in order (the model's map order is random; the workload's
+// choices must not be).
+func (ct *collTable) rowsU() []int64 {
+	var ids []int64
+	for id := range ct.holds {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// uniqueTxn runs one transaction of a random pattern on the unique table.
+func (w *collWorkload) uniqueTxn(ct *collTable) {
+	fam := w.r.IntN(len(ct.families))
+	w.txn(ct, func() {
+		// Every family is held by some row, and there are spare rows to move them to.
+		for f := range ct.families {
+			if ct.holder(f) == 0 {
+				w.insertU(ct, f)
+			}
+		}
+		for len(ct.holds) < len(ct.families)+2 {
+			w.insertU(ct, -1)
+		}
+		a := ct.holder(fam)
+		ids := ct.rowsU()
+		b := ids[w.r.IntN(len(ids))]
+		for b == a {
+			b = ids[w.r.IntN(len(ids))]
+		}
+		switch x := w.r.IntN(5); x {
+		case 0: // respell the unique value
+			for range 1 + w.r.IntN(3) {
+				w.setU(ct, a, fam)
+			}
+		case 1: // move it to another row: the delete frees it
+			bf := ct.holds[b]
+			w.deleteU(ct, a)
+			w.setU(ct, b, fam)
+			if bf >= 0 {
+				w.insertU(ct, bf) // b's old value lives on in a new row
+			}
+		case 2: // move it to another row: an update frees it
+			bf := ct.holds[b]
+			w.setU(ct, a, -1)
+			w.setU(ct, b, fam)
+			if bf >= 0 {
+				w.setU(ct, a, bf)
+			}
+		case 3: // swap the values of two rows through a temporary value
+			bf := ct.holds[b]
+			w.setU(ct, a, -2)
+			w.setU(ct, b, fam)
+			w.setU(ct, a, bf)
+		default: // delete the row and insert it again under a new id, respelled
+			w.deleteU(ct, a)
+			w.insertU(ct, fam)
+		}
+	})
+}
+
+// compareCollTables proves every table on the fallback equals TiDB at ts: the same
+// columns with the same collations, the same keys byte for byte, every column's HEX.
+func compareCollTables(t *testing.T, ctx context.Context, up, down *sql.DB, schema string, tables []*collTable, ts uint64) {
+	t.Helper()
+	upConn, err := up.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer upConn.Close()
+	if _, err := upConn.ExecContext(ctx, "SET @@tidb_snapshot = ?", strconv.FormatUint(ts, 10)); err != nil {
+		t.Fatalf("TiDB snapshot at %d: %v", ts, err)
+	}
+	total := 0
+	for _, ct := range tables {
+		upCols := collColumns(t, ctx, upConn, schema, ct.name)
+		downCols := collColumns(t, ctx, down, schema, ct.name)
+		if !slices.Equal(upCols, downCols) {
+			t.Errorf("table %s: columns differ: TiDB %v, fallback %v", ct.name, upCols, downCols)
+			continue
+		}
+		var names []string
+		text := map[string]bool{} // columns with a collation hold text; HEX of an integer is its value
+		for _, c := range upCols {
+			names = append(names, c[0])
+			text[c[0]] = c[1] != ""
+		}
+		show := func(name, h string) string {
+			if h == "NULL" {
+				return h
+			}
+			if !text[name] {
+				if n, err := strconv.ParseUint(h, 16, 64); err == nil {
+					return strconv.FormatInt(int64(n), 10)
+				}
+				return h
+			}
+			b, _ := hex.DecodeString(h)
+			return fmt.Sprintf("%s (%q)", h, b)
+		}
+		showKey := func(k string) string {
+			var parts []string
+			for _, p := range strings.Split(k, ",") {
+				name, h, _ := strings.Cut(p, "=")
+				parts = append(parts, name+"="+show(name, h))
+			}
+			return strings.Join(parts, ",")
+		}
+		showRow := func(row []string) string {
+			parts := make([]string, len(names))
+			for i, n := range names {
+				parts[i] = n + "=" + show(n, row[i])
+			}
+			return strings.Join(parts, " ")
+		}
+		want := collHexRows(t, ctx, upConn, "TiDB", schema, ct, names)
+		got := collHexRows(t, ctx, down, "fallback", schema, ct, names)
+		if len(want) != len(got) {
+			t.Errorf("table %s: TiDB has %d rows at ts %d, the fallback %d", ct.name, len(want), ts, len(got))
+		}
+		bad := 0
+		// history renders the last events the changefeed carried for a row's key.
+		history := func(row []string) string {
+			cols := make([]open.Column, len(names))
+			for i, n := range names {
+				c := ct.meta.Columns[ct.meta.Col(n)]
+				v := row[i]
+				if b, err := hex.DecodeString(v); err == nil && text[n] {
+					v = string(b)
+				} else if n, err := strconv.ParseUint(v, 16, 64); err == nil {
+					v = strconv.FormatInt(int64(n), 10)
+				}
+				cols[i] = open.Column{Name: c.Name, Flags: c.Flags, Value: v}
+			}
+			fk, _ := ct.familyKey(cols)
+			h := ct.history[fk]
+			if len(h) > 8 {
+				h = h[len(h)-8:]
+			}
+			return "\n    the changefeed's last events of this key:\n      " + strings.Join(h, "\n      ")
+		}
+		report := func(row []string, format string, args ...any) {
+			t.Helper()
+			if bad < 10 {
+				t.Errorf("table %s: "+format+"%s", append(append([]any{ct.name}, args...), history(row))...)
+			}
+			bad++
+		}
+		for _, key := range collSortedKeys(want) {
+			g, ok := got[key]
+			if !ok {
+				report(want[key], "row with key %s lost on the fallback (TiDB: %s)", showKey(key), showRow(want[key]))
+				continue
+			}
+			for i, name := range names {
+				if g[i] != want[key][i] {
+					report(want[key], "row with key %s differs in column %s: TiDB %s, fallback %s", showKey(key), name, show(name, want[key][i]), show(name, g[i]))
+				}
+			}
+		}
+		for _, key := range collSortedKeys(got) {
+			if _, ok := want[key]; !ok {
+				report(got[key], "row with key %s on the fallback is not on TiDB (fallback: %s)", showKey(key), showRow(got[key]))
+			}
+		}
+		if bad > 0 {
+			t.Errorf("table %s (key collation %s, dispatched by %s): %d differences at ts %d", ct.name, ct.coll, ct.dispatch, bad, ts)
+		}
+		total += len(want)
+	}
+	if !t.Failed() && testing.Verbose() {
+		t.Logf("the fallback equals TiDB at ts %d: %d tables, %d rows, every column byte for byte", ts, len(tables), total)
+	}
+}
+
+// collColumns returns each column's name and collation, in table order.
+func collColumns(t *testing.T, ctx context.Context, q queryer, schema, table string) [][2]string {
+	t.Helper()
+	rows, err := q.QueryContext(ctx, "SELECT COLUMN_NAME, IFNULL(COLLATION_NAME, '') FROM information_schema.COLUMNS "+
+		"WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION", schema, table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out [][2]string
+	for rows.Next() {
+		var c [2]string
+		if err := rows.Scan(&c[0], &c[1]); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, c)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(out) == 0 {
+		t.Fatalf("table %s.%s has no columns (missing?)", schema, table)
+	}
+	return out
+}
+
+// collHexRows reads every row as the HEX of each column, by the HEX of its key columns. A
+// key seen twice is reported: no row may be doubled.
+func collHexRows(t *testing.T, ctx context.Context, q queryer, server, schema string, ct *collTable, names []string) map[string][]string {
+	t.Helper()
+	var sel []string
+	for _, n := range names {
+		sel = append(sel, "HEX("+ident.Quote(n)+")")
+	}
+	rows, err := q.QueryContext(ctx, "SELECT "+strings.Join(sel, ", ")+" FROM "+ident.Table(schema, ct.name))
+	if err != nil {
+		t.Fatalf("%s: read %s: %v", server, ct.name, err)
+	}
+	defer rows.Close()
+	out := map[string][]string{}
+	for rows.Next() {
+		vals := make([]sql.NullString, len(names))
+		dest := make([]any, len(names))
+		for i := range vals {
+			dest[i] = &vals[i]
+		}
+		if err := rows.Scan(dest...); err != nil {
+			t.Fatal(err)
+		}
+		row := make([]string, len(names))
+		var key []string
+		for i, v := range vals {
+			row[i] = "NULL"
+			if v.Valid {
+				row[i] = v.String
+			}
+			if slices.Contains(ct.keyCols, names[i]) {
+				key = append(key, names[i]+"="+row[i])
+			}
+		}
+		k := strings.Join(key, ",")
+		if _, dup := out[k]; dup {
+			t.Errorf("%s: table %s holds key %s twice", server, ct.name, k)
+		}
+		out[k] = row
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func collSortedKeys(m map[string][]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
