@@ -4,25 +4,20 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
-	"database/sql/driver"
-	"errors"
 	"fmt"
 	"hash/maphash"
-	"io"
 	"log/slog"
 	"math"
-	"net"
 	"sort"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/tidb-parity/parity/cdc/open"
 	"github.com/tidb-parity/parity/internal/ident"
+	"github.com/tidb-parity/parity/internal/retry"
 )
 
 // applier writes rows and DDLs into the downstream.
@@ -539,55 +534,17 @@ func (a *applier) applyKeyless(ctx context.Context, u *keylessUnit) error {
 	return nil
 }
 
-// retry runs f with a per-attempt timeout, retrying transient errors with backoff.
+// retry runs f with a per-attempt timeout, retrying transient errors with backoff
+// (internal/retry's policy, bounded by applier.max-retries).
 func (a *applier) retry(ctx context.Context, what string, f func(context.Context) error) error {
-	backoff := a.cfg.Applier.RetryBackoff
-	for attempt := 0; ; attempt++ {
-		actx, cancel := context.WithTimeout(ctx, a.cfg.Applier.QueryTimeout)
-		err := f(actx)
-		cancel()
-		if err == nil {
-			return nil
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if !isTransient(err) || attempt >= a.cfg.Applier.MaxRetries {
-			return fmt.Errorf("applying to %s: %w", what, err)
-		}
-		a.log.Warn("transient downstream error, retrying", "table", what, "attempt", attempt+1, "backoff", backoff, "err", err)
-		select {
-		case <-time.After(backoff):
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		backoff = min(2*backoff, 5*time.Second)
+	p := retry.Policy{MaxRetries: a.cfg.Applier.MaxRetries, Backoff: a.cfg.Applier.RetryBackoff, Timeout: a.cfg.Applier.QueryTimeout}
+	err := p.Do(ctx, f, func(attempt int, wait time.Duration, err error) {
+		a.log.Warn("transient downstream error, retrying", "table", what, "attempt", attempt, "backoff", wait, "err", err)
+	})
+	if err != nil && ctx.Err() == nil {
+		return fmt.Errorf("applying to %s: %w", what, err)
 	}
-}
-
-// isTransient reports whether a downstream error is worth retrying.
-func isTransient(err error) bool {
-	if errors.Is(err, driver.ErrBadConn) || errors.Is(err, mysql.ErrInvalidConn) ||
-		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) || errors.Is(err, context.DeadlineExceeded) ||
-		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) {
-		return true
-	}
-	var me *mysql.MySQLError
-	if errors.As(err, &me) {
-		switch me.Number {
-		case 1205, // lock wait timeout
-			1213,       // deadlock
-			1040,       // too many connections
-			1053,       // server shutdown in progress
-			1159, 1161, // network read/write timeout
-			1927,       // MariaDB: connection was killed
-			2006, 2013: // gone away, lost connection
-			return true
-		}
-		return false
-	}
-	var ne net.Error
-	return errors.As(err, &ne)
+	return err
 }
 
 // oldRow returns the complete old row of an update. With TiCDC's

@@ -17,6 +17,7 @@ import (
 	"github.com/tidb-parity/parity/cdc/open"
 	"github.com/tidb-parity/parity/internal/ident"
 	"github.com/tidb-parity/parity/internal/testenv"
+	"github.com/tidb-parity/parity/internal/tso"
 )
 
 // feed writes hand-crafted open-protocol records into a real Kafka topic, partition by
@@ -37,7 +38,7 @@ func newFeed(t *testing.T, parts int) *feed {
 		t.Fatal(err)
 	}
 	return &feed{t: t, broker: testenv.Kafka(t), topic: testenv.NewTopic(t, "cdc", parts), parts: parts, enc: enc,
-		ts: TSOFromTime(time.Now().Add(-time.Hour))}
+		ts: tso.FromTime(time.Now().Add(-time.Hour))}
 }
 
 // next returns a fresh commit ts.

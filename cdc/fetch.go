@@ -3,18 +3,15 @@ package cdc
 import (
 	"context"
 	"database/sql"
-	"database/sql/driver"
-	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"sync/atomic"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
-
 	"github.com/tidb-parity/parity/cdc/open"
 	"github.com/tidb-parity/parity/cdc/upstream"
+	"github.com/tidb-parity/parity/internal/retry"
+	"github.com/tidb-parity/parity/internal/tso"
 )
 
 // rowFetcher completes handle-key-only row events. TiCDC's large-message-handle-option
@@ -85,28 +82,15 @@ func (f *rowFetcher) complete(ctx context.Context, evs []open.Event, cache table
 
 // fetch reads ev's row at its commit ts, retrying transient errors.
 func (f *rowFetcher) fetch(ctx context.Context, ev *open.Event, cache tableCache) ([]open.Column, error) {
-	backoff := f.backoff
-	for attempt := 0; ; attempt++ {
-		actx, cancel := context.WithTimeout(ctx, f.timeout)
-		cols, err := f.fetchOnce(actx, ev, cache)
-		cancel()
-		if err == nil {
-			return cols, nil
-		}
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		if !upstreamTransient(err) || attempt >= f.retries {
-			return nil, err
-		}
-		f.log.Warn("transient upstream error, retrying", "table", ev.Schema+"."+ev.Table, "attempt", attempt+1, "backoff", backoff, "err", err)
-		select {
-		case <-time.After(backoff):
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-		backoff = min(2*backoff, 5*time.Second)
-	}
+	p := retry.Policy{MaxRetries: f.retries, Backoff: f.backoff, Timeout: f.timeout}
+	var cols []open.Column
+	err := p.Do(ctx, func(ctx context.Context) (err error) {
+		cols, err = f.fetchOnce(ctx, ev, cache)
+		return err
+	}, func(attempt int, wait time.Duration, err error) {
+		f.log.Warn("transient upstream error, retrying", "table", ev.Schema+"."+ev.Table, "attempt", attempt, "backoff", wait, "err", err)
+	})
+	return cols, err
 }
 
 func (f *rowFetcher) fetchOnce(ctx context.Context, ev *open.Event, cache tableCache) (cols []open.Column, err error) {
@@ -114,29 +98,19 @@ func (f *rowFetcher) fetchOnce(ctx context.Context, ev *open.Event, cache tableC
 	if err != nil {
 		return nil, fmt.Errorf("connect: %w", err)
 	}
-	snapshot := false
-	defer func() {
-		if snapshot {
-			// The connection goes back to the pool: it must read the present again.
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			if _, rerr := conn.ExecContext(rctx, "SET @@tidb_snapshot = ''"); rerr != nil {
-				_ = conn.Raw(func(any) error { return driver.ErrBadConn }) // discard it instead
-			}
-			cancel()
-		}
-		_ = conn.Close()
-	}()
-	if _, err := conn.ExecContext(ctx, "SET @@tidb_snapshot = ?", strconv.FormatUint(ev.CommitTs, 10)); err != nil {
-		return nil, fmt.Errorf("read at ts %d: %w", ev.CommitTs, snapshotHint(err))
+	defer conn.Close()
+	release, err := tso.At(ctx, conn, ev.CommitTs)
+	if err != nil {
+		return nil, err
 	}
-	snapshot = true
+	defer release() // before Close: the connection goes back to the pool reading the present
 	// The table as it was at the commit ts (information_schema follows @@tidb_snapshot).
 	key := [2]string{ev.Schema, ev.Table}
 	c, ok := cache[key]
 	if !ok || ev.CommitTs < c.lo {
 		t, err := upstream.LoadTable(ctx, conn, ev.Schema, ev.Table)
 		if err != nil {
-			return nil, snapshotHint(err)
+			return nil, tso.Hint(err)
 		}
 		c = cachedTable{t: t, lo: ev.CommitTs}
 		if !ok {
@@ -144,24 +118,5 @@ func (f *rowFetcher) fetchOnce(ctx context.Context, ev *open.Event, cache tableC
 		}
 	}
 	cols, err = upstream.FetchRow(ctx, conn, c.t, ev.Columns)
-	return cols, snapshotHint(err)
-}
-
-// snapshotHint explains TiDB's "snapshot is older than GC safe point".
-func snapshotHint(err error) error {
-	var me *mysql.MySQLError
-	if errors.As(err, &me) && me.Number == 8055 {
-		return fmt.Errorf("%w (the row versions at the event's commit ts were garbage-collected: raise tidb_gc_life_time above the changefeed's lag)", err)
-	}
-	return err
-}
-
-// upstreamTransient reports whether an upstream read error is worth retrying: the
-// downstream's transient errors, plus TiDB's TiKV/PD unavailability and timeouts.
-func upstreamTransient(err error) bool {
-	var me *mysql.MySQLError
-	if errors.As(err, &me) && me.Number >= 9001 && me.Number <= 9007 {
-		return true
-	}
-	return isTransient(err)
+	return cols, tso.Hint(err)
 }

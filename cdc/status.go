@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tidb-parity/parity/internal/ident"
+	"github.com/tidb-parity/parity/internal/tso"
 )
 
 // Status is a snapshot of the replicator's progress: the one place the lag values live.
@@ -58,12 +59,6 @@ type PartitionStatus struct {
 	Lag              int64  `json:"lag"`               // HighWatermark - NextOffset: records not yet read
 }
 
-// TSOTime returns the physical time of a TiDB TSO (ms since epoch in the high 46 bits).
-func TSOTime(ts uint64) time.Time { return time.UnixMilli(int64(ts >> 18)) }
-
-// TSOFromTime returns the TSO of t with logical 0.
-func TSOFromTime(t time.Time) uint64 { return uint64(t.UnixMilli()) << 18 }
-
 // Status returns the current progress with lag computed against the wall clock now.
 func (r *Replicator) Status() Status {
 	r.mu.Lock()
@@ -74,11 +69,11 @@ func (r *Replicator) Status() Status {
 	st.RowsFetched = r.rowsFetched.Load()
 	now := time.Now()
 	if st.AppliedTs > 0 {
-		st.AppliedTime = TSOTime(st.AppliedTs)
+		st.AppliedTime = tso.Time(st.AppliedTs)
 		st.AppliedLagSeconds = max(0, now.Sub(st.AppliedTime).Seconds())
 	}
 	if st.ResolvedTs > 0 {
-		st.ResolvedTime = TSOTime(st.ResolvedTs)
+		st.ResolvedTime = tso.Time(st.ResolvedTs)
 		st.ResolvedLagSeconds = max(0, now.Sub(st.ResolvedTime).Seconds())
 	}
 	return st
@@ -140,14 +135,13 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	ctr := func(d *prometheus.Desc, v float64) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, cf)
 	}
-	secs := func(ts uint64) float64 { return float64(ts>>18) / 1000 }
-	g(c.checkpoint, secs(st.AppliedTs), cf)
+	g(c.checkpoint, tso.Seconds(st.AppliedTs), cf)
 	g(c.checkpointLag, st.AppliedLagSeconds, cf)
-	g(c.resolved, secs(st.ResolvedTs), cf)
+	g(c.resolved, tso.Seconds(st.ResolvedTs), cf)
 	g(c.resolvedLag, st.ResolvedLagSeconds, cf)
 	for _, p := range st.Partitions {
 		part := strconv.Itoa(p.Partition)
-		g(c.partResolved, secs(p.ResolvedTs), cf, p.Topic, part)
+		g(c.partResolved, tso.Seconds(p.ResolvedTs), cf, p.Topic, part)
 		g(c.partLag, float64(p.Lag), cf, p.Topic, part)
 	}
 	g(c.buffered, float64(st.BufferedRows), cf)
@@ -177,5 +171,5 @@ func CheckpointLag(ctx context.Context, db *sql.DB, metaSchema, changefeed strin
 	if !ok {
 		return 0, fmt.Errorf("changefeed %q has no checkpoint in %s", changefeed, metaSchema)
 	}
-	return now.Sub(TSOTime(ts)), nil
+	return now.Sub(tso.Time(ts)), nil
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/tidb-parity/parity/cdc/open"
+	"github.com/tidb-parity/parity/internal/tso"
 )
 
 func TestTranslateDDL(t *testing.T) {
@@ -230,7 +231,7 @@ func TestCollectorMetricsLint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.status.Partitions = []PartitionStatus{{Topic: "t", Partition: 0, ResolvedTs: TSOFromTime(time.Now())}}
+	r.status.Partitions = []PartitionStatus{{Topic: "t", Partition: 0, ResolvedTs: tso.FromTime(time.Now())}}
 	problems, err := testutil.CollectAndLint(NewCollector(r))
 	if err != nil || len(problems) > 0 {
 		t.Fatalf("lint: %v %v", problems, err)

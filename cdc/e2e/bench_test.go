@@ -22,6 +22,7 @@ import (
 	"github.com/tidb-parity/parity/cdc/open"
 	"github.com/tidb-parity/parity/internal/ident"
 	"github.com/tidb-parity/parity/internal/testenv"
+	"github.com/tidb-parity/parity/internal/tso"
 )
 
 // Applier benchmark (issue 4): run with
@@ -606,11 +607,11 @@ func BenchmarkApplierLag(b *testing.B) {
 		// Lags, skipping the first 2 s (warm-up).
 		mu.Lock()
 		defer mu.Unlock()
-		warm := loadgen.TSOTime(commits[0]).Add(2 * time.Second)
+		warm := tso.Time(commits[0]).Add(2 * time.Second)
 		var lags, afterResolved []time.Duration
 		si := 0
 		for _, c := range commits {
-			ct := loadgen.TSOTime(c)
+			ct := tso.Time(c)
 			if ct.Before(warm) {
 				continue
 			}

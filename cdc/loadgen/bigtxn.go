@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"strconv"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -14,6 +13,8 @@ import (
 	"github.com/tidb-parity/parity/cdc/open"
 	"github.com/tidb-parity/parity/cdc/upstream"
 	"github.com/tidb-parity/parity/internal/ident"
+	"github.com/tidb-parity/parity/internal/retry"
+	"github.com/tidb-parity/parity/internal/tso"
 )
 
 // The big-transaction mode: instead of the workload, ONE upstream transaction inserts N
@@ -153,7 +154,7 @@ func (g *Generator) bigTransaction(ctx context.Context, res Result, rows int) (B
 	commitStart := time.Now()
 	if _, err := conn.ExecContext(cctx, "COMMIT"); err != nil {
 		var me *mysql.MySQLError
-		if retryable(err) || errors.As(err, &me) && me.Number == 8004 { // 8004: transaction too large
+		if retry.Classify(err) == retry.Conflict || errors.As(err, &me) && me.Number == 8004 { // 8004: transaction too large
 			g.seq.abort(token) // TiDB rolled it back
 			return out, fmt.Errorf("big transaction of %d rows into %s rolled back: COMMIT: %w", rows, tname, err)
 		}
@@ -207,14 +208,11 @@ func (g *Generator) publishBig(ctx context.Context, t *genTable, commitTs uint64
 		return fmt.Errorf("upstream connection: %w", err)
 	}
 	defer conn.Close()
-	if _, err := conn.ExecContext(ctx, "SET @@tidb_snapshot = ?", strconv.FormatUint(commitTs, 10)); err != nil {
-		return fmt.Errorf("read back %s: set snapshot %d: %w", tname, commitTs, err)
+	release, err := tso.At(ctx, conn, commitTs)
+	if err != nil {
+		return fmt.Errorf("read back %s: %w", tname, err)
 	}
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		_, _ = conn.ExecContext(cctx, "SET @@tidb_snapshot = ''")
-	}()
+	defer release()
 	idName := ident.Quote(t.meta.Columns[t.idCol].Name)
 	q := "SELECT " + t.meta.SelectList() + " FROM " + tname + " WHERE " + idName + " BETWEEN ? AND ? ORDER BY " + idName
 	lastLog := time.Now()

@@ -17,6 +17,8 @@ import (
 	"github.com/tidb-parity/parity/cdc/open"
 	"github.com/tidb-parity/parity/cdc/upstream"
 	"github.com/tidb-parity/parity/internal/ident"
+	"github.com/tidb-parity/parity/internal/retry"
+	"github.com/tidb-parity/parity/internal/tso"
 )
 
 // TiDB DDL action types carried in DDL events ("t").
@@ -253,7 +255,7 @@ func (g *Generator) worker(ctx context.Context, r *rand.Rand) error {
 		case ctx.Err() != nil:
 			g.unreserve()
 			return nil
-		case retryable(err):
+		case retry.Classify(err) == retry.Conflict:
 			g.unreserve()
 			g.aborted.Add(1)
 		default:
@@ -329,7 +331,7 @@ func (g *Generator) progress(ctx context.Context, done <-chan struct{}) error {
 		case <-t.C:
 			r := g.resolved.Load()
 			g.log.Info("loadgen progress", "transactions", g.committed.Load(), "rows", g.rows.Load(),
-				"aborted", g.aborted.Load(), "resolved_ts", r, "resolved_lag", time.Since(TSOTime(r)).Round(time.Millisecond))
+				"aborted", g.aborted.Load(), "resolved_ts", r, "resolved_lag", time.Since(tso.Time(r)).Round(time.Millisecond))
 		}
 	}
 }

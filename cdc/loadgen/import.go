@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/tidb-parity/parity/internal/ident"
+	"github.com/tidb-parity/parity/internal/tso"
 )
 
 // importBatch is the rows per multi-row INSERT of the fill and the import.
@@ -143,14 +144,11 @@ func (g *Generator) copyTable(ctx context.Context, down *sql.DB, t *genTable, ts
 		return fmt.Errorf("import %s: %w", t.meta.QualifiedName(), err)
 	}
 	defer conn.Close()
-	if _, err := conn.ExecContext(ctx, "SET @@tidb_snapshot = ?", strconv.FormatUint(ts, 10)); err != nil {
-		return fmt.Errorf("import %s: set snapshot %d: %w", t.meta.QualifiedName(), ts, err)
+	release, err := tso.At(ctx, conn, ts)
+	if err != nil {
+		return fmt.Errorf("import %s: %w", t.meta.QualifiedName(), err)
 	}
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		_, _ = conn.ExecContext(cctx, "SET @@tidb_snapshot = ''")
-	}()
+	defer release()
 	cols := make([]string, len(t.meta.Columns))
 	for i, c := range t.meta.Columns {
 		cols[i] = ident.Quote(c.Name)

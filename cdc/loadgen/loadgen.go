@@ -235,6 +235,3 @@ type Result struct {
 	// transactions rolled back after a lock conflict.
 	Transactions, Rows, Records, Aborted int64
 }
-
-// TSOTime returns the wall-clock time of a TSO's physical part.
-func TSOTime(ts uint64) time.Time { return time.UnixMilli(int64(ts >> 18)) }

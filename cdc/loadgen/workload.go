@@ -15,11 +15,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
-
 	"github.com/tidb-parity/parity/cdc/open"
 	"github.com/tidb-parity/parity/cdc/upstream"
 	"github.com/tidb-parity/parity/internal/ident"
+	"github.com/tidb-parity/parity/internal/retry"
 )
 
 // genTable is a table the workload changes.
@@ -65,25 +64,6 @@ func (l *limiter) wait(ctx context.Context) error {
 // changefeed can no longer be complete, so the run stops.
 var errUnknownCommit = errors.New("commit outcome unknown")
 
-// retryable reports lock conflicts that roll a transaction back without harm.
-func retryable(err error) bool {
-	var me *mysql.MySQLError
-	if errors.As(err, &me) {
-		switch me.Number {
-		case 1213, // deadlock
-			1205, // lock wait timeout
-			9007, // write conflict
-			8022, // txn retry error
-			8028, // schema changed
-			8002: // can not retry select for update
-			return true
-		case 1105:
-			return strings.Contains(me.Message, "pessimistic lock retry limit reached")
-		}
-	}
-	return false
-}
-
 // runTxn runs one transaction on conn and hands it to the sequencer. It returns false
 // when the transaction changed nothing (it is then rolled back and not counted).
 func (g *Generator) runTxn(ctx context.Context, conn *sql.Conn, r *rand.Rand) (bool, error) {
@@ -116,8 +96,7 @@ func (g *Generator) runTxn(ctx context.Context, conn *sql.Conn, r *rand.Rand) (b
 	defer cancel()
 	token, lb := g.seq.begin()
 	if _, err := conn.ExecContext(cctx, "COMMIT"); err != nil {
-		var me *mysql.MySQLError
-		if errors.As(err, &me) && retryable(err) {
+		if retry.Classify(err) == retry.Conflict {
 			g.seq.abort(token) // TiDB rolled it back
 			return false, err
 		}

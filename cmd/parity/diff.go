@@ -21,6 +21,7 @@ import (
 
 	"github.com/tidb-parity/parity/cdc"
 	"github.com/tidb-parity/parity/checker"
+	"github.com/tidb-parity/parity/internal/tso"
 )
 
 func init() {
@@ -332,7 +333,7 @@ func tsoTime(snap string) string {
 	if err != nil {
 		return ""
 	}
-	return " (" + time.UnixMilli(int64(ts>>18)).UTC().Format("2006-01-02 15:04:05.000") + " UTC)"
+	return " (" + tso.Format(ts) + ")"
 }
 
 func printSummary(w io.Writer, rep *checker.Report, outDir string) {

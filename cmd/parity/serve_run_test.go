@@ -14,6 +14,7 @@ import (
 	"github.com/tidb-parity/parity/cdc"
 	"github.com/tidb-parity/parity/cdc/open"
 	"github.com/tidb-parity/parity/internal/testenv"
+	"github.com/tidb-parity/parity/internal/tso"
 )
 
 // TestServeAppliesReportsStatusAndDrainsOnSIGTERM runs `parity serve` in-process against
@@ -30,7 +31,7 @@ func TestServeAppliesReportsStatusAndDrainsOnSIGTERM(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts := cdc.TSOFromTime(time.Now().Add(-2 * time.Second))
+	ts := tso.FromTime(time.Now().Add(-2 * time.Second))
 	if err := enc.AppendRow(&open.Event{Kind: open.KindRow, CommitTs: ts, Schema: down.Name, Table: "kv", Op: open.OpInsert,
 		Columns: []open.Column{
 			{Name: "id", Type: open.TypeLonglong, Flags: open.FlagHandleKey | open.FlagPrimaryKey, Value: int64(1)},
