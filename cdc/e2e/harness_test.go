@@ -110,6 +110,8 @@ type env struct {
 	meta       string // meta schema of this test's serve
 	// serveUpstream, when set, is serve's upstream.dsn (completes handle-key-only events).
 	serveUpstream string
+	// timeZone is serve's changefeed.time-zone (TiCDC's --tz); "" is "+00:00".
+	timeZone string
 }
 
 func newEnv(t *testing.T, partitions int, createDown bool) *env {
@@ -138,9 +140,49 @@ func newEnv(t *testing.T, partitions int, createDown bool) *env {
 		_, _ = down.Exec("DROP DATABASE IF EXISTS " + ident.Quote(e.db))
 		_, _ = down.Exec("DROP DATABASE IF EXISTS " + ident.Quote(e.meta))
 	})
+	e.keepLogOnFailure()
+	e.statusAddr = freeAddr(t)
+	dir := t.TempDir()
+	e.configPath = filepath.Join(dir, "parity.toml")
+	e.logPath = filepath.Join(dir, "serve.log")
+	e.writeConfig("", "")
+	return e
+}
+
+// newReplayEnv is an environment for replaying recorded changefeed records: a fresh
+// topic, changefeed id and meta schema, and no database of its own on either side (the
+// records' DDL create the downstream schemas; the test drops them).
+func newReplayEnv(t *testing.T, partitions int, timeZone string) *env {
+	t.Helper()
+	e := &env{
+		t:          t,
+		downDSN:    testenv.Require(t, testenv.EnvDownstream),
+		broker:     testenv.Kafka(t),
+		topic:      testenv.NewTopic(t, "replay", partitions),
+		partitions: partitions,
+		meta:       testenv.UniqueName("pmeta"),
+		timeZone:   timeZone,
+	}
+	down := e.open(e.downDSN, "")
+	t.Cleanup(func() {
+		if os.Getenv("PARITY_TEST_KEEP") != "1" {
+			_, _ = down.Exec("DROP DATABASE IF EXISTS " + ident.Quote(e.meta))
+		}
+	})
+	e.keepLogOnFailure()
+	e.statusAddr = freeAddr(t)
+	dir := t.TempDir()
+	e.configPath = filepath.Join(dir, "parity.toml")
+	e.logPath = filepath.Join(dir, "serve.log")
+	e.writeConfig("", "")
+	return e
+}
+
+// keepLogOnFailure copies serve's log out of the test's temp dir when the test fails.
+func (e *env) keepLogOnFailure() {
+	t := e.t
 	t.Cleanup(func() {
 		if t.Failed() {
-			// Keep serve's log: the test's temp dir is about to go.
 			if b, err := os.ReadFile(e.logPath); err == nil {
 				keep := filepath.Join(os.TempDir(), "parity-e2e-"+strings.ReplaceAll(t.Name(), "/", "_")+"-serve.log")
 				if os.WriteFile(keep, b, 0o644) == nil {
@@ -149,12 +191,6 @@ func newEnv(t *testing.T, partitions int, createDown bool) *env {
 			}
 		}
 	})
-	e.statusAddr = freeAddr(t)
-	dir := t.TempDir()
-	e.configPath = filepath.Join(dir, "parity.toml")
-	e.logPath = filepath.Join(dir, "serve.log")
-	e.writeConfig("", "")
-	return e
 }
 
 func freeAddr(t testing.TB) string {
@@ -184,11 +220,15 @@ func (e *env) configTOML(spillDir, logLevel, extraChangefeed, extraApplier, extr
 	if e.serveUpstream != "" {
 		upstream = fmt.Sprintf("[upstream]\ndsn = %q\n\n", e.serveUpstream)
 	}
+	tz := e.timeZone
+	if tz == "" {
+		tz = "+00:00"
+	}
 	return fmt.Sprintf(`[changefeed]
 id = %q
 brokers = [%q]
 topics = [%q]
-time-zone = "+00:00"
+time-zone = %q
 %s
 %s[downstream]
 dsn = %q
@@ -202,7 +242,7 @@ level = %q
 
 [status]
 addr = %q
-%s`, e.meta, e.broker, e.topic, extraChangefeed, upstream, e.downDSN, e.meta, spillDir, extraApplier, logLevel, e.statusAddr, extraStatus)
+%s`, e.meta, e.broker, e.topic, tz, extraChangefeed, upstream, e.downDSN, e.meta, spillDir, extraApplier, logLevel, e.statusAddr, extraStatus)
 }
 
 func (e *env) open(dsn, db string) *sql.DB {
