@@ -3,9 +3,11 @@ package cdc
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -55,9 +57,10 @@ type ChangefeedConfig struct {
 	// ClaimCheckDir is the local directory (or mounted bucket) holding claim-check files.
 	// Default: "" (claim-check messages are a decode error)
 	ClaimCheckDir string `toml:"claim-check-dir"`
-	// SchemaMap renames upstream schemas downstream ({"app" = "app_fallback"}). DDL
-	// statements run with the mapped schema as default database; statements naming a
-	// schema explicitly are not rewritten.
+	// SchemaMap renames upstream schemas downstream ({"app" = "app_fallback"}): the
+	// rows' tables, and every schema a DDL names (its tables, databases, indexes' tables,
+	// foreign-key references, LIKE sources, RENAME targets). Unqualified names in a DDL
+	// run with the mapped schema as the default database.
 	// Default: {} (same names)
 	SchemaMap map[string]string `toml:"schema-map"`
 	// StartTs is the applied checkpoint assumed at the very first start, when the meta
@@ -142,6 +145,32 @@ type ApplierConfig struct {
 	// GOGC or GOMEMLIMIT environment variable. The settings are process-wide.
 	// Default: 400
 	GCPercent int `toml:"gc-percent"`
+	// TypeMap maps a TiDB column type the fallback lacks to a type it has, by the
+	// lower-case name of the TiDB type (vector, json, bit, varchar, ...): DDL that
+	// defines a column of that type defines it with the given type instead (the column's
+	// NOT NULL, DEFAULT and COMMENT are kept). Entries add to, or replace, the built-in
+	// map { vector = "LONGTEXT" }. The value is a column type as MySQL writes it
+	// ("LONGTEXT", "VARCHAR(4000)", "JSON"); rows are written as TiCDC carries them
+	// (a VECTOR as its text, "[1,2,3]").
+	// Default: {} (the built-in map only)
+	TypeMap map[string]string `toml:"type-map"`
+	// SkipDDL lists DDLs that are recorded (ddl_applied.skipped) and logged at warn
+	// instead of run downstream: the way past a DDL the fallback rejects. An entry
+	// matches by commit-ts, by pattern, or by both when both are set.
+	// Default: [] (none)
+	SkipDDL []SkipDDL `toml:"skip-ddl"`
+}
+
+// SkipDDL selects DDLs to skip (applier.skip-ddl).
+type SkipDDL struct {
+	// CommitTs matches the DDL with this commit ts (the error of a rejected DDL names
+	// it).
+	// Default: 0 (any commit ts; then pattern is required)
+	CommitTs uint64 `toml:"commit-ts"`
+	// Pattern is a regular expression (Go RE2, unanchored; (?i) for any case) matched
+	// against the DDL's query as TiCDC sent it.
+	// Default: "" (any query; then commit-ts is required)
+	Pattern string `toml:"pattern"`
 }
 
 // DefaultConfig returns the defaults documented on each field.
@@ -163,6 +192,7 @@ func DefaultConfig() Config {
 			QueryTimeout: 60 * time.Second,
 			DDLTimeout:   time.Hour,
 			GCPercent:    400,
+			TypeMap:      map[string]string{},
 		},
 	}
 }
@@ -271,6 +301,31 @@ func (c Config) Validate() error {
 	if a.GCPercent < 0 || a.GCPercent > 10000 {
 		bad("applier.gc-percent", "must be between 0 and 10000, got %d", a.GCPercent)
 	}
+	seenType := map[string]string{}
+	for _, name := range slices.Sorted(maps.Keys(a.TypeMap)) {
+		key := "applier.type-map." + name
+		if prev, ok := seenType[strings.ToLower(name)]; ok {
+			bad(key, "same type as applier.type-map.%s", prev)
+		}
+		seenType[strings.ToLower(name)] = name
+		if !knownTypeName(name) {
+			bad(key, "%q is not a TiDB column type name (want one of %s)", name, strings.Join(typeNames(), ", "))
+		}
+		if _, err := parseColumnType(a.TypeMap[name]); err != nil {
+			bad(key, "%v", err)
+		}
+	}
+	for i, s := range a.SkipDDL {
+		key := fmt.Sprintf("applier.skip-ddl[%d]", i)
+		if s.CommitTs == 0 && s.Pattern == "" {
+			bad(key, "set commit-ts or pattern")
+		}
+		if s.Pattern != "" {
+			if _, err := regexp.Compile(s.Pattern); err != nil {
+				bad(key+".pattern", "%v", err)
+			}
+		}
+	}
 	return errors.Join(errs...)
 }
 
@@ -294,6 +349,32 @@ func (c Config) targetSchema(s string) string {
 		return t
 	}
 	return s
+}
+
+// skipRule returns the applier.skip-ddl entry matching a DDL, described for the meta
+// schema and the log ("" and false when none matches). Validate has checked the
+// patterns.
+func (a ApplierConfig) skipRule(commitTs uint64, query string) (string, bool) {
+	for i, s := range a.SkipDDL {
+		if s.CommitTs != 0 && s.CommitTs != commitTs {
+			continue
+		}
+		if s.Pattern != "" {
+			re, err := regexp.Compile(s.Pattern)
+			if err != nil || !re.MatchString(query) {
+				continue
+			}
+		}
+		var by []string
+		if s.CommitTs != 0 {
+			by = append(by, fmt.Sprintf("commit-ts %d", s.CommitTs))
+		}
+		if s.Pattern != "" {
+			by = append(by, fmt.Sprintf("pattern %q", s.Pattern))
+		}
+		return fmt.Sprintf("applier.skip-ddl[%d]: %s", i, strings.Join(by, " and ")), true
+	}
+	return "", false
 }
 
 // sessionTimeZone turns the configured zone into a time_zone value for SET.

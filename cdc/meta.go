@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/go-sql-driver/mysql"
 )
 
 // The meta schema lives in the downstream so that progress becomes durable in the same
@@ -61,6 +63,9 @@ var migrations = []struct {
 			PRIMARY KEY (changefeed, topic, kafka_partition, kafka_offset)
 		) ENGINE=InnoDB`,
 	}},
+	{"ddl_applied.skipped: why a DDL was recorded without running", []string{
+		`ALTER TABLE %s.ddl_applied ADD COLUMN skipped VARCHAR(1024) NOT NULL DEFAULT '' AFTER executed`,
+	}},
 }
 
 // meta reads and writes the meta schema.
@@ -97,7 +102,7 @@ func (m *meta) migrate(ctx context.Context) error {
 	for v := have + 1; v <= len(migrations); v++ {
 		mg := migrations[v-1]
 		for _, s := range mg.stmts {
-			if _, err := m.db.ExecContext(ctx, m.q(s)); err != nil {
+			if _, err := m.db.ExecContext(ctx, m.q(s)); err != nil && !migratedBefore(err) {
 				return fmt.Errorf("meta migration %d (%s): %w", v, mg.name, err)
 			}
 		}
@@ -106,6 +111,14 @@ func (m *meta) migrate(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// migratedBefore reports the errors an ALTER TABLE ... ADD of a migration gives when it
+// ran before a crash that kept it from being recorded (MySQL has no ADD COLUMN IF NOT
+// EXISTS).
+func migratedBefore(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && (me.Number == 1060 || me.Number == 1061) // duplicate column, key
 }
 
 // partKey identifies a Kafka partition.
@@ -246,16 +259,28 @@ func (m *meta) saveCheckpoint(ctx context.Context, appliedTs uint64, offsets map
 	return nil
 }
 
-// recordDDL marks a DDL executed.
-func (m *meta) recordDDL(ctx context.Context, k ddlKey, query, executed string) error {
+// recordDDL marks a DDL done: executed as the statement run downstream, or skipped with
+// the reason ("" when it ran).
+func (m *meta) recordDDL(ctx context.Context, k ddlKey, query, executed, skipped string) error {
 	ctx, cancel := context.WithTimeout(ctx, m.timeout)
 	defer cancel()
-	_, err := m.db.ExecContext(ctx, m.q("INSERT IGNORE INTO %s.ddl_applied (changefeed, commit_ts, query_hash, query, executed) VALUES (?,?,?,?,?)"),
-		m.changefeed, k.ts, k.hash, query, executed)
+	_, err := m.db.ExecContext(ctx, m.q("INSERT IGNORE INTO %s.ddl_applied (changefeed, commit_ts, query_hash, query, executed, skipped) VALUES (?,?,?,?,?,?)"),
+		m.changefeed, k.ts, k.hash, query, executed, truncate(skipped, 1024))
 	if err != nil {
 		return fmt.Errorf("recording DDL: %w", err)
 	}
 	return nil
+}
+
+// truncate cuts s to at most n runes.
+func truncate(s string, n int) string {
+	for i := range s {
+		if n == 0 {
+			return s[:i]
+		}
+		n--
+	}
+	return s
 }
 
 // deadLetter stores an undecodable record before its offset is passed.

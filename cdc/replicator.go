@@ -864,16 +864,16 @@ func (c *coordinator) ingest(ctx context.Context, rec record) error {
 	return nil
 }
 
-// execDDL runs one DDL downstream after translating TiDB-only syntax.
+// execDDL runs one DDL downstream, translated for it (see ddl.go), or records it as
+// skipped: a TiDB-only DDL, or one applier.skip-ddl names.
 func (c *coordinator) execDDL(ctx context.Context, d *pendingDDL) error {
-	q, skip, reason := translateDDL(d.ev.Query, d.ev.DDLType)
 	log := c.log.With("resolved_ts", d.ev.CommitTs, "table", d.ev.Schema+"."+d.ev.Table)
-	if skip {
-		log.Warn("skipping TiDB-only DDL", "reason", reason)
-		return c.meta.recordDDL(ctx, d.key, d.ev.Query, "")
+	if rule, ok := c.cfg.Applier.skipRule(d.ev.CommitTs, d.ev.Query); ok {
+		log.Warn("skipping DDL by configuration", "rule", rule, "query", d.ev.Query)
+		return c.meta.recordDDL(ctx, d.key, d.ev.Query, "", rule)
 	}
-	q = idempotentDDL(q)
 	schema := c.cfg.targetSchema(d.ev.Schema)
+	var tr ddlTranslation
 	attempt := 0
 	err := c.ap.retry(ctx, "DDL", func(ctx context.Context) error {
 		attempt++
@@ -884,12 +884,23 @@ func (c *coordinator) execDDL(ctx context.Context, d *pendingDDL) error {
 			return err
 		}
 		defer conn.Close()
+		fl, err := downstreamFlavor(ctx, conn)
+		if err != nil {
+			return err
+		}
+		t, err := newDDLTranslator(c.cfg, fl)
+		if err != nil {
+			return err
+		}
+		if tr, err = t.translate(d.ev.Query, d.ev.DDLType, d.ev.Schema); err != nil || tr.Skip != "" {
+			return err
+		}
 		if schema != "" && d.ev.Table != "" {
 			if _, err := conn.ExecContext(ctx, "USE "+ident.Quote(schema)); err != nil {
 				return err
 			}
 		}
-		_, err = conn.ExecContext(ctx, q)
+		_, err = conn.ExecContext(ctx, tr.SQL)
 		if err != nil && (attempt > 1 || d.ev.CommitTs == c.startTs) && alreadyApplied(err) {
 			// The statement ran before a crash (or a lost connection) but was not
 			// recorded; its effect is there.
@@ -898,14 +909,25 @@ func (c *coordinator) execDDL(ctx context.Context, d *pendingDDL) error {
 		}
 		return err
 	})
-	if err != nil {
-		return fmt.Errorf("DDL at commit ts %d rejected by downstream: %q (executed as %q): %w", d.ev.CommitTs, d.ev.Query, q, err)
+	switch {
+	case err != nil && tr.SQL == "": // not translated (or the downstream's version unread)
+		return fmt.Errorf("DDL at commit ts %d: %q: %w; %s", d.ev.CommitTs, d.ev.Query, err, rejectHint(err, d.ev.CommitTs, tr))
+	case err != nil:
+		return fmt.Errorf("DDL at commit ts %d rejected by downstream: %q (executed as %q): %w; %s",
+			d.ev.CommitTs, d.ev.Query, tr.SQL, err, rejectHint(err, d.ev.CommitTs, tr))
+	case tr.Skip != "":
+		log.Warn("skipping TiDB-only DDL", "reason", tr.Skip, "query", d.ev.Query)
+		return c.meta.recordDDL(ctx, d.key, d.ev.Query, "", tr.Skip)
 	}
 	if err := c.ap.hooks.fire(hookBeforeDDLRecord); err != nil {
 		return err
 	}
-	log.Info("DDL applied")
-	return c.meta.recordDDL(ctx, d.key, d.ev.Query, q)
+	if len(tr.Changes) > 0 {
+		log.Info("DDL applied", "translated", tr.Changes)
+	} else {
+		log.Info("DDL applied")
+	}
+	return c.meta.recordDDL(ctx, d.key, d.ev.Query, tr.SQL, "")
 }
 
 // alreadyApplied reports errors a repeated DDL produces.

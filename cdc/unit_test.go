@@ -15,51 +15,6 @@ import (
 	"github.com/tidb-parity/parity/internal/tso"
 )
 
-func TestTranslateDDL(t *testing.T) {
-	tests := []struct {
-		name, in string
-		typ      int
-		want     string // "" with skip
-		skip     bool
-	}{
-		{"plain", "ALTER TABLE `t` ADD COLUMN `c` INT", 5, "ALTER TABLE `t` ADD COLUMN `c` INT", false},
-		{"tidb comments", "CREATE TABLE `t` (`id` BIGINT /*T![auto_rand] AUTO_RANDOM(5) */ PRIMARY KEY /*T![clustered_index] CLUSTERED */)", 3,
-			"CREATE TABLE `t` (`id` BIGINT  PRIMARY KEY )", false},
-		{"bare tidb clauses", "CREATE TABLE `t` (`id` BIGINT AUTO_RANDOM(5, 54), PRIMARY KEY (`id`) NONCLUSTERED) SHARD_ROW_ID_BITS = 4 PRE_SPLIT_REGIONS=2 AUTO_ID_CACHE 100", 3,
-			"CREATE TABLE `t` (`id` BIGINT , PRIMARY KEY (`id`) )   ", false},
-		{"placement and ttl", "CREATE TABLE `t` (`c` DATETIME) PLACEMENT POLICY = `p1` TTL = `c` + INTERVAL 1 DAY TTL_ENABLE = 'OFF' TTL_JOB_INTERVAL = '1h'", 3,
-			"CREATE TABLE `t` (`c` DATETIME)    ", false},
-		{"literals untouched", "ALTER TABLE `clustered` COMMENT = 'AUTO_RANDOM(5) CLUSTERED'", 17,
-			"ALTER TABLE `clustered` COMMENT = 'AUTO_RANDOM(5) CLUSTERED'", false},
-		{"tiflash replica", "ALTER TABLE `t` SET TIFLASH REPLICA 1", 30, "", true},
-		{"placement policy ddl", "CREATE PLACEMENT POLICY p1 PRIMARY_REGION=\"r1\"", 51, "", true},
-		{"resource group by text", "/* x */ CREATE RESOURCE GROUP rg1 RU_PER_SEC = 100", 0, "", true},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got, skip, _ := translateDDL(tt.in, tt.typ)
-			if skip != tt.skip || got != tt.want {
-				t.Fatalf("translateDDL(%q) = %q, skip %v; want %q, skip %v", tt.in, got, skip, tt.want, tt.skip)
-			}
-		})
-	}
-}
-
-func TestIdempotentDDL(t *testing.T) {
-	for in, want := range map[string]string{
-		"CREATE TABLE `t` (a INT)":             "CREATE TABLE IF NOT EXISTS `t` (a INT)",
-		"create table if not exists t (a int)": "create table if not exists t (a int)",
-		"DROP TABLE `t`":                       "DROP TABLE IF EXISTS `t`",
-		"CREATE DATABASE `d`":                  "CREATE DATABASE IF NOT EXISTS `d`",
-		"DROP SCHEMA d":                        "DROP SCHEMA IF EXISTS d",
-		"ALTER TABLE t ADD COLUMN c INT":       "ALTER TABLE t ADD COLUMN c INT",
-	} {
-		if got := idempotentDDL(in); got != want {
-			t.Errorf("idempotentDDL(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
 func TestSpillEncodingRoundTrips(t *testing.T) {
 	ev := &open.Event{Kind: open.KindRow, CommitTs: 42, Partition: -3, Op: open.OpUpdate,
 		Columns: []open.Column{
