@@ -14,7 +14,9 @@ import (
 )
 
 func TestClassify(t *testing.T) {
-	my := func(n uint16, msg string) error { return fmt.Errorf("exec: %w", &mysql.MySQLError{Number: n, Message: msg}) }
+	my := func(n uint16, msg string) error {
+		return fmt.Errorf("exec: %w", &mysql.MySQLError{Number: n, Message: msg})
+	}
 	for _, tc := range []struct {
 		err  error
 		want Kind
