@@ -602,21 +602,16 @@ func (ct *collTable) familyKey(cols []open.Column) (fam, spelling string) {
 	return strings.Join(f, ","), strings.Join(s, ",")
 }
 
-func (w *collWorkload) fatalf(format string, args ...any) {
-	w.t.Helper()
-	w.t.Fatalf(format, args...)
-}
-
 // exec runs one statement of the open transaction; it must change exactly one row
 // (the workload's model of the table says which rows exist).
 func (w *collWorkload) exec(q string, args ...any) {
 	w.t.Helper()
 	res, err := w.conn.ExecContext(w.ctx, q, args...)
 	if err != nil {
-		w.fatalf("TiDB: %s %v: %v", q, args, err)
+		w.t.Fatalf("TiDB: %s %v: %v", q, args, err)
 	}
 	if n, err := res.RowsAffected(); err != nil || n != 1 {
-		w.fatalf("TiDB: %s %v changed %d rows (%v), want 1: the workload's model is wrong", q, args, n, err)
+		w.t.Fatalf("TiDB: %s %v changed %d rows (%v), want 1: the workload's model is wrong", q, args, n, err)
 	}
 }
 
@@ -625,11 +620,11 @@ func (w *collWorkload) images(ct *collTable) map[string][]open.Column {
 	w.t.Helper()
 	rows, err := w.conn.QueryContext(w.ctx, "SELECT "+ct.identity+", "+ct.meta.SelectList()+" FROM "+ct.meta.QualifiedName())
 	if err != nil {
-		w.fatalf("TiDB: read %s: %v", ct.name, err)
+		w.t.Fatalf("TiDB: read %s: %v", ct.name, err)
 	}
 	imgs, lead, err := upstream.ScanRows(rows, ct.meta, 1)
 	if err != nil {
-		w.fatalf("TiDB: %v", err)
+		w.t.Fatalf("TiDB: %v", err)
 	}
 	out := make(map[string][]open.Column, len(imgs))
 	for i, img := range imgs {
@@ -642,23 +637,23 @@ func (w *collWorkload) images(ct *collTable) map[string][]open.Column {
 func (w *collWorkload) txn(ct *collTable, body func()) {
 	w.t.Helper()
 	if _, err := w.conn.ExecContext(w.ctx, "BEGIN PESSIMISTIC"); err != nil {
-		w.fatalf("TiDB: begin: %v", err)
+		w.t.Fatalf("TiDB: begin: %v", err)
 	}
 	before := w.images(ct)
 	body()
 	after := w.images(ct)
 	if _, err := w.conn.ExecContext(w.ctx, "COMMIT"); err != nil {
-		w.fatalf("TiDB: commit: %v", err)
+		w.t.Fatalf("TiDB: commit: %v", err)
 	}
 	var info string
 	if err := w.conn.QueryRowContext(w.ctx, "SELECT @@tidb_last_txn_info").Scan(&info); err != nil {
-		w.fatalf("TiDB: read @@tidb_last_txn_info: %v", err)
+		w.t.Fatalf("TiDB: read @@tidb_last_txn_info: %v", err)
 	}
 	var ti struct {
 		CommitTs uint64 `json:"commit_ts"`
 	}
 	if err := json.Unmarshal([]byte(info), &ti); err != nil || ti.CommitTs <= w.lastTs {
-		w.fatalf("TiDB: @@tidb_last_txn_info %q (%v): no commit after ts %d", info, err, w.lastTs)
+		w.t.Fatalf("TiDB: @@tidb_last_txn_info %q (%v): no commit after ts %d", info, err, w.lastTs)
 	}
 	w.lastTs = ti.CommitTs
 	evs := w.changes(ct, before, after, ti.CommitTs)
@@ -717,10 +712,9 @@ func (w *collWorkload) changes(ct *collTable, before, after map[string][]open.Co
 				out = append(out, e)
 				continue
 			}
-			if fOld, sOld := ct.familyKey(e.OldColumns); true {
-				if fNew, sNew := ct.familyKey(e.Columns); fOld == fNew && sOld != sNew {
-					w.respelled++
-				}
+			fOld, sOld := ct.familyKey(e.OldColumns)
+			if fNew, sNew := ct.familyKey(e.Columns); fOld == fNew && sOld != sNew {
+				w.respelled++ // one key, respelled
 			}
 			del := *e
 			del.Op, del.Columns, del.OldColumns = open.OpDelete, e.OldColumns, nil
