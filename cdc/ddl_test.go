@@ -15,6 +15,7 @@ import (
 	"github.com/tidb-parity/parity/cdc/open"
 	"github.com/tidb-parity/parity/internal/corpus"
 	"github.com/tidb-parity/parity/internal/ident"
+	"github.com/tidb-parity/parity/internal/metaschema"
 	"github.com/tidb-parity/parity/internal/testenv"
 )
 
@@ -596,10 +597,10 @@ func TestVectorTypeMapAndSkipDDL(t *testing.T) {
 func TestMetaMigrationSkippedColumn(t *testing.T) {
 	down := testenv.Downstream(t)
 	schema := ident.Quote(down.Name)
-	m := &meta{db: down.DB, schema: schema, changefeed: "cf", timeout: 30 * time.Second}
+	m := newMeta(down.DB, down.Name, "cf", 30*time.Second)
 	ctx := context.Background()
 	exec(t, down.DB, "CREATE TABLE "+schema+".schema_migrations (version INT NOT NULL PRIMARY KEY, name VARCHAR(255) NOT NULL, applied_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)) ENGINE=InnoDB")
-	for _, s := range migrations[0].stmts {
+	for _, s := range migrations[0].Stmts {
 		exec(t, down.DB, m.q(s))
 	}
 	exec(t, down.DB, "INSERT INTO "+schema+".schema_migrations (version, name) VALUES (1, 'v1')")
@@ -607,7 +608,7 @@ func TestMetaMigrationSkippedColumn(t *testing.T) {
 	if err := m.migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	exec(t, down.DB, "DELETE FROM "+schema+".schema_migrations WHERE version > 1")
+	exec(t, down.DB, "DELETE FROM "+metaschema.Table(down.Name, metaschema.VersionTable)+" WHERE component='cdc' AND version > 1")
 	if err := m.migrate(ctx); err != nil {
 		t.Fatalf("migrating again after an unrecorded migration: %v", err)
 	}

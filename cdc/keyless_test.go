@@ -44,7 +44,7 @@ func newKeylessRig(t *testing.T) *keylessRig {
 		_, _ = db.Exec("DROP DATABASE IF EXISTS " + ident.Quote(cfg.Applier.MetaSchema))
 		db.Close()
 	})
-	m := &meta{db: db, schema: ident.Quote(cfg.Applier.MetaSchema), changefeed: cfg.Changefeed.ID, timeout: 30 * time.Second}
+	m := newMeta(db, cfg.Applier.MetaSchema, cfg.Changefeed.ID, 30*time.Second)
 	if err := m.migrate(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -10,19 +10,19 @@ import (
 	"strings"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
+	"github.com/tidb-parity/parity/internal/ident"
+	"github.com/tidb-parity/parity/internal/metaschema"
 )
 
 // The meta schema lives in the downstream so that progress becomes durable in the same
 // server (and, for keyless tables, the same transaction) as the rows it covers.
 //
-// migrations are append-only: never edit or reorder one, add a new one. Each runs once,
-// recorded in schema_migrations. "%s" is the quoted meta schema.
-var migrations = []struct {
-	name  string
-	stmts []string
-}{
-	{"create checkpoint, offsets, ddl and dead letter tables", []string{
+// Its tables are the "cdc" component of internal/metaschema, the one migrator of the meta
+// schema: migrations are append-only (never edit or reorder one, add a new one); "%s" is
+// the quoted meta schema. Before the shared version table, versions were recorded in
+// schema_migrations, which the migrator adopts once.
+var migrations = []metaschema.Step{
+	{Name: "create checkpoint, offsets, ddl and dead letter tables", Stmts: []string{
 		`CREATE TABLE IF NOT EXISTS %s.checkpoint (
 			changefeed VARCHAR(128) NOT NULL PRIMARY KEY,
 			applied_ts BIGINT UNSIGNED NOT NULL,
@@ -63,7 +63,7 @@ var migrations = []struct {
 			PRIMARY KEY (changefeed, topic, kafka_partition, kafka_offset)
 		) ENGINE=InnoDB`,
 	}},
-	{"ddl_applied.skipped: why a DDL was recorded without running", []string{
+	{Name: "ddl_applied.skipped: why a DDL was recorded without running", Stmts: []string{
 		`ALTER TABLE %s.ddl_applied ADD COLUMN skipped VARCHAR(1024) NOT NULL DEFAULT '' AFTER executed`,
 	}},
 }
@@ -71,54 +71,31 @@ var migrations = []struct {
 // meta reads and writes the meta schema.
 type meta struct {
 	db         *sql.DB
+	raw        string // the meta schema's name
 	schema     string // quoted
 	changefeed string
 	timeout    time.Duration
 }
 
-func (m *meta) q(format string) string { return strings.ReplaceAll(format, "%s", m.schema) }
-
-// migrate creates the meta schema and applies the migrations not yet recorded.
-func (m *meta) migrate(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, 5*m.timeout)
-	defer cancel()
-	if _, err := m.db.ExecContext(ctx, "CREATE DATABASE IF NOT EXISTS "+m.schema); err != nil {
-		return fmt.Errorf("creating meta schema %s: %w", m.schema, err)
-	}
-	if _, err := m.db.ExecContext(ctx, m.q(`CREATE TABLE IF NOT EXISTS %s.schema_migrations (
-		version INT NOT NULL PRIMARY KEY,
-		name VARCHAR(255) NOT NULL,
-		applied_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)
-	) ENGINE=InnoDB`)); err != nil {
-		return fmt.Errorf("creating schema_migrations: %w", err)
-	}
-	var have int
-	if err := m.db.QueryRowContext(ctx, m.q("SELECT COALESCE(MAX(version),0) FROM %s.schema_migrations")).Scan(&have); err != nil {
-		return fmt.Errorf("reading meta schema version: %w", err)
-	}
-	if have > len(migrations) {
-		return fmt.Errorf("meta schema %s is at version %d, newer than this binary knows (%d)", m.schema, have, len(migrations))
-	}
-	for v := have + 1; v <= len(migrations); v++ {
-		mg := migrations[v-1]
-		for _, s := range mg.stmts {
-			if _, err := m.db.ExecContext(ctx, m.q(s)); err != nil && !migratedBefore(err) {
-				return fmt.Errorf("meta migration %d (%s): %w", v, mg.name, err)
-			}
-		}
-		if _, err := m.db.ExecContext(ctx, m.q("INSERT IGNORE INTO %s.schema_migrations (version, name) VALUES (?, ?)"), v, mg.name); err != nil {
-			return fmt.Errorf("recording meta migration %d: %w", v, err)
-		}
-	}
-	return nil
+func newMeta(db *sql.DB, schema, changefeed string, timeout time.Duration) *meta {
+	return &meta{db: db, raw: schema, schema: ident.Quote(schema), changefeed: changefeed, timeout: timeout}
 }
 
-// migratedBefore reports the errors an ALTER TABLE ... ADD of a migration gives when it
-// ran before a crash that kept it from being recorded (MySQL has no ADD COLUMN IF NOT
-// EXISTS).
-func migratedBefore(err error) bool {
-	var me *mysql.MySQLError
-	return errors.As(err, &me) && (me.Number == 1060 || me.Number == 1061) // duplicate column, key
+func (m *meta) q(format string) string { return strings.ReplaceAll(format, "%s", m.schema) }
+
+func init() {
+	metaschema.Register(metaschema.Component{
+		Name:   "cdc",
+		Legacy: "schema_migrations",
+		Tables: []string{"checkpoint", "partition_offset", "table_progress", "ddl_applied", "dead_letter"},
+		Steps:  migrations,
+	})
+}
+
+// migrate creates the meta schema and brings it up to date (every component this binary
+// has, not only the applier's).
+func (m *meta) migrate(ctx context.Context) error {
+	return metaschema.Migrate(ctx, m.db, m.raw, m.timeout)
 }
 
 // partKey identifies a Kafka partition.

@@ -346,7 +346,7 @@ func (r *Replicator) runOnce(ctx context.Context, started func()) error {
 		return err
 	}
 	defer metaDB.Close()
-	m := &meta{db: metaDB, schema: ident.Quote(cfg.Applier.MetaSchema), changefeed: cfg.Changefeed.ID, timeout: cfg.Applier.QueryTimeout}
+	m := newMeta(metaDB, cfg.Applier.MetaSchema, cfg.Changefeed.ID, cfg.Applier.QueryTimeout)
 	if err := m.migrate(ctx); err != nil {
 		return err
 	}

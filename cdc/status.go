@@ -9,7 +9,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/tidb-parity/parity/internal/ident"
 	"github.com/tidb-parity/parity/internal/tso"
 )
 
@@ -163,7 +162,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 // its commit ts. It is for readers outside the replicator, such as parity diff pausing
 // while the changefeed lags.
 func CheckpointLag(ctx context.Context, db *sql.DB, metaSchema, changefeed string, now time.Time) (time.Duration, error) {
-	m := &meta{db: db, schema: ident.Quote(metaSchema), changefeed: changefeed}
+	m := newMeta(db, metaSchema, changefeed, 0)
 	ts, ok, err := m.checkpoint(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("changefeed %q: %w", changefeed, err)

@@ -111,7 +111,7 @@ func (r *Registry) Table(schema, table string) string {
 	r.mu.Lock()
 	_, ok := r.owners[table]
 	r.mu.Unlock()
-	if !ok {
+	if !ok && table != VersionTable {
 		panic("metaschema: no component registered table " + table)
 	}
 	return ident.Table(schema, table)
