@@ -56,9 +56,12 @@ func TestSnapshotHint(t *testing.T) {
 // TestSnapshotGC moves TiDB's GC safe point (mysql.tidb tikv_gc_safe_point, which TiDB
 // checks tidb_snapshot against; restored afterwards) to 30 minutes ago: a diff at a
 // snapshot of an hour ago stops before reading anything with an error naming the safe
-// point; one taken now runs, and the log says until when GC keeps it.
+// point; one taken now runs, and the log says until when GC keeps it. It moves the safe
+// point of the second TiDB (the one without new collations), which only this package's
+// tests use, never that of the TiDB every package reads at snapshots; and it holds
+// oldCollationTiDB's lock, so no test of this package runs on that server meanwhile.
 func TestSnapshotGC(t *testing.T) {
-	p := tidbPair(t)
+	p := pair{up: oldCollationTiDB(t), down: testenv.Downstream(t)}
 	p.both(t, "CREATE TABLE g (id INT PRIMARY KEY)", "INSERT INTO g VALUES (1)")
 	var old string
 	if err := p.up.QueryRow("SELECT VARIABLE_VALUE FROM mysql.tidb WHERE VARIABLE_NAME = 'tikv_gc_safe_point'").Scan(&old); err != nil {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -23,6 +24,19 @@ type pair struct {
 func mariaPair(t *testing.T) pair {
 	t.Helper()
 	return pair{up: testenv.MySQL(t), down: testenv.Downstream(t)}
+}
+
+// oldCollationServer serialises the tests on the TiDB without new collations:
+// TestSnapshotGC moves its GC safe point.
+var oldCollationServer sync.Mutex
+
+// oldCollationTiDB creates a fresh database on the TiDB without new collations and holds
+// that server for the test (oldCollationServer).
+func oldCollationTiDB(t *testing.T) *testenv.DB {
+	t.Helper()
+	oldCollationServer.Lock()
+	t.Cleanup(oldCollationServer.Unlock)
+	return testenv.TiDBOldCollation(t)
 }
 
 // tidbPair uses TiDB as upstream and the fallback MariaDB as downstream.

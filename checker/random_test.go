@@ -528,7 +528,7 @@ func TestRandomDiffTiDB(t *testing.T) {
 func TestRandomDiffTiDBOldCollation(t *testing.T) {
 	for _, seed := range randomSeeds(t) {
 		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
-			testRandomDiff(t, pair{up: testenv.TiDBOldCollation(t), down: testenv.Downstream(t)}, seed, true, 0x01dc)
+			testRandomDiff(t, pair{up: oldCollationTiDB(t), down: testenv.Downstream(t)}, seed, true, 0x01dc)
 		})
 	}
 }

@@ -179,7 +179,7 @@ func TestTiDBChecksumChoice(t *testing.T) {
 // re-check round hides a false difference here, every upstream row is counted once, and
 // only the real differences are reported.
 func TestTiDBWithoutNewCollations(t *testing.T) {
-	p := pair{up: testenv.TiDBOldCollation(t), down: testenv.Downstream(t)}
+	p := pair{up: oldCollationTiDB(t), down: testenv.Downstream(t)}
 	var same int
 	if err := p.up.QueryRow("SELECT _utf8mb4'a' = _utf8mb4'A' COLLATE utf8mb4_general_ci").Scan(&same); err != nil || same != 0 {
 		t.Fatalf("the old-collation TiDB compares 'a' and 'A' as equal (%d, %v): not bootstrapped without new collations", same, err)
