@@ -23,8 +23,7 @@ type tableKey struct {
 
 func (t tableKey) String() string { return t.Schema + "." + t.Table }
 
-// bufEvent is a buffered row event. seq is the global arrival order: rows of one commit
-// ts keep the order they arrived in (within a partition, Kafka offset order).
+// bufEvent is a buffered row event. seq is the global arrival order.
 type bufEvent struct {
 	ev   *open.Event
 	ts   uint64
@@ -32,12 +31,25 @@ type bufEvent struct {
 	size int64
 }
 
+// lessEv orders a table's rows for applying: by commit ts; within one commit ts (one
+// transaction) deletes first, as TiCDC orders a transaction's rows, then in arrival order
+// (within a partition, Kafka offset order). Arrival alone is not enough: with the
+// index-value dispatcher the DELETE of an old key and the INSERT of the new one that
+// TiCDC splits a key-changing UPDATE into travel in different partitions, and when the
+// two keys are equal under the downstream's collation ('Ase' → 'Asé') an INSERT applied
+// first replaces the row that the DELETE then removes. A transaction holds at most one
+// event per row, so moving its deletes first reorders nothing else that matters.
 func lessEv(a, b *bufEvent) bool {
 	if a.ts != b.ts {
 		return a.ts < b.ts
 	}
+	if da, db := isDelete(a), isDelete(b); da != db {
+		return da
+	}
 	return a.seq < b.seq
 }
+
+func isDelete(e *bufEvent) bool { return e.ev != nil && e.ev.Op == open.OpDelete }
 
 // buffer holds row events per table until the global resolved ts passes them. Memory is
 // bounded by limit: beyond it the largest tables' in-memory rows are sorted and written

@@ -236,13 +236,17 @@ func TestRespelledKeysAndHandleOnlyDeletes(t *testing.T) {
 	spell := func(name string, v int64) []open.Column {
 		return []open.Column{strCol("k", name, hk), ci("v", v, open.FlagNullable)}
 	}
+	// One transaction (commit ts) respells each key once, as TiCDC sends a transaction:
+	// at most one event per row, the split key change's DELETE first. The round holds
+	// three such transactions after the insert.
 	respell := func(s string, r int64, ts, ts2 uint64) (evs []open.Event) {
 		for k := int64(0); k < keys; k++ {
 			base := fmt.Sprintf("ase%d_%d", r, k)
 			words := []string{base, strings.ToUpper(base), "As\u00e9" + base[3:], "ASE" + base[3:] + "  "}
 			evs = append(evs, ins(ts, s, "t", spell(words[0], r)...))
 			for i := 1; i < len(words); i++ {
-				evs = append(evs, del(ts2, s, "t", strCol("k", words[i-1], hk)), ins(ts2, s, "t", spell(words[i], r*10+int64(i))...))
+				txn := ts + uint64(i) // between ts and ts2 (f.next steps by more)
+				evs = append(evs, del(txn, s, "t", strCol("k", words[i-1], hk)), ins(txn, s, "t", spell(words[i], r*10+int64(i))...))
 			}
 		}
 		return evs
@@ -316,5 +320,56 @@ func TestRespelledKeysAndHandleOnlyDeletes(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+// TestBufferDeletesFirstWithinACommitTs: a transaction's delete that arrives after its
+// inserts (another partition, index-value dispatch) is still applied before them, in
+// memory and from spill runs; other rows keep their arrival order.
+func TestBufferDeletesFirstWithinACommitTs(t *testing.T) {
+	for _, limit := range []int64{1 << 30, 2 << 10} {
+		b, err := newBuffer(t.TempDir(), limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var seq uint64
+		add := func(ts uint64, op open.Op, k string) {
+			seq++
+			ev := &open.Event{Kind: open.KindRow, CommitTs: ts, Schema: "s", Table: "t", Op: op,
+				Columns: []open.Column{strCol("k", k, hk)}}
+			if err := b.add(ev, seq); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i := 0; i < 40; i++ {
+			ts := uint64(10 + i/4)
+			add(ts, open.OpInsert, fmt.Sprintf("Asé%d", i))
+			add(ts, open.OpUpdate, fmt.Sprintf("u%d", i))
+			add(ts, open.OpDelete, fmt.Sprintf("Ase%d", i))
+		}
+		var got []string
+		var last uint64
+		lastDelete := true
+		for ev, err := range b.tables[tableKey{"s", "t"}].events(100) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ev.CommitTs != last {
+				last, lastDelete = ev.CommitTs, true
+			}
+			del := ev.Op == open.OpDelete
+			if del && !lastDelete {
+				t.Fatalf("limit %d: a delete after an insert or update at ts %d: %v", limit, ev.CommitTs, got)
+			}
+			lastDelete = del
+			got = append(got, ev.Columns[0].Value.(string))
+		}
+		if len(got) != 120 || got[0] != "Ase0" || got[4] != "Asé0" || got[5] != "u0" || got[6] != "Asé1" {
+			t.Fatalf("limit %d: order %v", limit, got[:12])
+		}
+		if limit < 1<<20 && b.spilled == 0 {
+			t.Fatal("nothing spilled")
+		}
+		b.close()
 	}
 }
