@@ -32,11 +32,12 @@ import (
 // serve first (rounds as records arrive). On the applier before the routing fixes
 // (0d2dbf4) 3 of 12 runs failed: handle-key-only deletes lost in handle-only-deletes'
 // t_uk, and a utf8mb4_general_ci key of index-value's t_vc_ci_r6 lost. After them
-// (e291135) that key is still lost in about 1 run of 4 — with applier.workers = 1 too:
+// (e291135) that key was still lost in about 1 run of 4, with applier.workers = 1 too:
 // TiCDC splits UPDATE k='ßBé' WHERE k='ßbé' into DELETE 'ßbé' and INSERT 'ßBé' of one
 // commit ts, the index-value dispatcher puts them on different partitions, and the
-// applier keeps a commit ts's rows in arrival order, so the insert may run first and the
-// delete (equal under the collation) then removes it. Raise the rounds in soak.
+// applier kept a commit ts's rows in arrival order, so the insert could run first and
+// the delete (equal under the collation) then removed it; 0ead166 applies a commit ts's
+// deletes first. Raise the rounds in soak.
 func TestRandomReplay(t *testing.T) {
 	root := randomDatasetsDir(t)
 	runs := replayEnvInt(t, "PARITY_RANDOM_REPLAY_ROUNDS", 3)
