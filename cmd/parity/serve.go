@@ -24,6 +24,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/tidb-parity/parity/cdc"
+	"github.com/tidb-parity/parity/internal/config"
 )
 
 // Environment variables that override the config file (flags override both).
@@ -124,32 +125,37 @@ func loadServeConfig(path string) (serveConfig, error) {
 	if path == "" {
 		return cfg, nil
 	}
-	md, err := toml.DecodeFile(path, &cfg)
-	if err != nil {
-		return cfg, fmt.Errorf("config %s: %w", path, err)
-	}
-	if und := md.Undecoded(); len(und) > 0 {
-		var errs []error
-		for _, k := range und {
-			errs = append(errs, fmt.Errorf("%s: unknown key", k.String()))
-		}
-		return cfg, fmt.Errorf("config %s: %w", path, errors.Join(errs...))
-	}
-	return cfg, nil
+	_, err := config.Load(path, &cfg, config.Options{})
+	return cfg, err
 }
 
+// serveBindings ties serve's flags and environment variables to their keys.
+var serveBindings = []config.Binding{
+	{Flag: "changefeed-id", Key: "changefeed.id"},
+	{Flag: "brokers", Key: "changefeed.brokers"},
+	{Flag: "topics", Key: "changefeed.topics"},
+	{Flag: "topic-regex", Key: "changefeed.topic-regex"},
+	{Flag: "compression", Key: "changefeed.compression"},
+	{Flag: "time-zone", Key: "changefeed.time-zone"},
+	{Flag: "start-ts", Key: "changefeed.start-ts"},
+	{Flag: "upstream-dsn", Env: envUpstreamDSN, Key: "upstream.dsn"},
+	{Flag: "downstream-dsn", Env: envDownstreamDSN, Key: "downstream.dsn"},
+	{Flag: "workers", Key: "applier.workers"},
+	{Flag: "batch-rows", Key: "applier.batch-rows"},
+	{Flag: "memory-bytes", Key: "applier.memory-bytes"},
+	{Flag: "spill-dir", Key: "applier.spill-dir"},
+	{Flag: "meta-schema", Key: "applier.meta-schema"},
+	{Flag: "dead-letter", Key: "applier.dead-letter"},
+	{Flag: "status-addr", Key: "status.addr"},
+	{Flag: "pprof", Key: "status.pprof"},
+	{Flag: "log-level", Key: "log.level"},
+	{Flag: "log-format", Key: "log.format"},
+}
+
+// serveFlags are the flags that are not settings (those are read through serveBindings).
 type serveFlags struct {
-	config                                    string
-	changefeedID, topicRegex, compression, tz string
-	brokers, topics                           []string
-	startTs                                   uint64
-	upstreamDSN, downstreamDSN                string
-	workers, batchRows                        int
-	memoryBytes                               int64
-	spillDir, metaSchema                      string
-	deadLetter, pprof                         bool
-	statusAddr, logLevel, logFormat           string
-	checkConfig                               bool
+	config      string
+	checkConfig bool
 }
 
 // resolveServeConfig builds the effective config: defaults < file < env < flags.
@@ -158,37 +164,9 @@ func resolveServeConfig(cmd *cobra.Command, f *serveFlags) (serveConfig, error) 
 	if err != nil {
 		return cfg, err
 	}
-	if v := os.Getenv(envUpstreamDSN); v != "" {
-		cfg.Upstream.DSN = v
+	if err := config.Apply(&cfg, cmd.Flags(), serveBindings); err != nil {
+		return cfg, err
 	}
-	if v := os.Getenv(envDownstreamDSN); v != "" {
-		cfg.Downstream.DSN = v
-	}
-	fl := cmd.Flags()
-	set := func(name string, apply func()) {
-		if fl.Changed(name) {
-			apply()
-		}
-	}
-	set("changefeed-id", func() { cfg.Changefeed.ID = f.changefeedID })
-	set("brokers", func() { cfg.Changefeed.Brokers = f.brokers })
-	set("topics", func() { cfg.Changefeed.Topics = f.topics })
-	set("topic-regex", func() { cfg.Changefeed.TopicRegex = f.topicRegex })
-	set("compression", func() { cfg.Changefeed.Compression = f.compression })
-	set("time-zone", func() { cfg.Changefeed.TimeZone = f.tz })
-	set("start-ts", func() { cfg.Changefeed.StartTs = f.startTs })
-	set("upstream-dsn", func() { cfg.Upstream.DSN = f.upstreamDSN })
-	set("downstream-dsn", func() { cfg.Downstream.DSN = f.downstreamDSN })
-	set("workers", func() { cfg.Applier.Workers = f.workers })
-	set("batch-rows", func() { cfg.Applier.BatchRows = f.batchRows })
-	set("memory-bytes", func() { cfg.Applier.MemoryBytes = f.memoryBytes })
-	set("spill-dir", func() { cfg.Applier.SpillDir = f.spillDir })
-	set("meta-schema", func() { cfg.Applier.MetaSchema = f.metaSchema })
-	set("dead-letter", func() { cfg.Applier.DeadLetter = f.deadLetter })
-	set("status-addr", func() { cfg.Status.Addr = f.statusAddr })
-	set("pprof", func() { cfg.Status.Pprof = f.pprof })
-	set("log-level", func() { cfg.Log.Level = f.logLevel })
-	set("log-format", func() { cfg.Log.Format = f.logFormat })
 	return cfg, cfg.Validate()
 }
 
@@ -236,25 +214,25 @@ Exit status: 0 after a signal, 1 when replication failed, 2 for a configuration 
 	fl := cmd.Flags()
 	fl.StringVarP(&f.config, "config", "c", "", "TOML config file (see deploy/parity.example.toml)")
 	fl.BoolVar(&f.checkConfig, "check-config", false, "validate the effective configuration, print it (passwords redacted) and exit")
-	fl.StringVar(&f.changefeedID, "changefeed-id", "", "changefeed.id")
-	fl.StringSliceVar(&f.brokers, "brokers", nil, "changefeed.brokers (comma separated)")
-	fl.StringSliceVar(&f.topics, "topics", nil, "changefeed.topics (comma separated)")
-	fl.StringVar(&f.topicRegex, "topic-regex", "", "changefeed.topic-regex")
-	fl.StringVar(&f.compression, "compression", "", "changefeed.compression (none, snappy, lz4)")
-	fl.StringVar(&f.tz, "time-zone", "", "changefeed.time-zone of TIMESTAMP values")
-	fl.Uint64Var(&f.startTs, "start-ts", 0, "changefeed.start-ts: checkpoint assumed at the first start (import TSO)")
-	fl.StringVar(&f.upstreamDSN, "upstream-dsn", "", "upstream.dsn (prefer "+envUpstreamDSN+")")
-	fl.StringVar(&f.downstreamDSN, "downstream-dsn", "", "downstream.dsn (prefer "+envDownstreamDSN+")")
-	fl.IntVar(&f.workers, "workers", 0, "applier.workers")
-	fl.IntVar(&f.batchRows, "batch-rows", 0, "applier.batch-rows")
-	fl.Int64Var(&f.memoryBytes, "memory-bytes", 0, "applier.memory-bytes")
-	fl.StringVar(&f.spillDir, "spill-dir", "", "applier.spill-dir")
-	fl.StringVar(&f.metaSchema, "meta-schema", "", "applier.meta-schema")
-	fl.BoolVar(&f.deadLetter, "dead-letter", false, "applier.dead-letter")
-	fl.StringVar(&f.statusAddr, "status-addr", "", "status.addr (empty disables)")
-	fl.BoolVar(&f.pprof, "pprof", false, "status.pprof: serve /debug/pprof/ on the status server")
-	fl.StringVar(&f.logLevel, "log-level", "", "log.level")
-	fl.StringVar(&f.logFormat, "log-format", "", "log.format (text, json)")
+	fl.String("changefeed-id", "", "changefeed.id")
+	fl.StringSlice("brokers", nil, "changefeed.brokers (comma separated)")
+	fl.StringSlice("topics", nil, "changefeed.topics (comma separated)")
+	fl.String("topic-regex", "", "changefeed.topic-regex")
+	fl.String("compression", "", "changefeed.compression (none, snappy, lz4)")
+	fl.String("time-zone", "", "changefeed.time-zone of TIMESTAMP values")
+	fl.Uint64("start-ts", 0, "changefeed.start-ts: checkpoint assumed at the first start (import TSO)")
+	fl.String("upstream-dsn", "", "upstream.dsn (prefer "+envUpstreamDSN+")")
+	fl.String("downstream-dsn", "", "downstream.dsn (prefer "+envDownstreamDSN+")")
+	fl.Int("workers", 0, "applier.workers")
+	fl.Int("batch-rows", 0, "applier.batch-rows")
+	fl.Int64("memory-bytes", 0, "applier.memory-bytes")
+	fl.String("spill-dir", "", "applier.spill-dir")
+	fl.String("meta-schema", "", "applier.meta-schema")
+	fl.Bool("dead-letter", false, "applier.dead-letter")
+	fl.String("status-addr", "", "status.addr (empty disables)")
+	fl.Bool("pprof", false, "status.pprof: serve /debug/pprof/ on the status server")
+	fl.String("log-level", "", "log.level")
+	fl.String("log-format", "", "log.format (text, json)")
 	return cmd, f
 }
 
