@@ -22,8 +22,6 @@
 package rowkey
 
 import (
-	"encoding/binary"
-	"math"
 	"regexp"
 	"strings"
 	"unicode"
@@ -89,47 +87,29 @@ const (
 	tagInt    = 0x02
 	tagUint   = 0x03
 	tagFloat  = 0x04
-	tagBytes  = 0x05 // []byte, and strings of Exact class
-	tagText   = 0x06 // a PadSpace or Folded string, after folding
-	tagOther  = 0x07
+	tagBytes  = 0x05 // a binary string
+	tagText   = 0x06 // a PadSpace or Folded string, after folding (Append only)
 	endOfText = 0x00 // then 0x01; a 0x00 byte inside is written 0x00 0xFF
 )
 
 // Append appends the encoding of v, a column value as cdc/open decodes it (nil, int64,
-// uint64, float64, string, []byte), folded by class c when v is a string. ok is false
-// when v is a string that cannot be folded safely under c: the key may equal keys whose
-// encoding differs.
+// uint64, float64, string, []byte), folded by class c when v is a string: for Exact, and
+// for every non-string value, it is Encode's form. ok is false when v is a string that
+// cannot be folded safely under c (the key may equal keys whose encoding differs) or a
+// type no key holds.
 func Append(dst []byte, v any, c Class) (out []byte, ok bool) {
-	switch v := v.(type) {
-	case nil:
-		return append(dst, tagNull), true
-	case int64:
-		dst = append(dst, tagInt)
-		return binary.BigEndian.AppendUint64(dst, uint64(v)^(1<<63)), true
-	case uint64:
-		dst = append(dst, tagUint)
-		return binary.BigEndian.AppendUint64(dst, v), true
-	case float64:
-		if v == 0 {
-			v = 0 // -0 = 0 in SQL
-		}
-		dst = append(dst, tagFloat)
-		return binary.BigEndian.AppendUint64(dst, math.Float64bits(v)), true
-	case []byte:
-		return appendText(append(dst, tagBytes), v), true
-	case string:
+	if s, isText := v.(string); isText {
 		switch c {
-		case Exact:
-			return appendText(append(dst, tagBytes), v), true
 		case PadSpace:
-			return appendText(append(dst, tagText), strings.TrimRight(v, " ")), true
+			return appendText(append(dst, tagText), strings.TrimRight(s, " ")), true
 		case Folded:
-			return foldText(append(dst, tagText), v)
+			return foldText(append(dst, tagText), s)
+		case Opaque:
+			return dst, false
 		}
-		return dst, false
 	}
-	// Not a type cdc/open produces; its text keeps the key stable, not collation-aware.
-	return append(dst, tagOther), false
+	out, err := appendExact(dst, v)
+	return out, err == nil
 }
 
 // appendText writes b escaped and terminated, so that a composite key's parts never run
