@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -99,11 +100,12 @@ func TestBusyGateHoldsRun(t *testing.T) {
 		err error
 	}
 	done := make(chan result, 1)
+	d := NewDiff(cfg)
 	go func() {
-		rep, err := Run(ctx, cfg)
+		rep, err := d.Run(ctx)
 		done <- result{rep, err}
 	}()
-	paused := func() bool { return bytes.Contains([]byte(logs.String()), []byte("downstream busy; pausing")) }
+	paused := func() bool { return d.Stats().Pausing }
 	for !paused() {
 		select {
 		case r := <-done:
@@ -120,6 +122,12 @@ func TestBusyGateHoldsRun(t *testing.T) {
 	if n := chunksDone.Load(); n != 0 {
 		t.Fatalf("%d chunks compared while the downstream was busy", n)
 	}
+	if st := d.Stats(); st.ChunksDone != 0 || !st.Pausing || st.Pauses != 1 || st.Paused < 1500*time.Millisecond || st.Phase != PhaseComparing {
+		t.Fatalf("stats while held: %+v", st)
+	}
+	if !strings.Contains(logs.String(), "downstream busy; pausing") {
+		t.Errorf("the pause is not logged:\n%s", logs.String())
+	}
 	release()
 	r := <-done
 	if r.err != nil {
@@ -127,5 +135,8 @@ func TestBusyGateHoldsRun(t *testing.T) {
 	}
 	if tr := tableReport(t, r.rep, "bg"); !r.rep.Equal || tr.RowsChecked != 2000 || tr.Chunks < 10 {
 		t.Fatalf("after the pause: %+v", tr)
+	}
+	if st := d.Stats(); st.Pausing || st.Pauses < 1 || st.ChunksDone != tableReport(t, r.rep, "bg").Chunks {
+		t.Errorf("stats after the run: %+v", st)
 	}
 }

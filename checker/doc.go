@@ -4,16 +4,45 @@
 // individual rows, and emits fix SQL. A run and its chunks are persisted in the meta
 // schema (parity_meta.diff_*) so a killed run resumes where it stopped.
 //
-// The pieces, each in its own file:
-//   - source.go: a Source is one side of the diff: a pool of connections that all read
-//     the same snapshot (a TiDB TSO through tidb_snapshot, or transactions opened WITH
-//     CONSISTENT SNAPSHOT that the caller hands in).
-//   - schema.go: table structure, key choice and structure comparison.
-//   - sqltext.go: the value-literal renderer (identifiers go through internal/ident).
-//   - checksum.go: every checksum and row-streaming SQL statement.
-//   - chunk.go: key ranges, boundary predicates, adaptive splitting.
-//   - drill.go: narrowing a mismatched chunk (key buckets or bisection); rowdiff.go:
-//     merge-comparing rows in Go, type-aware equality.
-//   - fix.go: fix SQL; state.go: the persisted run state machine; run.go: the worker
-//     pool and Run; throttle.go: rate cap and busy pause; report.go: the result.
+// A run (run.go) is a short story told by parts that each own one concern; each part's
+// file opens with what it owns and what it must not do:
+//   - the pair (pair.go): the two sources and what is known of them — flavour, where a
+//     TiDB side computes its checksums, byte-ordered strings, packet size, and whether
+//     each side reads at a snapshot (and which). Every query goes through it, bounded by
+//     the query timeout and stopped on the server when it outlives it.
+//   - the planner (planner.go): the table list and each table's plan, an immutable target.
+//   - the scopes (scope.go): the units of work a table yields — rangeScope cuts key
+//     ranges (chunks) and adapts their size to the comparer's feedback; keyScope hands out
+//     the keys of stored differences. Modelled on spirit's chunker (Open, Next, Feedback).
+//   - the comparer (comparer.go, drill.go, rowdiff.go): checksums a unit, drills a
+//     mismatch down, merges rows, compares keyless multisets; it reports differences to a
+//     sink it is given.
+//   - the tracker (tracker.go, journal.go, report.go): totals, the one checkpoint rule,
+//     the journal of chunk states, the difference budget and the sink that stores
+//     differences within it, progress, Stats, the report and the fix SQL.
+//   - the re-check (recheck.go), the throttles (throttle.go: rate cap, busy gate).
+//
+// Under them: source.go (a Source: a DSN pool, or connections the caller holds at a
+// snapshot), schema.go (structures, key choice), checksum.go (every checksum and
+// row-streaming statement), sqltext.go (value literals; identifiers go through
+// internal/ident), chunk.go (key ranges, chunk sizing, cutting by value), fix.go (fix
+// SQL), state.go (the persisted run state machine), gc.go (TiDB's GC and snapshots).
+//
+// Where this differs from the shape first sketched for it (../shared/design/next-wave.md
+// section 3), and why:
+//   - Reading at a snapshot is what a source says of itself (a DSNSource opened at a
+//     tidb_snapshot, or ConnSourceConfig.Snapshot for connections opened inside the
+//     applier's barrier), collected by the pair; not a flag given to the pair, which could
+//     then claim a snapshot its sources do not read at.
+//   - The difference budget and the storing sink are the tracker's; the comparer sees a
+//     two-method differenceSink (full, emit). The re-check hands it a sink that collects in
+//     memory, and a classification of differences can wrap one.
+//   - A timed-out query on a ConnSource is stopped with KILL QUERY and its connection kept
+//     (its transaction, and so its snapshot, cannot be reopened); on a DSNSource with KILL
+//     CONNECTION and the connection discarded (the pool reopens it at the same
+//     tidb_snapshot, and no late kill can reach the next statement).
+//   - A unit's size and grouping are read from the sizer when the scope hands it out,
+//     together, so a chunk is never checksummed by buckets of a size meant for another.
+//   - A keyless table's re-check compares its stored chunks again rather than a key
+//     scope: a keyless table has no key to read rows by.
 package checker

@@ -1,5 +1,9 @@
 package checker
 
+// drill.go is the comparer's drill-down: it narrows a mismatched range (key buckets for a
+// single integer key, bisection otherwise) until its parts are small enough to merge row
+// by row. It must not store or count what it finds: differences go to the emit it is given.
+
 import (
 	"context"
 	"database/sql"
@@ -15,23 +19,23 @@ import (
 
 // drill narrows a mismatched range: bisect while it holds more than RowDiffRows rows,
 // then merge-compare the rows.
-func (r *runner) drill(ctx context.Context, ts *tableState, rng Range, up, down checksum, emit func(Difference) error, depth int) error {
-	p := ts.plan
+func (c *comparer) drill(ctx context.Context, t *target, rng Range, up, down checksum, emit func(Difference) error, depth int) error {
+	p := t.plan
 	if p.Keyless {
-		return r.diffKeyless(ctx, ts, rng, emit, nil)
+		return c.diffKeyless(ctx, t, rng, emit, nil)
 	}
 	n, side := up.count, Upstream
 	if down.count > n {
 		n, side = down.count, Downstream
 	}
-	if n <= int64(r.cfg.RowDiffRows) || depth > 64 {
-		return r.mergeRows(ctx, ts, rng, emit)
+	if n <= int64(c.rowDiffRows) || depth > 64 {
+		return c.mergeRows(ctx, t, rng, emit)
 	}
 	if p.intKey() {
-		return r.drillBuckets(ctx, ts, rng, n, emit, depth)
+		return c.drillBuckets(ctx, t, rng, n, emit, depth)
 	}
 	var mid Bound
-	err := r.withSide(ctx, side, func(ctx context.Context, q Querier) error {
+	err := c.pair.withSide(ctx, side, func(ctx context.Context, q Querier) error {
 		row, err := firstRow(ctx, q, p.BoundarySQL(side, rng, int(n/2)-1), len(p.Key))
 		mid = Bound(row)
 		return err
@@ -40,17 +44,17 @@ func (r *runner) drill(ctx context.Context, ts *tableState, rng Range, up, down 
 		return fmt.Errorf("bisect: %w", err)
 	}
 	if mid == nil || (rng.Hi != nil && p.compareKeys(mid, rng.Hi) == 0) {
-		return r.mergeRows(ctx, ts, rng, emit)
+		return c.mergeRows(ctx, t, rng, emit)
 	}
 	for _, half := range []Range{{Lo: rng.Lo, Hi: mid}, {Lo: mid, Hi: rng.Hi}} {
-		u, d, err := r.checksumBoth(ctx, ts, half)
+		u, d, err := c.checksumBoth(ctx, t, half)
 		if err != nil {
 			return err
 		}
 		if sameChecksum(u, d) {
 			continue
 		}
-		if err := r.drill(ctx, ts, half, u, d, emit, depth+1); err != nil {
+		if err := c.drill(ctx, t, half, u, d, emit, depth+1); err != nil {
 			return err
 		}
 	}
@@ -60,29 +64,29 @@ func (r *runner) drill(ctx context.Context, ts *tableState, rng Range, up, down 
 // drillBuckets narrows a mismatched range of a single integer key: it checksums
 // ~n/(RowDiffRows/2) equal-width key buckets in one grouped query per side and follows only
 // the buckets that differ.
-func (r *runner) drillBuckets(ctx context.Context, ts *tableState, rng Range, n int64, emit func(Difference) error, depth int) error {
+func (c *comparer) drillBuckets(ctx context.Context, t *target, rng Range, n int64, emit func(Difference) error, depth int) error {
 	lo, hi, ok := rangeInts(rng)
 	if !ok {
 		var err error
-		lo, hi, err = r.intKeyBounds(ctx, ts, rng)
+		lo, hi, err = intKeyBounds(ctx, c.pair, t, rng)
 		switch {
 		case errors.Is(err, errKeyBounds):
 			// The servers' MIN/MAX contradict themselves; the rows decide.
-			r.log.Warn("key bounds unusable: comparing the range's rows", "table", ts.name, "err", err)
-			return r.mergeRows(ctx, ts, rng, emit)
+			c.log.Warn("key bounds unusable: comparing the range's rows", "table", t.name, "err", err)
+			return c.mergeRows(ctx, t, rng, emit)
 		case err != nil:
 			return err
 		case lo == nil:
 			// No rows by MIN/MAX, though the checksums differ: the rows decide.
-			return r.mergeRows(ctx, ts, rng, emit)
+			return c.mergeRows(ctx, t, rng, emit)
 		}
 	}
-	width := bucketWidth(lo, hi, max(2, min(1024, n/int64(max(1, r.cfg.RowDiffRows/2)))))
-	ub, db, err := r.readBuckets(ctx, ts, rng, lo, hi, width)
+	width := bucketWidth(lo, hi, max(2, min(1024, n/int64(max(1, c.rowDiffRows/2)))))
+	ub, db, err := c.readBuckets(ctx, t, rng, lo, hi, width)
 	if err != nil {
 		return err
 	}
-	return r.followBuckets(ctx, ts, rng, lo, hi, width, ub, db, differingBuckets(ub, db), emit, depth)
+	return c.followBuckets(ctx, t, rng, lo, hi, width, ub, db, differingBuckets(ub, db), emit, depth)
 }
 
 // rangeInts returns the keys a range of a single integer key can hold, [Lo+1, Hi], when
@@ -121,15 +125,15 @@ type bucketSums struct {
 // in a bucket even when MIN/MAX were wrong (TiDB's unistore reads a descending scan, and
 // so MAX, at a snapshot from the newest data: a row deleted after the snapshot is missing
 // from MAX while the ranges still hold it).
-func (r *runner) readBuckets(ctx context.Context, ts *tableState, rng Range, lo, hi, width *big.Int) (ub, db bucketSums, err error) {
-	p := ts.plan
+func (c *comparer) readBuckets(ctx context.Context, t *target, rng Range, lo, hi, width *big.Int) (ub, db bucketSums, err error) {
+	p := t.plan
 	// Integer arithmetic when every key - lo fits a signed BIGINT (both servers then
 	// compute (key - lo) DIV width without overflow); DECIMAL otherwise.
 	intMath := new(big.Int).Sub(hi, lo).IsInt64()
 	last := lastBucket(lo, hi, width)
 	read := func(ctx context.Context, side Side) (bucketSums, error) {
 		out := bucketSums{sums: map[string]checksum{}}
-		err := r.withSide(ctx, side, func(ctx context.Context, q Querier) error {
+		err := c.pair.withSide(ctx, side, func(ctx context.Context, q Querier) error {
 			start := time.Now()
 			rows, err := q.QueryContext(ctx, p.BucketChecksumSQL(side, rng, lo.String(), width.String(), intMath))
 			if err != nil {
@@ -150,7 +154,7 @@ func (r *runner) readBuckets(ctx context.Context, ts *tableState, rng Range, lo,
 			return rows.Err()
 		})
 		if err != nil {
-			return bucketSums{}, fmt.Errorf("%s bucket checksums of %s: %w", side, ts.name, err)
+			return bucketSums{}, fmt.Errorf("%s bucket checksums of %s: %w", side, t.name, err)
 		}
 		return out, nil
 	}
@@ -233,7 +237,7 @@ func differingBuckets(ub, db bucketSums) []int64 {
 // (differing, from differingBuckets). Buckets of at most RowDiffRows rows on both sides are
 // merge-compared together, one row query per side over all of them; larger ones are
 // drilled further.
-func (r *runner) followBuckets(ctx context.Context, ts *tableState, rng Range, lo, hi, width *big.Int, ub, db bucketSums, differing []int64, emit func(Difference) error, depth int) error {
+func (c *comparer) followBuckets(ctx context.Context, t *target, rng Range, lo, hi, width *big.Int, ub, db bucketSums, differing []int64, emit func(Difference) error, depth int) error {
 	var small []Range
 	last := lastBucket(lo, hi, width)
 	for _, b := range differing {
@@ -258,7 +262,7 @@ func (r *runner) followBuckets(ctx context.Context, ts *tableState, rng Range, l
 		u, d := ub.sums[key], db.sums[key]
 		// One key value (several rows only where the downstream lacks the unique key)
 		// cannot be narrowed by bucketing it again: merged, as small buckets are.
-		if max(u.count, d.count) <= int64(r.cfg.RowDiffRows) || width.Cmp(big.NewInt(1)) == 0 {
+		if max(u.count, d.count) <= int64(c.rowDiffRows) || width.Cmp(big.NewInt(1)) == 0 {
 			if n := len(small); n > 0 && rangesAdjoin(small[n-1], sub) {
 				small[n-1].Hi = sub.Hi
 			} else {
@@ -267,15 +271,15 @@ func (r *runner) followBuckets(ctx context.Context, ts *tableState, rng Range, l
 			continue
 		}
 		// Differences go out in key order: the small buckets before this one first.
-		if err := r.mergeRanges(ctx, ts, small, emit); err != nil {
+		if err := c.mergeRanges(ctx, t, small, emit); err != nil {
 			return err
 		}
 		small = small[:0]
-		if err := r.drill(ctx, ts, sub, u, d, emit, depth+1); err != nil {
+		if err := c.drill(ctx, t, sub, u, d, emit, depth+1); err != nil {
 			return err
 		}
 	}
-	return r.mergeRanges(ctx, ts, small, emit)
+	return c.mergeRanges(ctx, t, small, emit)
 }
 
 // rangesAdjoin reports whether b starts where a ends (a bucket range's bounds are the
@@ -300,10 +304,10 @@ var errKeyBounds = errors.New("key bounds unusable")
 
 // intKeyBounds returns the smallest and largest value of a single integer key in rng over
 // both sides (nil, nil when both sides are empty).
-func (r *runner) intKeyBounds(ctx context.Context, ts *tableState, rng Range) (lo, hi *big.Int, err error) {
-	p := ts.plan
+func intKeyBounds(ctx context.Context, pair *sourcePair, t *target, rng Range) (lo, hi *big.Int, err error) {
+	p := t.plan
 	for _, side := range []Side{Upstream, Downstream} {
-		err := r.withSide(ctx, side, func(ctx context.Context, q Querier) error {
+		err := pair.withSide(ctx, side, func(ctx context.Context, q Querier) error {
 			var mn, mx sql.NullString
 			if err := queryRow(ctx, q, p.MinMaxSQL(side, rng), &mn, &mx); err != nil {
 				return err
@@ -335,75 +339,4 @@ func (r *runner) intKeyBounds(ctx context.Context, ts *tableState, rng Range) (l
 		}
 	}
 	return lo, hi, nil
-}
-
-func queryRow(ctx context.Context, q Querier, query string, dest ...any) error {
-	rows, err := q.QueryContext(ctx, query)
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	if !rows.Next() {
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		return sql.ErrNoRows
-	}
-	if err := rows.Scan(dest...); err != nil {
-		return err
-	}
-	return rows.Err()
-}
-
-// firstRow returns the first row of query's n columns as values, or nil when it returns
-// no row.
-func firstRow(ctx context.Context, q Querier, query string, n int) ([]Value, error) {
-	rows, err := q.QueryContext(ctx, query)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	s := newRowStream(rows, n)
-	if err := s.next(); err != nil || s.done {
-		return nil, err
-	}
-	return s.row(), nil
-}
-
-// diffSink persists a chunk's differences in batches, so memory stays bounded however
-// many rows differ.
-type diffSink struct {
-	ctx   context.Context
-	r     *runner
-	chunk Chunk
-	batch []storedDiff
-	bytes int // size of batch (storedDiff.size)
-	n     int // differences stored
-	rows  int // differing rows (a keyless difference may stand for several copies)
-}
-
-func (s *diffSink) emit(d Difference) error {
-	sd := newStoredDiff(s.chunk.Seq, s.n, d)
-	if s.bytes+sd.size() > storedPieceBytes {
-		if err := s.flush(s.ctx); err != nil {
-			return err
-		}
-	}
-	s.batch = append(s.batch, sd)
-	s.bytes += sd.size()
-	s.n++
-	s.rows += max(1, d.Count)
-	if len(s.batch) >= insertBatchRows || s.bytes > storedPieceBytes {
-		return s.flush(s.ctx)
-	}
-	return nil
-}
-
-func (s *diffSink) flush(ctx context.Context) error {
-	if err := s.r.st.addDifferences(ctx, s.chunk.Table, s.batch); err != nil {
-		return err
-	}
-	s.batch = s.batch[:0]
-	s.bytes = 0
-	return nil
 }

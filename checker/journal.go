@@ -1,5 +1,10 @@
 package checker
 
+// journal.go is the tracker's journal: it owns storing chunk state transitions and the
+// checkpoint, batched off the workers' path. It must not decide the checkpoint (the
+// tracker's rule, tally.reach) nor count chunks itself (the tracker does once a batch is
+// stored).
+
 import (
 	"context"
 	"time"
@@ -20,9 +25,13 @@ import (
 // own. A chunk is stored as done only after its start was stored (the same or an earlier
 // batch), so attempts > 1 still means that the chunk was running when a run stopped.
 type journal struct {
-	r      *runner
+	st     *store
 	ch     chan journalEntry
 	stored map[int]int // table → checkpoint stored by this run (only run touches it)
+	// reach is the tracker's checkpoint rule for a table, counting as done the chunks
+	// pending says are; committed is told of each stored batch.
+	reach     func(table int, pending func(seq int) bool) int
+	committed func(updates []chunkUpdate)
 }
 
 type journalEntry struct {
@@ -31,12 +40,10 @@ type journalEntry struct {
 	res      chunkResult
 }
 
-func newJournal(r *runner) *journal {
-	j := &journal{r: r, ch: make(chan journalEntry, 4*r.cfg.Concurrency), stored: map[int]int{}}
-	for _, ts := range r.tables {
-		j.stored[ts.idx] = ts.checkpoint
-	}
-	return j
+// newJournal returns a journal queueing up to queue entries, given the checkpoints stored
+// so far.
+func newJournal(st *store, queue int, checkpoints map[int]int, reach func(int, func(int) bool) int, committed func([]chunkUpdate)) *journal {
+	return &journal{st: st, ch: make(chan journalEntry, queue), stored: checkpoints, reach: reach, committed: committed}
 }
 
 // started queues the running state of a chunk.
@@ -105,9 +112,8 @@ func (j *journal) run(ctx context.Context) error {
 	}
 }
 
-// commit stores one batch, then counts its finished chunks as done.
+// commit stores one batch, then has its finished chunks counted as done.
 func (j *journal) commit(ctx context.Context, batch []journalEntry) error {
-	r := j.r
 	type key struct{ table, seq int }
 	var updates []chunkUpdate
 	index := map[key]int{}
@@ -136,48 +142,22 @@ func (j *journal) commit(ctx context.Context, batch []journalEntry) error {
 		if _, ok := checkpoints[t]; ok {
 			continue
 		}
-		ts := r.tables[t]
-		ts.mu.Lock()
-		cp := ts.checkpoint
-		for {
-			if ts.done[cp+1] {
-				cp++
-				continue
-			}
-			if i, ok := index[key{t, cp + 1}]; ok && updates[i].finished {
-				cp++
-				continue
-			}
-			break
-		}
-		ts.mu.Unlock()
-		checkpoints[t] = cp
+		checkpoints[t] = j.reach(t, func(seq int) bool {
+			i, ok := index[key{t, seq}]
+			return ok && updates[i].finished
+		})
 	}
 	for t, cp := range checkpoints {
 		if cp <= j.stored[t] {
 			delete(checkpoints, t)
 		}
 	}
-	if err := r.st.commitChunks(ctx, updates, checkpoints); err != nil {
+	if err := j.st.commitChunks(ctx, updates, checkpoints); err != nil {
 		return err
 	}
 	for t, cp := range checkpoints {
 		j.stored[t] = cp
 	}
-	progressed := false
-	for _, u := range updates {
-		if !u.finished {
-			continue
-		}
-		progressed = true
-		ts := r.tables[u.chunk.Table]
-		ts.mu.Lock()
-		ts.countDone(u.chunk.Seq, u.res)
-		ts.advanceCheckpoint()
-		ts.mu.Unlock()
-	}
-	if progressed {
-		r.reportProgress()
-	}
+	j.committed(updates)
 	return nil
 }

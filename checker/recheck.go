@@ -1,9 +1,16 @@
 package checker
 
+// recheck.go owns the re-check rounds: when to start one (after a delay, and after the
+// changefeed has applied what was in flight), which tables hold differences, re-reading
+// them (a key scope per keyed table, compared by the comparer; a keyless table's chunks
+// compared again) and swapping the stored differences for what is found now. It must not
+// compare rows itself, nor count totals other than through the tracker.
+
 import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -28,57 +35,46 @@ import (
 // (store.replaceDifferences), so a run killed during its re-check and resumed re-checks
 // what is left, and never counts a resolved row twice.
 
-// recheckBatch is how many differences one pair of RowsByKeysSQL queries re-reads.
-const recheckBatch = 256
-
-// recheckBatchBytes ends a batch early once the fix SQL of its differences (which holds
-// their rows) reaches this size: the re-read rows are held until the batch is stored.
-const recheckBatchBytes = 8 << 20
-
-var errBatchFull = errors.New("re-check batch full")
-
-// recheckEnabled reports whether the run re-checks its differences: not when both sides
-// were read at a snapshot (reading again would read the same data).
-func (r *runner) recheckEnabled() bool {
-	return r.cfg.RecheckRounds > 0 && (r.cfg.Upstream.Snapshot == "" || r.cfg.Downstream.Snapshot == "")
+// rechecker runs the re-check rounds of a run.
+type rechecker struct {
+	cfg   *Config
+	log   *slog.Logger
+	st    *store
+	cmp   *comparer
+	track *tracker
 }
 
-// recheck runs the re-check rounds; readEnd is when the comparison that found the
+// recheckEnabled reports whether a run on pair re-checks its differences: not when both
+// sides are read at a snapshot (reading again would read the same data).
+func recheckEnabled(cfg *Config, pair *sourcePair) bool {
+	return cfg.RecheckRounds > 0 && !pair.atSnapshot()
+}
+
+// run runs the re-check rounds; readEnd is when the comparison that found the
 // differences ended (every row was read before it).
-func (r *runner) recheck(ctx context.Context, readEnd time.Time) error {
-	for round := 1; round <= r.cfg.RecheckRounds; round++ {
-		var pending int64
-		var todo []*tableState
-		for _, ts := range r.tables {
-			ts.mu.Lock()
-			if ts.plan != nil && !ts.fatal && ts.differences > 0 {
-				pending += ts.differences
-				todo = append(todo, ts)
-			}
-			ts.mu.Unlock()
-		}
+func (rc *rechecker) run(ctx context.Context, readEnd time.Time) error {
+	for round := 1; round <= rc.cfg.RecheckRounds; round++ {
+		todo, pending := rc.track.pending()
 		if len(todo) == 0 {
 			return nil
 		}
-		if err := r.recheckWait(ctx, readEnd); err != nil {
+		if err := rc.wait(ctx, readEnd); err != nil {
 			return err
 		}
 		start := time.Now()
-		r.reportPhase(true, 0)
-		r.log.Info("re-checking differences", "round", round, "differences", pending,
+		rc.track.progress(true, 0)
+		rc.log.Info("re-checking differences", "round", round, "differences", pending,
 			"since_read", time.Since(readEnd).Round(time.Millisecond))
 		g, gctx := errgroup.WithContext(ctx)
-		g.SetLimit(r.cfg.Concurrency)
+		g.SetLimit(rc.cfg.Concurrency)
 		var resolvedTotal atomic.Int64
-		for _, ts := range todo {
+		for _, t := range todo {
 			g.Go(func() error {
-				resolved, err := r.recheckTable(gctx, ts)
+				resolved, err := rc.table(gctx, t)
 				if err != nil {
-					return fmt.Errorf("re-check %s: %w", ts.name, err)
+					return fmt.Errorf("re-check %s: %w", t.name, err)
 				}
-				ts.mu.Lock()
-				ts.differences -= resolved
-				ts.mu.Unlock()
+				rc.track.resolve(t.idx, resolved)
 				resolvedTotal.Add(resolved)
 				return nil
 			})
@@ -86,151 +82,123 @@ func (r *runner) recheck(ctx context.Context, readEnd time.Time) error {
 		if err := g.Wait(); err != nil {
 			return err
 		}
-		r.rechecks = round
-		r.reportPhase(true, 0)
-		r.log.Info("re-check round done", "round", round, "resolved", resolvedTotal.Load(), "remaining", pending-resolvedTotal.Load(),
+		rc.track.rechecked(round)
+		rc.track.progress(true, 0)
+		rc.log.Info("re-check round done", "round", round, "resolved", resolvedTotal.Load(), "remaining", pending-resolvedTotal.Load(),
 			"elapsed", time.Since(start).Round(time.Millisecond))
 		readEnd = time.Now()
 	}
 	return nil
 }
 
-// recheckWait waits until the differences read before readEnd are due for a re-check:
+// wait waits until the differences read before readEnd are due for a re-check:
 // RecheckDelay after readEnd and, when the changefeed's lag is known, until its applied
 // checkpoint has passed readEnd (at most RecheckMaxWait; then the round goes ahead, and
 // rows still in flight stay reported).
-func (r *runner) recheckWait(ctx context.Context, readEnd time.Time) error {
-	if d := time.Until(readEnd.Add(r.cfg.RecheckDelay)); d > 0 {
+func (rc *rechecker) wait(ctx context.Context, readEnd time.Time) error {
+	if d := time.Until(readEnd.Add(rc.cfg.RecheckDelay)); d > 0 {
 		if err := sleep(ctx, d); err != nil {
 			return err
 		}
 	}
-	if r.cfg.Lag == nil {
+	if rc.cfg.Lag == nil {
 		return nil
 	}
-	deadline := time.Now().Add(r.cfg.RecheckMaxWait)
+	deadline := time.Now().Add(rc.cfg.RecheckMaxWait)
 	for {
-		lag, err := r.cfg.Lag(ctx)
+		lag, err := rc.cfg.Lag(ctx)
 		switch {
 		case ctx.Err() != nil:
 			return ctx.Err()
 		case err != nil:
-			r.log.Warn("re-check: changefeed lag unknown; re-checking without waiting for it", "changefeed", r.cfg.Changefeed.ID, "err", err)
+			rc.log.Warn("re-check: changefeed lag unknown; re-checking without waiting for it", "changefeed", rc.cfg.Changefeed.ID, "err", err)
 			return nil
 		case time.Since(readEnd) >= lag: // the applied checkpoint, now - lag, is past readEnd
 			return nil
 		case time.Now().After(deadline):
-			r.log.Warn("re-check: changefeed still behind the differences' reads; re-checking anyway",
-				"changefeed", r.cfg.Changefeed.ID, "lag", lag.Round(time.Millisecond), "recheck_max_wait", r.cfg.RecheckMaxWait)
+			rc.log.Warn("re-check: changefeed still behind the differences' reads; re-checking anyway",
+				"changefeed", rc.cfg.Changefeed.ID, "lag", lag.Round(time.Millisecond), "recheck_max_wait", rc.cfg.RecheckMaxWait)
 			return nil
 		}
-		r.reportPhase(true, lag)
+		rc.track.progress(true, lag)
 		if err := sleep(ctx, min(250*time.Millisecond, lag-time.Since(readEnd))); err != nil {
 			return err
 		}
 	}
 }
 
-// recheckTable re-checks the stored differences of a table and returns the rows resolved.
-// A keyed table's differences are read in batches of up to recheckBatch, across chunks,
-// in (chunk, n) order; each batch's rows are read again by key on both sides with one
-// query per side and swapped in one meta transaction.
-func (r *runner) recheckTable(ctx context.Context, ts *tableState) (int64, error) {
-	p := ts.plan
-	if p.Keyless {
-		return r.recheckKeyless(ctx, ts)
+// collected is a differenceSink that keeps what it is given.
+type collected []Difference
+
+func (c *collected) full() bool { return false }
+func (c *collected) emit(d Difference) error {
+	*c = append(*c, d)
+	return nil
+}
+
+// table re-checks the stored differences of a table and returns the rows resolved. A
+// keyed table's differences are read in batches (keyScope); each batch's rows are read
+// again by key on both sides with one query per side and swapped in one meta transaction.
+func (rc *rechecker) table(ctx context.Context, t *target) (int64, error) {
+	if t.plan.Keyless {
+		return rc.keyless(ctx, t)
 	}
-	// Differences stored by this round get numbers above their chunk's largest, and the
-	// round skips them: it reads each difference once.
-	maxN, err := r.st.maxDifferenceNs(ctx, ts.idx)
+	ks, err := openKeyScope(ctx, t, rc.st)
 	if err != nil {
 		return 0, err
 	}
+	// Differences stored by this round get numbers above their chunk's largest.
 	next := map[int]int{}
-	for seq, n := range maxN {
+	for seq, n := range ks.maxN {
 		next[seq] = n + 1
 	}
-	seq, after := int64(-1), int64(-1)
 	var resolved int64
 	for {
-		var old []diffRef
-		var keys []Bound
-		chunkOf := map[string]int{} // key text → chunk
-		oldRows := map[int]int64{}
-		bytes := 0
-		limit := recheckBatch
-		err := r.st.scanDifferences(ctx, ts.idx, "", seq, after, &limit, func(sq, n int64, d Difference, fix string) error {
-			seq, after = sq, n
-			c, ok := maxN[int(sq)]
-			if !ok || int(n) > c {
-				return nil // stored by this round
-			}
-			k, err := p.keyBound(d.Key)
-			if err != nil {
-				return fmt.Errorf("difference %d of chunk %d: %w", n, sq, err)
-			}
-			old = append(old, diffRef{seq: int(sq), n: int(n)})
-			keys = append(keys, k)
-			kt := keyText(d.Key)
-			if _, dup := chunkOf[kt]; !dup {
-				chunkOf[kt] = int(sq)
-			}
-			oldRows[int(sq)] += int64(max(1, d.Count))
-			if bytes += len(fix); bytes >= recheckBatchBytes {
-				return errBatchFull
-			}
-			return nil
-		})
-		full := errors.Is(err, errBatchFull)
-		if err != nil && !full {
+		u, ok, err := ks.next(ctx)
+		if err != nil || !ok {
 			return resolved, err
 		}
-		if len(old) > 0 {
-			var news []storedDiff
-			emit := func(d Difference) error {
-				if c, ok := chunkOf[keyText(d.Key)]; ok {
-					news = append(news, newStoredDiff(c, next[c], d))
-					next[c]++
-				}
-				return nil
-			}
-			if err := r.mergeQueries(ctx, ts, p.RowsByKeysSQL(Upstream, keys), p.RowsByKeysSQL(Downstream, keys), emit); err != nil {
-				return resolved, err
-			}
-			n, err := r.st.replaceDifferences(ctx, ts.idx, old, false, oldRows, news)
-			if err != nil {
-				return resolved, err
-			}
-			resolved += n
+		var found collected
+		if _, err := rc.cmp.compare(ctx, t, u, &found); err != nil {
+			return resolved, err
 		}
-		if !full && limit > 0 { // the scan reached the table's last difference
-			return resolved, nil
+		var news []storedDiff
+		for _, d := range found {
+			if c, ok := u.found.chunkOf[keyText(d.Key)]; ok {
+				news = append(news, newStoredDiff(c, next[c], d))
+				next[c]++
+			}
 		}
+		n, err := rc.st.replaceDifferences(ctx, t.idx, u.found.refs, false, u.found.rows, news)
+		if err != nil {
+			return resolved, err
+		}
+		resolved += n
 	}
 }
 
-// recheckKeyless re-checks a keyless table chunk by chunk: a chunk equal now has its
-// differences resolved; one that still differs is compared again (diffKeyless), and of its
+// keyless re-checks a keyless table chunk by chunk: a chunk equal now has its differences
+// resolved; one that still differs is compared again (diffKeyless), and of its
 // differences only the rows still missing or extra stay, each at most as often as it was
 // found before (a row that differs now and did not then was written since: the re-check
 // resolves differences, it never adds one). A chunk whose stored differences exceed
 // recheckBatchBytes, or whose comparison reaches Config.MaxDifferences, keeps them as
 // found: both bound what the re-check holds in memory.
-func (r *runner) recheckKeyless(ctx context.Context, ts *tableState) (int64, error) {
-	chunks, err := r.st.chunksWithDifferences(ctx, ts.idx)
+func (rc *rechecker) keyless(ctx context.Context, t *target) (int64, error) {
+	chunks, err := rc.st.chunksWithDifferences(ctx, t.idx)
 	if err != nil {
 		return 0, err
 	}
 	var resolved int64
 	for _, c := range chunks {
-		u, d, err := r.checksumBoth(ctx, ts, c.Range)
+		u, d, err := rc.cmp.checksumBoth(ctx, t, c.Range)
 		if err != nil {
 			return resolved, err
 		}
 		var news []storedDiff
 		if !sameChecksum(u, d) {
 			var ok bool
-			news, ok, err = r.redrillKeyless(ctx, ts, c)
+			news, ok, err = rc.redrillKeyless(ctx, t, c)
 			if err != nil {
 				return resolved, err
 			}
@@ -238,7 +206,7 @@ func (r *runner) recheckKeyless(ctx context.Context, ts *tableState) (int64, err
 				continue
 			}
 		}
-		n, err := r.st.replaceDifferences(ctx, ts.idx, []diffRef{{seq: c.Seq}}, true, map[int]int64{c.Seq: c.res.differences}, news)
+		n, err := rc.st.replaceDifferences(ctx, t.idx, []diffRef{{seq: c.Seq}}, true, map[int]int64{c.Seq: c.res.differences}, news)
 		if err != nil {
 			return resolved, err
 		}
@@ -249,14 +217,14 @@ func (r *runner) recheckKeyless(ctx context.Context, ts *tableState) (int64, err
 
 // redrillKeyless compares keyless chunk c again and returns the differences to store in
 // place of its stored ones: those found again, each row at most as often as before. ok is
-// false when the chunk keeps its differences as found (see recheckKeyless).
-func (r *runner) redrillKeyless(ctx context.Context, ts *tableState, c storedChunk) (news []storedDiff, ok bool, err error) {
-	p := ts.plan
+// false when the chunk keeps its differences as found (see keyless).
+func (rc *rechecker) redrillKeyless(ctx context.Context, t *target, c storedChunk) (news []storedDiff, ok bool, err error) {
+	p := t.plan
 	before := map[string]int64{} // kind and row → copies found before
 	bytes := 0
 	limit := -1
 	rowKey := func(kind DiffKind, k Key) string { return string(kind) + "\x00" + keyText(k) }
-	err = r.st.scanDifferences(ctx, ts.idx, fmt.Sprintf(" AND chunk_seq = %d", c.Seq), int64(c.Seq), -1, &limit, func(_, _ int64, d Difference, fix string) error {
+	err = rc.st.scanDifferences(ctx, t.idx, fmt.Sprintf(" AND chunk_seq = %d", c.Seq), int64(c.Seq), -1, &limit, func(_, _ int64, d Difference, fix string) error {
 		k := rowKey(d.Kind, d.Key)
 		before[k] += int64(max(1, d.Count))
 		if bytes += len(fix) + len(k); bytes >= recheckBatchBytes {
@@ -266,8 +234,8 @@ func (r *runner) redrillKeyless(ctx context.Context, ts *tableState, c storedChu
 	})
 	switch {
 	case errors.Is(err, errBatchFull):
-		r.log.Info("re-check keeps a keyless chunk's differences as found: too many to hold",
-			"table", ts.name, "chunk", c.Seq, "differences", c.res.differences)
+		rc.log.Info("re-check keeps a keyless chunk's differences as found: too many to hold",
+			"table", t.name, "chunk", c.Seq, "differences", c.res.differences)
 		return nil, false, nil
 	case err != nil:
 		return nil, false, err
@@ -282,7 +250,7 @@ func (r *runner) redrillKeyless(ctx context.Context, ts *tableState, c storedChu
 		news = append(news, newStoredDiff(c.Seq, len(news), d))
 		return nil
 	}
-	err = r.diffKeyless(ctx, ts, c.Range, emit, keep)
+	err = rc.cmp.diffKeyless(ctx, t, c.Range, emit, keep)
 	switch {
 	case errors.Is(err, errMaxDifferences):
 		return nil, false, nil

@@ -1,10 +1,18 @@
 package checker
 
+// report.go owns what a run hands back: the Report, its report.json and the fix SQL
+// files (written by the tracker from what it counted and the store holds), and the
+// Progress and Stats a caller reads while the run goes on. It must not query the compared
+// servers.
+
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -16,8 +24,9 @@ type Report struct {
 	FinishedAt time.Time `json:"finished_at"`
 	Upstream   string    `json:"upstream"`
 	Downstream string    `json:"downstream"`
-	// UpstreamSnapshot and DownstreamSnapshot are the TiDB snapshots (TSO or datetime) the
-	// sides were read at, when set: "equal" holds between those points.
+	// UpstreamSnapshot and DownstreamSnapshot name the points the sides were read at, when
+	// set (a TiDB TSO or datetime, or the label of a snapshot source, ConnSourceConfig):
+	// "equal" holds between those points.
 	UpstreamSnapshot   string `json:"upstream_snapshot,omitempty"`
 	DownstreamSnapshot string `json:"downstream_snapshot,omitempty"`
 	// RecheckRounds counts the rounds in which the rows of the differences were read
@@ -83,6 +92,168 @@ type Progress struct {
 	// for it (0 otherwise).
 	Rechecking    bool
 	ChangefeedLag time.Duration
+}
+
+// Phase is what a run is doing.
+type Phase string
+
+const (
+	// PhaseStarting: opening the sources and the meta schema, storing the run.
+	PhaseStarting Phase = "starting"
+	// PhasePlanning: asking the servers what the comparison depends on, listing the
+	// tables, loading and comparing their structures.
+	PhasePlanning Phase = "planning"
+	// PhaseComparing: cutting the tables into chunks and comparing them.
+	PhaseComparing Phase = "comparing"
+	// PhaseRechecking: reading the differences found again (Config.RecheckRounds).
+	PhaseRechecking Phase = "rechecking"
+	// PhaseReporting: writing the report and the fix SQL.
+	PhaseReporting Phase = "reporting"
+	// PhaseFinished: the run has ended (Stats.State says how).
+	PhaseFinished Phase = "finished"
+)
+
+// Stats are a run's counters and gauges at one moment, for metrics: a daemon exports them
+// (as Prometheus counters and gauges, say) without the checker depending on a metrics
+// library, as kafka-go's Reader.Stats does. Diff.Stats returns them from any goroutine
+// while the run goes on. Counts cover the run ID: a resumed run starts from what was
+// stored.
+type Stats struct {
+	RunID string
+	// State is the run's state (RunRunning until it ends); Phase what it does.
+	State string
+	Phase Phase
+	// PhaseTimes is how long each phase took, the current one so far (as vitess's vdiff
+	// reports per-phase timings).
+	PhaseTimes map[Phase]time.Duration
+	Elapsed    time.Duration
+
+	Tables     int
+	TablesDone int
+	// Chunks counts the chunks cut so far; ChunksDone those stored as compared;
+	// ChunkRetries the chunks compared again after a transient error (in this process).
+	Chunks       int
+	ChunksDone   int
+	ChunkRetries int64
+	// RowsChecked counts the upstream rows compared, DownstreamRows the downstream ones;
+	// RowsEstimated the upstream's rows by table statistics (may be 0 or off).
+	RowsChecked    int64
+	DownstreamRows int64
+	RowsEstimated  int64
+	// Differences counts the differing rows kept (a keyless difference with Count n
+	// counts n); DifferencesResolved those the re-check found equal (in this process);
+	// UndrilledChunks the mismatched chunks left undrilled (Config.MaxDifferences).
+	Differences         int64
+	DifferencesResolved int64
+	UndrilledChunks     int
+	RecheckRounds       int
+
+	// Pauses counts the times new chunks were held back because the downstream was busy
+	// or its changefeed lagged (Config.MaxThreadsRunning, Changefeed.MaxLag); Paused is how
+	// long they were, in all; Pausing says they are now.
+	Pauses  int64
+	Paused  time.Duration
+	Pausing bool
+
+	// UpstreamSnapshot and DownstreamSnapshot name the points the sides read at ("": live).
+	UpstreamSnapshot   string
+	DownstreamSnapshot string
+}
+
+// report assembles the report from the run state and writes the output directory.
+func (tk *tracker) report(ctx context.Context, pair *sourcePair) (*Report, error) {
+	tk.mu.Lock()
+	targets, tallies, rechecks := tk.targets, tk.tallies, tk.rechecks
+	tk.mu.Unlock()
+	rep := &Report{RunID: tk.st.runID, State: RunDone, StartedAt: tk.start.UTC(), FinishedAt: time.Now().UTC(),
+		Upstream: pair.src[Upstream].Describe(), Downstream: pair.src[Downstream].Describe(), Equal: true,
+		UpstreamSnapshot: pair.snapshot[Upstream], DownstreamSnapshot: pair.snapshot[Downstream],
+		RecheckRounds: rechecks}
+	resolved, err := tk.st.resolvedByTable(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for i, t := range targets {
+		tr := TableReport{Schema: t.stored.upSchema, Table: t.stored.upTable, DownstreamSchema: t.stored.downSchema,
+			DownstreamTable: t.stored.downName, StructureEqual: structureEqual(t.problems), StructureProblems: t.problems,
+			DataCompared: !t.fatal, Differences: []Difference{}}
+		if t.plan != nil {
+			tr.Keyless = t.plan.Keyless
+			if !t.plan.Keyless {
+				tr.Key = t.plan.KeyNames()
+			}
+		}
+		tl := tallies[i]
+		tl.mu.Lock()
+		tr.RowsChecked, tr.DownstreamRows, tr.Chunks, tr.DifferencesTotal = tl.upRows, tl.downRows, tl.chunksDone, tl.differences
+		tr.UndrilledChunks = tl.undrilled
+		tl.mu.Unlock()
+		tr.DifferencesResolved = resolved[t.idx]
+		if tr.DifferencesTotal > 0 {
+			err := tk.st.differences(ctx, t.idx, tk.cfg.MaxReportedDifferences, false, func(d Difference, _ string) error {
+				tr.Differences = append(tr.Differences, d)
+				return nil
+			})
+			if err != nil {
+				return nil, err
+			}
+			tr.DifferencesTruncated = int64(len(tr.Differences)) < tr.DifferencesTotal
+			if tk.cfg.OutputDir != "" {
+				name, err := tk.writeFix(ctx, t)
+				if err != nil {
+					return nil, err
+				}
+				tr.FixSQLFile = name
+			}
+		}
+		if !tr.Equal() {
+			rep.Equal = false
+		}
+		rep.Tables = append(rep.Tables, tr)
+	}
+	if tk.cfg.OutputDir != "" {
+		if err := writeReport(tk.cfg.OutputDir, rep); err != nil {
+			return nil, err
+		}
+	}
+	return rep, nil
+}
+
+func fileSafe(s string) string {
+	var b strings.Builder
+	for _, c := range s {
+		if c == '-' || c == '_' || c == '.' || (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') {
+			b.WriteRune(c)
+		} else {
+			b.WriteString("%" + strconv.FormatInt(int64(c), 16))
+		}
+	}
+	return b.String()
+}
+
+// writeFix writes fix/<schema>.<table>.sql from the stored differences (streamed).
+func (tk *tracker) writeFix(ctx context.Context, t *target) (string, error) {
+	name := filepath.Join("fix", fileSafe(t.stored.downSchema)+"."+fileSafe(t.stored.downName)+".sql")
+	full := filepath.Join(tk.cfg.OutputDir, name)
+	if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+		return "", fmt.Errorf("write fix sql: %w", err)
+	}
+	f, err := os.Create(full)
+	if err != nil {
+		return "", fmt.Errorf("write fix sql: %w", err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString(t.plan.fixHeader(tk.st.runID)); err != nil {
+		return "", fmt.Errorf("write fix sql %s: %w", full, err)
+	}
+	err = tk.st.differences(ctx, t.idx, -1, true, func(_ Difference, fix string) error {
+		_, err := f.WriteString(fix + "\n")
+		return err
+	})
+	if err != nil {
+		return "", fmt.Errorf("write fix sql %s: %w", full, err)
+	}
+	return name, f.Close()
 }
 
 // writeReport writes dir/report.json atomically.

@@ -1,5 +1,9 @@
 package checker
 
+// rowdiff.go is the comparer's row comparison: streaming both sides' rows in key order and
+// merging them, type-aware equality (canon), and the multiset comparison of a keyless
+// range. It must not store or count what it finds: differences go to the emit it is given.
+
 import (
 	"bytes"
 	"context"
@@ -310,45 +314,45 @@ func (p *TablePlan) differingColumns(up, down []Value) []string {
 
 // mergeRows streams both sides of range r in key order and reports every difference to
 // emit. Memory: two rows at a time.
-func (r *runner) mergeRows(ctx context.Context, ts *tableState, rng Range, emit func(Difference) error) error {
-	p := ts.plan
-	return r.mergeQueries(ctx, ts, p.RowsSQL(Upstream, rng), p.RowsSQL(Downstream, rng), emit)
+func (c *comparer) mergeRows(ctx context.Context, t *target, rng Range, emit func(Difference) error) error {
+	p := t.plan
+	return c.mergeQueries(ctx, t, p.RowsSQL(Upstream, rng), p.RowsSQL(Downstream, rng), emit)
 }
 
 // mergeRanges merge-compares the rows of several disjoint ranges, given in key order,
 // with one row query per side over all of them.
-func (r *runner) mergeRanges(ctx context.Context, ts *tableState, rngs []Range, emit func(Difference) error) error {
+func (c *comparer) mergeRanges(ctx context.Context, t *target, rngs []Range, emit func(Difference) error) error {
 	switch len(rngs) {
 	case 0:
 		return nil
 	case 1:
-		return r.mergeRows(ctx, ts, rngs[0], emit)
+		return c.mergeRows(ctx, t, rngs[0], emit)
 	}
-	p := ts.plan
-	return r.mergeQueries(ctx, ts, p.RowsInRangesSQL(Upstream, rngs), p.RowsInRangesSQL(Downstream, rngs), emit)
+	p := t.plan
+	return c.mergeQueries(ctx, t, p.RowsInRangesSQL(Upstream, rngs), p.RowsInRangesSQL(Downstream, rngs), emit)
 }
 
 // mergeQueries merge-compares the rows of two queries in RowsSQL's columns and order.
-func (r *runner) mergeQueries(ctx context.Context, ts *tableState, uSQL, dSQL string, emit func(Difference) error) error {
-	p := ts.plan
-	return r.withBoth(ctx, func(ctx context.Context, uq, dq Querier) error {
-		err := withDriverRows(ctx, ts.name, uq, dq, uSQL, dSQL, p.width(Upstream), p.width(Downstream), func(us, ds *rowStream) error {
-			return mergeStreams(ts, us, ds, emit)
+func (c *comparer) mergeQueries(ctx context.Context, t *target, uSQL, dSQL string, emit func(Difference) error) error {
+	p := t.plan
+	return c.pair.withBoth(ctx, func(ctx context.Context, uq, dq Querier) error {
+		err := withDriverRows(ctx, t.name, uq, dq, uSQL, dSQL, p.width(Upstream), p.width(Downstream), func(us, ds *rowStream) error {
+			return mergeStreams(t, us, ds, emit)
 		})
 		if !errors.Is(err, errNoDriverQuery) {
 			return err
 		}
 		urows, err := uq.QueryContext(ctx, uSQL)
 		if err != nil {
-			return fmt.Errorf("read upstream rows of %s: %w", ts.name, err)
+			return fmt.Errorf("read upstream rows of %s: %w", t.name, err)
 		}
 		defer urows.Close()
 		drows, err := dq.QueryContext(ctx, dSQL)
 		if err != nil {
-			return fmt.Errorf("read downstream rows of %s: %w", ts.name, err)
+			return fmt.Errorf("read downstream rows of %s: %w", t.name, err)
 		}
 		defer drows.Close()
-		return mergeStreams(ts, newRowStream(urows, p.width(Upstream)), newRowStream(drows, p.width(Downstream)), emit)
+		return mergeStreams(t, newRowStream(urows, p.width(Upstream)), newRowStream(drows, p.width(Downstream)), emit)
 	})
 }
 
@@ -388,13 +392,13 @@ func withDriverRows(ctx context.Context, table string, uq, dq Querier, uSQL, dSQ
 }
 
 // mergeStreams merge-compares two row streams in key order and emits the differences.
-func mergeStreams(ts *tableState, us, ds *rowStream, emit func(Difference) error) error {
-	p := ts.plan
+func mergeStreams(t *target, us, ds *rowStream, emit func(Difference) error) error {
+	p := t.plan
 	if err := us.next(); err != nil {
-		return fmt.Errorf("read upstream rows of %s: %w", ts.name, err)
+		return fmt.Errorf("read upstream rows of %s: %w", t.name, err)
 	}
 	if err := ds.next(); err != nil {
-		return fmt.Errorf("read downstream rows of %s: %w", ts.name, err)
+		return fmt.Errorf("read downstream rows of %s: %w", t.name, err)
 	}
 	for !us.done || !ds.done {
 		var c int
@@ -412,14 +416,14 @@ func mergeStreams(ts *tableState, us, ds *rowStream, emit func(Difference) error
 				return err
 			}
 			if err := us.next(); err != nil {
-				return fmt.Errorf("read upstream rows of %s: %w", ts.name, err)
+				return fmt.Errorf("read upstream rows of %s: %w", t.name, err)
 			}
 		case c > 0:
 			if err := emit(p.extra(ds.row(), 1)); err != nil {
 				return err
 			}
 			if err := ds.next(); err != nil {
-				return fmt.Errorf("read downstream rows of %s: %w", ts.name, err)
+				return fmt.Errorf("read downstream rows of %s: %w", t.name, err)
 			}
 		default:
 			if cols := p.differingColumns(us.cur, ds.cur); len(cols) > 0 {
@@ -428,10 +432,10 @@ func mergeStreams(ts *tableState, us, ds *rowStream, emit func(Difference) error
 				}
 			}
 			if err := us.next(); err != nil {
-				return fmt.Errorf("read upstream rows of %s: %w", ts.name, err)
+				return fmt.Errorf("read upstream rows of %s: %w", t.name, err)
 			}
 			if err := ds.next(); err != nil {
-				return fmt.Errorf("read downstream rows of %s: %w", ts.name, err)
+				return fmt.Errorf("read downstream rows of %s: %w", t.name, err)
 			}
 		}
 	}
@@ -449,18 +453,18 @@ type hashGroup struct {
 // differ across servers, e.g. JSON spelling), and reports the rest as missing or extra
 // with their multiplicity. keep, when set, says how many of n differing copies of a row
 // to report (the re-check reports a row only as often as it was found before).
-func (r *runner) diffKeyless(ctx context.Context, ts *tableState, rng Range, emit func(Difference) error, keep func(kind DiffKind, row []Value, n int64) int64) error {
-	p := ts.plan
+func (c *comparer) diffKeyless(ctx context.Context, t *target, rng Range, emit func(Difference) error, keep func(kind DiffKind, row []Value, n int64) int64) error {
+	p := t.plan
 	var upOnly, downOnly []hashGroup
-	err := r.withBoth(ctx, func(ctx context.Context, uq, dq Querier) error {
+	err := c.pair.withBoth(ctx, func(ctx context.Context, uq, dq Querier) error {
 		urows, err := uq.QueryContext(ctx, p.HashGroupsSQL(Upstream, rng))
 		if err != nil {
-			return fmt.Errorf("read upstream row hashes of %s: %w", ts.name, err)
+			return fmt.Errorf("read upstream row hashes of %s: %w", t.name, err)
 		}
 		defer urows.Close()
 		drows, err := dq.QueryContext(ctx, p.HashGroupsSQL(Downstream, rng))
 		if err != nil {
-			return fmt.Errorf("read downstream row hashes of %s: %w", ts.name, err)
+			return fmt.Errorf("read downstream row hashes of %s: %w", t.name, err)
 		}
 		defer drows.Close()
 		readGroup := func(rows *sql.Rows) (*hashGroup, *big.Int, error) {
@@ -476,48 +480,48 @@ func (r *runner) diffKeyless(ctx context.Context, ts *tableState, rng Range, emi
 		}
 		ug, uv, err := readGroup(urows)
 		if err != nil {
-			return fmt.Errorf("read upstream row hashes of %s: %w", ts.name, err)
+			return fmt.Errorf("read upstream row hashes of %s: %w", t.name, err)
 		}
 		dg, dv, err := readGroup(drows)
 		if err != nil {
-			return fmt.Errorf("read downstream row hashes of %s: %w", ts.name, err)
+			return fmt.Errorf("read downstream row hashes of %s: %w", t.name, err)
 		}
 		for ug != nil || dg != nil {
-			c := 0
+			order := 0
 			switch {
 			case ug == nil:
-				c = 1
+				order = 1
 			case dg == nil:
-				c = -1
+				order = -1
 			default:
-				c = uv.Cmp(dv)
+				order = uv.Cmp(dv)
 			}
-			if c < 0 || (c == 0 && ug.n > dg.n) {
+			if order < 0 || (order == 0 && ug.n > dg.n) {
 				n := ug.n
-				if c == 0 {
+				if order == 0 {
 					n -= dg.n
 				}
 				upOnly = append(upOnly, hashGroup{ug.h, n})
-			} else if c > 0 || (c == 0 && dg.n > ug.n) {
+			} else if order > 0 || (order == 0 && dg.n > ug.n) {
 				n := dg.n
-				if c == 0 {
+				if order == 0 {
 					n -= ug.n
 				}
 				downOnly = append(downOnly, hashGroup{dg.h, n})
 			}
 			// Every differing group holds a row in memory below: past max_differences
-			// groups the chunk is left undrilled (drillChunk), which bounds that memory.
-			if limit := r.cfg.MaxDifferences; limit > 0 && int64(len(upOnly)+len(downOnly)) > limit {
+			// groups the chunk is left undrilled (comparer.compare), which bounds that memory.
+			if limit := c.maxDifferences; limit > 0 && int64(len(upOnly)+len(downOnly)) > limit {
 				return errMaxDifferences
 			}
-			if c <= 0 {
+			if order <= 0 {
 				if ug, uv, err = readGroup(urows); err != nil {
-					return fmt.Errorf("read upstream row hashes of %s: %w", ts.name, err)
+					return fmt.Errorf("read upstream row hashes of %s: %w", t.name, err)
 				}
 			}
-			if c >= 0 {
+			if order >= 0 {
 				if dg, dv, err = readGroup(drows); err != nil {
-					return fmt.Errorf("read downstream row hashes of %s: %w", ts.name, err)
+					return fmt.Errorf("read downstream row hashes of %s: %w", t.name, err)
 				}
 			}
 		}
@@ -548,7 +552,7 @@ func (r *runner) diffKeyless(ctx context.Context, ts *tableState, rng Range, emi
 				want[g.h] = g.n
 				hs[i] = g.h
 			}
-			err := r.withSide(ctx, side, func(ctx context.Context, q Querier) error {
+			err := c.pair.withSide(ctx, side, func(ctx context.Context, q Querier) error {
 				rows, err := q.QueryContext(ctx, p.RowsByHashesSQL(side, rng, hs))
 				if err != nil {
 					return err
@@ -571,7 +575,7 @@ func (r *runner) diffKeyless(ctx context.Context, ts *tableState, rng Range, emi
 				}
 			})
 			if err != nil {
-				return nil, fmt.Errorf("read %s rows of %s: %w", side, ts.name, err)
+				return nil, fmt.Errorf("read %s rows of %s: %w", side, t.name, err)
 			}
 			// A group not found changed under us; a snapshot source cannot get here.
 		}

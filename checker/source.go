@@ -65,9 +65,10 @@ type Source interface {
 // DSNSource is a Source opened from a DSN. When Snapshot is set (a TiDB TSO or datetime),
 // every connection reads at it through tidb_snapshot.
 type DSNSource struct {
-	db     *sql.DB
-	flavor Flavor
-	desc   string
+	db       *sql.DB
+	flavor   Flavor
+	desc     string
+	snapshot string
 
 	// killDB runs KILL CONNECTION for queries whose context ended (KillOnDone); ids maps each
 	// physical connection (the driver's connection, as sql.Conn.Raw shows it) to its
@@ -79,8 +80,9 @@ type DSNSource struct {
 }
 
 var (
-	_ Source      = (*DSNSource)(nil)
-	_ queryKiller = (*DSNSource)(nil)
+	_ Source         = (*DSNSource)(nil)
+	_ queryKiller    = (*DSNSource)(nil)
+	_ snapshotReader = (*DSNSource)(nil)
 )
 
 // OpenDSN opens a source on dsn with at most conns connections. snapshot, when not
@@ -120,7 +122,7 @@ func OpenDSN(ctx context.Context, dsn string, conns int, snapshot string, statem
 		db.Close()
 		return nil, fmt.Errorf("connect to %s: %w", desc, err)
 	}
-	s := &DSNSource{db: db, flavor: flavorOf(version), desc: desc, ids: map[any]int64{}}
+	s := &DSNSource{db: db, flavor: flavorOf(version), desc: desc, snapshot: snapshot, ids: map[any]int64{}}
 	if snapshot != "" && s.flavor != FlavorTiDB {
 		db.Close()
 		return nil, fmt.Errorf("source %s: a snapshot TSO needs TiDB, the server is %s", desc, version)
@@ -189,9 +191,19 @@ func statementLimit(ctx context.Context, db *sql.DB, f Flavor, timeout time.Dura
 // queryKiller is a Source that can stop a query on the server.
 type queryKiller interface {
 	// KillOnDone kills the statement running on q, a connection the source gave out, if
-	// ctx ends before stop is called. stop waits for a kill under way; a killed
-	// connection is discarded when it is released.
-	KillOnDone(ctx context.Context, q Querier) (stop func())
+	// ctx ends before stop is called. The statement runs under qctx: ctx itself when the
+	// kill gives the connection up (the driver closes it when ctx ends, and it is
+	// discarded when released), or a context that outlives ctx by a bound when the kill
+	// keeps the connection (the driver must not close it first). stop waits for a kill
+	// under way, so that none reaches the connection's next statement.
+	KillOnDone(ctx context.Context, q Querier) (qctx context.Context, stop func())
+}
+
+// snapshotReader is a Source that may read at a fixed point in time.
+type snapshotReader interface {
+	// Snapshot names the point every connection of the source reads at (a TiDB TSO or
+	// datetime, or the label its caller gave), or "" when they read the latest data.
+	Snapshot() string
 }
 
 // connKey returns the physical connection under c.
@@ -201,18 +213,19 @@ func connKey(c *sql.Conn) any {
 	return key
 }
 
-// KillOnDone implements queryKiller.
-func (s *DSNSource) KillOnDone(ctx context.Context, q Querier) func() {
+// KillOnDone implements queryKiller: the connection is killed (KILL CONNECTION) and
+// discarded; the pool opens another, at the same snapshot.
+func (s *DSNSource) KillOnDone(ctx context.Context, q Querier) (context.Context, func()) {
 	c, ok := q.(*sql.Conn)
 	if !ok {
-		return func() {}
+		return ctx, func() {}
 	}
 	key := connKey(c)
 	s.mu.Lock()
 	id, ok := s.ids[key]
 	s.mu.Unlock()
 	if !ok {
-		return func() {}
+		return ctx, func() {}
 	}
 	kill := func() {
 		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
@@ -237,7 +250,7 @@ func (s *DSNSource) KillOnDone(ctx context.Context, q Querier) func() {
 		defer s.kills.Done()
 		kill()
 	})
-	return func() {
+	return ctx, func() {
 		if !stop() {
 			<-done // the kill ran, or runs: wait for it
 			return
@@ -358,6 +371,9 @@ func (s *DSNSource) Acquire(ctx context.Context) (Querier, func(), error) {
 func (s *DSNSource) Flavor() Flavor   { return s.flavor }
 func (s *DSNSource) Describe() string { return s.desc }
 
+// Snapshot implements snapshotReader: the tidb_snapshot the source was opened at.
+func (s *DSNSource) Snapshot() string { return s.snapshot }
+
 // DB returns the underlying pool (for callers that need to run their own queries).
 func (s *DSNSource) DB() *sql.DB { return s.db }
 
@@ -372,20 +388,46 @@ func (s *DSNSource) Close() error {
 // while the applier was paused at a resolved ts). The checker only reads through them and
 // never commits, rolls back or closes them.
 type ConnSource struct {
-	pool   chan *sql.Conn
-	flavor Flavor
-	desc   string
+	pool     chan *sql.Conn
+	flavor   Flavor
+	desc     string
+	snapshot string
 }
 
-var _ Source = (*ConnSource)(nil)
+var (
+	_ Source         = (*ConnSource)(nil)
+	_ snapshotReader = (*ConnSource)(nil)
+)
+
+// ConnSourceConfig says what NewConnSource wraps.
+type ConnSourceConfig struct {
+	// Desc names the source in logs and errors (never a password). Default: "snapshot".
+	Desc string
+	// Snapshot names the point the transactions read at: for connections opened inside
+	// the applier's barrier, the barrier's resolved ts. When both sides of a run read at
+	// a snapshot, the run does not re-check its differences (reading again would read the
+	// same data) and the report names both points. Default: "" (the connections may see
+	// later writes: the side reads live data).
+	Snapshot string
+}
+
+// DefaultConnSourceConfig returns a ConnSourceConfig with every default filled in.
+func DefaultConnSourceConfig() ConnSourceConfig {
+	return ConnSourceConfig{Desc: "snapshot"}
+}
 
 // NewConnSource wraps conns. It sets time_zone '+00:00' and the utf8mb4 connection
-// character set on each (session settings do not end the transaction).
-func NewConnSource(ctx context.Context, desc string, conns []*sql.Conn) (*ConnSource, error) {
+// character set on each (session settings do not end the transaction). Zero fields of
+// cfg take their defaults.
+func NewConnSource(ctx context.Context, conns []*sql.Conn, cfg ConnSourceConfig) (*ConnSource, error) {
+	if cfg.Desc == "" {
+		cfg.Desc = DefaultConnSourceConfig().Desc
+	}
+	desc := cfg.Desc
 	if len(conns) == 0 {
 		return nil, errors.New("snapshot source " + desc + ": no connections")
 	}
-	s := &ConnSource{pool: make(chan *sql.Conn, len(conns)), desc: desc}
+	s := &ConnSource{pool: make(chan *sql.Conn, len(conns)), desc: desc, snapshot: cfg.Snapshot}
 	for i, c := range conns {
 		if _, err := c.ExecContext(ctx, "SET SESSION time_zone = '+00:00', NAMES utf8mb4"); err != nil {
 			return nil, fmt.Errorf("snapshot source %s: connection %d: %w", desc, i, err)
@@ -413,3 +455,6 @@ func (s *ConnSource) Acquire(ctx context.Context) (Querier, func(), error) {
 
 func (s *ConnSource) Flavor() Flavor   { return s.flavor }
 func (s *ConnSource) Describe() string { return s.desc }
+
+// Snapshot implements snapshotReader: ConnSourceConfig.Snapshot.
+func (s *ConnSource) Snapshot() string { return s.snapshot }

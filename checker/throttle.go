@@ -1,8 +1,14 @@
 package checker
 
+// throttle.go owns pacing the run for the servers' sake: the rate cap on rows compared
+// and the gate that holds new chunks back while the downstream is busy or its changefeed
+// lags. It must not run queries of its own choosing: the gate reads through the probes it
+// is given.
+
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 )
@@ -64,30 +70,52 @@ type busyGate struct {
 	mu      sync.Mutex
 	checked time.Time
 	busy    bool
+	// pauses counts the times the gate closed; paused is how long it stayed closed, in
+	// all, up to since (when it last closed, while it is closed).
+	pauses int64
+	paused time.Duration
+	since  time.Time
 }
 
-func newBusyGate(r *runner) *busyGate {
+// newBusyGate returns the gate of a run: threads reads the downstream's Threads_running.
+func newBusyGate(cfg *Config, threads func(ctx context.Context) (int, error), log *slog.Logger) *busyGate {
 	return &busyGate{
-		limit:  r.cfg.MaxThreadsRunning,
-		own:    r.cfg.Concurrency,
-		maxLag: r.cfg.Changefeed.MaxLag,
-		lag:    r.cfg.Lag,
+		limit:  cfg.MaxThreadsRunning,
+		own:    cfg.Concurrency,
+		maxLag: cfg.Changefeed.MaxLag,
+		lag:    cfg.Lag,
 		every:  time.Second,
-		probe: func(ctx context.Context) (int, error) {
-			var name string
-			var n int
-			err := r.withSide(ctx, Downstream, func(ctx context.Context, q Querier) error {
-				return queryRow(ctx, q, "SHOW GLOBAL STATUS LIKE 'Threads_running'", &name, &n)
-			})
-			return n, err
-		},
+		probe:  threads,
 		log: func(n int) {
-			r.log.Info("downstream busy; pausing", "threads_running", n, "limit", r.cfg.MaxThreadsRunning)
+			log.Info("downstream busy; pausing", "threads_running", n, "limit", cfg.MaxThreadsRunning)
 		},
 		logLag: func(lag time.Duration) {
-			r.log.Info("changefeed lagging; pausing", "changefeed", r.cfg.Changefeed.ID, "lag", lag.Round(time.Millisecond), "max_lag", r.cfg.Changefeed.MaxLag)
+			log.Info("changefeed lagging; pausing", "changefeed", cfg.Changefeed.ID, "lag", lag.Round(time.Millisecond), "max_lag", cfg.Changefeed.MaxLag)
 		},
 	}
+}
+
+// threadsRunning reads a server's Threads_running through withSide.
+func threadsRunning(pair *sourcePair, s Side) func(ctx context.Context) (int, error) {
+	return func(ctx context.Context) (int, error) {
+		var name string
+		var n int
+		err := pair.withSide(ctx, s, func(ctx context.Context, q Querier) error {
+			return queryRow(ctx, q, "SHOW GLOBAL STATUS LIKE 'Threads_running'", &name, &n)
+		})
+		return n, err
+	}
+}
+
+// stats returns how often and how long the gate held chunks back, and whether it does now.
+func (g *busyGate) stats() (pauses int64, paused time.Duration, pausing bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	paused = g.paused
+	if g.busy {
+		paused += time.Since(g.since)
+	}
+	return g.pauses, paused, g.busy
 }
 
 func (g *busyGate) wait(ctx context.Context) error {
@@ -133,6 +161,14 @@ func (g *busyGate) isBusy(ctx context.Context) (bool, error) {
 			g.logLag(lag)
 		}
 	}
-	g.checked, g.busy = time.Now(), busy
+	now := time.Now()
+	switch {
+	case busy && !g.busy:
+		g.pauses++
+		g.since = now
+	case !busy && g.busy:
+		g.paused += now.Sub(g.since)
+	}
+	g.checked, g.busy = now, busy
 	return busy, nil
 }

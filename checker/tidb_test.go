@@ -156,14 +156,12 @@ func TestTiDBChecksumChoice(t *testing.T) {
 	for mode, want := range map[TiDBChecksum]bool{
 		TiDBChecksumAuto: store != "unistore", TiDBChecksumPushdown: true, TiDBChecksumTiDB: false,
 	} {
-		cfg := DefaultConfig()
-		cfg.TiDBChecksum = mode
-		r := &runner{cfg: &cfg, src: Sources{Upstream: up, Downstream: down}, log: slog.New(slog.DiscardHandler)}
-		if err := r.choosePushdown(ctx); err != nil {
+		sp := newSourcePair(up, down, time.Minute)
+		if err := sp.choosePushdown(ctx, mode, slog.New(slog.DiscardHandler)); err != nil {
 			t.Fatal(err)
 		}
-		if r.pushdown != [2]bool{want, false} {
-			t.Errorf("tidb_checksum %q on store %s: pushdown %v, want [%v false]", mode, store, r.pushdown, want)
+		if sp.pushdown != [2]bool{want, false} {
+			t.Errorf("tidb_checksum %q on store %s: pushdown %v, want [%v false]", mode, store, sp.pushdown, want)
 		}
 	}
 	if store != "unistore" {
