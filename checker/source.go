@@ -386,16 +386,28 @@ func (s *DSNSource) Close() error {
 // ConnSource is a Source over connections the caller has already placed inside
 // transactions at the same snapshot (START TRANSACTION WITH CONSISTENT SNAPSHOT, opened
 // while the applier was paused at a resolved ts). The checker only reads through them and
-// never commits, rolls back or closes them.
+// never commits, rolls back or closes them. A query that outlives its timeout is stopped
+// with KILL QUERY through ConnSourceConfig.Kill, and its connection stays in its
+// transaction for the next query; a connection that is lost all the same (the server
+// went away, or the killed query did not end within KillWait) is never handed out again,
+// and Acquire fails once none is left.
 type ConnSource struct {
 	pool     chan *sql.Conn
 	flavor   Flavor
 	desc     string
 	snapshot string
+	kill     *sql.DB
+	killWait time.Duration
+	ids      map[*sql.Conn]int64 // each connection's server connection id
+
+	mu   sync.Mutex
+	live int           // connections not lost
+	lost chan struct{} // closed when live reaches 0
 }
 
 var (
 	_ Source         = (*ConnSource)(nil)
+	_ queryKiller    = (*ConnSource)(nil)
 	_ snapshotReader = (*ConnSource)(nil)
 )
 
@@ -409,29 +421,62 @@ type ConnSourceConfig struct {
 	// same data) and the report names both points. Default: "" (the connections may see
 	// later writes: the side reads live data).
 	Snapshot string
+	// Kill is a pool on the same server, outside those transactions, on which a query
+	// that outlives its timeout is stopped (KILL QUERY <connection id>). A pool of its
+	// own: a kill must not wait for the connections it is meant to free. Default: none
+	// (required).
+	Kill *sql.DB
+	// KillWait bounds how long a killed query may take to end; past it the connection is
+	// given up (the driver closes it) and dropped from the source. Default: 5s.
+	KillWait time.Duration
 }
 
 // DefaultConnSourceConfig returns a ConnSourceConfig with every default filled in.
 func DefaultConnSourceConfig() ConnSourceConfig {
-	return ConnSourceConfig{Desc: "snapshot"}
+	return ConnSourceConfig{Desc: "snapshot", KillWait: 5 * time.Second}
+}
+
+// Validate reports every problem with its key path.
+func (c ConnSourceConfig) Validate() error {
+	var errs []error
+	if c.Kill == nil {
+		errs = append(errs, errors.New("kill: a pool to stop timed-out queries is required"))
+	}
+	if c.KillWait < 0 {
+		errs = append(errs, fmt.Errorf("kill_wait: must not be negative, got %s", c.KillWait))
+	}
+	return errors.Join(errs...)
 }
 
 // NewConnSource wraps conns. It sets time_zone '+00:00' and the utf8mb4 connection
-// character set on each (session settings do not end the transaction). Zero fields of
-// cfg take their defaults.
+// character set on each (session settings do not end the transaction) and reads their
+// connection ids. Zero fields of cfg take their defaults.
 func NewConnSource(ctx context.Context, conns []*sql.Conn, cfg ConnSourceConfig) (*ConnSource, error) {
+	def := DefaultConnSourceConfig()
 	if cfg.Desc == "" {
-		cfg.Desc = DefaultConnSourceConfig().Desc
+		cfg.Desc = def.Desc
+	}
+	if cfg.KillWait == 0 {
+		cfg.KillWait = def.KillWait
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("snapshot source %s: %w", cfg.Desc, err)
 	}
 	desc := cfg.Desc
 	if len(conns) == 0 {
 		return nil, errors.New("snapshot source " + desc + ": no connections")
 	}
-	s := &ConnSource{pool: make(chan *sql.Conn, len(conns)), desc: desc, snapshot: cfg.Snapshot}
+	s := &ConnSource{pool: make(chan *sql.Conn, len(conns)), desc: desc, snapshot: cfg.Snapshot, kill: cfg.Kill,
+		killWait: cfg.KillWait, ids: make(map[*sql.Conn]int64, len(conns)), live: len(conns), lost: make(chan struct{})}
 	for i, c := range conns {
 		if _, err := c.ExecContext(ctx, "SET SESSION time_zone = '+00:00', NAMES utf8mb4"); err != nil {
 			return nil, fmt.Errorf("snapshot source %s: connection %d: %w", desc, i, err)
 		}
+		var id int64
+		if err := c.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&id); err != nil {
+			return nil, fmt.Errorf("snapshot source %s: connection %d: %w", desc, i, err)
+		}
+		s.ids[c] = id
 		if i == 0 {
 			var version string
 			if err := c.QueryRowContext(ctx, "SELECT VERSION()").Scan(&version); err != nil {
@@ -447,10 +492,39 @@ func NewConnSource(ctx context.Context, conns []*sql.Conn, cfg ConnSourceConfig)
 func (s *ConnSource) Acquire(ctx context.Context) (Querier, func(), error) {
 	select {
 	case c := <-s.pool:
-		return c, func() { s.pool <- c }, nil
+		return c, func() { s.release(c) }, nil
+	case <-s.lost:
+		return nil, nil, fmt.Errorf("snapshot source %s: every connection was lost", s.desc)
 	case <-ctx.Done():
 		return nil, nil, ctx.Err()
 	}
+}
+
+// release hands c out again, unless the driver has given it up.
+func (s *ConnSource) release(c *sql.Conn) {
+	if connValid(c) {
+		s.pool <- c
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.live--
+	slog.Warn("snapshot source lost a connection", "source", s.desc, "connection_id", s.ids[c], "left", s.live)
+	if s.live == 0 {
+		close(s.lost)
+	}
+}
+
+// connValid reports whether the driver still holds c's connection open.
+func connValid(c *sql.Conn) bool {
+	valid := true
+	err := c.Raw(func(dc any) error {
+		if v, ok := dc.(driver.Validator); ok {
+			valid = v.IsValid()
+		}
+		return nil
+	})
+	return err == nil && valid
 }
 
 func (s *ConnSource) Flavor() Flavor   { return s.flavor }
@@ -458,3 +532,69 @@ func (s *ConnSource) Describe() string { return s.desc }
 
 // Snapshot implements snapshotReader: ConnSourceConfig.Snapshot.
 func (s *ConnSource) Snapshot() string { return s.snapshot }
+
+// KillOnDone implements queryKiller: KILL QUERY, and the connection stays in its
+// transaction (see killQueryOnDone).
+func (s *ConnSource) KillOnDone(ctx context.Context, q Querier) (context.Context, func()) {
+	c, ok := q.(*sql.Conn)
+	if !ok {
+		return ctx, func() {}
+	}
+	id, ok := s.ids[c]
+	if !ok {
+		return ctx, func() {}
+	}
+	return killQueryOnDone(ctx, s.kill, id, s.killWait, s.desc)
+}
+
+// killRetry is how often a KILL QUERY is sent again while the killed query has not
+// returned; killTimeout bounds one KILL statement.
+const (
+	killRetry   = 100 * time.Millisecond
+	killTimeout = 5 * time.Second
+)
+
+// killQueryOnDone runs a query under a context that outlives ctx by wait and, once ctx
+// ends, stops the statement on server connection id with KILL QUERY through kill: the
+// statement ends with an error (1317) or, for SLEEP, early, and the connection stays open
+// and in its transaction. The KILL is sent again every killRetry until the query returns:
+// one that reaches the server before the statement starts is lost (on an idle connection
+// KILL QUERY does nothing, on MariaDB and TiDB alike). When the query has not returned
+// wait after ctx ended, its context ends too and the driver gives the connection up. stop
+// waits for a KILL under way, so none reaches the connection's next statement.
+func killQueryOnDone(ctx context.Context, kill *sql.DB, id int64, wait time.Duration, desc string) (context.Context, func()) {
+	qctx, giveUp := context.WithCancel(context.WithoutCancel(ctx))
+	returned := make(chan struct{}) // closed by stop
+	killed := make(chan struct{})   // closed when the killer has ended
+	stopKiller := context.AfterFunc(ctx, func() {
+		defer close(killed)
+		deadline := time.NewTimer(wait)
+		defer deadline.Stop()
+		retry := time.NewTicker(killRetry)
+		defer retry.Stop()
+		for {
+			kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), killTimeout)
+			_, err := kill.ExecContext(kctx, "KILL QUERY "+strconv.FormatInt(id, 10))
+			cancel()
+			var me *mysql.MySQLError
+			if err != nil && !(errors.As(err, &me) && me.Number == 1094) { // 1094: no such thread
+				slog.Warn("cannot kill a timed-out query", "source", desc, "connection_id", id, "err", err)
+			}
+			select {
+			case <-returned:
+				return
+			case <-deadline.C:
+				giveUp()
+				return
+			case <-retry.C:
+			}
+		}
+	})
+	return qctx, func() {
+		close(returned)
+		if !stopKiller() {
+			<-killed
+		}
+		giveUp()
+	}
+}

@@ -3,6 +3,7 @@ package checker
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -36,7 +37,7 @@ func TestConnSourceSnapshot(t *testing.T) {
 	}
 	exec(t, p.down.DB, "UPDATE cs SET v = 99 WHERE id = 2", "DELETE FROM cs WHERE id = 3")
 
-	down, err := NewConnSource(ctx, conns, ConnSourceConfig{Desc: "downstream snapshot"})
+	down, err := NewConnSource(ctx, conns, ConnSourceConfig{Desc: "downstream snapshot", Kill: p.down.DB})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,6 +228,86 @@ func TestAbandonedQueryKilled(t *testing.T) {
 	}
 }
 
+// TestConnSourceTimeout: a query on a snapshot connection (ConnSource) that outlives its
+// timeout is killed on the server, and the connection stays usable at its snapshot: the
+// next query on it succeeds and sees the snapshot, and the server shows no leftover query.
+func TestConnSourceTimeout(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		db   func(t *testing.T) *testenv.DB
+	}{
+		{"mariadb", func(t *testing.T) *testenv.DB { return testenv.Downstream(t) }},
+		{"tidb", func(t *testing.T) *testenv.DB { return testenv.Upstream(t) }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			db := c.db(t)
+			exec(t, db.DB, "CREATE TABLE ct (id INT PRIMARY KEY)", "INSERT INTO ct VALUES (1)")
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			conn, err := db.DB.Conn(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			exec1 := func(q string) {
+				t.Helper()
+				if _, err := conn.ExecContext(ctx, q); err != nil {
+					t.Fatalf("%s: %v", q, err)
+				}
+			}
+			exec1("START TRANSACTION WITH CONSISTENT SNAPSHOT")
+			exec1("SELECT COUNT(*) FROM ct")
+			exec(t, db.DB, "INSERT INTO ct VALUES (2)") // after the snapshot
+			src, err := newTestConnSource(ctx, db.DB, conn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sides := testSides(src, 200*time.Millisecond)
+			marker := fmt.Sprintf("parity-conn-timeout-%d", time.Now().UnixNano())
+			var slept sql.NullInt64
+			err = sides.withSide(ctx, Upstream, func(ctx context.Context, q Querier) error {
+				return queryRow(ctx, q, "SELECT /* "+marker+" */ SLEEP(5)", &slept)
+			})
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("SLEEP(5) with a 200ms timeout: want a timeout, got %v (slept %v)", err, slept)
+			}
+			// The kill has ended the query by the time withSide returns; TiDB drops it from
+			// its process list a moment after it sent the result. Without the kill it stays
+			// there for its 5 s.
+			for settle := time.Now().Add(time.Second); ; time.Sleep(10 * time.Millisecond) {
+				var left int
+				if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE ? AND INFO NOT LIKE '%PROCESSLIST%'", "%"+marker+"%").Scan(&left); err != nil {
+					t.Fatal(err)
+				}
+				if left == 0 {
+					break
+				}
+				if time.Now().After(settle) {
+					t.Fatal("the timed-out query is still running on the server")
+				}
+			}
+			var n int
+			err = sides.withSide(ctx, Upstream, func(ctx context.Context, q Querier) error {
+				return queryRow(ctx, q, "SELECT COUNT(*) FROM ct", &n)
+			})
+			if err != nil || n != 1 {
+				t.Fatalf("the next query on the source: %d rows (want 1, the snapshot's), %v", n, err)
+			}
+		})
+	}
+}
+
+// newTestConnSource wraps conn (inside a snapshot transaction) as a one-connection
+// ConnSource whose kills go through db.
+func newTestConnSource(ctx context.Context, db *sql.DB, conn *sql.Conn) (*ConnSource, error) {
+	return NewConnSource(ctx, []*sql.Conn{conn}, ConnSourceConfig{Desc: "test snapshot", Kill: db})
+}
+
+// testSides pairs src with itself, with the given query timeout.
+func testSides(src Source, timeout time.Duration) *sourcePair {
+	return newSourcePair(src, src, timeout)
+}
+
 // TestConnSourcePairAtSnapshot: a pair of ConnSources opened inside a barrier and
 // labelled with its point (ConnSourceConfig.Snapshot) counts as read at a snapshot: the
 // run does not re-check its differences (reading again reads the same data; here a live
@@ -256,7 +337,7 @@ func TestConnSourcePairAtSnapshot(t *testing.T) {
 			exec1("SELECT COUNT(*) FROM ps")
 			conns = append(conns, c)
 		}
-		src, err := NewConnSource(ctx, conns, ConnSourceConfig{Desc: label, Snapshot: label})
+		src, err := NewConnSource(ctx, conns, ConnSourceConfig{Desc: label, Snapshot: label, Kill: db})
 		if err != nil {
 			t.Fatal(err)
 		}
