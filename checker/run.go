@@ -2,7 +2,8 @@ package checker
 
 // run.go owns a run's story and nothing else: store the run (new or resumed), open the
 // pair, plan the tables, compare each table's scope on a bounded pool of workers while
-// the journal stores their results, re-check, report, and store how the run ended. The
+// the journal stores their results, re-check, report, and store how the run ended. A
+// failed chunk is compared again only when its error is transient (internal/retry). The
 // work itself is done by the parts it wires together: the pair (pair.go), the planner
 // (planner.go), the scopes (scope.go), the comparer (comparer.go), the tracker
 // (tracker.go, journal.go, report.go), the re-check (recheck.go) and the throttles
@@ -19,6 +20,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/tidb-parity/parity/internal/ident"
+	"github.com/tidb-parity/parity/internal/retry"
 )
 
 // Run opens the sources from cfg's DSNs (each side read at its Snapshot when set), runs
@@ -262,24 +264,23 @@ func (r *runner) compare(ctx context.Context, targets []*target) error {
 	return g.Wait()
 }
 
-// chunkRetries is how often a failed chunk (a timeout, a lost connection, a lock wait)
-// is compared again before the run fails.
-const chunkRetries = 2
+// chunkRetries is how often a chunk that failed with a transient error (a timeout, a lost
+// connection, a lock wait, TiDB's region or store unavailable: retry.Transient) is
+// compared again before the run fails; any other error (a syntax error, a missing table)
+// fails the run at once. The first retry waits chunkBackoff, each next one twice as long.
+const (
+	chunkRetries = 2
+	chunkBackoff = time.Second
+)
 
 func (r *runner) workWithRetry(ctx context.Context, j job) error {
-	for attempt := 0; ; attempt++ {
-		err := r.work(ctx, j)
-		if err == nil || ctx.Err() != nil || attempt == chunkRetries {
-			return err
-		}
-		r.log.Warn("chunk failed; retrying", "table", j.t.name, "chunk", j.u.Seq, "attempt", attempt+1, "err", err)
+	policy := retry.Policy{MaxRetries: chunkRetries, Backoff: chunkBackoff, MaxBackoff: chunkRetries * chunkBackoff}
+	return policy.Do(ctx, func(ctx context.Context) error { return r.work(ctx, j) }, func(attempt int, _ time.Duration, err error) {
+		r.log.Warn("chunk failed; retrying", "table", j.t.name, "chunk", j.u.Seq, "attempt", attempt, "err", err)
 		r.track.retried()
 		// Earlier attempts may have stored differences: the next drops them first.
 		j.u.retry = true
-		if err := sleep(ctx, time.Duration(attempt+1)*time.Second); err != nil {
-			return err
-		}
-	}
+	})
 }
 
 // work compares one unit once the busy gate lets it, and records its result.
