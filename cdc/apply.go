@@ -17,7 +17,9 @@ import (
 
 	"github.com/tidb-parity/parity/cdc/open"
 	"github.com/tidb-parity/parity/internal/ident"
+	"github.com/tidb-parity/parity/internal/ledger"
 	"github.com/tidb-parity/parity/internal/retry"
+	"github.com/tidb-parity/parity/internal/rowkey"
 )
 
 // applier writes rows and DDLs into the downstream.
@@ -98,11 +100,20 @@ func (a *applier) progressOf(k tableKey) uint64 {
 	return a.tableProgress[k]
 }
 
-// applyRows applies every buffered row with commit ts <= target.
-func (a *applier) applyRows(ctx context.Context, buf *buffer, target uint64) error {
+// applyRows applies every buffered row with commit ts <= target. With the ledger on it
+// returns the round's ledger parts: which keys of which tables it changed.
+func (a *applier) applyRows(ctx context.Context, buf *buffer, target uint64) ([]ledgerPart, error) {
 	tables := buf.tablesUpTo(target)
 	if len(tables) == 0 {
-		return nil
+		return nil, nil
+	}
+	// One collector per table, filled by the table's producer alone.
+	var keys []*keyCollector
+	if a.cfg.Applier.Ledger {
+		keys = make([]*keyCollector, len(tables))
+		for i, tb := range tables {
+			keys[i] = &keyCollector{table: tb.key}
+		}
 	}
 	w := a.cfg.Applier.Workers
 	chans := make([]chan []op, w)
@@ -134,11 +145,76 @@ func (a *applier) applyRows(ctx context.Context, buf *buffer, target uint64) err
 		pg, pctx := errgroup.WithContext(gctx)
 		pg.SetLimit(2 * w)
 		for i, tb := range tables {
-			pg.Go(func() error { return a.produce(pctx, tb, target, chans, lanes[i]) })
+			var kc *keyCollector
+			if keys != nil {
+				kc = keys[i]
+			}
+			pg.Go(func() error { return a.produce(pctx, tb, target, chans, lanes[i], kc) })
 		}
 		return pg.Wait()
 	})
-	return g.Wait()
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	var parts []ledgerPart
+	for _, kc := range keys {
+		if err := kc.flush(); err != nil {
+			return nil, err
+		}
+		parts = append(parts, kc.parts...)
+	}
+	return parts, nil
+}
+
+// keyCollector gathers the keys one table's producer sends in a round, encoding them
+// into ledger parts as they reach ledger.MaxPartKeys (a part holds its keys compressed,
+// a few bytes each).
+type keyCollector struct {
+	table   tableKey
+	entries []ledger.Entry
+	parts   []ledgerPart
+	key     []byte
+}
+
+// add records that the row with handle columns cols (among cols) changed at ts.
+func (kc *keyCollector) add(cols []open.Column, ts uint64) error {
+	if kc == nil {
+		return nil
+	}
+	kc.key = kc.key[:0]
+	for i := range cols {
+		if !cols[i].IsHandle() {
+			continue
+		}
+		var ok bool
+		if kc.key, ok = rowkey.Append(kc.key, cols[i].Value, rowkey.Exact); !ok {
+			return fmt.Errorf("table %s: handle column %s holds a %T, which no key can", kc.table, cols[i].Name, cols[i].Value)
+		}
+	}
+	kc.entries = append(kc.entries, ledger.Entry{Key: rowkey.Key(string(kc.key)), CommitTs: ts})
+	if len(kc.entries) >= ledger.MaxPartKeys {
+		return kc.flush()
+	}
+	return nil
+}
+
+// flush encodes the keys gathered so far into a part.
+func (kc *keyCollector) flush() error {
+	if kc == nil || len(kc.entries) == 0 {
+		return nil
+	}
+	es := ledger.Compact(kc.entries)
+	minTs := es[0].CommitTs
+	for _, e := range es {
+		minTs = min(minTs, e.CommitTs)
+	}
+	blob, err := ledger.Encode(es, minTs)
+	if err != nil {
+		return fmt.Errorf("table %s: %w", kc.table, err)
+	}
+	kc.parts = append(kc.parts, ledgerPart{table: kc.table, part: len(kc.parts), minTs: minTs, count: len(es), entries: blob})
+	kc.entries = kc.entries[:0]
+	return nil
 }
 
 // opChunk is the number of ops a producer hands to a worker at once (one channel
@@ -180,7 +256,7 @@ func assignLanes(tables []*tableBuf, target uint64, workers int) [][]int {
 	return lanes
 }
 
-func (a *applier) produce(ctx context.Context, tb *tableBuf, target uint64, chans []chan []op, lane []int) error {
+func (a *applier) produce(ctx context.Context, tb *tableBuf, target uint64, chans []chan []op, lane []int, keys *keyCollector) error {
 	schema, table := a.cfg.targetSchema(tb.key.Schema), tb.key.Table
 	tableWorker := lane[0]
 	// Ops wait in a per-worker chunk; a worker receives them in the order they were
@@ -297,6 +373,9 @@ func (a *applier) produce(ctx context.Context, tb *tableBuf, target uint64, chan
 		switch ev.Op {
 		case open.OpDelete:
 			handle := handleCols(cols)
+			if err := keys.add(handle, ev.CommitTs); err != nil {
+				return err
+			}
 			w, err := route(handle)
 			if err != nil {
 				return err
@@ -307,6 +386,9 @@ func (a *applier) produce(ctx context.Context, tb *tableBuf, target uint64, chan
 		case open.OpUpdate:
 			if ev.OldColumns != nil && handleChanged(ev, cols) {
 				old := handleCols(writable(oldRow(ev)))
+				if err := keys.add(old, ev.CommitTs); err != nil {
+					return err
+				}
 				w, err := route(old)
 				if err != nil {
 					return err
@@ -317,6 +399,9 @@ func (a *applier) produce(ctx context.Context, tb *tableBuf, target uint64, chan
 			}
 			fallthrough
 		default:
+			if err := keys.add(cols, ev.CommitTs); err != nil {
+				return err
+			}
 			w, err := route(cols)
 			if err != nil {
 				return err

@@ -145,6 +145,22 @@ type ApplierConfig struct {
 	// GOGC or GOMEMLIMIT environment variable. The settings are process-wide.
 	// Default: 400
 	GCPercent int `toml:"gc-percent"`
+	// Ledger records, in <meta-schema>.dirty_keys, which keys of which tables every
+	// round changed and the commit ts of each key's last change (internal/ledger): the
+	// scopes and classification of verification read it. Off, the applier writes a
+	// little less and verification can only compare whole tables.
+	// Default: true
+	Ledger bool `toml:"ledger"`
+	// LedgerRetention is how long ledger rows and ts-map rows are kept (by the commit
+	// ts they cover); older ones are deleted as the applier goes.
+	// Default: 168h (7 days)
+	LedgerRetention time.Duration `toml:"ledger-retention"`
+	// TSMapInterval is how often the applier records, in <meta-schema>.ts_map, the
+	// upstream TSO the fallback is at together with the fallback's own position (GTID
+	// set or binlog file:position) and the wall time, so other tools can align the two
+	// sides. 0 disables it.
+	// Default: 1m
+	TSMapInterval time.Duration `toml:"ts-map-interval"`
 	// TypeMap maps a TiDB column type the fallback lacks to a type it has, by the
 	// lower-case name of the TiDB type (vector, json, bit, varchar, ...): DDL that
 	// defines a column of that type defines it with the given type instead (the column's
@@ -183,16 +199,19 @@ func DefaultConfig() Config {
 			SchemaMap:   map[string]string{},
 		},
 		Applier: ApplierConfig{
-			Workers:      8,
-			BatchRows:    256,
-			MemoryBytes:  256 << 20,
-			MetaSchema:   "parity_meta",
-			MaxRetries:   10,
-			RetryBackoff: 100 * time.Millisecond,
-			QueryTimeout: 60 * time.Second,
-			DDLTimeout:   time.Hour,
-			GCPercent:    400,
-			TypeMap:      map[string]string{},
+			Workers:         8,
+			BatchRows:       256,
+			MemoryBytes:     256 << 20,
+			MetaSchema:      "parity_meta",
+			MaxRetries:      10,
+			RetryBackoff:    100 * time.Millisecond,
+			QueryTimeout:    60 * time.Second,
+			DDLTimeout:      time.Hour,
+			GCPercent:       400,
+			TypeMap:         map[string]string{},
+			Ledger:          true,
+			LedgerRetention: 7 * 24 * time.Hour,
+			TSMapInterval:   time.Minute,
 		},
 	}
 }
@@ -297,6 +316,12 @@ func (c Config) Validate() error {
 	}
 	if a.DDLTimeout <= 0 {
 		bad("applier.ddl-timeout", "must be positive")
+	}
+	if a.LedgerRetention < time.Hour {
+		bad("applier.ledger-retention", "must be at least 1h, got %v", a.LedgerRetention)
+	}
+	if a.TSMapInterval < 0 || (a.TSMapInterval > 0 && a.TSMapInterval < time.Second) {
+		bad("applier.ts-map-interval", "must be 0 (off) or at least 1s, got %v", a.TSMapInterval)
 	}
 	if a.GCPercent < 0 || a.GCPercent > 10000 {
 		bad("applier.gc-percent", "must be between 0 and 10000, got %d", a.GCPercent)

@@ -91,7 +91,7 @@ func (p *rigProcess) round(ts uint64, checkpoint bool) {
 	t := p.rig.t
 	t.Helper()
 	ctx := context.Background()
-	if err := p.ap.applyRows(ctx, p.buf, ts); err != nil {
+	if _, err := p.ap.applyRows(ctx, p.buf, ts); err != nil {
 		t.Fatal(err)
 	}
 	if !checkpoint {

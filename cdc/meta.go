@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tidb-parity/parity/internal/ident"
+	"github.com/tidb-parity/parity/internal/ledger"
 	"github.com/tidb-parity/parity/internal/metaschema"
 )
 
@@ -66,6 +67,29 @@ var migrations = []metaschema.Step{
 	{Name: "ddl_applied.skipped: why a DDL was recorded without running", Stmts: []string{
 		`ALTER TABLE %s.ddl_applied ADD COLUMN skipped VARCHAR(1024) NOT NULL DEFAULT '' AFTER executed`,
 	}},
+	// The dirty-key ledger (its layout and rules are internal/ledger's contract with the
+	// checker) and the ts-map.
+	{Name: "dirty_keys ledger and ts_map", Stmts: []string{
+		`CREATE TABLE IF NOT EXISTS %s.` + ledger.Table + ` (
+			changefeed VARCHAR(128) NOT NULL,
+			max_ts BIGINT UNSIGNED NOT NULL,
+			schema_name VARCHAR(64) NOT NULL,
+			table_name VARCHAR(64) NOT NULL,
+			part INT NOT NULL,
+			min_ts BIGINT UNSIGNED NOT NULL,
+			key_count INT NOT NULL,
+			entries LONGBLOB NOT NULL,
+			PRIMARY KEY (changefeed, max_ts, schema_name, table_name, part)
+		) ENGINE=InnoDB`,
+		`CREATE TABLE IF NOT EXISTS %s.ts_map (
+			changefeed VARCHAR(128) NOT NULL,
+			upstream_ts BIGINT UNSIGNED NOT NULL,
+			downstream_pos TEXT NOT NULL,
+			wall_time TIMESTAMP(6) NOT NULL,
+			source VARCHAR(32) NOT NULL,
+			PRIMARY KEY (changefeed, upstream_ts)
+		) ENGINE=InnoDB`,
+	}},
 }
 
 // meta reads and writes the meta schema.
@@ -87,7 +111,7 @@ func init() {
 	metaschema.Register(metaschema.Component{
 		Name:   "cdc",
 		Legacy: "schema_migrations",
-		Tables: []string{"checkpoint", "partition_offset", "table_progress", "ddl_applied", "dead_letter"},
+		Tables: []string{"checkpoint", "partition_offset", "table_progress", "ddl_applied", "dead_letter", ledger.Table, "ts_map"},
 		Steps:  migrations,
 	})
 }
@@ -301,4 +325,117 @@ type ddlKey struct {
 func newDDLKey(ts uint64, query string) ddlKey {
 	h := sha256.Sum256([]byte(query))
 	return ddlKey{ts: ts, hash: hex.EncodeToString(h[:])}
+}
+
+// ledgerPart is one encoded ledger row of a round (see internal/ledger).
+type ledgerPart struct {
+	table   tableKey
+	part    int
+	minTs   uint64
+	count   int
+	entries []byte
+}
+
+// writeLedger records a round's ledger parts (maxTs: the round's target). Rows are
+// replaced by their key, so a replayed round writes them again harmlessly.
+func (m *meta) writeLedger(ctx context.Context, maxTs uint64, parts []ledgerPart) error {
+	for len(parts) > 0 {
+		var b strings.Builder
+		b.WriteString(m.q("REPLACE INTO %s." + ledger.Table + " (changefeed, max_ts, schema_name, table_name, part, min_ts, key_count, entries) VALUES "))
+		var args []any
+		size := 0
+		n := 0
+		for n < len(parts) && (n == 0 || size+len(parts[n].entries) < maxStatementBytes) {
+			p := parts[n]
+			if n > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString("(?,?,?,?,?,?,?,?)")
+			args = append(args, m.changefeed, maxTs, p.table.Schema, p.table.Table, p.part, p.minTs, p.count, p.entries)
+			size += len(p.entries) + 64
+			n++
+		}
+		if err := m.exec(ctx, b.String(), args...); err != nil {
+			return fmt.Errorf("writing the ledger: %w", err)
+		}
+		parts = parts[n:]
+	}
+	return nil
+}
+
+// prune deletes ledger and ts-map rows that cover commit ts below horizon, in bounded
+// batches.
+func (m *meta) prune(ctx context.Context, horizon uint64) (int64, error) {
+	var total int64
+	for _, q := range []string{
+		"DELETE FROM %s." + ledger.Table + " WHERE changefeed=? AND max_ts<? LIMIT 5000",
+		"DELETE FROM %s.ts_map WHERE changefeed=? AND upstream_ts<? LIMIT 5000",
+	} {
+		for {
+			qctx, cancel := context.WithTimeout(ctx, m.timeout)
+			res, err := m.db.ExecContext(qctx, m.q(q), m.changefeed, horizon)
+			cancel()
+			if err != nil {
+				return total, fmt.Errorf("pruning the ledger: %w", err)
+			}
+			n, _ := res.RowsAffected()
+			total += n
+			if n < 5000 {
+				break
+			}
+		}
+	}
+	return total, nil
+}
+
+// recordTSMap records that the fallback, at its position pos, holds the upstream at ts.
+func (m *meta) recordTSMap(ctx context.Context, ts uint64, pos, source string, at time.Time) error {
+	err := m.exec(ctx, m.q("INSERT INTO %s.ts_map (changefeed, upstream_ts, downstream_pos, wall_time, source) VALUES (?,?,?,?,?) ON DUPLICATE KEY UPDATE downstream_pos=VALUES(downstream_pos), wall_time=VALUES(wall_time), source=VALUES(source)"),
+		m.changefeed, ts, pos, at.UTC(), source)
+	if err != nil {
+		return fmt.Errorf("recording the ts-map: %w", err)
+	}
+	return nil
+}
+
+func (m *meta) exec(ctx context.Context, q string, args ...any) error {
+	ctx, cancel := context.WithTimeout(ctx, m.timeout)
+	defer cancel()
+	_, err := m.db.ExecContext(ctx, q, args...)
+	return err
+}
+
+// downstreamPosition reads the fallback's replication position: MariaDB's GTID position,
+// MySQL's executed GTID set, or else its binary log file and offset ("" when it has no
+// binary log). It names what a binlog-based tool or a PITR restore needs to start from.
+func downstreamPosition(ctx context.Context, q interface {
+	QueryRowContext(context.Context, string, ...any) *sql.Row
+	QueryContext(context.Context, string, ...any) (*sql.Rows, error)
+}) (string, error) {
+	var pos sql.NullString
+	if err := q.QueryRowContext(ctx, "SELECT @@gtid_binlog_pos").Scan(&pos); err == nil {
+		if pos.String != "" {
+			return "mariadb-gtid:" + pos.String, nil
+		}
+	} else if err := q.QueryRowContext(ctx, "SELECT @@global.gtid_executed").Scan(&pos); err == nil && pos.String != "" {
+		return "mysql-gtid:" + strings.ReplaceAll(pos.String, "\n", ""), nil
+	}
+	rows, err := q.QueryContext(ctx, "SHOW MASTER STATUS")
+	if err != nil {
+		return "", fmt.Errorf("reading the downstream's position: %w", err)
+	}
+	defer rows.Close()
+	cols, _ := rows.Columns()
+	if !rows.Next() {
+		return "", rows.Err() // no binary log
+	}
+	vals := make([]sql.NullString, len(cols))
+	ptrs := make([]any, len(cols))
+	for i := range vals {
+		ptrs[i] = &vals[i]
+	}
+	if err := rows.Scan(ptrs...); err != nil || len(vals) < 2 {
+		return "", fmt.Errorf("reading the downstream's position: %v", err)
+	}
+	return "binlog:" + vals[0].String + ":" + vals[1].String, nil
 }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/tidb-parity/parity/cdc/open"
 	"github.com/tidb-parity/parity/internal/ident"
+	"github.com/tidb-parity/parity/internal/tso"
 )
 
 // ErrBarrierPassed is returned by Barrier when the applied checkpoint is already beyond
@@ -279,6 +280,8 @@ type coordinator struct {
 	stopErr    error // an unusable record stopped a partition: apply what is possible, then fail
 	lastPub    time.Time
 	lastLog    time.Time
+	lastTSMap  time.Time // last ts-map row (afterCheckpoint)
+	lastPrune  time.Time // last ledger pruning
 	// watch lists the changefeed's partitions before every round (see checkPartitions).
 	watch       *partitionWatch
 	lastListErr time.Time
@@ -716,8 +719,18 @@ func (c *coordinator) round(ctx context.Context, target uint64) error {
 func (c *coordinator) rowsUpTo(ctx context.Context, ts uint64, announce bool) error {
 	start := time.Now()
 	before := c.ap.rows.Load()
-	if err := c.ap.applyRows(ctx, c.buf, ts); err != nil {
+	parts, err := c.ap.applyRows(ctx, c.buf, ts)
+	if err != nil {
 		return err
+	}
+	// The ledger after the rows it names, before the checkpoint that makes it trusted
+	// (internal/ledger).
+	if len(parts) > 0 {
+		if err := c.ap.retry(ctx, "meta ledger", func(ctx context.Context) error {
+			return c.meta.writeLedger(ctx, ts, parts)
+		}); err != nil {
+			return err
+		}
 	}
 	if err := c.ap.hooks.fire(hookAfterRows); err != nil {
 		return err
@@ -743,12 +756,13 @@ func (c *coordinator) rowsUpTo(ctx context.Context, ts uint64, announce bool) er
 			offsets[p.key] = resume
 		}
 	}
-	err := c.ap.retry(ctx, "meta checkpoint", func(ctx context.Context) error {
+	err = c.ap.retry(ctx, "meta checkpoint", func(ctx context.Context) error {
 		return c.meta.saveCheckpoint(ctx, ts, offsets)
 	})
 	if err != nil {
 		return err
 	}
+	c.afterCheckpoint(ctx, ts)
 	for _, p := range c.parts {
 		if off, ok := offsets[p.key]; ok {
 			p.saved = off
@@ -949,6 +963,45 @@ func alreadyApplied(err error) bool {
 		return true
 	}
 	return false
+}
+
+// pruneInterval spaces the deletion of ledger and ts-map rows past their retention.
+const pruneInterval = 10 * time.Minute
+
+// afterCheckpoint does what the applier does between rounds, while the fallback is
+// exactly at ts: records the ts-map every applier.ts-map-interval and prunes the ledger
+// every pruneInterval. Neither may stop replication: a failure is logged and tried
+// again at the next round.
+func (c *coordinator) afterCheckpoint(ctx context.Context, ts uint64) {
+	now := time.Now()
+	if iv := c.cfg.Applier.TSMapInterval; iv > 0 && now.Sub(c.lastTSMap) >= iv {
+		c.lastTSMap = now
+		if err := c.recordTSMap(ctx, ts, "interval"); err != nil {
+			c.log.Warn("could not record the ts-map", "resolved_ts", ts, "err", err)
+		}
+	}
+	if now.Sub(c.lastPrune) >= pruneInterval {
+		c.lastPrune = now
+		horizon := tso.FromTime(now.Add(-c.cfg.Applier.LedgerRetention))
+		if n, err := c.meta.prune(ctx, horizon); err != nil {
+			c.log.Warn("could not prune the ledger", "err", err)
+		} else if n > 0 {
+			c.log.Info("pruned ledger and ts-map rows past their retention", "rows", n, "retention", c.cfg.Applier.LedgerRetention)
+		}
+	}
+}
+
+// recordTSMap reads the fallback's position and records it with ts: the caller
+// guarantees the fallback holds exactly the upstream at ts (between rounds, or inside a
+// barrier).
+func (c *coordinator) recordTSMap(ctx context.Context, ts uint64, source string) error {
+	qctx, cancel := context.WithTimeout(ctx, c.cfg.Applier.QueryTimeout)
+	defer cancel()
+	pos, err := downstreamPosition(qctx, c.meta.db)
+	if err != nil {
+		return err
+	}
+	return c.meta.recordTSMap(ctx, ts, pos, source, time.Now())
 }
 
 // logProgress logs the lag every 30 seconds.

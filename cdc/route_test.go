@@ -40,7 +40,7 @@ func routeRound(t *testing.T, info *tableInfo, lane []int, evs ...open.Event) []
 	out := make(chan routed, 10000)
 	done := make(chan error, 1)
 	go func() {
-		done <- a.produce(context.Background(), tb, 100, chans, lane)
+		done <- a.produce(context.Background(), tb, 100, chans, lane, nil)
 	}()
 	var got []routed
 	for {
