@@ -195,7 +195,8 @@ func (f *feed) resolved(ctx context.Context, ts uint64) error {
 // benchEnv is a benchmark's downstream database, topic and serve configuration.
 type benchEnv struct {
 	*env
-	down *sql.DB
+	down     *sql.DB
+	noLedger bool // applier.ledger = false
 }
 
 func newBenchEnv(b *testing.B) *benchEnv {
@@ -224,7 +225,7 @@ func (be *benchEnv) writeConfig(tb testing.TB) {
 		level = "debug"
 	}
 	cfg := be.configTOML(filepath.Join(filepath.Dir(be.configPath), "spill"), level, "",
-		fmt.Sprintf("workers = %d\nbatch-rows = %d\n", benchWorkers, benchBatchRows),
+		fmt.Sprintf("workers = %d\nbatch-rows = %d\nledger = %t\n", benchWorkers, benchBatchRows, !be.noLedger),
 		fmt.Sprintf("pprof = %t\n", os.Getenv("PARITY_BENCH_PPROF") != ""))
 	if err := os.WriteFile(be.configPath, []byte(cfg), 0o644); err != nil {
 		tb.Fatal(err)
@@ -406,14 +407,39 @@ func BenchmarkApplierUpdate(b *testing.B) {
 	benchThroughput(b, true)
 }
 
+// BenchmarkApplierLedger: the insert changefeed applied with the dirty-key ledger off,
+// then on; prints the ledger's cost in rows/s (#17 target: at most 15 % fewer).
+func BenchmarkApplierLedger(b *testing.B) {
+	for i := 0; i < b.N; i++ {
+		off, offCPU := benchThroughputOnce(b, false, true)
+		on, onCPU := benchThroughputOnce(b, false, false)
+		cost := 100 * (off - on) / off
+		fmt.Printf("ledger cost: %.0f rows/s without, %.0f rows/s with: %.1f%% fewer rows/s (target <= 15%%); serve CPU %v without, %v with\n",
+			off, on, cost, offCPU.Round(10*time.Millisecond), onCPU.Round(10*time.Millisecond))
+		b.ReportMetric(cost, "%-fewer-rows/s")
+	}
+}
+
 func benchThroughput(b *testing.B, update bool) {
+	for i := 0; i < b.N; i++ {
+		benchThroughputOnce(b, update, false)
+	}
+}
+
+// benchThroughputOnce runs one throughput measurement and returns the applier's rows/s
+// and serve's CPU time.
+func benchThroughputOnce(b *testing.B, update, noLedger bool) (float64, time.Duration) {
 	n := benchRows()
 	kind := "insert-heavy"
 	if update {
 		kind = "update-heavy"
 	}
-	for i := 0; i < b.N; i++ {
+	if noLedger {
+		kind += "-no-ledger"
+	}
+	{
 		be := newBenchEnv(b)
+		be.noLedger = noLedger
 		be.writeConfig(b)
 		data := benchData(n, 1)
 		var old [][]benchRow
@@ -477,6 +503,7 @@ func benchThroughput(b *testing.B, update bool) {
 		b.ReportMetric(applyRate, "applier-rows/s")
 		b.ReportMetric(rawRate, "raw-rows/s")
 		b.ReportMetric(100*ratio, "%-of-raw")
+		return applyRate, serveCPU
 	}
 }
 
