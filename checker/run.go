@@ -115,8 +115,8 @@ func (d *Diff) run(ctx context.Context, cfg *Config, src Sources, log *slog.Logg
 	if cfg.Changefeed.MaxLag > 0 && cfg.Lag == nil {
 		return nil, errors.New("invalid config: changefeed.max_lag needs a lag source (Config.Lag)")
 	}
+	start := time.Now()
 	st := &store{db: src.Meta, schema: ident.Quote(cfg.MetaSchema), tmo: cfg.QueryTimeout}
-	track := newTracker(cfg, st, log)
 	if err := st.migrate(ctx); err != nil {
 		return nil, err
 	}
@@ -132,7 +132,7 @@ func (d *Diff) run(ctx context.Context, cfg *Config, src Sources, log *slog.Logg
 		}
 	}
 	log = log.With("run_id", st.runID)
-	track.log = log
+	track := newTracker(cfg, st, log, start)
 	r := &runner{cfg: cfg, log: log, src: src, st: st, track: track, limiter: newRateLimiter(cfg.MaxRowsPerSecond)}
 	d.cur.Store(r)
 	if cfg.Started != nil {

@@ -1,5 +1,10 @@
 package checker
 
+// source.go owns the connections to one server: a Source hands them out (a pool opened
+// from a DSN, or connections a caller holds at a snapshot), says what it reads at, and
+// stops a query that outlives its timeout on the server. It must not know tables, chunks
+// or the other side: pairing and timeouts are the pair's (pair.go).
+
 import (
 	"bufio"
 	"context"

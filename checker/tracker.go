@@ -85,9 +85,9 @@ type tracker struct {
 	progressMu sync.Mutex // Config.Progress is never called concurrently
 }
 
-func newTracker(cfg *Config, st *store, log *slog.Logger) *tracker {
-	now := time.Now()
-	return &tracker{cfg: cfg, st: st, log: log, start: now, phase: PhaseStarting, phaseStart: now,
+// newTracker returns the tracker of the run stored in st, which started at start.
+func newTracker(cfg *Config, st *store, log *slog.Logger, start time.Time) *tracker {
+	return &tracker{cfg: cfg, st: st, log: log, start: start, phase: PhaseStarting, phaseStart: start,
 		phaseTimes: map[Phase]time.Duration{}, state: RunRunning}
 }
 
