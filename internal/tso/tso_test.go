@@ -1,4 +1,4 @@
-package tso
+package tso_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/tidb-parity/parity/internal/testenv"
+	"github.com/tidb-parity/parity/internal/tso"
 )
 
 func TestTimeRoundTrip(t *testing.T) {
@@ -23,22 +24,22 @@ func TestTimeRoundTrip(t *testing.T) {
 		{463267587686400000, "2026-01-01 00:00:00.000 UTC"},
 		{463267587686400000 + 262143, "2026-01-01 00:00:00.000 UTC"}, // logical part ignored
 	} {
-		if got := Format(tc.ts); got != tc.want {
+		if got := tso.Format(tc.ts); got != tc.want {
 			t.Errorf("Format(%d) = %s, want %s", tc.ts, got, tc.want)
 		}
 	}
 	now := time.UnixMilli(time.Now().UnixMilli())
-	if got := Time(FromTime(now)); !got.Equal(now) {
+	if got := tso.Time(tso.FromTime(now)); !got.Equal(now) {
 		t.Errorf("Time(FromTime(%v)) = %v", now, got)
 	}
-	if s := Seconds(FromTime(time.Unix(1700000000, 500e6))); s != 1700000000.5 {
+	if s := tso.Seconds(tso.FromTime(time.Unix(1700000000, 500e6))); s != 1700000000.5 {
 		t.Errorf("Seconds = %v", s)
 	}
 }
 
 func TestHint(t *testing.T) {
 	gc := &mysql.MySQLError{Number: 8055, Message: "snapshot is older than GC safe point"}
-	err := Hint(fmt.Errorf("select: %w", gc))
+	err := tso.Hint(fmt.Errorf("select: %w", gc))
 	if !errors.Is(err, gc) {
 		t.Fatal("Hint must keep the error chain")
 	}
@@ -46,7 +47,7 @@ func TestHint(t *testing.T) {
 		t.Fatalf("no advice: %s", got)
 	}
 	other := errors.New("x")
-	if Hint(other) != other || Hint(nil) != nil {
+	if tso.Hint(other) != other || tso.Hint(nil) != nil {
 		t.Fatal("other errors pass through")
 	}
 }
@@ -67,7 +68,7 @@ func TestAt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	release, err := At(ctx, conn, before)
+	release, err := tso.At(ctx, conn, before)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +87,7 @@ func TestAt(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn2.Close()
-	if _, err := At(ctx, conn2, FromTime(time.Now().Add(time.Hour))); err == nil {
+	if _, err := tso.At(ctx, conn2, tso.FromTime(time.Now().Add(time.Hour))); err == nil {
 		t.Log("TiDB accepted a future TSO") // informational: versions differ
 	}
 }

@@ -1,0 +1,758 @@
+package testenv
+
+// The tests' one table comparator. It proves that two schemas hold the same data —
+// typically TiDB read at a TSO and the fallback MariaDB that parity serve applied the
+// changefeed to — with plain SQL and a little Go, and nothing of parity's own: not the
+// checker (so a checker bug cannot hide an applier bug), not cdc or cdc/upstream (so the
+// code under test does not read its own result). Tables and columns come from
+// information_schema, every row of a table is read with a plain SELECT of its columns in
+// the text protocol, and each value is compared in one canonical form:
+//
+//   - FLOAT by its float32 value and DOUBLE (REAL) by its float64 value, written back as
+//     the shortest text that parses to them (servers print the same float differently);
+//   - every other type by the bytes the server sends, exactly (strings and binaries are
+//     their bytes; numbers, temporal values, ENUM, SET, JSON their text).
+//
+// Rows are matched by their primary key (the whole row for a table without one) and
+// compared as multisets, so a lost, an extra, a doubled or a differing row is reported
+// with its table, key and column. For tables too big to hold, a Digest is the count and
+// an order-independent hash of the canonical rows, read streaming.
+
+import (
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/tidb-parity/parity/internal/ident"
+	"github.com/tidb-parity/parity/internal/tso"
+)
+
+// Querier is what the readers need: a *sql.DB, *sql.Conn or *sql.Tx.
+type Querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+// Column is one column of a base table as information_schema.COLUMNS describes it.
+type Column struct {
+	Name       string
+	DataType   string // DATA_TYPE in lower case: "int", "varchar", "float", ...
+	ColumnType string // COLUMN_TYPE in lower case: "int unsigned", "enum('a','b')", "bit(10)", ...
+	Collation  string // COLLATION_NAME; "" for a column without one
+}
+
+// Table is a base table: its columns in table order and its primary key.
+type Table struct {
+	Schema, Name string
+	Columns      []Column
+	// Key holds the positions in Columns of the primary key's columns, in key order;
+	// empty for a table without a primary key, whose rows are keyed by all their values.
+	Key []int
+}
+
+// Value is one value of a row.
+type Value struct {
+	Null bool
+	// Text is the value as the server sent it in the text protocol: for strings and
+	// binaries their bytes, for everything else its text.
+	Text string
+	// Canon is what is compared: Text, except for FLOAT and DOUBLE columns (see the
+	// file comment).
+	Canon string
+}
+
+// Row is one row of a table, its values in table order.
+type Row []Value
+
+// ListTables returns the names of the base tables of schema, sorted.
+func ListTables(ctx context.Context, q Querier, schema string) ([]string, error) {
+	rows, err := q.QueryContext(ctx, "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_TYPE = 'BASE TABLE'", schema)
+	if err != nil {
+		return nil, fmt.Errorf("list tables of %s: %w", schema, err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			return nil, fmt.Errorf("list tables of %s: %w", schema, err)
+		}
+		out = append(out, s)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list tables of %s: %w", schema, err)
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// DescribeTable reads a table's columns and primary key from information_schema. A table
+// without columns (one that does not exist) is an error.
+func DescribeTable(ctx context.Context, q Querier, schema, table string) (*Table, error) {
+	name := schema + "." + table
+	rows, err := q.QueryContext(ctx, "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, IFNULL(COLLATION_NAME, '') FROM information_schema.COLUMNS "+
+		"WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION", schema, table)
+	if err != nil {
+		return nil, fmt.Errorf("read columns of %s: %w", name, err)
+	}
+	t := &Table{Schema: schema, Name: table}
+	for rows.Next() {
+		var c Column
+		if err := rows.Scan(&c.Name, &c.DataType, &c.ColumnType, &c.Collation); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("read columns of %s: %w", name, err)
+		}
+		c.DataType, c.ColumnType = strings.ToLower(c.DataType), strings.ToLower(c.ColumnType)
+		t.Columns = append(t.Columns, c)
+	}
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+		return nil, fmt.Errorf("read columns of %s: %w", name, err)
+	}
+	if len(t.Columns) == 0 {
+		return nil, fmt.Errorf("table %s does not exist (no columns in information_schema)", name)
+	}
+	rows, err = q.QueryContext(ctx, "SELECT COLUMN_NAME FROM information_schema.KEY_COLUMN_USAGE "+
+		"WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? AND CONSTRAINT_NAME = 'PRIMARY' ORDER BY ORDINAL_POSITION", schema, table)
+	if err != nil {
+		return nil, fmt.Errorf("read the primary key of %s: %w", name, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var col string
+		if err := rows.Scan(&col); err != nil {
+			return nil, fmt.Errorf("read the primary key of %s: %w", name, err)
+		}
+		i := t.Col(col)
+		if i < 0 {
+			return nil, fmt.Errorf("table %s: primary key column %s is not among its columns", name, col)
+		}
+		t.Key = append(t.Key, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read the primary key of %s: %w", name, err)
+	}
+	return t, nil
+}
+
+// Col returns the position of the named column (compared case-insensitively, as MySQL
+// does), or -1.
+func (t *Table) Col(name string) int {
+	return slices.IndexFunc(t.Columns, func(c Column) bool { return strings.EqualFold(c.Name, name) })
+}
+
+// FullName is schema.table.
+func (t *Table) FullName() string { return t.Schema + "." + t.Name }
+
+// ColumnNames returns the column names in table order.
+func (t *Table) ColumnNames() []string {
+	out := make([]string, len(t.Columns))
+	for i, c := range t.Columns {
+		out[i] = c.Name
+	}
+	return out
+}
+
+// NewValue returns the value of column col whose text-protocol bytes are raw (nil for
+// NULL), with its canonical form.
+func (t *Table) NewValue(col int, raw []byte) (Value, error) {
+	if raw == nil {
+		return Value{Null: true}, nil
+	}
+	v := Value{Text: string(raw)}
+	v.Canon = v.Text
+	switch t.Columns[col].DataType {
+	case "float":
+		f, err := strconv.ParseFloat(v.Text, 32)
+		if err != nil {
+			return Value{}, fmt.Errorf("table %s column %s: FLOAT %q: %w", t.FullName(), t.Columns[col].Name, v.Text, err)
+		}
+		v.Canon = strconv.FormatFloat(f, 'g', -1, 32)
+	case "double", "real":
+		f, err := strconv.ParseFloat(v.Text, 64)
+		if err != nil {
+			return Value{}, fmt.Errorf("table %s column %s: DOUBLE %q: %w", t.FullName(), t.Columns[col].Name, v.Text, err)
+		}
+		v.Canon = strconv.FormatFloat(f, 'g', -1, 64)
+	}
+	return v, nil
+}
+
+// Show renders a value for a message and for the canonical line of its row: NULL, a
+// number as it is, anything else Go-quoted (so every byte shows, and no text can pass
+// for NULL, a number or a separator).
+func Show(v Value) string {
+	if v.Null {
+		return "NULL"
+	}
+	if v.Canon != "" && strings.Trim(v.Canon, "0123456789.-+eE") == "" && v.Canon != "." {
+		return v.Canon
+	}
+	return strconv.Quote(v.Canon)
+}
+
+// Line renders a row canonically, every column as name=value: two rows of the table are
+// the same exactly when their lines are.
+func (t *Table) Line(r Row) string {
+	var b strings.Builder
+	for i, v := range r {
+		if i > 0 {
+			b.WriteString(" | ")
+		}
+		b.WriteString(t.Columns[i].Name)
+		b.WriteByte('=')
+		b.WriteString(Show(v))
+	}
+	return b.String()
+}
+
+// KeyOf renders a row's key: its primary-key columns as name=value, or the whole row's
+// line for a table without a primary key.
+func (t *Table) KeyOf(r Row) string {
+	if len(t.Key) == 0 {
+		return t.Line(r)
+	}
+	var b strings.Builder
+	for i, c := range t.Key {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(t.Columns[c].Name)
+		b.WriteByte('=')
+		b.WriteString(Show(r[c]))
+	}
+	return b.String()
+}
+
+// ScanRows reads every row of table t through q, in no particular order, calling fn with
+// each (a fresh Row each time).
+func ScanRows(ctx context.Context, q Querier, t *Table, fn func(Row) error) error {
+	cols := make([]string, len(t.Columns))
+	for i, c := range t.Columns {
+		cols[i] = ident.Quote(c.Name)
+	}
+	rows, err := q.QueryContext(ctx, "SELECT "+strings.Join(cols, ", ")+" FROM "+ident.Table(t.Schema, t.Name))
+	if err != nil {
+		return fmt.Errorf("read %s: %w", t.FullName(), err)
+	}
+	defer rows.Close()
+	raw := make([]sql.RawBytes, len(cols))
+	dest := make([]any, len(cols))
+	for i := range raw {
+		dest[i] = &raw[i]
+	}
+	for rows.Next() {
+		if err := rows.Scan(dest...); err != nil {
+			return fmt.Errorf("read %s: %w", t.FullName(), err)
+		}
+		r := make(Row, len(cols))
+		for i := range raw {
+			if r[i], err = t.NewValue(i, raw[i]); err != nil {
+				return err
+			}
+		}
+		if err := fn(r); err != nil {
+			return err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read %s: %w", t.FullName(), err)
+	}
+	return nil
+}
+
+// ReadRows returns every row of table t, sorted by their lines.
+func ReadRows(ctx context.Context, q Querier, t *Table) ([]Row, error) {
+	var out []Row
+	err := ScanRows(ctx, q, t, func(r Row) error { out = append(out, r); return nil })
+	if err != nil {
+		return nil, err
+	}
+	SortRows(t, out)
+	return out, nil
+}
+
+// SortRows sorts rows of t by their lines.
+func SortRows(t *Table, rows []Row) {
+	type lined struct {
+		line string
+		row  Row
+	}
+	ls := make([]lined, len(rows))
+	for i, r := range rows {
+		ls[i] = lined{t.Line(r), r}
+	}
+	slices.SortStableFunc(ls, func(a, b lined) int { return strings.Compare(a.line, b.line) })
+	for i := range ls {
+		rows[i] = ls[i].row
+	}
+}
+
+// Digest is a table's row count and an order-independent hash of its canonical rows:
+// the sum, lane by lane modulo 2^64, of the first 16 bytes of each row's SHA-256. A
+// doubled row counts twice; two tables with the same multiset of rows have the same
+// digest.
+type Digest struct {
+	Rows int64
+	Sum  [2]uint64
+}
+
+// Add adds one row.
+func (d *Digest) Add(r Row) {
+	h := sha256.New()
+	var n [binary.MaxVarintLen64]byte
+	for _, v := range r {
+		if v.Null {
+			h.Write([]byte{0})
+			continue
+		}
+		h.Write([]byte{1})
+		h.Write(n[:binary.PutUvarint(n[:], uint64(len(v.Canon)))])
+		h.Write([]byte(v.Canon))
+	}
+	var sum [sha256.Size]byte
+	h.Sum(sum[:0])
+	d.Rows++
+	d.Sum[0] += binary.BigEndian.Uint64(sum[0:8])
+	d.Sum[1] += binary.BigEndian.Uint64(sum[8:16])
+}
+
+func (d Digest) String() string {
+	return fmt.Sprintf("%d rows, hash %016x%016x", d.Rows, d.Sum[0], d.Sum[1])
+}
+
+// ReadDigest reads every row of table t through q into a Digest, holding one row at a
+// time.
+func ReadDigest(ctx context.Context, q Querier, t *Table) (Digest, error) {
+	var d Digest
+	err := ScanRows(ctx, q, t, func(r Row) error { d.Add(r); return nil })
+	return d, err
+}
+
+// Side is one side of a comparison: a schema on a server, read as it is now, or (TiDB)
+// as of a TSO.
+type Side struct {
+	Label  string  // names the side in reports: "TiDB", "the fallback"
+	DB     *sql.DB // its session settings (time_zone above all) are the caller's
+	Schema string
+	// TS, when non-zero, is the TiDB TSO the side is read at (@@tidb_snapshot through
+	// tso.At): its information_schema and its rows as of that TSO.
+	TS uint64
+}
+
+func (s Side) String() string {
+	if s.TS != 0 {
+		return fmt.Sprintf("%s at ts %d", s.Label, s.TS)
+	}
+	return s.Label
+}
+
+// session returns one connection of the side, pinned at its TSO if it has one; close
+// releases it.
+func (s Side) session(ctx context.Context) (conn *sql.Conn, close func(), err error) {
+	conn, err = s.DB.Conn(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: connect: %w", s.Label, err)
+	}
+	if s.TS == 0 {
+		return conn, func() { _ = conn.Close() }, nil
+	}
+	release, err := tso.At(ctx, conn, s.TS)
+	if err != nil {
+		_ = conn.Close()
+		return nil, nil, fmt.Errorf("%s: %w", s.Label, err)
+	}
+	return conn, func() { release(); _ = conn.Close() }, nil
+}
+
+// DiffKind is what a Diff found.
+type DiffKind int
+
+const (
+	Lost          DiffKind = iota + 1 // a row (or copies of it) on A, not on B
+	Extra                             // a row on B whose key A does not have
+	Doubled                           // more copies of a key on B than on A
+	Differs                           // a row of one key on both sides, differing in Column
+	TableLost                         // a table on A, not on B
+	TableExtra                        // a table on B, not on A
+	ColumnsDiffer                     // a table on both sides with other columns (names, order or collations)
+)
+
+var diffKindNames = map[DiffKind]string{Lost: "lost", Extra: "extra", Doubled: "doubled", Differs: "differs",
+	TableLost: "table lost", TableExtra: "table extra", ColumnsDiffer: "columns differ"}
+
+func (k DiffKind) String() string {
+	if s, ok := diffKindNames[k]; ok {
+		return s
+	}
+	return "DiffKind(" + strconv.Itoa(int(k)) + ")"
+}
+
+// Diff is one difference between side A (the reference, e.g. TiDB) and side B.
+type Diff struct {
+	Kind   DiffKind
+	Table  string // the table's name
+	Key    string // row differences: the row's key (Table.KeyOf)
+	Column string // Differs: the column
+	// A and B are the row on each side (nil where the side has none); for
+	// ColumnsDiffer, nil.
+	A, B Row
+	// NA and NB are how many rows with Key each side holds.
+	NA, NB int
+	// What describes a table-level difference.
+	What string
+
+	t              *Table
+	labelA, labelB string
+}
+
+// String renders the difference for a test message, naming the table, the key, the
+// column and both sides.
+func (d Diff) String() string {
+	a, b := d.labelA, d.labelB
+	row := func(r Row) string { // the whole row, unless the key is the whole row
+		if line := d.t.Line(r); line != d.Key {
+			return ": " + line
+		}
+		return ""
+	}
+	switch d.Kind {
+	case Lost:
+		if d.NB == 0 {
+			return fmt.Sprintf("table %s: row %s is on %s, not on %s%s", d.Table, d.Key, a, b, row(d.A))
+		}
+		return fmt.Sprintf("table %s: row %s is on %s %s, on %s %s%s", d.Table, d.Key, a, times(d.NA), b, times(d.NB), row(d.A))
+	case Extra:
+		return fmt.Sprintf("table %s: row %s is on %s (%s), not on %s%s", d.Table, d.Key, b, times(d.NB), a, row(d.B))
+	case Doubled:
+		return fmt.Sprintf("table %s: row %s is doubled: on %s %s, on %s %s%s", d.Table, d.Key, b, times(d.NB), a, times(d.NA), row(d.B))
+	case Differs:
+		i := d.t.Col(d.Column)
+		return fmt.Sprintf("table %s: row %s differs in column %s: %s %s, %s %s", d.Table, d.Key, d.Column, a, Show(d.A[i]), b, Show(d.B[i]))
+	default:
+		return fmt.Sprintf("table %s: %s", d.Table, d.What)
+	}
+}
+
+func times(n int) string {
+	if n == 1 {
+		return "once"
+	}
+	return strconv.Itoa(n) + " times"
+}
+
+// DiffRows compares the rows of table t on side A (labelled la) with those on side B (lb)
+// as multisets keyed by t's key. Rows of one key are paired in line order and compared
+// column by column; surplus rows are Lost (more on A), Extra (none on A) or Doubled
+// (more on B). Differences come in key order.
+func DiffRows(t *Table, la, lb string, a, b []Row) []Diff {
+	group := func(rows []Row) map[string][]Row {
+		m := map[string][]Row{}
+		for _, r := range rows {
+			k := t.KeyOf(r)
+			m[k] = append(m[k], r)
+		}
+		for _, rs := range m {
+			SortRows(t, rs)
+		}
+		return m
+	}
+	ga, gb := group(a), group(b)
+	keys := make([]string, 0, len(ga)+len(gb))
+	for k := range ga {
+		keys = append(keys, k)
+	}
+	for k := range gb {
+		if _, ok := ga[k]; !ok {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	var out []Diff
+	mk := func(kind DiffKind, key string) Diff {
+		return Diff{Kind: kind, Table: t.Name, Key: key, NA: len(ga[key]), NB: len(gb[key]), t: t, labelA: la, labelB: lb}
+	}
+	for _, k := range keys {
+		ra, rb := ga[k], gb[k]
+		for i := 0; i < len(ra) && i < len(rb); i++ {
+			for c := range t.Columns {
+				if ra[i][c].Null != rb[i][c].Null || ra[i][c].Canon != rb[i][c].Canon {
+					d := mk(Differs, k)
+					d.Column, d.A, d.B = t.Columns[c].Name, ra[i], rb[i]
+					out = append(out, d)
+				}
+			}
+		}
+		switch {
+		case len(ra) > len(rb):
+			d := mk(Lost, k)
+			d.A = ra[len(rb)]
+			if len(rb) > 0 {
+				d.B = rb[0]
+			}
+			out = append(out, d)
+		case len(ra) == 0:
+			d := mk(Extra, k)
+			d.B = rb[0]
+			out = append(out, d)
+		case len(rb) > len(ra):
+			d := mk(Doubled, k)
+			d.A, d.B = ra[0], rb[len(ra)]
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// Options narrow or tighten a comparison.
+type Options struct {
+	// Tables, when set, are the tables compared (each must exist on both sides); by
+	// default every base table of A's schema and of B's is, and both must have the same.
+	Tables []string
+	// Collations requires every column to have the same collation on both sides, besides
+	// the same name in the same position.
+	Collations bool
+}
+
+// TableReport is what one table's comparison saw.
+type TableReport struct {
+	Name       string
+	RowsA      int // rows on side A
+	RowsB      int
+	Compared   bool // false when the table's rows were not compared (missing or other columns)
+	Difference int  // how many of the report's Diffs are this table's
+}
+
+// Report is the result of comparing two schemas. A difference in data is a result, not
+// an error.
+type Report struct {
+	A, B   Side
+	Tables []TableReport // in name order
+	Diffs  []Diff        // tables in name order, rows in key order
+}
+
+// Equal reports whether no difference was found.
+func (r *Report) Equal() bool { return len(r.Diffs) == 0 }
+
+// Rows is the number of rows compared on side A.
+func (r *Report) Rows() int {
+	n := 0
+	for _, t := range r.Tables {
+		n += t.RowsA
+	}
+	return n
+}
+
+// CompareSchemas compares schema A.Schema on A with B.Schema on B table by table: the
+// same base tables, each with the same columns in the same order, every row equal. B is
+// read with A's description of each table (its types decide the canonical forms). Each
+// side is read on one connection (A's pinned at A.TS when set), the two sides of a table
+// at the same time.
+func CompareSchemas(ctx context.Context, a, b Side, o Options) (*Report, error) {
+	ca, closeA, err := a.session(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer closeA()
+	cb, closeB, err := b.session(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer closeB()
+	rep := &Report{A: a, B: b}
+	la, lb := a.String(), b.String()
+	names := slices.Clone(o.Tables)
+	slices.Sort(names)
+	missing := map[string]Diff{} // tables listed on one side only
+	if len(names) == 0 {
+		ta, err := ListTables(ctx, ca, a.Schema)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", la, err)
+		}
+		tb, err := ListTables(ctx, cb, b.Schema)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", lb, err)
+		}
+		for _, n := range tb {
+			if !slices.Contains(ta, n) {
+				missing[n] = Diff{Kind: TableExtra, Table: n, What: fmt.Sprintf("on %s, not on %s", lb, la), labelA: la, labelB: lb}
+			}
+		}
+		for _, n := range ta {
+			if !slices.Contains(tb, n) {
+				missing[n] = Diff{Kind: TableLost, Table: n, What: fmt.Sprintf("on %s, not on %s", la, lb), labelA: la, labelB: lb}
+			}
+		}
+		names = append(ta, slices.Collect(maps.Keys(missing))...)
+		slices.Sort(names)
+		names = slices.Compact(names)
+	}
+	for _, name := range names {
+		if d, ok := missing[name]; ok {
+			rep.Diffs = append(rep.Diffs, d)
+			rep.Tables = append(rep.Tables, TableReport{Name: name, Difference: 1})
+			continue
+		}
+		tr, diffs, err := compareTable(ctx, ca, cb, a, b, name, o, la, lb)
+		if err != nil {
+			return nil, err
+		}
+		tr.Difference = len(diffs)
+		rep.Diffs = append(rep.Diffs, diffs...)
+		rep.Tables = append(rep.Tables, tr)
+	}
+	return rep, nil
+}
+
+// compareTable compares one table that both sides should have.
+func compareTable(ctx context.Context, ca, cb *sql.Conn, a, b Side, name string, o Options, la, lb string) (TableReport, []Diff, error) {
+	tr := TableReport{Name: name}
+	ta, err := DescribeTable(ctx, ca, a.Schema, name)
+	if err != nil {
+		return tr, nil, fmt.Errorf("%s: %w", la, err)
+	}
+	tb, err := DescribeTable(ctx, cb, b.Schema, name)
+	if err != nil {
+		return tr, nil, fmt.Errorf("%s: %w", lb, err)
+	}
+	if cols := columnsDiffer(ta, tb, o.Collations); cols != "" {
+		return tr, []Diff{{Kind: ColumnsDiffer, Table: name, labelA: la, labelB: lb,
+			What: fmt.Sprintf("columns differ: %s %s, %s %s", la, describeColumns(ta, o.Collations), lb, describeColumns(tb, o.Collations))}}, nil
+	}
+	// B is read with A's types: the same columns, canonicalized the same way.
+	tbA := *ta
+	tbA.Schema = b.Schema
+	var ra, rb []Row
+	var g errgroup.Group
+	g.Go(func() (err error) {
+		ra, err = ReadRows(ctx, ca, ta)
+		if err != nil {
+			err = fmt.Errorf("%s: %w", la, err)
+		}
+		return err
+	})
+	g.Go(func() (err error) {
+		rb, err = ReadRows(ctx, cb, &tbA)
+		if err != nil {
+			err = fmt.Errorf("%s: %w", lb, err)
+		}
+		return err
+	})
+	if err := g.Wait(); err != nil {
+		return tr, nil, err
+	}
+	tr.RowsA, tr.RowsB, tr.Compared = len(ra), len(rb), true
+	return tr, DiffRows(ta, la, lb, ra, rb), nil
+}
+
+// columnsDiffer returns "" when a and b have the same column names in the same order
+// (and collations, if asked), else what differs first.
+func columnsDiffer(a, b *Table, collations bool) string {
+	if len(a.Columns) != len(b.Columns) {
+		return fmt.Sprintf("%d columns, %d", len(a.Columns), len(b.Columns))
+	}
+	for i := range a.Columns {
+		ca, cb := a.Columns[i], b.Columns[i]
+		if !strings.EqualFold(ca.Name, cb.Name) {
+			return fmt.Sprintf("column %d is %s, %s", i+1, ca.Name, cb.Name)
+		}
+		if collations && ca.Collation != cb.Collation {
+			return fmt.Sprintf("column %s has collation %q, %q", ca.Name, ca.Collation, cb.Collation)
+		}
+	}
+	return ""
+}
+
+func describeColumns(t *Table, collations bool) string {
+	parts := make([]string, len(t.Columns))
+	for i, c := range t.Columns {
+		parts[i] = c.Name
+		if collations && c.Collation != "" {
+			parts[i] += " " + c.Collation
+		}
+	}
+	return "(" + strings.Join(parts, ", ") + ")"
+}
+
+// CompareDigests reads table from both sides into digests, streaming, each described by
+// A (B must have the same column names in the same order): for tables too big to hold.
+// The digests are equal exactly when the tables hold the same multiset of canonical
+// rows (but for a hash collision).
+func CompareDigests(ctx context.Context, a, b Side, table string) (da, db Digest, err error) {
+	ca, closeA, err := a.session(ctx)
+	if err != nil {
+		return da, db, err
+	}
+	defer closeA()
+	cb, closeB, err := b.session(ctx)
+	if err != nil {
+		return da, db, err
+	}
+	defer closeB()
+	ta, err := DescribeTable(ctx, ca, a.Schema, table)
+	if err != nil {
+		return da, db, fmt.Errorf("%s: %w", a, err)
+	}
+	tb, err := DescribeTable(ctx, cb, b.Schema, table)
+	if err != nil {
+		return da, db, fmt.Errorf("%s: %w", b, err)
+	}
+	if d := columnsDiffer(ta, tb, false); d != "" {
+		return da, db, fmt.Errorf("table %s: columns differ between %s and %s: %s", table, a, b, d)
+	}
+	tbA := *ta
+	tbA.Schema = b.Schema
+	var g errgroup.Group
+	g.Go(func() (err error) {
+		if da, err = ReadDigest(ctx, ca, ta); err != nil {
+			err = fmt.Errorf("%s: %w", a, err)
+		}
+		return err
+	})
+	g.Go(func() (err error) {
+		if db, err = ReadDigest(ctx, cb, &tbA); err != nil {
+			err = fmt.Errorf("%s: %w", b, err)
+		}
+		return err
+	})
+	err = g.Wait()
+	return da, db, err
+}
+
+// MaxDiffsShown is how many differences per table AssertSame prints.
+const MaxDiffsShown = 10
+
+// AssertSame compares two schemas (CompareSchemas) and fails the test when they differ,
+// printing up to MaxDiffsShown differences per table and a count per table. It returns
+// the report of an equal comparison.
+func AssertSame(t testing.TB, ctx context.Context, a, b Side, o Options) *Report {
+	t.Helper()
+	rep, err := CompareSchemas(ctx, a, b, o)
+	if err != nil {
+		t.Fatalf("compare %s with %s: %v", a, b, err)
+	}
+	if rep.Equal() {
+		return rep
+	}
+	shown := map[string]int{}
+	for _, d := range rep.Diffs {
+		if shown[d.Table] < MaxDiffsShown {
+			t.Errorf("%s", d)
+		}
+		shown[d.Table]++
+	}
+	var counts []string
+	for _, name := range slices.Sorted(maps.Keys(shown)) {
+		counts = append(counts, fmt.Sprintf("%s: %d", name, shown[name]))
+	}
+	t.Fatalf("%s differs from %s: %d differences (%s)", b, a, len(rep.Diffs), strings.Join(counts, ", "))
+	return rep
+}
