@@ -167,7 +167,7 @@ func TestKillAndResume(t *testing.T) {
 	}
 	meta := p.down.DB
 	var doneBefore int
-	q := "SELECT COUNT(*) FROM parity_meta.diff_chunks WHERE run_id = ? AND state = 'done'"
+	q := "SELECT COUNT(*) FROM " + metaTable("diff_chunks") + " WHERE run_id = ? AND state = 'done'"
 	if err := meta.QueryRow(q, runID).Scan(&doneBefore); err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +175,7 @@ func TestKillAndResume(t *testing.T) {
 		t.Fatalf("done chunks before resume: %d", doneBefore)
 	}
 	var state string
-	if err := meta.QueryRow("SELECT state FROM parity_meta.diff_runs WHERE run_id = ?", runID).Scan(&state); err != nil || state != RunCancelled {
+	if err := meta.QueryRow("SELECT state FROM "+metaTable("diff_runs")+" WHERE run_id = ?", runID).Scan(&state); err != nil || state != RunCancelled {
 		t.Fatalf("run state %q, %v", state, err)
 	}
 
@@ -198,14 +198,14 @@ func TestKillAndResume(t *testing.T) {
 		t.Fatalf("resumed report: rows %d chunks %d diffs %d", tr.RowsChecked, tr.Chunks, tr.DifferencesTotal)
 	}
 	var redone, maxAttempts, checkpoint int
-	if err := meta.QueryRow("SELECT COUNT(*), MAX(attempts) FROM parity_meta.diff_chunks WHERE run_id = ? AND attempts > 1", runID).Scan(&redone, new(any)); err != nil {
+	if err := meta.QueryRow("SELECT COUNT(*), MAX(attempts) FROM "+metaTable("diff_chunks")+" WHERE run_id = ? AND attempts > 1", runID).Scan(&redone, new(any)); err != nil {
 		t.Fatal(err)
 	}
 	_ = maxAttempts
 	if redone > cfg.Concurrency {
 		t.Errorf("%d chunks compared twice; at most the %d in flight may be", redone, cfg.Concurrency)
 	}
-	if err := meta.QueryRow("SELECT checkpoint_seq FROM parity_meta.diff_tables WHERE run_id = ?", runID).Scan(&checkpoint); err != nil || checkpoint != tr.Chunks-1 {
+	if err := meta.QueryRow("SELECT checkpoint_seq FROM "+metaTable("diff_tables")+" WHERE run_id = ?", runID).Scan(&checkpoint); err != nil || checkpoint != tr.Chunks-1 {
 		t.Errorf("checkpoint %d, %v; want the last chunk, %d", checkpoint, err, tr.Chunks-1)
 	}
 	t.Logf("done before kill: %d chunks; compared twice: %d", doneBefore, redone)
@@ -368,7 +368,7 @@ func TestIntegerKeyCutting(t *testing.T) {
 			t.Errorf("%s: %d chunks, want at most %d", tc.table, tr.Chunks, tc.maxChunks)
 		}
 		var biggest int64
-		q := "SELECT IFNULL(MAX(GREATEST(c.up_count, c.down_count)), 0) FROM parity_meta.diff_chunks c JOIN parity_meta.diff_tables t USING (run_id, table_idx) WHERE c.run_id = ? AND t.up_table = ?"
+		q := "SELECT IFNULL(MAX(GREATEST(c.up_count, c.down_count)), 0) FROM " + metaTable("diff_chunks") + " c JOIN " + metaTable("diff_tables") + " t USING (run_id, table_idx) WHERE c.run_id = ? AND t.up_table = ?"
 		if err := p.down.DB.QueryRow(q, rep.RunID, tc.table).Scan(&biggest); err != nil {
 			t.Fatal(err)
 		}

@@ -96,10 +96,10 @@ func TestCrashAndResume(t *testing.T) {
 	}
 	var doneBefore, inFlight, chunks int
 	var state string
-	if err := p.down.QueryRow("SELECT state FROM parity_meta.diff_runs WHERE run_id = ?", runID).Scan(&state); err != nil || state != RunRunning {
+	if err := p.down.QueryRow("SELECT state FROM "+metaTable("diff_runs")+" WHERE run_id = ?", runID).Scan(&state); err != nil || state != RunRunning {
 		t.Fatalf("killed run state %q (%v), want running", state, err)
 	}
-	if err := p.down.QueryRow("SELECT SUM(state = 'done'), SUM(state = 'running'), COUNT(*) FROM parity_meta.diff_chunks WHERE run_id = ?", runID).Scan(&doneBefore, &inFlight, &chunks); err != nil {
+	if err := p.down.QueryRow("SELECT SUM(state = 'done'), SUM(state = 'running'), COUNT(*) FROM "+metaTable("diff_chunks")+" WHERE run_id = ?", runID).Scan(&doneBefore, &inFlight, &chunks); err != nil {
 		t.Fatal(err)
 	}
 	// Mid-run: the chunks stored as done before the hold, and not all 60.
@@ -118,7 +118,7 @@ func TestCrashAndResume(t *testing.T) {
 		t.Fatalf("resumed: rows %d, chunks %d, differences %d", tr.RowsChecked, tr.Chunks, tr.DifferencesTotal)
 	}
 	var redone int
-	if err := p.down.QueryRow("SELECT COUNT(*) FROM parity_meta.diff_chunks WHERE run_id = ? AND attempts > 1", runID).Scan(&redone); err != nil {
+	if err := p.down.QueryRow("SELECT COUNT(*) FROM "+metaTable("diff_chunks")+" WHERE run_id = ? AND attempts > 1", runID).Scan(&redone); err != nil {
 		t.Fatal(err)
 	}
 	if redone > inFlight {

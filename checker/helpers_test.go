@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tidb-parity/parity/internal/metaschema"
 	"github.com/tidb-parity/parity/internal/testenv"
 )
 
@@ -242,3 +243,7 @@ func queryTable(t *testing.T, db *sql.DB, q string) (cols []string, out [][]stri
 	}
 	return cols, out
 }
+
+// metaTable names a table of the checker's meta schema (the default one) as the
+// migrator registered it.
+func metaTable(name string) string { return metaschema.Table(DefaultConfig().MetaSchema, name) }

@@ -138,13 +138,13 @@ func testRecheck(t *testing.T, p pair) {
 
 	// The stored chunk counts agree with the report (a resumed run sums them).
 	var stored int64
-	if err := p.down.QueryRowContext(context.Background(), "SELECT IFNULL(SUM(c.differences),0) FROM parity_meta.diff_chunks c JOIN parity_meta.diff_tables t USING (run_id, table_idx) WHERE c.run_id = ? AND t.up_table = 'rc'", rep.RunID).Scan(&stored); err != nil {
+	if err := p.down.QueryRowContext(context.Background(), "SELECT IFNULL(SUM(c.differences),0) FROM "+metaTable("diff_chunks")+" c JOIN "+metaTable("diff_tables")+" t USING (run_id, table_idx) WHERE c.run_id = ? AND t.up_table = 'rc'", rep.RunID).Scan(&stored); err != nil {
 		t.Fatal(err)
 	}
 	if stored != 3 {
 		t.Errorf("diff_chunks holds %d differences of rc, want 3", stored)
 	}
-	if err := p.down.QueryRowContext(context.Background(), "SELECT IFNULL(SUM(c.differences),0) FROM parity_meta.diff_chunks c JOIN parity_meta.diff_tables t USING (run_id, table_idx) WHERE c.run_id = ? AND t.up_table = 'kr'", rep.RunID).Scan(&stored); err != nil {
+	if err := p.down.QueryRowContext(context.Background(), "SELECT IFNULL(SUM(c.differences),0) FROM "+metaTable("diff_chunks")+" c JOIN "+metaTable("diff_tables")+" t USING (run_id, table_idx) WHERE c.run_id = ? AND t.up_table = 'kr'", rep.RunID).Scan(&stored); err != nil {
 		t.Fatal(err)
 	}
 	if stored != 1 {
@@ -184,7 +184,7 @@ func TestRecheckResume(t *testing.T) {
 		t.Fatalf("want a cancelled run, got %v", err)
 	}
 	var stored int
-	if err := p.down.QueryRow("SELECT COUNT(*) FROM parity_meta.diff_differences WHERE run_id = ?", re.RunID).Scan(&stored); err != nil {
+	if err := p.down.QueryRow("SELECT COUNT(*) FROM "+metaTable("diff_differences")+" WHERE run_id = ?", re.RunID).Scan(&stored); err != nil {
 		t.Fatal(err)
 	}
 	if stored != 286 {

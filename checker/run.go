@@ -116,7 +116,7 @@ func (d *Diff) run(ctx context.Context, cfg *Config, src Sources, log *slog.Logg
 		return nil, errors.New("invalid config: changefeed.max_lag needs a lag source (Config.Lag)")
 	}
 	start := time.Now()
-	st := &store{db: src.Meta, schema: ident.Quote(cfg.MetaSchema), tmo: cfg.QueryTimeout}
+	st := &store{db: src.Meta, raw: cfg.MetaSchema, schema: ident.Quote(cfg.MetaSchema), tmo: cfg.QueryTimeout}
 	if err := st.migrate(ctx); err != nil {
 		return nil, err
 	}

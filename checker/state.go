@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/tidb-parity/parity/internal/metaschema"
 )
 
 // Run state in the meta schema. A run moves running → done | failed | cancelled (a
@@ -20,11 +22,14 @@ import (
 // every chunk that is not done (at most the ones that were in flight, plus those cut but
 // not started) is compared again. diff_tables.checkpoint_seq is the low watermark: every
 // chunk with seq <= checkpoint_seq is done. Tables are prefixed diff_ because other parts
-// of parity keep their own tables (and their own migrations table) in the same schema.
-
-// migrations are applied in order and recorded in diff_schema_migrations.
+// of parity keep their own tables in the same schema.
+//
+// The tables are the "checker" component of internal/metaschema, the one migrator of the
+// meta schema: migrations are append-only, one step each, "%s" is the quoted meta
+// schema. Before the shared version table they were recorded in diff_schema_migrations,
+// which the migrator adopts once.
 var migrations = []string{
-	`CREATE TABLE IF NOT EXISTS %[1]s.diff_runs (
+	`CREATE TABLE IF NOT EXISTS %s.diff_runs (
 		run_id VARCHAR(64) NOT NULL PRIMARY KEY,
 		state VARCHAR(16) NOT NULL,
 		config LONGTEXT NOT NULL,
@@ -32,7 +37,7 @@ var migrations = []string{
 		updated_at DATETIME(3) NOT NULL,
 		error TEXT NULL
 	)`,
-	`CREATE TABLE IF NOT EXISTS %[1]s.diff_tables (
+	`CREATE TABLE IF NOT EXISTS %s.diff_tables (
 		run_id VARCHAR(64) NOT NULL,
 		table_idx INT NOT NULL,
 		up_schema VARCHAR(64) NOT NULL,
@@ -43,7 +48,7 @@ var migrations = []string{
 		checkpoint_seq BIGINT NOT NULL DEFAULT -1,
 		PRIMARY KEY (run_id, table_idx)
 	)`,
-	`CREATE TABLE IF NOT EXISTS %[1]s.diff_chunks (
+	`CREATE TABLE IF NOT EXISTS %s.diff_chunks (
 		run_id VARCHAR(64) NOT NULL,
 		table_idx INT NOT NULL,
 		seq BIGINT NOT NULL,
@@ -60,7 +65,7 @@ var migrations = []string{
 		updated_at DATETIME(3) NOT NULL,
 		PRIMARY KEY (run_id, table_idx, seq)
 	)`,
-	`CREATE TABLE IF NOT EXISTS %[1]s.diff_differences (
+	`CREATE TABLE IF NOT EXISTS %s.diff_differences (
 		run_id VARCHAR(64) NOT NULL,
 		table_idx INT NOT NULL,
 		chunk_seq BIGINT NOT NULL,
@@ -74,7 +79,7 @@ var migrations = []string{
 	// pieces: its diff_differences row holds empty texts (a stored difference's JSON is
 	// never empty otherwise). Every migration is idempotent (IF NOT EXISTS): two runs
 	// starting at once may both apply it.
-	`CREATE TABLE IF NOT EXISTS %[1]s.diff_difference_parts (
+	`CREATE TABLE IF NOT EXISTS %s.diff_difference_parts (
 		run_id VARCHAR(64) NOT NULL,
 		table_idx INT NOT NULL,
 		chunk_seq BIGINT NOT NULL,
@@ -87,7 +92,7 @@ var migrations = []string{
 	// The re-check (recheck.go): per chunk, how many of its differences were found equal
 	// when read again. Updated in the transaction that drops them, so a resumed run never
 	// counts one twice.
-	`CREATE TABLE IF NOT EXISTS %[1]s.diff_rechecks (
+	`CREATE TABLE IF NOT EXISTS %s.diff_rechecks (
 		run_id VARCHAR(64) NOT NULL,
 		table_idx INT NOT NULL,
 		chunk_seq BIGINT NOT NULL,
@@ -113,41 +118,36 @@ const (
 
 type store struct {
 	db     *sql.DB
+	raw    string // the meta schema's name
 	schema string // quoted
 	runID  string
 	tmo    time.Duration
 }
 
-func (s *store) q(format string) string { return fmt.Sprintf(format, s.schema) }
+func (s *store) q(format string) string { return strings.ReplaceAll(format, "%s", s.schema) }
 
 func (s *store) ctx(parent context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(parent, s.tmo)
 }
 
-// migrate creates the meta schema and applies missing migrations.
+func init() {
+	steps := make([]metaschema.Step, len(migrations))
+	for i, m := range migrations {
+		name := strings.Fields(strings.TrimPrefix(strings.TrimSpace(m), "CREATE TABLE IF NOT EXISTS %s."))[0]
+		steps[i] = metaschema.Step{Name: "create " + name, Stmts: []string{m}}
+	}
+	metaschema.Register(metaschema.Component{
+		Name:   "checker",
+		Legacy: "diff_schema_migrations",
+		Tables: []string{"diff_runs", "diff_tables", "diff_chunks", "diff_differences", "diff_difference_parts", "diff_rechecks"},
+		Steps:  steps,
+	})
+}
+
+// migrate creates the meta schema and brings it up to date (every component this binary
+// has, not only the checker's).
 func (s *store) migrate(ctx context.Context) error {
-	ctx, cancel := s.ctx(ctx)
-	defer cancel()
-	if _, err := s.db.ExecContext(ctx, "CREATE DATABASE IF NOT EXISTS "+s.schema); err != nil {
-		return fmt.Errorf("create meta schema: %w", err)
-	}
-	if _, err := s.db.ExecContext(ctx, s.q(`CREATE TABLE IF NOT EXISTS %s.diff_schema_migrations (
-		version INT NOT NULL PRIMARY KEY, applied_at DATETIME(3) NOT NULL)`)); err != nil {
-		return fmt.Errorf("create migrations table: %w", err)
-	}
-	var have int
-	if err := s.db.QueryRowContext(ctx, s.q("SELECT IFNULL(MAX(version),0) FROM %s.diff_schema_migrations")).Scan(&have); err != nil {
-		return fmt.Errorf("read migrations: %w", err)
-	}
-	for v := have + 1; v <= len(migrations); v++ {
-		if _, err := s.db.ExecContext(ctx, fmt.Sprintf(migrations[v-1], s.schema)); err != nil {
-			return fmt.Errorf("apply meta migration %d: %w", v, err)
-		}
-		if _, err := s.db.ExecContext(ctx, s.q("INSERT IGNORE INTO %s.diff_schema_migrations VALUES (?, NOW(3))"), v); err != nil {
-			return fmt.Errorf("record meta migration %d: %w", v, err)
-		}
-	}
-	return nil
+	return metaschema.Migrate(ctx, s.db, s.raw, s.tmo)
 }
 
 func newRunID() string {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/tidb-parity/parity/checker"
 	"github.com/tidb-parity/parity/internal/ident"
+	"github.com/tidb-parity/parity/internal/metaschema"
 	"github.com/tidb-parity/parity/internal/testenv"
 )
 
@@ -215,7 +216,7 @@ func TestDiffRecheckWaitsForChangefeed(t *testing.T) {
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		var n int
-		err := down.QueryRow(`SELECT COUNT(*) FROM parity_meta.diff_differences d JOIN parity_meta.diff_tables t USING (run_id, table_idx)
+		err := down.QueryRow(`SELECT COUNT(*) FROM `+metaTable("diff_differences")+` d JOIN `+metaTable("diff_tables")+` t USING (run_id, table_idx)
 			WHERE t.down_schema = ? AND t.down_table = 'rw'`, down.Name).Scan(&n)
 		if err == nil && n > 0 {
 			break
@@ -265,3 +266,6 @@ func TestPrintSummarySnapshots(t *testing.T) {
 		t.Errorf("summary without snapshots mentions one:\n%s", b.String())
 	}
 }
+
+// metaTable names a table of the default meta schema as the migrator registered it.
+func metaTable(name string) string { return metaschema.Table(checker.DefaultConfig().MetaSchema, name) }

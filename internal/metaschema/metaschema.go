@@ -6,9 +6,9 @@
 //
 // Each part registers a Component (its name, its tables, its append-only steps) from its
 // package's init; Migrate brings every registered component up to date under one version
-// table, parity_migrations, and refuses a schema written by a newer binary (a component
-// at a version this binary does not have, or a component it does not know) instead of
-// running against tables it does not understand.
+// table, parity_migrations, and refuses a schema in which one of its components is at a
+// version this binary does not have (written by a newer parity) instead of running
+// against tables it does not understand. Components it does not link are left alone.
 //
 // It is its own package so that cdc and checker share it without importing each other;
 // it knows nothing of either beyond what they register.
@@ -187,13 +187,12 @@ func (r *Registry) Migrate(ctx context.Context, db *sql.DB, schema string, timeo
 	for _, c := range comps {
 		known[c.Name] = len(c.Steps)
 	}
+	// A component this binary does not link (the checker's tables seen by a program
+	// built with cdc alone, or a part a newer release added) is none of its business:
+	// the tables it uses are the ones it knows, and those must not be newer.
 	var newer []string
 	for name, v := range have {
-		k, ok := known[name]
-		switch {
-		case !ok:
-			newer = append(newer, fmt.Sprintf("component %q at version %d, which this binary does not have", name, v))
-		case v > k:
+		if k, ok := known[name]; ok && v > k {
 			newer = append(newer, fmt.Sprintf("component %q at version %d, this binary knows %d", name, v, k))
 		}
 	}
