@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -980,197 +979,66 @@ func (w *collWorkload) uniqueTxn(ct *collTable) {
 	})
 }
 
-// compareCollTables proves every table on the fallback equals TiDB at ts: the same
-// columns with the same collations, the same keys byte for byte, every column's HEX.
+// compareCollTables proves every table on the fallback equals TiDB at ts with
+// internal/testenv's comparator: the same columns with the same collations, rows matched
+// by their primary key's exact bytes, every column's bytes equal, no key lost, added or
+// doubled. Each difference is shown with the changefeed's last events of its key.
 func compareCollTables(t *testing.T, ctx context.Context, up, down *sql.DB, schema string, tables []*collTable, ts uint64) {
 	t.Helper()
-	upConn, err := up.Conn(ctx)
+	byName := map[string]*collTable{}
+	var names []string
+	for _, ct := range tables {
+		byName[ct.name] = ct
+		names = append(names, ct.name)
+	}
+	rep, err := testenv.CompareSchemas(ctx,
+		testenv.Side{Label: "TiDB", DB: up, Schema: schema, TS: ts},
+		testenv.Side{Label: "the fallback", DB: down, Schema: schema},
+		testenv.Options{Tables: names, Collations: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer upConn.Close()
-	if _, err := upConn.ExecContext(ctx, "SET @@tidb_snapshot = ?", strconv.FormatUint(ts, 10)); err != nil {
-		t.Fatalf("TiDB snapshot at %d: %v", ts, err)
+	bad := map[string]int{}
+	for _, d := range rep.Diffs {
+		if bad[d.Table] < 10 {
+			t.Errorf("%s%s", d, byName[d.Table].lastEvents(d))
+		}
+		bad[d.Table]++
 	}
-	total := 0
-	for _, ct := range tables {
-		upCols := collColumns(t, ctx, upConn, schema, ct.name)
-		downCols := collColumns(t, ctx, down, schema, ct.name)
-		if !slices.Equal(upCols, downCols) {
-			t.Errorf("table %s: columns differ: TiDB %v, fallback %v", ct.name, upCols, downCols)
-			continue
+	for _, tr := range rep.Tables {
+		if n := bad[tr.Name]; n > 0 {
+			ct := byName[tr.Name]
+			t.Errorf("table %s (key collation %s, dispatched by %s): %d differences at ts %d (TiDB %d rows, the fallback %d)",
+				ct.name, ct.coll, ct.dispatch, n, ts, tr.RowsA, tr.RowsB)
 		}
-		var names []string
-		text := map[string]bool{} // columns with a collation hold text; HEX of an integer is its value
-		for _, c := range upCols {
-			names = append(names, c[0])
-			text[c[0]] = c[1] != ""
-		}
-		show := func(name, h string) string {
-			if h == "NULL" {
-				return h
-			}
-			if !text[name] {
-				if n, err := strconv.ParseUint(h, 16, 64); err == nil {
-					return strconv.FormatInt(int64(n), 10)
-				}
-				return h
-			}
-			b, _ := hex.DecodeString(h)
-			return fmt.Sprintf("%s (%q)", h, b)
-		}
-		showKey := func(k string) string {
-			var parts []string
-			for _, p := range strings.Split(k, ",") {
-				name, h, _ := strings.Cut(p, "=")
-				parts = append(parts, name+"="+show(name, h))
-			}
-			return strings.Join(parts, ",")
-		}
-		showRow := func(row []string) string {
-			parts := make([]string, len(names))
-			for i, n := range names {
-				parts[i] = n + "=" + show(n, row[i])
-			}
-			return strings.Join(parts, " ")
-		}
-		want := collHexRows(t, ctx, upConn, "TiDB", schema, ct, names)
-		got := collHexRows(t, ctx, down, "fallback", schema, ct, names)
-		if len(want) != len(got) {
-			t.Errorf("table %s: TiDB has %d rows at ts %d, the fallback %d", ct.name, len(want), ts, len(got))
-		}
-		bad := 0
-		// history renders the last events the changefeed carried for a row's key.
-		history := func(row []string) string {
-			cols := make([]open.Column, len(names))
-			for i, n := range names {
-				c := ct.meta.Columns[ct.meta.Col(n)]
-				v := row[i]
-				if b, err := hex.DecodeString(v); err == nil && text[n] {
-					v = string(b)
-				} else if n, err := strconv.ParseUint(v, 16, 64); err == nil {
-					v = strconv.FormatInt(int64(n), 10)
-				}
-				cols[i] = open.Column{Name: c.Name, Flags: c.Flags, Value: v}
-			}
-			fk, _ := ct.familyKey(cols)
-			h := ct.history[fk]
-			if len(h) > 8 {
-				h = h[len(h)-8:]
-			}
-			return "\n    the changefeed's last events of this key:\n      " + strings.Join(h, "\n      ")
-		}
-		report := func(row []string, format string, args ...any) {
-			t.Helper()
-			if bad < 10 {
-				t.Errorf("table %s: "+format+"%s", append(append([]any{ct.name}, args...), history(row))...)
-			}
-			bad++
-		}
-		for _, key := range collSortedKeys(want) {
-			g, ok := got[key]
-			if !ok {
-				report(want[key], "row with key %s lost on the fallback (TiDB: %s)", showKey(key), showRow(want[key]))
-				continue
-			}
-			for i, name := range names {
-				if g[i] != want[key][i] {
-					report(want[key], "row with key %s differs in column %s: TiDB %s, fallback %s", showKey(key), name, show(name, want[key][i]), show(name, g[i]))
-				}
-			}
-		}
-		for _, key := range collSortedKeys(got) {
-			if _, ok := want[key]; !ok {
-				report(got[key], "row with key %s on the fallback is not on TiDB (fallback: %s)", showKey(key), showRow(got[key]))
-			}
-		}
-		if bad > 0 {
-			t.Errorf("table %s (key collation %s, dispatched by %s): %d differences at ts %d", ct.name, ct.coll, ct.dispatch, bad, ts)
-		}
-		total += len(want)
 	}
 	if !t.Failed() && testing.Verbose() {
-		t.Logf("the fallback equals TiDB at ts %d: %d tables, %d rows, every column byte for byte", ts, len(tables), total)
+		t.Logf("the fallback equals TiDB at ts %d: %d tables, %d rows, every column byte for byte", ts, len(tables), rep.Rows())
 	}
 }
 
-// collColumns returns each column's name and collation, in table order.
-func collColumns(t *testing.T, ctx context.Context, q queryer, schema, table string) [][2]string {
-	t.Helper()
-	rows, err := q.QueryContext(ctx, "SELECT COLUMN_NAME, IFNULL(COLLATION_NAME, '') FROM information_schema.COLUMNS "+
-		"WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION", schema, table)
-	if err != nil {
-		t.Fatal(err)
+// lastEvents renders the last events the changefeed carried for the key of a differing
+// row, for a failure message.
+func (ct *collTable) lastEvents(d testenv.Diff) string {
+	row := d.A
+	if row == nil {
+		row = d.B
 	}
-	defer rows.Close()
-	var out [][2]string
-	for rows.Next() {
-		var c [2]string
-		if err := rows.Scan(&c[0], &c[1]); err != nil {
-			t.Fatal(err)
+	if row == nil || d.Desc == nil {
+		return ""
+	}
+	cols := make([]open.Column, len(row))
+	for i, v := range row {
+		c := ct.meta.Columns[ct.meta.Col(d.Desc.Columns[i].Name)]
+		cols[i] = open.Column{Name: c.Name, Flags: c.Flags}
+		if !v.Null {
+			cols[i].Value = v.Text
 		}
-		out = append(out, c)
 	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
+	fk, _ := ct.familyKey(cols)
+	h := ct.history[fk]
+	if len(h) > 8 {
+		h = h[len(h)-8:]
 	}
-	if len(out) == 0 {
-		t.Fatalf("table %s.%s has no columns (missing?)", schema, table)
-	}
-	return out
-}
-
-// collHexRows reads every row as the HEX of each column, by the HEX of its key columns. A
-// key seen twice is reported: no row may be doubled.
-func collHexRows(t *testing.T, ctx context.Context, q queryer, server, schema string, ct *collTable, names []string) map[string][]string {
-	t.Helper()
-	var sel []string
-	for _, n := range names {
-		sel = append(sel, "HEX("+ident.Quote(n)+")")
-	}
-	rows, err := q.QueryContext(ctx, "SELECT "+strings.Join(sel, ", ")+" FROM "+ident.Table(schema, ct.name))
-	if err != nil {
-		t.Fatalf("%s: read %s: %v", server, ct.name, err)
-	}
-	defer rows.Close()
-	out := map[string][]string{}
-	for rows.Next() {
-		vals := make([]sql.NullString, len(names))
-		dest := make([]any, len(names))
-		for i := range vals {
-			dest[i] = &vals[i]
-		}
-		if err := rows.Scan(dest...); err != nil {
-			t.Fatal(err)
-		}
-		row := make([]string, len(names))
-		var key []string
-		for i, v := range vals {
-			row[i] = "NULL"
-			if v.Valid {
-				row[i] = v.String
-			}
-			if slices.Contains(ct.keyCols, names[i]) {
-				key = append(key, names[i]+"="+row[i])
-			}
-		}
-		k := strings.Join(key, ",")
-		if _, dup := out[k]; dup {
-			t.Errorf("%s: table %s holds key %s twice", server, ct.name, k)
-		}
-		out[k] = row
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
-func collSortedKeys(m map[string][]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
+	return "\n    the changefeed's last events of this key:\n      " + strings.Join(h, "\n      ")
 }

@@ -164,7 +164,11 @@ func (w *wantSet) compare(t testing.TB, db *sql.DB, target func(string) string, 
 		}
 		for _, s := range sortedNames(w.schemas) {
 			have := map[string]bool{}
-			for _, tb := range listTables(t, ctx, db, target(s)) {
+			tables, err := testenv.ListTables(ctx, db, target(s))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, tb := range tables {
 				have[tb] = true
 				name := s + "." + tb
 				if _, ok := w.tables[name]; ok {

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -12,8 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -458,161 +455,22 @@ func (e *env) waitRead(s *serve, timeout time.Duration) {
 	e.t.Fatalf("parity serve did not read the partitions to %v within %v; log:\n%s", ends, timeout, e.serveLog())
 }
 
-// compareAt proves the fallback equals TiDB at ts: every table of the database, every
-// row, every column. TiDB is read with @@tidb_snapshot = ts. Rows are compared as
-// sorted multisets (so keyless tables with duplicate rows count every copy).
+// compareAt proves the fallback equals TiDB at ts with internal/testenv's comparator:
+// the same base tables, each with the same columns, every row and every column equal.
+// TiDB is read at ts; rows are matched by primary key, and keyless tables compared as
+// multisets (every copy of a duplicate row counts).
 func (e *env) compareAt(ts uint64) {
 	e.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	up := e.open(e.upDSN, e.db)
-	down := e.open(e.downDSN, e.db)
-	upConn, err := up.Conn(ctx)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	defer upConn.Close()
-	if _, err := upConn.ExecContext(ctx, "SET @@tidb_snapshot = ?", strconv.FormatUint(ts, 10)); err != nil {
-		e.t.Fatalf("TiDB snapshot at %d: %v", ts, err)
-	}
-	tables := listTables(e.t, ctx, upConn, e.db)
-	if len(tables) == 0 {
+	rep := testenv.AssertSame(e.t, ctx,
+		testenv.Side{Label: "TiDB", DB: e.open(e.upDSN, e.db), Schema: e.db, TS: ts},
+		testenv.Side{Label: "the fallback", DB: e.open(e.downDSN, e.db), Schema: e.db},
+		testenv.Options{})
+	if len(rep.Tables) == 0 {
 		e.t.Fatalf("no tables in %s at ts %d", e.db, ts)
 	}
-	downTables := listTables(e.t, ctx, down, e.db)
-	if strings.Join(tables, ",") != strings.Join(downTables, ",") {
-		e.t.Fatalf("tables differ: TiDB %v, fallback %v", tables, downTables)
-	}
-	total := 0
-	for _, table := range tables {
-		cols := listColumns(e.t, ctx, upConn, e.db, table)
-		want := readTable(e.t, ctx, upConn, e.db, table, cols)
-		got := readTable(e.t, ctx, down, e.db, table, cols)
-		if len(want) != len(got) {
-			e.t.Errorf("table %s: TiDB has %d rows at ts %d, fallback %d", table, len(want), ts, len(got))
-		}
-		bad := 0
-		for i := 0; i < len(want) || i < len(got); i++ {
-			var w, g string
-			if i < len(want) {
-				w = want[i]
-			}
-			if i < len(got) {
-				g = got[i]
-			}
-			if w != g {
-				if bad < 3 {
-					e.t.Errorf("table %s row %d differs:\n  TiDB     %s\n  fallback %s", table, i, w, g)
-				}
-				bad++
-			}
-		}
-		if bad > 0 {
-			e.t.Fatalf("table %s: %d of %d rows differ at ts %d", table, bad, len(want), ts)
-		}
-		total += len(want)
-	}
-	e.t.Logf("fallback equals TiDB at ts %d: %d tables, %d rows", ts, len(tables), total)
-}
-
-type queryer interface {
-	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
-}
-
-func listTables(t testing.TB, ctx context.Context, q queryer, db string) []string {
-	t.Helper()
-	rows, err := q.QueryContext(ctx, "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_TYPE = 'BASE TABLE' ORDER BY TABLE_NAME", db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		var s string
-		if err := rows.Scan(&s); err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, s)
-	}
-	return out
-}
-
-type column struct{ name, dataType string }
-
-func listColumns(t testing.TB, ctx context.Context, q queryer, db, table string) []column {
-	t.Helper()
-	rows, err := q.QueryContext(ctx, "SELECT COLUMN_NAME, DATA_TYPE FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION", db, table)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	var out []column
-	for rows.Next() {
-		var c column
-		if err := rows.Scan(&c.name, &c.dataType); err != nil {
-			t.Fatal(err)
-		}
-		c.dataType = strings.ToLower(c.dataType)
-		out = append(out, c)
-	}
-	return out
-}
-
-// readTable returns every row of a table rendered canonically, sorted. FLOAT and DOUBLE
-// are compared by value (servers print them differently); everything else by its bytes.
-func readTable(t testing.TB, ctx context.Context, q queryer, db, table string, cols []column) []string {
-	t.Helper()
-	names := make([]string, len(cols))
-	for i, c := range cols {
-		names[i] = ident.Quote(c.name)
-	}
-	rows, err := q.QueryContext(ctx, "SELECT "+strings.Join(names, ", ")+" FROM "+ident.Quote(db)+"."+ident.Quote(table))
-	if err != nil {
-		t.Fatalf("read %s: %v", table, err)
-	}
-	defer rows.Close()
-	raw := make([]sql.RawBytes, len(cols))
-	dest := make([]any, len(cols))
-	for i := range raw {
-		dest[i] = &raw[i]
-	}
-	var out []string
-	for rows.Next() {
-		if err := rows.Scan(dest...); err != nil {
-			t.Fatal(err)
-		}
-		var b bytes.Buffer
-		for i, c := range cols {
-			if i > 0 {
-				b.WriteString(" | ")
-			}
-			b.WriteString(c.name + "=")
-			switch {
-			case raw[i] == nil:
-				b.WriteString("NULL")
-			case c.dataType == "float":
-				f, err := strconv.ParseFloat(string(raw[i]), 32)
-				if err != nil {
-					t.Fatalf("%s.%s: %v", table, c.name, err)
-				}
-				b.WriteString(strconv.FormatFloat(f, 'g', -1, 32))
-			case c.dataType == "double":
-				f, err := strconv.ParseFloat(string(raw[i]), 64)
-				if err != nil {
-					t.Fatalf("%s.%s: %v", table, c.name, err)
-				}
-				b.WriteString(strconv.FormatFloat(f, 'g', -1, 64))
-			default:
-				b.WriteString(strconv.Quote(string(raw[i])))
-			}
-		}
-		out = append(out, b.String())
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	sort.Strings(out)
-	return out
+	e.t.Logf("fallback equals TiDB at ts %d: %d tables, %d rows", ts, len(rep.Tables), rep.Rows())
 }
 
 // readRaw reads every record of every partition of the topic.

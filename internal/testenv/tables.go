@@ -409,8 +409,10 @@ type Diff struct {
 	NA, NB int
 	// What describes a table-level difference.
 	What string
+	// Desc is the table as side A describes it (the columns of A and B, in order); nil
+	// for a table-level difference.
+	Desc *Table
 
-	t              *Table
 	labelA, labelB string
 }
 
@@ -419,7 +421,7 @@ type Diff struct {
 func (d Diff) String() string {
 	a, b := d.labelA, d.labelB
 	row := func(r Row) string { // the whole row, unless the key is the whole row
-		if line := d.t.Line(r); line != d.Key {
+		if line := d.Desc.Line(r); line != d.Key {
 			return ": " + line
 		}
 		return ""
@@ -435,7 +437,7 @@ func (d Diff) String() string {
 	case Doubled:
 		return fmt.Sprintf("table %s: row %s is doubled: on %s %s, on %s %s%s", d.Table, d.Key, b, times(d.NB), a, times(d.NA), row(d.B))
 	case Differs:
-		i := d.t.Col(d.Column)
+		i := d.Desc.Col(d.Column)
 		return fmt.Sprintf("table %s: row %s differs in column %s: %s %s, %s %s", d.Table, d.Key, d.Column, a, Show(d.A[i]), b, Show(d.B[i]))
 	default:
 		return fmt.Sprintf("table %s: %s", d.Table, d.What)
@@ -478,7 +480,7 @@ func DiffRows(t *Table, la, lb string, a, b []Row) []Diff {
 	slices.Sort(keys)
 	var out []Diff
 	mk := func(kind DiffKind, key string) Diff {
-		return Diff{Kind: kind, Table: t.Name, Key: key, NA: len(ga[key]), NB: len(gb[key]), t: t, labelA: la, labelB: lb}
+		return Diff{Kind: kind, Table: t.Name, Key: key, NA: len(ga[key]), NB: len(gb[key]), Desc: t, labelA: la, labelB: lb}
 	}
 	for _, k := range keys {
 		ra, rb := ga[k], gb[k]
