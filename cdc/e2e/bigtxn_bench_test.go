@@ -32,8 +32,8 @@ import (
 // It prints the rows, the apply time and rate (serve start until its applied checkpoint
 // reaches the commit ts), serve's peak RSS (VmHWM, read before it exits), the peak of
 // the spilled rows (/status) and of the spill directory's size (sampled every 100 ms),
-// and checks the fallback table against TiDB at the commit ts: row count and the sum of
-// CRC32 over every row on both sides.
+// and checks the fallback table against TiDB at the commit ts: the row count and the
+// digest of every row on both sides (internal/testenv's comparator, streamed).
 //
 // The RSS verdict is PASS when peak RSS <= 2 x memory-bytes + 64 MiB: the bound counts
 // buffered row events; Go's collector (GOGC=100) lets the heap grow to about twice its
@@ -94,8 +94,7 @@ func BenchmarkApplierBigTransaction(b *testing.B) {
 			b.Fatalf("peak RSS of parity serve: %v", hwmErr)
 		}
 
-		wantCount, wantSum := tableChecksum(b, up, be.db, "sbtest1", commitTs)
-		gotCount, gotSum := tableChecksum(b, be.down, be.db, "sbtest1", 0)
+		want, got := tableDigests(b, up, be.down, be.db, "sbtest1", commitTs)
 
 		const mib = 1 << 20
 		rss := float64(hwm<<10) / mib
@@ -119,14 +118,13 @@ func BenchmarkApplierBigTransaction(b *testing.B) {
 			bigMemoryBytes/mib, rss, limit, verdict(rss <= limit), perRow*float64(n)/mib, perRow)
 		fmt.Printf("applier big transaction: spilled to disk: peak %d rows, peak spill dir %.1f MiB (sampled every 100 ms): %s\n",
 			peak.spilledRows, float64(peak.spillBytes)/mib, verdict(peak.spilledRows > 0))
-		fmt.Printf("applier big transaction: fallback %d rows, TiDB %d rows at the commit ts; SUM(CRC32(row)) fallback %s, TiDB %s: %s\n",
-			gotCount, wantCount, gotSum, wantSum, verdict(gotCount == wantCount && gotSum == wantSum && gotCount == int64(n)))
+		same := got == want && got.Rows == int64(n)
+		fmt.Printf("applier big transaction: fallback %s; TiDB at the commit ts %s: %s\n", got, want, verdict(same))
 		b.ReportMetric(rate, "rows/s")
 		b.ReportMetric(rss, "peak-rss-MiB")
 		b.ReportMetric(float64(peak.spilledRows), "peak-spilled-rows")
-		if gotCount != wantCount || gotSum != wantSum || gotCount != int64(n) {
-			b.Errorf("fallback sbtest1 (%d rows, checksum %s) differs from TiDB at ts %d (%d rows, checksum %s), want %d rows",
-				gotCount, gotSum, commitTs, wantCount, wantSum, n)
+		if !same {
+			b.Errorf("fallback sbtest1 (%s) differs from TiDB at ts %d (%s), want %d rows", got, commitTs, want, n)
 		}
 	}
 }
@@ -195,31 +193,19 @@ func runLoadgen(tb testing.TB, dir string, args ...string) map[string]uint64 {
 	return out
 }
 
-// tableChecksum returns a table's row count and the sum of CRC32 over its rows (as a
-// decimal string), read at TiDB snapshot ts when ts > 0.
-func tableChecksum(tb testing.TB, db *sql.DB, schema, table string, ts uint64) (int64, string) {
+// tableDigests reads a table of TiDB at ts and of the fallback into digests
+// (testenv.CompareDigests: row count and a hash of every canonical row, streamed).
+func tableDigests(tb testing.TB, up, down *sql.DB, schema, table string, ts uint64) (tidb, fallback testenv.Digest) {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	conn, err := db.Conn(ctx)
+	tidb, fallback, err := testenv.CompareDigests(ctx,
+		testenv.Side{Label: "TiDB", DB: up, Schema: schema, TS: ts},
+		testenv.Side{Label: "the fallback", DB: down, Schema: schema}, table)
 	if err != nil {
-		tb.Fatal(err)
+		tb.Fatalf("digest %s.%s: %v", schema, table, err)
 	}
-	defer conn.Close()
-	if ts > 0 {
-		if _, err := conn.ExecContext(ctx, "SET @@tidb_snapshot = ?", strconv.FormatUint(ts, 10)); err != nil {
-			tb.Fatalf("TiDB snapshot at %d: %v", ts, err)
-		}
-		defer conn.ExecContext(context.Background(), "SET @@tidb_snapshot = ''") //nolint:errcheck
-	}
-	var count int64
-	var sum string
-	q := "SELECT COUNT(*), CAST(COALESCE(SUM(CRC32(CONCAT_WS('|', `id`, `k`, `c`, `pad`))), 0) AS CHAR) FROM " +
-		ident.Quote(schema) + "." + ident.Quote(table)
-	if err := conn.QueryRowContext(ctx, q).Scan(&count, &sum); err != nil {
-		tb.Fatalf("checksum %s.%s: %v", schema, table, err)
-	}
-	return count, sum
+	return tidb, fallback
 }
 
 // procStatusKB returns a "<key>: <n> kB" value of /proc/<pid>/status.
