@@ -236,38 +236,29 @@ func (w testWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// dump returns every row of table ordered by all columns, one line per row.
+// dump returns every row of table, one line per row — each column's text as the server
+// sends it (NULL for NULL) joined by "|" — sorted; read with internal/testenv's reader.
 func dump(t *testing.T, db *sql.DB, schema, table string) []string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	rows, err := db.QueryContext(ctx, "SELECT * FROM "+ident.Table(schema, table))
+	desc, err := testenv.DescribeTable(ctx, db, schema, table)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer rows.Close()
-	cols, _ := rows.Columns()
 	var out []string
-	for rows.Next() {
-		vals := make([]sql.NullString, len(cols))
-		ptrs := make([]any, len(cols))
-		for i := range vals {
-			ptrs[i] = &vals[i]
-		}
-		if err := rows.Scan(ptrs...); err != nil {
-			t.Fatal(err)
-		}
-		var parts []string
-		for _, v := range vals {
-			if v.Valid {
-				parts = append(parts, v.String)
-			} else {
-				parts = append(parts, "NULL")
+	err = testenv.ScanRows(ctx, db, desc, func(r testenv.Row) error {
+		parts := make([]string, len(r))
+		for i, v := range r {
+			parts[i] = v.Text
+			if v.Null {
+				parts[i] = "NULL"
 			}
 		}
 		out = append(out, strings.Join(parts, "|"))
-	}
-	if err := rows.Err(); err != nil {
+		return nil
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 	slices.Sort(out)
