@@ -47,10 +47,10 @@ type ChangefeedConfig struct {
 	ID string `toml:"id" json:"id,omitempty"`
 	// MetaSchema is parity serve's applier.meta-schema, on the downstream. Default:
 	// "parity_meta".
-	MetaSchema string `toml:"meta_schema" json:"meta_schema,omitempty"`
+	MetaSchema string `toml:"meta-schema" json:"meta_schema,omitempty"`
 	// MaxLag pauses new chunks while the changefeed lags by more than this (0: never).
 	// Default: 0.
-	MaxLag time.Duration `toml:"max_lag" json:"max_lag,omitempty"`
+	MaxLag time.Duration `toml:"max-lag" json:"max_lag,omitempty"`
 }
 
 // Config configures a diff run.
@@ -67,7 +67,7 @@ type Config struct {
 	Routes []Route `toml:"routes" json:"routes,omitempty"`
 	// IgnoreColumns are "schema.table.column" patterns left out of every comparison.
 	// Default: none.
-	IgnoreColumns []string `toml:"ignore_columns" json:"ignore_columns,omitempty"`
+	IgnoreColumns []string `toml:"ignore-columns" json:"ignore_columns,omitempty"`
 	// TableConfigs hold per-table options (the first matching entry applies). Default: none.
 	TableConfigs []TableConfig `toml:"table" json:"table,omitempty"`
 
@@ -76,23 +76,23 @@ type Config struct {
 	Concurrency int `toml:"concurrency" json:"concurrency"`
 	// ChunkTargetTime is the time a chunk checksum query should take on the slower side;
 	// chunk sizes adapt towards it. Default: 500ms.
-	ChunkTargetTime time.Duration `toml:"chunk_target_time" json:"chunk_target_time"`
+	ChunkTargetTime time.Duration `toml:"chunk-target-time" json:"chunk_target_time"`
 	// InitialChunkRows is the size of the first chunks of a table (kept within
 	// [MinChunkRows, MaxChunkRows]). Default: 10000.
-	InitialChunkRows int `toml:"initial_chunk_rows" json:"initial_chunk_rows"`
+	InitialChunkRows int `toml:"initial-chunk-rows" json:"initial_chunk_rows"`
 	// MinChunkRows and MaxChunkRows bound adaptive chunk sizes. Default: 1000 and 500000.
-	MinChunkRows int `toml:"min_chunk_rows" json:"min_chunk_rows"`
-	MaxChunkRows int `toml:"max_chunk_rows" json:"max_chunk_rows"`
+	MinChunkRows int `toml:"min-chunk-rows" json:"min_chunk_rows"`
+	MaxChunkRows int `toml:"max-chunk-rows" json:"max_chunk_rows"`
 	// MinChunks is how many chunks a table with a known size is cut into at least (chunks
 	// stay within [MinChunkRows, MaxChunkRows]): small chunks localise differences, so a
 	// mismatched chunk's drill-down re-reads a small part of the table. Default: 256.
-	MinChunks int `toml:"min_chunks" json:"min_chunks"`
+	MinChunks int `toml:"min-chunks" json:"min_chunks"`
 	// TiDBMinChunks replaces MinChunks when the upstream is TiDB, whose per-query cost is
 	// much higher (about 6 ms of CPU per chunk query against 0.3 ms on MariaDB, and a
 	// 4,000-row chunk ramps its batches up from 32 rows): per 1M sysbench rows, 250
 	// chunks cost 3.4-4.0 s of TiDB CPU, 63 chunks 2.4-2.7 s. Once rows differ, chunks
 	// shrink anyway (see docs/diff.md). Default: 64.
-	TiDBMinChunks int `toml:"tidb_min_chunks" json:"tidb_min_chunks"`
+	TiDBMinChunks int `toml:"tidb-min-chunks" json:"tidb_min_chunks"`
 	// RowDiffRows: a mismatched range with at most this many rows is compared row by row
 	// (both sides' full rows streamed in key order and merged); larger ones are narrowed
 	// first by bucket checksums (integer keys) or bisection. Streaming a default-sized
@@ -100,7 +100,7 @@ type Config struct {
 	// sysbench rows for the bucket checksum on MariaDB, 8.5 ms against 12 ms on TiDB
 	// (docs/diff.md); 20,000 covers the default chunks of tables up to 5 million rows
 	// (1.28 million from TiDB). Default: 20000.
-	RowDiffRows int `toml:"row_diff_rows" json:"row_diff_rows"`
+	RowDiffRows int `toml:"row-diff-rows" json:"row_diff_rows"`
 	// Hash is the per-row hash of the checksum query. Default: "sha1".
 	Hash Hash `toml:"hash" json:"hash"`
 	// TiDBChecksum is where a TiDB side computes its chunk checksums: "pushdown" in the
@@ -109,14 +109,14 @@ type Config struct {
 	// TiDB hashes them, vectorised), or "auto": pushdown when TiDB's store is TiKV, tidb
 	// on the embedded unistore, whose coprocessor evaluates row by row (per 1M sysbench
 	// rows about 1 s more than TiDB's vectorised form). Default: "auto".
-	TiDBChecksum TiDBChecksum `toml:"tidb_checksum" json:"tidb_checksum,omitempty"`
+	TiDBChecksum TiDBChecksum `toml:"tidb-checksum" json:"tidb_checksum,omitempty"`
 
 	// MaxRowsPerSecond caps the rows checksummed per second over all workers (0: no cap).
 	// Default: 0.
-	MaxRowsPerSecond int `toml:"max_rows_per_second" json:"max_rows_per_second,omitempty"`
+	MaxRowsPerSecond int `toml:"max-rows-per-second" json:"max_rows_per_second,omitempty"`
 	// MaxThreadsRunning pauses new chunks while the downstream's Threads_running is above
 	// it (0: never pause). Default: 0.
-	MaxThreadsRunning int `toml:"max_threads_running" json:"max_threads_running,omitempty"`
+	MaxThreadsRunning int `toml:"max-threads-running" json:"max_threads_running,omitempty"`
 	// Changefeed names the changefeed that replicates into the downstream, so that new
 	// chunks wait while it lags.
 	Changefeed ChangefeedConfig `toml:"changefeed" json:"changefeed"`
@@ -124,38 +124,38 @@ type Config struct {
 	// reads it with cdc.CheckpointLag); required when Changefeed.MaxLag is set.
 	Lag func(ctx context.Context) (time.Duration, error) `toml:"-" json:"-"`
 	// QueryTimeout bounds every query. Default: 5m.
-	QueryTimeout time.Duration `toml:"query_timeout" json:"query_timeout"`
+	QueryTimeout time.Duration `toml:"query-timeout" json:"query_timeout"`
 
 	// MaxReportedDifferences caps the differences listed per table in the report (the
 	// total is always counted, and fix SQL covers all of them). Default: 1000.
-	MaxReportedDifferences int `toml:"max_reported_differences" json:"max_reported_differences"`
+	MaxReportedDifferences int `toml:"max-reported-differences" json:"max_reported_differences"`
 	// MaxDifferences stops the drill-down of a table once this many of its rows were found
 	// to differ (0: never). Its later mismatched chunks are still found by their checksums
 	// and reported as undrilled (TableReport.UndrilledChunks), but their rows are not
 	// compared, stored or fixed: a table that is wholly different (truncated, or loaded from
 	// the wrong source) costs a checksum pass, not a row-by-row copy of itself into the meta
 	// schema on the downstream. Default: 100000.
-	MaxDifferences int64 `toml:"max_differences" json:"max_differences"`
+	MaxDifferences int64 `toml:"max-differences" json:"max_differences"`
 	// RecheckRounds: when the two sides were not both read at a snapshot, the rows of the
 	// differences found are read again, by key on both sides, this many times once the
 	// comparison has ended (see recheck.go). A row equal by then was in flight (written
 	// upstream, not yet replicated, when first read): it is dropped from the differences
 	// and counted in TableReport.DifferencesResolved. 0: never. Default: 1.
-	RecheckRounds int `toml:"recheck_rounds" json:"recheck_rounds"`
+	RecheckRounds int `toml:"recheck-rounds" json:"recheck_rounds"`
 	// RecheckDelay is how long after the comparison (or the previous round) ended a
 	// re-check round starts: time for replication to apply what was in flight. With
 	// Changefeed.ID set, a round also waits until the changefeed's applied checkpoint has
 	// passed that moment (at most RecheckMaxWait). Default: 0 (the first round starts when
 	// the comparison ends; the differences found early in a run have aged by then).
-	RecheckDelay time.Duration `toml:"recheck_delay" json:"recheck_delay,omitempty"`
+	RecheckDelay time.Duration `toml:"recheck-delay" json:"recheck_delay,omitempty"`
 	// RecheckMaxWait bounds a round's wait for the changefeed's checkpoint. Default: 1m.
-	RecheckMaxWait time.Duration `toml:"recheck_max_wait" json:"recheck_max_wait"`
+	RecheckMaxWait time.Duration `toml:"recheck-max-wait" json:"recheck_max_wait"`
 	// OutputDir receives report.json and the fix SQL files. Default: "" (no files).
 	OutputDir string `toml:"output" json:"-"`
 	// MetaDSN is where the run state lives (schema MetaSchema). Default: the downstream DSN.
-	MetaDSN string `toml:"meta_dsn" json:"-"`
+	MetaDSN string `toml:"meta-dsn" json:"-"`
 	// MetaSchema is the schema holding the diff_* state tables. Default: "parity_meta".
-	MetaSchema string `toml:"meta_schema" json:"meta_schema"`
+	MetaSchema string `toml:"meta-schema" json:"meta_schema"`
 	// Resume continues the run with this ID instead of starting a new one. Default: "".
 	Resume string `toml:"-" json:"-"`
 
@@ -227,7 +227,7 @@ func (c *Config) Validate() error {
 	}
 	for i, p := range c.IgnoreColumns {
 		if err := checkPattern(p, 3); err != nil {
-			bad(fmt.Sprintf("ignore_columns[%d]", i), "%v", err)
+			bad(fmt.Sprintf("ignore-columns[%d]", i), "%v", err)
 		}
 	}
 	for i, t := range c.TableConfigs {
@@ -248,30 +248,30 @@ func (c *Config) Validate() error {
 		bad("downstream.concurrency", "must not be negative")
 	}
 	if c.ChunkTargetTime <= 0 {
-		bad("chunk_target_time", "must be positive, got %s", c.ChunkTargetTime)
+		bad("chunk-target-time", "must be positive, got %s", c.ChunkTargetTime)
 	}
 	if c.MinChunkRows < 1 {
-		bad("min_chunk_rows", "must be at least 1, got %d", c.MinChunkRows)
+		bad("min-chunk-rows", "must be at least 1, got %d", c.MinChunkRows)
 	}
 	if c.MaxChunkRows < c.MinChunkRows {
-		bad("max_chunk_rows", "must be at least min_chunk_rows (%d), got %d", c.MinChunkRows, c.MaxChunkRows)
+		bad("max-chunk-rows", "must be at least min-chunk-rows (%d), got %d", c.MinChunkRows, c.MaxChunkRows)
 	}
 	if c.MinChunks < 1 {
-		bad("min_chunks", "must be at least 1, got %d", c.MinChunks)
+		bad("min-chunks", "must be at least 1, got %d", c.MinChunks)
 	}
 	if c.TiDBMinChunks < 1 {
-		bad("tidb_min_chunks", "must be at least 1, got %d", c.TiDBMinChunks)
+		bad("tidb-min-chunks", "must be at least 1, got %d", c.TiDBMinChunks)
 	}
 	if c.InitialChunkRows < 1 {
-		bad("initial_chunk_rows", "must be at least 1, got %d", c.InitialChunkRows)
+		bad("initial-chunk-rows", "must be at least 1, got %d", c.InitialChunkRows)
 	}
 	if c.RowDiffRows < 1 {
-		bad("row_diff_rows", "must be at least 1, got %d", c.RowDiffRows)
+		bad("row-diff-rows", "must be at least 1, got %d", c.RowDiffRows)
 	}
 	switch c.TiDBChecksum {
 	case TiDBChecksumAuto, TiDBChecksumPushdown, TiDBChecksumTiDB, "":
 	default:
-		bad("tidb_checksum", "want auto, pushdown or tidb, got %q", c.TiDBChecksum)
+		bad("tidb-checksum", "want auto, pushdown or tidb, got %q", c.TiDBChecksum)
 	}
 	switch c.Hash {
 	case HashSHA1, HashMD5, HashCRC32Pair:
@@ -279,40 +279,40 @@ func (c *Config) Validate() error {
 		bad("hash", "want sha1, md5 or crc32pair, got %q", c.Hash)
 	}
 	if c.MaxRowsPerSecond < 0 {
-		bad("max_rows_per_second", "must not be negative")
+		bad("max-rows-per-second", "must not be negative")
 	}
 	if c.MaxThreadsRunning < 0 {
-		bad("max_threads_running", "must not be negative")
+		bad("max-threads-running", "must not be negative")
 	}
 	if c.Changefeed.MaxLag < 0 {
-		bad("changefeed.max_lag", "must not be negative, got %s", c.Changefeed.MaxLag)
+		bad("changefeed.max-lag", "must not be negative, got %s", c.Changefeed.MaxLag)
 	}
 	if c.Changefeed.MaxLag > 0 && c.Changefeed.ID == "" {
-		bad("changefeed.id", "is required with changefeed.max_lag")
+		bad("changefeed.id", "is required with changefeed.max-lag")
 	}
 	if c.Changefeed.ID != "" && c.Changefeed.MetaSchema == "" {
-		bad("changefeed.meta_schema", "is required with changefeed.id")
+		bad("changefeed.meta-schema", "is required with changefeed.id")
 	}
 	if c.QueryTimeout <= 0 {
-		bad("query_timeout", "must be positive, got %s", c.QueryTimeout)
+		bad("query-timeout", "must be positive, got %s", c.QueryTimeout)
 	}
 	if c.MaxReportedDifferences < 0 {
-		bad("max_reported_differences", "must not be negative")
+		bad("max-reported-differences", "must not be negative")
 	}
 	if c.MaxDifferences < 0 {
-		bad("max_differences", "must not be negative")
+		bad("max-differences", "must not be negative")
 	}
 	if c.RecheckRounds < 0 {
-		bad("recheck_rounds", "must not be negative, got %d", c.RecheckRounds)
+		bad("recheck-rounds", "must not be negative, got %d", c.RecheckRounds)
 	}
 	if c.RecheckDelay < 0 {
-		bad("recheck_delay", "must not be negative, got %s", c.RecheckDelay)
+		bad("recheck-delay", "must not be negative, got %s", c.RecheckDelay)
 	}
 	if c.RecheckMaxWait < 0 {
-		bad("recheck_max_wait", "must not be negative, got %s", c.RecheckMaxWait)
+		bad("recheck-max-wait", "must not be negative, got %s", c.RecheckMaxWait)
 	}
 	if c.MetaSchema == "" {
-		bad("meta_schema", "is required")
+		bad("meta-schema", "is required")
 	}
 	return errors.Join(errs...)
 }

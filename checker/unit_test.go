@@ -277,7 +277,7 @@ func TestConfigValidate(t *testing.T) {
 	if err == nil {
 		t.Fatal("want errors")
 	}
-	for _, key := range []string{"tables[0]", "tables[1]", "routes[0].to", "concurrency", "hash", "ignore_columns[0]", "changefeed.id", "tidb_min_chunks", "tidb_checksum", "recheck_rounds", "recheck_delay"} {
+	for _, key := range []string{"tables[0]", "tables[1]", "routes[0].to", "concurrency", "hash", "ignore-columns[0]", "changefeed.id", "tidb-min-chunks", "tidb-checksum", "recheck-rounds", "recheck-delay"} {
 		if !strings.Contains(err.Error(), key+":") {
 			t.Errorf("error does not name %s: %v", key, err)
 		}

@@ -15,12 +15,12 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/BurntSushi/toml"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
 	"github.com/tidb-parity/parity/cdc"
 	"github.com/tidb-parity/parity/checker"
+	"github.com/tidb-parity/parity/internal/config"
 	"github.com/tidb-parity/parity/internal/tso"
 )
 
@@ -28,31 +28,16 @@ func init() {
 	addCommand(newDiffCommand)
 }
 
+// diffFlags are the flags that are not settings, or add to lists (the others are read
+// through diffBindings).
 type diffFlags struct {
 	config        string
-	upstream      string
-	downstream    string
-	snapshot      string
-	tables        []string
 	exclude       []string
 	ignoreColumns []string
 	where         string
-	output        string
 	resume        string
-	concurrency   int
-	maxRows       int
-	maxDiffs      int64
-	recheckRounds int
-	recheckDelay  time.Duration
-	maxThreads    int
-	queryTimeout  time.Duration
-	hash          string
-	tidbChecksum  string
 	verbose       int
 	cpuProfile    string
-	changefeed    string
-	changefeedMS  string
-	maxLag        time.Duration
 }
 
 func newDiffCommand() *cobra.Command {
@@ -80,60 +65,71 @@ A run is persisted in parity_meta on the downstream; resume a killed run with --
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.config, "config", "", "TOML config file (see deploy/diff.example.toml); flags override it")
-	fl.StringVar(&f.upstream, "upstream", "", "upstream DSN, e.g. 'root@tcp(127.0.0.1:4000)/'")
-	fl.StringVar(&f.downstream, "downstream", "", "downstream DSN")
-	fl.StringVar(&f.snapshot, "snapshot", "", "read the upstream at this TiDB TSO (tidb_snapshot)")
-	fl.StringArrayVar(&f.tables, "table", nil, "table to compare, schema.table with * and ? wildcards (repeatable)")
+	fl.String("upstream", "", "upstream DSN, e.g. 'root@tcp(127.0.0.1:4000)/'")
+	fl.String("downstream", "", "downstream DSN")
+	fl.String("snapshot", "", "read the upstream at this TiDB TSO (tidb_snapshot)")
+	fl.StringArray("table", nil, "table to compare, schema.table with * and ? wildcards (repeatable)")
 	fl.StringArrayVar(&f.exclude, "exclude", nil, "table pattern to leave out (repeatable)")
 	fl.StringArrayVar(&f.ignoreColumns, "ignore-column", nil, "schema.table.column pattern to leave out (repeatable)")
 	fl.StringVar(&f.where, "where", "", "row filter applied to every table on both sides")
-	fl.StringVar(&f.output, "output", "", "directory for report.json and fix SQL")
+	fl.String("output", "", "directory for report.json and fix SQL")
 	fl.StringVar(&f.resume, "resume", "", "resume the run with this ID")
-	fl.IntVar(&f.concurrency, "concurrency", 0, "chunks compared at once (default 4)")
-	fl.IntVar(&f.maxRows, "max-rows-per-second", 0, "cap on rows checksummed per second (0: none)")
-	fl.Int64Var(&f.maxDiffs, "max-differences", 0, "stop drilling down a table once this many of its rows differ (default 100000; 0: never)")
-	fl.IntVar(&f.recheckRounds, "recheck-rounds", 0, "read the rows of differences again this many times when not both sides are at a snapshot (default 1; 0: never)")
-	fl.DurationVar(&f.recheckDelay, "recheck-delay", 0, "wait this long after the comparison before re-reading differences (default 0; with --changefeed also until its checkpoint passes)")
-	fl.IntVar(&f.maxThreads, "max-threads-running", 0, "pause while downstream Threads_running is above this (0: never)")
-	fl.StringVar(&f.changefeed, "changefeed", "", "changefeed.id: parity serve's changefeed replicating into the downstream (for --max-lag)")
-	fl.StringVar(&f.changefeedMS, "changefeed-meta-schema", "", "changefeed.meta_schema: parity serve's applier.meta-schema on the downstream (default parity_meta)")
-	fl.DurationVar(&f.maxLag, "max-lag", 0, "changefeed.max_lag: pause while that changefeed lags by more than this (0: never)")
-	fl.DurationVar(&f.queryTimeout, "query-timeout", 0, "timeout of every query (default 5m)")
-	fl.StringVar(&f.hash, "hash", "", "per-row hash: sha1 (default), md5")
-	fl.StringVar(&f.tidbChecksum, "tidb-checksum", "", "where a TiDB side computes checksums: auto (default: pushdown on TiKV, tidb on unistore), pushdown or tidb")
+	fl.Int("concurrency", 0, "chunks compared at once (default 4)")
+	fl.Int("max-rows-per-second", 0, "cap on rows checksummed per second (0: none)")
+	fl.Int64("max-differences", 0, "stop drilling down a table once this many of its rows differ (default 100000; 0: never)")
+	fl.Int("recheck-rounds", 0, "read the rows of differences again this many times when not both sides are at a snapshot (default 1; 0: never)")
+	fl.Duration("recheck-delay", 0, "wait this long after the comparison before re-reading differences (default 0; with --changefeed also until its checkpoint passes)")
+	fl.Int("max-threads-running", 0, "pause while downstream Threads_running is above this (0: never)")
+	fl.String("changefeed", "", "changefeed.id: parity serve's changefeed replicating into the downstream (for --max-lag)")
+	fl.String("changefeed-meta-schema", "", "changefeed.meta-schema: parity serve's applier.meta-schema on the downstream (default parity_meta)")
+	fl.Duration("max-lag", 0, "changefeed.max-lag: pause while that changefeed lags by more than this (0: never)")
+	fl.Duration("query-timeout", 0, "timeout of every query (default 5m)")
+	fl.String("hash", "", "per-row hash: sha1 (default), md5")
+	fl.String("tidb-checksum", "", "where a TiDB side computes checksums: auto (default: pushdown on TiKV, tidb on unistore), pushdown or tidb")
 	fl.CountVarP(&f.verbose, "verbose", "v", "log progress details to stderr (-vv: also every mismatched chunk)")
 	fl.StringVar(&f.cpuProfile, "cpu-profile", "", "write a Go CPU profile of the run to this file (for `go tool pprof`)")
 	return cmd
 }
 
-// loadDiffConfig merges the config file and the flags.
+// diffBindings ties diff's flags to their keys (the flags that add to lists, --exclude,
+// --ignore-column and --where, are applied by loadDiffConfig).
+var diffBindings = []config.Binding{
+	{Flag: "upstream", Key: "upstream.dsn"},
+	{Flag: "downstream", Key: "downstream.dsn"},
+	{Flag: "snapshot", Key: "upstream.snapshot"},
+	{Flag: "table", Key: "tables"},
+	{Flag: "output", Key: "output"},
+	{Flag: "concurrency", Key: "concurrency"},
+	{Flag: "max-rows-per-second", Key: "max-rows-per-second"},
+	{Flag: "max-threads-running", Key: "max-threads-running"},
+	{Flag: "changefeed", Key: "changefeed.id"},
+	{Flag: "changefeed-meta-schema", Key: "changefeed.meta-schema"},
+	{Flag: "max-lag", Key: "changefeed.max-lag"},
+	{Flag: "max-differences", Key: "max-differences"},
+	{Flag: "recheck-rounds", Key: "recheck-rounds"},
+	{Flag: "recheck-delay", Key: "recheck-delay"},
+	{Flag: "query-timeout", Key: "query-timeout"},
+	{Flag: "hash", Key: "hash"},
+	{Flag: "tidb-checksum", Key: "tidb-checksum"},
+}
+
+// loadDiffConfig merges the config file and the flags. The file's keys are kebab-case;
+// the snake_case keys of earlier releases still work, each with a warning on stderr
+// that names the new key.
 func loadDiffConfig(cmd *cobra.Command, f *diffFlags) (checker.Config, error) {
 	cfg := checker.DefaultConfig()
 	if f.config != "" {
-		md, err := toml.DecodeFile(f.config, &cfg)
-		if err != nil {
-			return cfg, fmt.Errorf("read config %s: %w", f.config, err)
+		warnings, err := config.Load(f.config, &cfg, config.Options{Legacy: true})
+		for _, w := range warnings {
+			fmt.Fprintln(cmd.ErrOrStderr(), "warning:", w)
 		}
-		if und := md.Undecoded(); len(und) > 0 {
-			keys := make([]string, len(und))
-			for i, k := range und {
-				keys[i] = k.String()
-			}
-			return cfg, fmt.Errorf("config %s: unknown keys: %s", f.config, strings.Join(keys, ", "))
+		if err != nil {
+			return cfg, err
 		}
 	}
 	fl := cmd.Flags()
-	if fl.Changed("upstream") {
-		cfg.Upstream.DSN = f.upstream
-	}
-	if fl.Changed("downstream") {
-		cfg.Downstream.DSN = f.downstream
-	}
-	if fl.Changed("snapshot") {
-		cfg.Upstream.Snapshot = f.snapshot
-	}
-	if fl.Changed("table") {
-		cfg.Tables = f.tables
+	if err := config.Apply(&cfg, fl, diffBindings); err != nil {
+		return cfg, err
 	}
 	if fl.Changed("exclude") {
 		cfg.Exclude = append(cfg.Exclude, f.exclude...)
@@ -143,45 +139,6 @@ func loadDiffConfig(cmd *cobra.Command, f *diffFlags) (checker.Config, error) {
 	}
 	if fl.Changed("where") {
 		cfg.TableConfigs = append([]checker.TableConfig{{Table: "*.*", Where: f.where}}, cfg.TableConfigs...)
-	}
-	if fl.Changed("output") {
-		cfg.OutputDir = f.output
-	}
-	if fl.Changed("concurrency") {
-		cfg.Concurrency = f.concurrency
-	}
-	if fl.Changed("max-rows-per-second") {
-		cfg.MaxRowsPerSecond = f.maxRows
-	}
-	if fl.Changed("max-threads-running") {
-		cfg.MaxThreadsRunning = f.maxThreads
-	}
-	if fl.Changed("changefeed") {
-		cfg.Changefeed.ID = f.changefeed
-	}
-	if fl.Changed("changefeed-meta-schema") {
-		cfg.Changefeed.MetaSchema = f.changefeedMS
-	}
-	if fl.Changed("max-lag") {
-		cfg.Changefeed.MaxLag = f.maxLag
-	}
-	if fl.Changed("max-differences") {
-		cfg.MaxDifferences = f.maxDiffs
-	}
-	if fl.Changed("recheck-rounds") {
-		cfg.RecheckRounds = f.recheckRounds
-	}
-	if fl.Changed("recheck-delay") {
-		cfg.RecheckDelay = f.recheckDelay
-	}
-	if fl.Changed("query-timeout") {
-		cfg.QueryTimeout = f.queryTimeout
-	}
-	if fl.Changed("hash") {
-		cfg.Hash = checker.Hash(f.hash)
-	}
-	if fl.Changed("tidb-checksum") {
-		cfg.TiDBChecksum = checker.TiDBChecksum(f.tidbChecksum)
 	}
 	cfg.Resume = f.resume
 	var errs []error

@@ -121,6 +121,47 @@ func TestDiffCommand(t *testing.T) {
 	}
 }
 
+// TestDiffLegacyConfigKeys: a config file of an earlier release, in snake_case, still
+// runs; each old key is read as its kebab-case key with a warning naming the new one.
+func TestDiffLegacyConfigKeys(t *testing.T) {
+	up, down := testenv.MySQL(t), testenv.Downstream(t)
+	execOn(t, []*testenv.DB{up, down}, "CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(10), u INT)", "INSERT INTO t VALUES (1, 'a', 1), (2, 'b', 2)")
+	execOn(t, []*testenv.DB{down}, "UPDATE t SET u = 9 WHERE id = 2") // only in an ignored column
+	dir := t.TempDir()
+	cfgFile := filepath.Join(dir, "old.toml")
+	old := "tables = [\"" + up.Name + ".t\"]\nignore_columns = [\"*.t.u\"]\nchunk_target_time = \"250ms\"\nrecheck_rounds = 0\n" +
+		"[[routes]]\nfrom = \"" + up.Name + "\"\nto = \"" + down.Name + "\"\n" +
+		"[upstream]\ndsn = \"" + up.Root + "\"\n[downstream]\ndsn = \"" + down.Root + "\"\n[changefeed]\nmeta_schema = \"parity_meta\"\n"
+	if err := os.WriteFile(cfgFile, []byte(old), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, text := runDiffCLI(t, "--config", cfgFile, "--output", filepath.Join(dir, "out"))
+	if code != 0 || !strings.Contains(text, "result: EQUAL") {
+		t.Fatalf("legacy config: exit %d\n%s", code, text)
+	}
+	for _, w := range []string{
+		"warning: config key ignore_columns is deprecated: use ignore-columns",
+		"warning: config key chunk_target_time is deprecated: use chunk-target-time",
+		"warning: config key recheck_rounds is deprecated: use recheck-rounds",
+		"warning: config key changefeed.meta_schema is deprecated: use changefeed.meta-schema",
+	} {
+		if !strings.Contains(text, w) {
+			t.Errorf("no %q in:\n%s", w, text)
+		}
+	}
+	cfg, err := loadDiffConfig(newDiffCommand(), &diffFlags{config: cfgFile})
+	if err != nil || cfg.ChunkTargetTime.String() != "250ms" || cfg.RecheckRounds != 0 || cfg.IgnoreColumns[0] != "*.t.u" {
+		t.Fatalf("legacy keys not applied: %+v %v", cfg, err)
+	}
+	// An unknown key stays an error, legacy spelling or not.
+	if err := os.WriteFile(cfgFile, []byte(old+"bogus_key = 1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, text := runDiffCLI(t, "--config", cfgFile); code != 2 || !strings.Contains(text, "bogus_key: unknown key") {
+		t.Fatalf("unknown key: exit %d\n%s", code, text)
+	}
+}
+
 func TestDiffExampleConfigParses(t *testing.T) {
 	cmd := newDiffCommand()
 	f := &diffFlags{config: filepath.Join("..", "..", "deploy", "diff.example.toml")}

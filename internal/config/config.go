@@ -157,26 +157,53 @@ func tomlFields(t reflect.Type) map[string]reflect.StructField {
 // floats, durations ("1m30s"), string lists (comma separated) and string maps
 // ("a=b,c=d") are understood.
 func Set(dst any, path string, value string) error {
+	v, err := field(dst, path)
+	if err != nil {
+		return err
+	}
+	if err := setText(v, value); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return nil
+}
+
+// SetList assigns a list of strings to the list setting at key path: what a repeatable
+// flag carries, item by item (no splitting at commas).
+func SetList(dst any, path string, items []string) error {
+	v, err := field(dst, path)
+	if err != nil {
+		return err
+	}
+	if v.Kind() != reflect.Slice || v.Type().Elem().Kind() != reflect.String {
+		return fmt.Errorf("%s: not a list of strings", path)
+	}
+	out := reflect.MakeSlice(v.Type(), len(items), len(items))
+	for i, it := range items {
+		out.Index(i).SetString(it)
+	}
+	v.Set(out)
+	return nil
+}
+
+// field finds the field at key path in dst (a pointer to a struct).
+func field(dst any, path string) (reflect.Value, error) {
 	v := reflect.ValueOf(dst)
 	if v.Kind() != reflect.Pointer || v.Elem().Kind() != reflect.Struct {
-		return fmt.Errorf("config: Set needs a pointer to a struct, got %T", dst)
+		return v, fmt.Errorf("config: a pointer to a struct is needed, got %T", dst)
 	}
 	v = v.Elem()
 	parts := strings.Split(path, ".")
 	for i, p := range parts {
 		f, ok := tomlFields(v.Type())[p]
 		if !ok {
-			return fmt.Errorf("%s: unknown key", strings.Join(parts[:i+1], "."))
+			return v, fmt.Errorf("%s: unknown key", strings.Join(parts[:i+1], "."))
 		}
 		v = v.FieldByIndex(f.Index)
 		if i < len(parts)-1 && v.Kind() != reflect.Struct {
-			return fmt.Errorf("%s: not a table", strings.Join(parts[:i+1], "."))
+			return v, fmt.Errorf("%s: not a table", strings.Join(parts[:i+1], "."))
 		}
 	}
-	if err := setText(v, value); err != nil {
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	return nil
+	return v, nil
 }
 
 var durationType = reflect.TypeOf(time.Duration(0))
@@ -279,11 +306,13 @@ func Apply(dst any, fs *pflag.FlagSet, bindings []Binding) error {
 			continue
 		}
 		f := fs.Lookup(b.Flag)
-		text := f.Value.String()
+		var err error
 		if sv, ok := f.Value.(pflag.SliceValue); ok {
-			text = strings.Join(sv.GetSlice(), ",")
+			err = SetList(dst, b.Key, sv.GetSlice())
+		} else {
+			err = Set(dst, b.Key, f.Value.String())
 		}
-		if err := Set(dst, b.Key, text); err != nil {
+		if err != nil {
 			errs = append(errs, fmt.Errorf("--%s: %w", b.Flag, err))
 		}
 	}

@@ -116,7 +116,8 @@ func TestApply(t *testing.T) {
 	fs.StringSlice("topics", nil, "")
 	fs.String("meta-schema", "", "")
 	fs.StringToString("schema-map", nil, "")
-	if err := fs.Parse([]string{"--workers=3", "--topics=a,b", "--topics=c", "--schema-map=p=q"}); err != nil {
+	fs.StringArray("table", nil, "")
+	if err := fs.Parse([]string{"--workers=3", "--topics=a,b", "--topics=c", "--schema-map=p=q", "--table=a,b", "--table=c"}); err != nil {
 		t.Fatal(err)
 	}
 	t.Setenv("X_META", "from-env")
@@ -127,12 +128,13 @@ func TestApply(t *testing.T) {
 		{Flag: "topics", Key: "applier.topics"},
 		{Flag: "meta-schema", Env: "X_META", Key: "applier.meta-schema"},
 		{Flag: "schema-map", Key: "applier.schema-map"},
+		{Flag: "table", Key: "applier.topics"},
 	}
 	if err := Apply(&r, fs, bindings); err != nil {
 		t.Fatal(err)
 	}
 	a := r.Applier
-	if a.Workers != 3 || strings.Join(a.Topics, "|") != "a|b|c" || a.MetaSchema != "from-env" || a.SchemaMap["p"] != "q" {
+	if a.Workers != 3 || strings.Join(a.Topics, "|") != "a,b|c" || a.MetaSchema != "from-env" || a.SchemaMap["p"] != "q" {
 		t.Fatalf("applied %+v (flags win over env; env over file; unchanged flags leave values)", a)
 	}
 	if err := Apply(&r, fs, []Binding{{Flag: "workers", Key: "applier.nope"}}); err == nil || !strings.Contains(err.Error(), "--workers: applier.nope: unknown key") {
