@@ -404,38 +404,3 @@ func (m *meta) exec(ctx context.Context, q string, args ...any) error {
 	_, err := m.db.ExecContext(ctx, q, args...)
 	return err
 }
-
-// downstreamPosition reads the fallback's replication position: MariaDB's GTID position,
-// MySQL's executed GTID set, or else its binary log file and offset ("" when it has no
-// binary log). It names what a binlog-based tool or a PITR restore needs to start from.
-func downstreamPosition(ctx context.Context, q interface {
-	QueryRowContext(context.Context, string, ...any) *sql.Row
-	QueryContext(context.Context, string, ...any) (*sql.Rows, error)
-}) (string, error) {
-	var pos sql.NullString
-	if err := q.QueryRowContext(ctx, "SELECT @@gtid_binlog_pos").Scan(&pos); err == nil {
-		if pos.String != "" {
-			return "mariadb-gtid:" + pos.String, nil
-		}
-	} else if err := q.QueryRowContext(ctx, "SELECT @@global.gtid_executed").Scan(&pos); err == nil && pos.String != "" {
-		return "mysql-gtid:" + strings.ReplaceAll(pos.String, "\n", ""), nil
-	}
-	rows, err := q.QueryContext(ctx, "SHOW MASTER STATUS")
-	if err != nil {
-		return "", fmt.Errorf("reading the downstream's position: %w", err)
-	}
-	defer rows.Close()
-	cols, _ := rows.Columns()
-	if !rows.Next() {
-		return "", rows.Err() // no binary log
-	}
-	vals := make([]sql.NullString, len(cols))
-	ptrs := make([]any, len(cols))
-	for i := range vals {
-		ptrs[i] = &vals[i]
-	}
-	if err := rows.Scan(ptrs...); err != nil || len(vals) < 2 {
-		return "", fmt.Errorf("reading the downstream's position: %v", err)
-	}
-	return "binlog:" + vals[0].String + ":" + vals[1].String, nil
-}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/tidb-parity/parity/cdc/open"
 	"github.com/tidb-parity/parity/internal/ident"
+	"github.com/tidb-parity/parity/internal/position"
 	"github.com/tidb-parity/parity/internal/tso"
 )
 
@@ -997,7 +998,7 @@ func (c *coordinator) afterCheckpoint(ctx context.Context, ts uint64) {
 func (c *coordinator) recordTSMap(ctx context.Context, ts uint64, source string) error {
 	qctx, cancel := context.WithTimeout(ctx, c.cfg.Applier.QueryTimeout)
 	defer cancel()
-	pos, err := downstreamPosition(qctx, c.meta.db)
+	pos, err := position.Read(qctx, c.meta.db)
 	if err != nil {
 		return err
 	}
