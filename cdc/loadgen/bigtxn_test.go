@@ -43,7 +43,9 @@ func TestBigTransactionAgainstTiDB(t *testing.T) {
 	}
 
 	disp, _ := NewDispatcher(cfg.Dispatcher)
-	got := state{}
+	tidb := openTiDB(t, cfg)
+	desc := describeTables(t, ctx, tidb, up.Name, []string{"sbtest1"})
+	got := newModel(desc)
 	ddls := 0
 	for p, recs := range readTopic(t, topic, 3) {
 		var lastResolved uint64
@@ -67,7 +69,14 @@ func TestBigTransactionAgainstTiDB(t *testing.T) {
 					if want, _ := disp.Dispatch(&ev, 3); want != p {
 						t.Fatalf("partition %d offset %d: row belongs to partition %d", p, rec.offset, want)
 					}
-					got.add(ev.Table, handleKey(ev.Columns), canon(ev.Columns), 1)
+					if desc[ev.Table] == nil {
+						t.Fatalf("partition %d offset %d: a row of table %s", p, rec.offset, ev.Table)
+					}
+					r, err := modelRow(desc[ev.Table], ev.Columns)
+					if err != nil {
+						t.Fatalf("partition %d offset %d: %v", p, rec.offset, err)
+					}
+					_ = got.add(ev.Table, r, 1)
 					rowsHere++
 				}
 			}
@@ -82,12 +91,12 @@ func TestBigTransactionAgainstTiDB(t *testing.T) {
 	if ddls != 1 {
 		t.Fatalf("%d CREATE TABLE DDLs on partition 0, want 1", ddls)
 	}
-	want := tidbState(t, cfg.Upstream, up.Name, res.CommitTs, []string{"sbtest1"})
+	want := tidbRows(t, ctx, tidb, desc, res.CommitTs)
 	if len(want["sbtest1"]) != n {
 		t.Fatalf("TiDB has %d rows at the commit ts, want %d", len(want["sbtest1"]), n)
 	}
-	diffStates(t, "big transaction", got, want)
-	if before := tidbState(t, cfg.Upstream, up.Name, res.CommitTs-1, []string{"sbtest1"}); len(before["sbtest1"]) != 0 {
+	diffModel(t, "big transaction", got, want, res.CommitTs)
+	if before := tidbRows(t, ctx, tidb, desc, res.CommitTs-1); len(before["sbtest1"]) != 0 {
 		t.Fatalf("TiDB has %d rows just before the commit ts: not one transaction", len(before["sbtest1"]))
 	}
 }

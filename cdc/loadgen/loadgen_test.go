@@ -3,17 +3,17 @@ package loadgen
 import (
 	"context"
 	"database/sql"
+	"encoding/binary"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
-
 	"github.com/tidb-parity/parity/cdc/open"
-	"github.com/tidb-parity/parity/cdc/upstream"
 	"github.com/tidb-parity/parity/internal/testenv"
 )
 
@@ -43,118 +43,285 @@ func readTopic(t *testing.T, topic string, partitions int) [][]record {
 	return out
 }
 
-// canon renders a row image independent of column order.
-func canon(cols []open.Column) string {
-	parts := make([]string, len(cols))
-	for i, c := range cols {
-		parts[i] = fmt.Sprintf("%s=%T:%v", c.Name, c.Value, c.Value)
-	}
-	sort.Strings(parts)
-	return strings.Join(parts, "|")
-}
+// The replayed events and TiDB meet in internal/testenv's canonical form. TiDB is read
+// by testenv (plain SQL, not cdc/upstream, which the generator builds its events with);
+// an event's values are rendered by modelRow into the text TiDB sends for them, from the
+// open protocol's value and the column's information_schema type alone. So a conversion
+// bug in upstream.ScanRows or the decoder shows as a difference instead of appearing on
+// both sides.
 
-func handleKey(cols []open.Column) string {
-	var parts []string
+// modelRow renders an event's row image (columns in any order) as a row of desc in
+// testenv's canonical form. Every column of the table must be in the image exactly once,
+// with the Go type the open protocol gives its type (cdc/open's Column contract).
+func modelRow(desc *testenv.Table, cols []open.Column) (testenv.Row, error) {
+	if len(cols) != len(desc.Columns) {
+		return nil, fmt.Errorf("table %s: the image has %d columns, the table %d", desc.FullName(), len(cols), len(desc.Columns))
+	}
+	row := make(testenv.Row, len(desc.Columns))
+	seen := make([]bool, len(desc.Columns))
 	for _, c := range cols {
-		if c.IsHandle() {
-			parts = append(parts, c.Name+"="+ColumnValueString(c))
+		i := desc.Col(c.Name)
+		if i < 0 || seen[i] {
+			return nil, fmt.Errorf("table %s: the image's column %s is unknown or repeated", desc.FullName(), c.Name)
+		}
+		seen[i] = true
+		var raw []byte
+		if c.Value != nil {
+			text, err := serverText(desc.Columns[i], c.Value)
+			if err != nil {
+				return nil, fmt.Errorf("table %s column %s: %w", desc.FullName(), c.Name, err)
+			}
+			raw = []byte(text)
+		}
+		v, err := desc.NewValue(i, raw)
+		if err != nil {
+			return nil, err
+		}
+		row[i] = v
+	}
+	return row, nil
+}
+
+// serverText is the text TiDB sends in the text protocol for a non-NULL value carried by
+// the open protocol in a column of type col.
+func serverText(col testenv.Column, v any) (string, error) {
+	wrong := func() (string, error) {
+		return "", fmt.Errorf("%s value %#v (%T) is not what the open protocol carries for it", col.ColumnType, v, v)
+	}
+	unsigned := strings.Contains(col.ColumnType, "unsigned")
+	switch col.DataType {
+	case "tinyint", "smallint", "mediumint", "int", "integer", "bigint":
+		if x, ok := v.(uint64); ok && unsigned {
+			return strconv.FormatUint(x, 10), nil
+		}
+		if x, ok := v.(int64); ok && !unsigned {
+			return strconv.FormatInt(x, 10), nil
+		}
+	case "year":
+		if x, ok := v.(int64); ok {
+			return fmt.Sprintf("%04d", x), nil
+		}
+	case "float":
+		if x, ok := v.(float64); ok && float64(float32(x)) == x {
+			return strconv.FormatFloat(x, 'g', -1, 32), nil
+		}
+	case "double":
+		if x, ok := v.(float64); ok {
+			return strconv.FormatFloat(x, 'g', -1, 64), nil
+		}
+	case "decimal", "date", "datetime", "timestamp", "time", "json",
+		"char", "varchar", "tinytext", "text", "mediumtext", "longtext":
+		if x, ok := v.(string); ok {
+			return x, nil
+		}
+	case "binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob":
+		if x, ok := v.([]byte); ok {
+			return string(x), nil
+		}
+	case "bit": // the value's bytes, big-endian, as many as the width needs
+		x, ok := v.(uint64)
+		width, err := strconv.Atoi(strings.TrimSuffix(strings.TrimPrefix(col.ColumnType, "bit("), ")"))
+		if !ok || err != nil || width < 1 || width > 64 || (width < 64 && x>>width != 0) {
+			return wrong()
+		}
+		var b [8]byte
+		binary.BigEndian.PutUint64(b[:], x)
+		return string(b[8-(width+7)/8:]), nil
+	case "enum": // the 1-based index of the member; 0 is the empty error value
+		x, ok := v.(uint64)
+		members, err := typeMembers(col.ColumnType)
+		if !ok || err != nil || x > uint64(len(members)) {
+			return wrong()
+		}
+		if x == 0 {
+			return "", nil
+		}
+		return members[x-1], nil
+	case "set": // a bitmask of the members, rendered in definition order
+		x, ok := v.(uint64)
+		members, err := typeMembers(col.ColumnType)
+		if !ok || err != nil || (len(members) < 64 && x>>len(members) != 0) {
+			return wrong()
+		}
+		var in []string
+		for i, m := range members {
+			if x&(1<<i) != 0 {
+				in = append(in, m)
+			}
+		}
+		return strings.Join(in, ","), nil
+	default:
+		return "", fmt.Errorf("no rendering for type %s", col.ColumnType)
+	}
+	return wrong()
+}
+
+// typeMembers parses the members of an ENUM or SET COLUMN_TYPE: enum('a','b”c').
+func typeMembers(columnType string) ([]string, error) {
+	lp := strings.IndexByte(columnType, '(')
+	if lp < 0 || !strings.HasSuffix(columnType, ")") {
+		return nil, fmt.Errorf("column type %q has no members", columnType)
+	}
+	s := columnType[lp+1 : len(columnType)-1]
+	var out []string
+	for len(s) > 0 {
+		if s[0] != '\'' {
+			return nil, fmt.Errorf("column type %q: member not quoted at %q", columnType, s)
+		}
+		var m strings.Builder
+		i := 1
+		for ; i < len(s); i++ {
+			if s[i] == '\'' {
+				if i+1 < len(s) && s[i+1] == '\'' {
+					m.WriteByte('\'')
+					i++
+					continue
+				}
+				break
+			}
+			m.WriteByte(s[i])
+		}
+		if i >= len(s) {
+			return nil, fmt.Errorf("column type %q: unterminated member", columnType)
+		}
+		out = append(out, m.String())
+		s = strings.TrimPrefix(s[i+1:], ",")
+	}
+	return out, nil
+}
+
+// model is the replayed content of the generated tables: per table, each distinct
+// canonical row and its number of copies.
+type model struct {
+	desc map[string]*testenv.Table
+	rows map[string]map[string]*copies
+}
+
+type copies struct {
+	row testenv.Row
+	n   int
+}
+
+func newModel(desc map[string]*testenv.Table) *model {
+	m := &model{desc: desc, rows: map[string]map[string]*copies{}}
+	for name := range desc {
+		m.rows[name] = map[string]*copies{}
+	}
+	return m
+}
+
+// add adds n (negative: removes) copies of row to table; removing a row the model does
+// not hold is an error.
+func (m *model) add(table string, row testenv.Row, n int) error {
+	line := m.desc[table].Line(row)
+	c := m.rows[table][line]
+	if c == nil {
+		c = &copies{row: row}
+		m.rows[table][line] = c
+	}
+	if c.n+n < 0 {
+		return fmt.Errorf("row %s is not in the replayed state", line)
+	}
+	c.n += n
+	if c.n == 0 {
+		delete(m.rows[table], line)
+	}
+	return nil
+}
+
+// hasKey reports whether a keyed table holds a row with row's key.
+func (m *model) hasKey(table string, row testenv.Row) bool {
+	d := m.desc[table]
+	if len(d.Key) == 0 {
+		return false
+	}
+	k := d.KeyOf(row)
+	for _, c := range m.rows[table] {
+		if d.KeyOf(c.row) == k {
+			return true
 		}
 	}
-	sort.Strings(parts)
-	return strings.Join(parts, ",")
+	return false
 }
 
-// state is a table's content: handle key (or full row for keyless tables) -> row -> count.
-type state map[string]map[string]int
-
-func (s state) add(table, key, row string, n int) {
-	if s[table] == nil {
-		s[table] = map[string]int{}
+// table returns every row of table, each copy once.
+func (m *model) table(table string) []testenv.Row {
+	var out []testenv.Row
+	for _, c := range m.rows[table] {
+		for range c.n {
+			out = append(out, c.row)
+		}
 	}
-	k := key + "#" + row
-	s[table][k] += n
-	if s[table][k] == 0 {
-		delete(s[table], k)
-	}
+	return out
 }
 
-// tidbState reads every generated table of db at ts.
-func tidbState(t *testing.T, dsn, db string, ts uint64, tables []string) state {
+// openTiDB opens TiDB for the test's reads with the generator's session time zone (the
+// text of TIMESTAMP values depends on it).
+func openTiDB(t *testing.T, cfg Config) *sql.DB {
 	t.Helper()
-	ctx := context.Background()
-	sdb, err := openDB(dsn, 2)
+	dsn, err := sessionDSN(cfg.Upstream, "", cfg.TimeZone, true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer sdb.Close()
-	conn, err := sdb.Conn(ctx)
+	db, err := openDB(dsn, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
-	if _, err := conn.ExecContext(ctx, "SET @@tidb_snapshot = ?", strconv.FormatUint(ts, 10)); err != nil {
-		t.Fatalf("snapshot %d: %v", ts, err)
-	}
-	return readState(t, ctx, sdb, conn, db, tables)
+	t.Cleanup(func() { db.Close() })
+	return db
 }
 
-type queryer interface {
-	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
-}
-
-// readState reads the tables of db through q, converting values with the column
-// metadata that the server of metaDB has for them.
-func readState(t *testing.T, ctx context.Context, metaDB *sql.DB, q queryer, db string, tables []string) state {
+// describeTables describes the generated tables as TiDB has them now.
+func describeTables(t *testing.T, ctx context.Context, tidb *sql.DB, db string, tables []string) map[string]*testenv.Table {
 	t.Helper()
-	st := state{}
+	out := map[string]*testenv.Table{}
 	for _, name := range tables {
-		meta, err := upstream.LoadTable(ctx, metaDB, db, name)
+		d, err := testenv.DescribeTable(ctx, tidb, db, name)
 		if err != nil {
 			t.Fatal(err)
 		}
-		rows, err := q.QueryContext(ctx, "SELECT "+meta.SelectList()+" FROM "+meta.QualifiedName())
-		if err != nil {
-			t.Fatal(err)
-		}
-		imgs, _, err := upstream.ScanRows(rows, meta, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, img := range imgs {
-			st.add(name, handleKey(img), canon(img), 1)
-		}
+		out[name] = d
 	}
-	return st
+	return out
 }
 
-func diffStates(t *testing.T, what string, got, want state) {
+// tidbRows reads every row of the described tables from TiDB at ts.
+func tidbRows(t *testing.T, ctx context.Context, tidb *sql.DB, desc map[string]*testenv.Table, ts uint64) map[string][]testenv.Row {
+	t.Helper()
+	var db string
+	for _, d := range desc {
+		db = d.Schema
+	}
+	conn, done, err := testenv.Side{Label: "TiDB", DB: tidb, Schema: db, TS: ts}.Session(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer done()
+	out := map[string][]testenv.Row{}
+	for name, d := range desc {
+		if out[name], err = testenv.ReadRows(ctx, conn, d); err != nil {
+			t.Fatalf("TiDB at ts %d: %v", ts, err)
+		}
+	}
+	return out
+}
+
+// diffModel fails the test when the replayed state differs from TiDB at ts, naming up to
+// five differences (table, key, column, both values).
+func diffModel(t *testing.T, what string, m *model, tidb map[string][]testenv.Row, ts uint64) {
 	t.Helper()
 	n := 0
-	for table := range union(got, want) {
-		for k := range union(got[table], want[table]) {
-			if got[table][k] != want[table][k] {
-				if n < 5 {
-					t.Errorf("%s: table %s row %s: replayed %d, TiDB %d", what, table, k, got[table][k], want[table][k])
-				}
-				n++
+	for _, name := range slices.Sorted(maps.Keys(m.desc)) {
+		for _, d := range testenv.DiffRows(m.desc[name], "TiDB at ts "+strconv.FormatUint(ts, 10), "the replayed events", tidb[name], m.table(name)) {
+			if n < 5 {
+				t.Errorf("%s: %s", what, d)
 			}
+			n++
 		}
 	}
 	if n > 0 {
-		t.Fatalf("%s: %d rows differ", what, n)
+		t.Fatalf("%s: %d differences", what, n)
 	}
-}
-
-// union returns the keys of a and b.
-func union[V any](a, b map[string]V) map[string]bool {
-	out := map[string]bool{}
-	for k := range a {
-		out[k] = true
-	}
-	for k := range b {
-		out[k] = true
-	}
-	return out
 }
 
 // TestRunAgainstTiDB runs the generator against the real TiDB and Kafka and checks what
@@ -272,73 +439,68 @@ func TestRunAgainstTiDB(t *testing.T) {
 			sort.SliceStable(rows, func(i, j int) bool { return rows[i].CommitTs < rows[j].CommitTs })
 
 			// Replay from the start state, checking old images against the replayed state.
-			st := state{}
+			tidb := openTiDB(t, cfg)
+			desc := describeTables(t, ctx, tidb, up.Name, tables)
+			st := newModel(desc)
 			if cfg.ImportRows > 0 {
-				st = tidbState(t, cfg.Upstream, up.Name, res.StartTs, tables)
-				dsn, _ := mysql.ParseDSN(cfg.Downstream)
-				dsn.DBName = up.Name
-				got := tidbLikeDownstream(t, dsn.FormatDSN(), up.Name, cfg.Upstream, tables)
-				diffStates(t, "import", got, st)
+				// The import copied TiDB at the start ts to the downstream, server to server.
+				down, err := openDB(testenv.DSN(t, testenv.EnvDownstream, up.Name, map[string]string{"time_zone": "'" + cfg.TimeZone + "'"}), 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer down.Close()
+				testenv.AssertSame(t, ctx,
+					testenv.Side{Label: "TiDB", DB: tidb, Schema: up.Name, TS: res.StartTs},
+					testenv.Side{Label: "the imported downstream", DB: down, Schema: up.Name},
+					testenv.Options{Tables: tables})
+				for name, rows := range tidbRows(t, ctx, tidb, desc, res.StartTs) {
+					for _, r := range rows {
+						if err := st.add(name, r, 1); err != nil {
+							t.Fatal(err)
+						}
+					}
+				}
+			}
+			image := func(ev open.Event, cols []open.Column) testenv.Row {
+				t.Helper()
+				r, err := modelRow(desc[ev.Table], cols)
+				if err != nil {
+					t.Fatalf("%s of %s at ts %d: %v", ev.Op, ev.Table, ev.CommitTs, err)
+				}
+				return r
 			}
 			checkpoints := []uint64{resolvedSeen[len(resolvedSeen)/3], resolvedSeen[2*len(resolvedSeen)/3], res.ResolvedTs}
 			i := 0
 			for _, cp := range checkpoints {
 				for ; i < len(rows) && rows[i].CommitTs <= cp; i++ {
 					ev := rows[i]
+					if desc[ev.Table] == nil {
+						t.Fatalf("row of table %s, which the generator does not own", ev.Table)
+					}
 					switch ev.Op {
 					case open.OpInsert:
-						if n := countKey(st, ev.Table, handleKey(ev.Columns)); n > 0 && handleKey(ev.Columns) != "" {
-							t.Fatalf("insert into %s at ts %d: key %s already present", ev.Table, ev.CommitTs, handleKey(ev.Columns))
+						r := image(ev, ev.Columns)
+						if st.hasKey(ev.Table, r) {
+							t.Fatalf("insert into %s at ts %d: key %s already present", ev.Table, ev.CommitTs, desc[ev.Table].KeyOf(r))
 						}
-						st.add(ev.Table, handleKey(ev.Columns), canon(ev.Columns), 1)
+						_ = st.add(ev.Table, r, 1)
 					case open.OpUpdate, open.OpDelete:
 						old := ev.Columns
 						if ev.Op == open.OpUpdate {
 							old = ev.OldColumns
 						}
-						k := handleKey(old) + "#" + canon(old)
-						if st[ev.Table][k] <= 0 {
-							t.Fatalf("%s of %s at ts %d: old row %s not in the replayed state", ev.Op, ev.Table, ev.CommitTs, k)
+						if err := st.add(ev.Table, image(ev, old), -1); err != nil {
+							t.Fatalf("%s of %s at ts %d: old %v", ev.Op, ev.Table, ev.CommitTs, err)
 						}
-						st.add(ev.Table, handleKey(old), canon(old), -1)
 						if ev.Op == open.OpUpdate {
-							st.add(ev.Table, handleKey(ev.Columns), canon(ev.Columns), 1)
+							_ = st.add(ev.Table, image(ev, ev.Columns), 1)
 						}
 					}
 				}
-				diffStates(t, fmt.Sprintf("at resolved ts %d", cp), st, tidbState(t, cfg.Upstream, up.Name, cp, tables))
+				diffModel(t, fmt.Sprintf("at resolved ts %d", cp), st, tidbRows(t, ctx, tidb, desc, cp), cp)
 			}
 		})
 	}
-}
-
-func countKey(st state, table, key string) int {
-	n := 0
-	for k, c := range st[table] {
-		if strings.HasPrefix(k, key+"#") {
-			n += c
-		}
-	}
-	return n
-}
-
-// tidbLikeDownstream reads the imported downstream tables with the upstream's column
-// metadata, so values convert exactly like TiDB's.
-func tidbLikeDownstream(t *testing.T, downDSN, db, upDSN string, tables []string) state {
-	t.Helper()
-	ctx := context.Background()
-	updb, err := openDB(upDSN, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer updb.Close()
-	d, _ := sessionDSN(downDSN, db, "+00:00", false)
-	down, err := openDB(d, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer down.Close()
-	return readState(t, ctx, updb, down, db, tables)
 }
 
 // TestCreatesMissingTopic: like TiCDC with partition-num, the generator creates a topic

@@ -355,9 +355,9 @@ func (s Side) String() string {
 	return s.Label
 }
 
-// session returns one connection of the side, pinned at its TSO if it has one; close
-// releases it.
-func (s Side) session(ctx context.Context) (conn *sql.Conn, close func(), err error) {
+// Session returns one connection of the side, pinned at its TSO if it has one (its
+// information_schema too); close releases it (and resets the snapshot first).
+func (s Side) Session(ctx context.Context) (conn *sql.Conn, close func(), err error) {
 	conn, err = s.DB.Conn(ctx)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: connect: %w", s.Label, err)
@@ -559,12 +559,12 @@ func (r *Report) Rows() int {
 // side is read on one connection (A's pinned at A.TS when set), the two sides of a table
 // at the same time.
 func CompareSchemas(ctx context.Context, a, b Side, o Options) (*Report, error) {
-	ca, closeA, err := a.session(ctx)
+	ca, closeA, err := a.Session(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer closeA()
-	cb, closeB, err := b.session(ctx)
+	cb, closeB, err := b.Session(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -689,12 +689,12 @@ func describeColumns(t *Table, collations bool) string {
 // The digests are equal exactly when the tables hold the same multiset of canonical
 // rows (but for a hash collision).
 func CompareDigests(ctx context.Context, a, b Side, table string) (da, db Digest, err error) {
-	ca, closeA, err := a.session(ctx)
+	ca, closeA, err := a.Session(ctx)
 	if err != nil {
 		return da, db, err
 	}
 	defer closeA()
-	cb, closeB, err := b.session(ctx)
+	cb, closeB, err := b.Session(ctx)
 	if err != nil {
 		return da, db, err
 	}
