@@ -9,7 +9,10 @@ package testenv
 // the text protocol, and each value is compared in one canonical form:
 //
 //   - FLOAT by its float32 value and DOUBLE (REAL) by its float64 value, written back as
-//     the shortest text that parses to them (servers print the same float differently);
+//     the shortest text that parses to them (servers print the same float differently).
+//     A FLOAT is read as CAST(c AS DOUBLE): MariaDB prints a FLOAT with 6 significant
+//     digits (1.2345678 as 1.23457, 16777216 as 16777200), which would make different
+//     floats equal;
 //   - every other type by the bytes the server sends, exactly (strings and binaries are
 //     their bytes; numbers, temporal values, ENUM, SET, JSON their text).
 //
@@ -63,7 +66,7 @@ type Table struct {
 type Value struct {
 	Null bool
 	// Text is the value as the server sent it in the text protocol: for strings and
-	// binaries their bytes, for everything else its text.
+	// binaries their bytes, for everything else its text (a FLOAT's as a DOUBLE).
 	Text string
 	// Canon is what is compared: Text, except for FLOAT and DOUBLE columns (see the
 	// file comment).
@@ -238,6 +241,9 @@ func ScanRows(ctx context.Context, q Querier, t *Table, fn func(Row) error) erro
 	cols := make([]string, len(t.Columns))
 	for i, c := range t.Columns {
 		cols[i] = ident.Quote(c.Name)
+		if c.DataType == "float" {
+			cols[i] = "CAST(" + cols[i] + " AS DOUBLE)"
+		}
 	}
 	rows, err := q.QueryContext(ctx, "SELECT "+strings.Join(cols, ", ")+" FROM "+ident.Table(t.Schema, t.Name))
 	if err != nil {
