@@ -565,27 +565,22 @@ func (r *Report) Rows() int {
 // side is read on one connection (A's pinned at A.TS when set), the two sides of a table
 // at the same time.
 func CompareSchemas(ctx context.Context, a, b Side, o Options) (*Report, error) {
-	ca, closeA, err := a.Session(ctx)
+	p, err := openPair(ctx, a, b)
 	if err != nil {
 		return nil, err
 	}
-	defer closeA()
-	cb, closeB, err := b.Session(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer closeB()
+	defer p.close()
 	rep := &Report{A: a, B: b}
 	la, lb := a.String(), b.String()
 	names := slices.Clone(o.Tables)
 	slices.Sort(names)
 	missing := map[string]Diff{} // tables listed on one side only
 	if len(names) == 0 {
-		ta, err := ListTables(ctx, ca, a.Schema)
+		ta, err := ListTables(ctx, p.ca, a.Schema)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", la, err)
 		}
-		tb, err := ListTables(ctx, cb, b.Schema)
+		tb, err := ListTables(ctx, p.cb, b.Schema)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", lb, err)
 		}
@@ -609,7 +604,7 @@ func CompareSchemas(ctx context.Context, a, b Side, o Options) (*Report, error) 
 			rep.Tables = append(rep.Tables, TableReport{Name: name, Difference: 1})
 			continue
 		}
-		tr, diffs, err := compareTable(ctx, ca, cb, a, b, name, o, la, lb)
+		tr, diffs, err := p.compareTable(ctx, name, o)
 		if err != nil {
 			return nil, err
 		}
@@ -620,41 +615,76 @@ func CompareSchemas(ctx context.Context, a, b Side, o Options) (*Report, error) 
 	return rep, nil
 }
 
-// compareTable compares one table that both sides should have.
-func compareTable(ctx context.Context, ca, cb *sql.Conn, a, b Side, name string, o Options, la, lb string) (TableReport, []Diff, error) {
-	tr := TableReport{Name: name}
-	ta, err := DescribeTable(ctx, ca, a.Schema, name)
+// pair is one connection to each side of a comparison.
+type pair struct {
+	a, b   Side
+	ca, cb *sql.Conn
+	close  func()
+}
+
+func openPair(ctx context.Context, a, b Side) (*pair, error) {
+	ca, closeA, err := a.Session(ctx)
 	if err != nil {
-		return tr, nil, fmt.Errorf("%s: %w", la, err)
+		return nil, err
 	}
-	tb, err := DescribeTable(ctx, cb, b.Schema, name)
+	cb, closeB, err := b.Session(ctx)
 	if err != nil {
-		return tr, nil, fmt.Errorf("%s: %w", lb, err)
+		closeA()
+		return nil, err
+	}
+	return &pair{a: a, b: b, ca: ca, cb: cb, close: func() { closeB(); closeA() }}, nil
+}
+
+// describe describes table on both sides. It returns A's description, B's, and the
+// description B is read with: A's columns and types in B's schema, so both sides are
+// canonicalized alike.
+func (p *pair) describe(ctx context.Context, table string) (ta, tb, readB *Table, err error) {
+	if ta, err = DescribeTable(ctx, p.ca, p.a.Schema, table); err != nil {
+		return nil, nil, nil, fmt.Errorf("%s: %w", p.a, err)
+	}
+	if tb, err = DescribeTable(ctx, p.cb, p.b.Schema, table); err != nil {
+		return nil, nil, nil, fmt.Errorf("%s: %w", p.b, err)
+	}
+	r := *ta
+	r.Schema = p.b.Schema
+	return ta, tb, &r, nil
+}
+
+// both runs fa on A's connection and fb on B's at the same time; an error names its side.
+func (p *pair) both(fa, fb func(*sql.Conn) error) error {
+	var g errgroup.Group
+	g.Go(func() error {
+		if err := fa(p.ca); err != nil {
+			return fmt.Errorf("%s: %w", p.a, err)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		if err := fb(p.cb); err != nil {
+			return fmt.Errorf("%s: %w", p.b, err)
+		}
+		return nil
+	})
+	return g.Wait()
+}
+
+// compareTable compares one table that both sides should have.
+func (p *pair) compareTable(ctx context.Context, name string, o Options) (TableReport, []Diff, error) {
+	tr := TableReport{Name: name}
+	la, lb := p.a.String(), p.b.String()
+	ta, tb, readB, err := p.describe(ctx, name)
+	if err != nil {
+		return tr, nil, err
 	}
 	if cols := columnsDiffer(ta, tb, o.Collations); cols != "" {
 		return tr, []Diff{{Kind: ColumnsDiffer, Table: name, labelA: la, labelB: lb,
 			What: fmt.Sprintf("columns differ: %s %s, %s %s", la, describeColumns(ta, o.Collations), lb, describeColumns(tb, o.Collations))}}, nil
 	}
-	// B is read with A's types: the same columns, canonicalized the same way.
-	tbA := *ta
-	tbA.Schema = b.Schema
 	var ra, rb []Row
-	var g errgroup.Group
-	g.Go(func() (err error) {
-		ra, err = ReadRows(ctx, ca, ta)
-		if err != nil {
-			err = fmt.Errorf("%s: %w", la, err)
-		}
-		return err
-	})
-	g.Go(func() (err error) {
-		rb, err = ReadRows(ctx, cb, &tbA)
-		if err != nil {
-			err = fmt.Errorf("%s: %w", lb, err)
-		}
-		return err
-	})
-	if err := g.Wait(); err != nil {
+	err = p.both(
+		func(c *sql.Conn) (err error) { ra, err = ReadRows(ctx, c, ta); return err },
+		func(c *sql.Conn) (err error) { rb, err = ReadRows(ctx, c, readB); return err })
+	if err != nil {
 		return tr, nil, err
 	}
 	tr.RowsA, tr.RowsB, tr.Compared = len(ra), len(rb), true
@@ -695,43 +725,21 @@ func describeColumns(t *Table, collations bool) string {
 // The digests are equal exactly when the tables hold the same multiset of canonical
 // rows (but for a hash collision).
 func CompareDigests(ctx context.Context, a, b Side, table string) (da, db Digest, err error) {
-	ca, closeA, err := a.Session(ctx)
+	p, err := openPair(ctx, a, b)
 	if err != nil {
 		return da, db, err
 	}
-	defer closeA()
-	cb, closeB, err := b.Session(ctx)
+	defer p.close()
+	ta, tb, readB, err := p.describe(ctx, table)
 	if err != nil {
 		return da, db, err
-	}
-	defer closeB()
-	ta, err := DescribeTable(ctx, ca, a.Schema, table)
-	if err != nil {
-		return da, db, fmt.Errorf("%s: %w", a, err)
-	}
-	tb, err := DescribeTable(ctx, cb, b.Schema, table)
-	if err != nil {
-		return da, db, fmt.Errorf("%s: %w", b, err)
 	}
 	if d := columnsDiffer(ta, tb, false); d != "" {
 		return da, db, fmt.Errorf("table %s: columns differ between %s and %s: %s", table, a, b, d)
 	}
-	tbA := *ta
-	tbA.Schema = b.Schema
-	var g errgroup.Group
-	g.Go(func() (err error) {
-		if da, err = ReadDigest(ctx, ca, ta); err != nil {
-			err = fmt.Errorf("%s: %w", a, err)
-		}
-		return err
-	})
-	g.Go(func() (err error) {
-		if db, err = ReadDigest(ctx, cb, &tbA); err != nil {
-			err = fmt.Errorf("%s: %w", b, err)
-		}
-		return err
-	})
-	err = g.Wait()
+	err = p.both(
+		func(c *sql.Conn) (err error) { da, err = ReadDigest(ctx, c, ta); return err },
+		func(c *sql.Conn) (err error) { db, err = ReadDigest(ctx, c, readB); return err })
 	return da, db, err
 }
 
