@@ -2,6 +2,7 @@ package cdc
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"strings"
@@ -137,6 +138,11 @@ func TestLedgerRecordsEveryAppliedKey(t *testing.T) {
 			t.Errorf("%s: ledger has %d keys, want %d: %v", table, len(got[table]), len(keys), got[table])
 		}
 	}
+	// The ledger starts at the changefeed's start, moved up to the retention horizon
+	// (7 days back) by pruning: before every change here.
+	if since := ledgerSince(t, cfg); since < int64(cfg.Changefeed.StartTs) || since >= int64(t1) {
+		t.Fatalf("ledger_range since %d, want between the start %d and the first change %d", since, cfg.Changefeed.StartTs, t1)
+	}
 	var pos string
 	var ts uint64
 	if err := down.DB.QueryRow("SELECT upstream_ts, downstream_pos FROM "+metaschema.Table(cfg.Applier.MetaSchema, "ts_map")+" WHERE changefeed=? ORDER BY upstream_ts DESC LIMIT 1", cfg.Changefeed.ID).Scan(&ts, &pos); err != nil {
@@ -147,23 +153,55 @@ func TestLedgerRecordsEveryAppliedKey(t *testing.T) {
 	}
 }
 
-// TestLedgerOff: applier.ledger = false writes no ledger rows.
-func TestLedgerOff(t *testing.T) {
+// ledgerSince reads where the changefeed's ledger starts (-1: no ledger_range row).
+func ledgerSince(t *testing.T, cfg Config) int64 {
+	t.Helper()
+	var since int64 = -1
+	err := testenv.Downstream(t).DB.QueryRow("SELECT since_ts FROM "+metaschema.Table(cfg.Applier.MetaSchema, ledger.RangeTable)+" WHERE changefeed=?", cfg.Changefeed.ID).Scan(&since)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		t.Fatal(err)
+	}
+	return since
+}
+
+// TestLedgerOffThenOn: applier.ledger = false writes no ledger rows and no ledger_range
+// (nothing a reader may trust); turned on later, the ledger starts at the checkpoint the
+// applier starts from, and holds what it applies from there.
+func TestLedgerOffThenOn(t *testing.T) {
 	down := testenv.Downstream(t)
 	f := newFeed(t, 1)
 	exec(t, down.DB, "CREATE TABLE kv (id BIGINT PRIMARY KEY)")
-	ts := f.next()
-	f.rows(0, ins(ts, down.Name, "kv", ci("id", 1, pk)))
-	f.resolved(ts)
+	t1 := f.next()
+	f.rows(0, ins(t1, down.Name, "kv", ci("id", 1, pk)))
+	f.resolved(t1)
 	cfg := testConfig(t, f, down)
 	cfg.Applier.Ledger = false
 	run := start(t, cfg, nil)
-	run.wait(t, ts)
+	run.wait(t, t1)
 	if err := run.stop(t); err != nil {
 		t.Fatal(err)
 	}
 	var n int
 	if err := down.DB.QueryRow("SELECT COUNT(*) FROM " + metaschema.Table(cfg.Applier.MetaSchema, ledger.Table)).Scan(&n); err != nil || n != 0 {
 		t.Fatalf("%d ledger rows with the ledger off (%v)", n, err)
+	}
+	if since := ledgerSince(t, cfg); since != -1 {
+		t.Fatalf("ledger_range since %d with the ledger off, want no row", since)
+	}
+	t2 := f.next()
+	f.rows(0, ins(t2, down.Name, "kv", ci("id", 2, pk)))
+	f.resolved(t2)
+	cfg.Applier.Ledger = true
+	run = start(t, cfg, nil)
+	run.wait(t, t2)
+	if err := run.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	if since := ledgerSince(t, cfg); since != int64(t1) {
+		t.Fatalf("ledger_range since %d, want the checkpoint %d the ledger was turned on at", since, t1)
+	}
+	got, _ := readLedger(t, cfg)
+	if len(got["kv"]) != 1 || got["kv"]["2"] != t2 {
+		t.Fatalf("ledger after turning it on: %v, want only id 2 at %d", got["kv"], t2)
 	}
 }

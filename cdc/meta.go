@@ -90,6 +90,15 @@ var migrations = []metaschema.Step{
 			PRIMARY KEY (changefeed, upstream_ts)
 		) ENGINE=InnoDB`,
 	}},
+	// Where the ledger starts: before since_ts it may lack changes (written by a release
+	// without it, or while applier.ledger was off).
+	{Name: "ledger_range: where the ledger starts", Stmts: []string{
+		`CREATE TABLE IF NOT EXISTS %s.` + ledger.RangeTable + ` (
+			changefeed VARCHAR(128) NOT NULL PRIMARY KEY,
+			since_ts BIGINT UNSIGNED NOT NULL,
+			updated_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6) ON UPDATE CURRENT_TIMESTAMP(6)
+		) ENGINE=InnoDB`,
+	}},
 }
 
 // meta reads and writes the meta schema.
@@ -111,7 +120,17 @@ func init() {
 	metaschema.Register(metaschema.Component{
 		Name:   "cdc",
 		Legacy: "schema_migrations",
-		Tables: []string{"checkpoint", "partition_offset", "table_progress", "ddl_applied", "dead_letter", ledger.Table, "ts_map"},
+		// Releases before parity_migrations read only schema_migrations: the seal makes
+		// them refuse a schema this one wrote (they would apply rows without the ledger).
+		LegacySeal: []string{
+			`CREATE TABLE IF NOT EXISTS %s.schema_migrations (
+				version INT NOT NULL PRIMARY KEY,
+				name VARCHAR(255) NOT NULL,
+				applied_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)
+			) ENGINE=InnoDB`,
+			`INSERT IGNORE INTO %s.schema_migrations (version, name) VALUES (%v, 'superseded by parity_migrations: run a parity that has it')`,
+		},
+		Tables: []string{"checkpoint", "partition_offset", "table_progress", "ddl_applied", "dead_letter", ledger.Table, ledger.RangeTable, "ts_map"},
 		Steps:  migrations,
 	})
 }
@@ -366,6 +385,11 @@ func (m *meta) writeLedger(ctx context.Context, maxTs uint64, parts []ledgerPart
 // prune deletes ledger and ts-map rows that cover commit ts below horizon, in bounded
 // batches.
 func (m *meta) prune(ctx context.Context, horizon uint64) (int64, error) {
+	// First move where the ledger starts: from here on it no longer holds what is
+	// deleted below (a crash in between leaves since_ts conservative).
+	if err := m.exec(ctx, m.q("UPDATE %s."+ledger.RangeTable+" SET since_ts=GREATEST(since_ts, ?) WHERE changefeed=?"), horizon, m.changefeed); err != nil {
+		return 0, fmt.Errorf("pruning the ledger: %w", err)
+	}
 	var total int64
 	for _, q := range []string{
 		"DELETE FROM %s." + ledger.Table + " WHERE changefeed=? AND max_ts<? LIMIT 5000",
@@ -403,4 +427,20 @@ func (m *meta) exec(ctx context.Context, q string, args ...any) error {
 	defer cancel()
 	_, err := m.db.ExecContext(ctx, q, args...)
 	return err
+}
+
+// markLedger records where the ledger starts when it is on (since: the checkpoint the
+// applier starts from; an existing start is kept), and forgets it when it is off, so a
+// reader never trusts a ledger with a gap.
+func (m *meta) markLedger(ctx context.Context, on bool, since uint64) error {
+	q := "DELETE FROM %s." + ledger.RangeTable + " WHERE changefeed=?"
+	args := []any{m.changefeed}
+	if on {
+		q = "INSERT IGNORE INTO %s." + ledger.RangeTable + " (changefeed, since_ts) VALUES (?, ?)"
+		args = append(args, since)
+	}
+	if err := m.exec(ctx, m.q(q), args...); err != nil {
+		return fmt.Errorf("recording where the ledger starts: %w", err)
+	}
+	return nil
 }

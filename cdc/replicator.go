@@ -361,6 +361,9 @@ func (r *Replicator) runOnce(ctx context.Context, started func()) error {
 	if !saved.hasCheckpoint {
 		saved.appliedTs = cfg.Changefeed.StartTs
 	}
+	if err := m.markLedger(ctx, cfg.Applier.Ledger, saved.appliedTs); err != nil {
+		return err
+	}
 	if cfg.Upstream.DSN != "" {
 		if r.rows, err = newRowFetcher(cfg, r.log, &r.rowsFetched); err != nil {
 			return err

@@ -139,6 +139,12 @@ func init() {
 	metaschema.Register(metaschema.Component{
 		Name:   "checker",
 		Legacy: "diff_schema_migrations",
+		// Releases before parity_migrations kept no version guard for the diff tables;
+		// the seal at least keeps them from re-running their migrations.
+		LegacySeal: []string{
+			`CREATE TABLE IF NOT EXISTS %s.diff_schema_migrations (version INT NOT NULL PRIMARY KEY, applied_at DATETIME(3) NOT NULL)`,
+			`INSERT IGNORE INTO %s.diff_schema_migrations VALUES (%v, NOW(3))`,
+		},
 		Tables: []string{"diff_runs", "diff_tables", "diff_chunks", "diff_differences", "diff_difference_parts", "diff_rechecks"},
 		Steps:  steps,
 	})

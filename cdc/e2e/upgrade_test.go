@@ -140,6 +140,22 @@ func TestUpgradeInPlace(t *testing.T) {
 	// --- the meta schema after the upgrade ----------------------------------------
 	after := readMetaState(t, meta, e.meta, e.meta)
 	checkMigrations(t, meta, e.meta, before, after)
+
+	// --- rolling back: the previous release refuses the upgraded schema ------------
+	// (it would apply rows without writing the ledger the new release's readers trust)
+	e.logPath = filepath.Join(dir, "serve-rollback.log")
+	back := e.startServeBin(oldBin, filepath.Join(dir, "spill-back"))
+	select {
+	case <-back.done:
+	case <-time.After(time.Minute):
+		t.Fatal("the previous release kept running on the upgraded meta schema")
+	}
+	if logText, _ := os.ReadFile(e.logPath); back.err == nil || !strings.Contains(string(logText), "newer than this binary") {
+		t.Errorf("the previous release on the upgraded schema: exit %v, log:\n%s", back.err, logText)
+	}
+	if got := queryUint(t, meta, "SELECT applied_ts FROM "+metaschema.Table(e.meta, "checkpoint")+" WHERE changefeed = ?", e.meta); got != after.checkpoint {
+		t.Errorf("the refused previous release moved the checkpoint from %d to %d", after.checkpoint, got)
+	}
 	for k, q := range before.ddls {
 		if after.ddls[k] != q {
 			t.Errorf("ddl_applied row %s: was %q, now %q", k, q, after.ddls[k])
@@ -328,7 +344,8 @@ type metaState struct {
 	offsets       map[int]int64
 	ddls          map[string]string // "commit_ts/query_hash" → query
 	legacyCDC     map[int]string    // schema_migrations: version → name
-	legacyChecker int               // MAX(version) of diff_schema_migrations
+	legacyChecker int               // MAX(version) of diff_schema_migrations, below the seal
+	checkerSealed bool              // diff_schema_migrations holds metaschema.LegacySealVersion
 	runs          map[string]string // diff run → state
 	resolved      map[string]int64  // diff run → SUM(diff_rechecks.resolved)
 }
@@ -361,7 +378,8 @@ func readMetaState(t *testing.T, db *sql.DB, schema, changefeed string) metaStat
 		st.legacyCDC[v] = n
 		return err
 	})
-	st.legacyChecker = int(queryUint(t, db, "SELECT COALESCE(MAX(version), 0) FROM "+ident.Table(schema, "diff_schema_migrations")))
+	st.legacyChecker = int(queryUint(t, db, "SELECT COALESCE(MAX(version), 0) FROM "+ident.Table(schema, "diff_schema_migrations")+" WHERE version < ?", metaschema.LegacySealVersion))
+	st.checkerSealed = queryUint(t, db, "SELECT COUNT(*) FROM "+ident.Table(schema, "diff_schema_migrations")+" WHERE version = ?", metaschema.LegacySealVersion) == 1
 	queryRows(t, db, "SELECT run_id, state FROM "+ident.Table(schema, "diff_runs"), func(r *sql.Rows) error {
 		var id, s string
 		err := r.Scan(&id, &s)
@@ -408,14 +426,23 @@ func checkMigrations(t *testing.T, db *sql.DB, schema string, before, after meta
 			t.Errorf("%s: component %q at version %d, this binary's latest is %d", metaschema.VersionTable, c, got, want)
 		}
 	}
-	// The applier's schema_migrations: adopted under "cdc", then left alone.
+	// The applier's schema_migrations: adopted under "cdc", its rows kept, and sealed
+	// with a version no earlier release knows (so that release refuses the schema).
 	for v, name := range before.legacyCDC {
 		if recorded["cdc"][v] != name {
 			t.Errorf("schema_migrations version %d (%q) adopted as %q", v, name, recorded["cdc"][v])
 		}
 	}
-	if !maps.Equal(before.legacyCDC, after.legacyCDC) {
-		t.Errorf("schema_migrations changed by the upgrade: %v → %v", before.legacyCDC, after.legacyCDC)
+	sealed := maps.Clone(after.legacyCDC)
+	if _, ok := sealed[metaschema.LegacySealVersion]; !ok {
+		t.Errorf("schema_migrations not sealed with version %d: %v", metaschema.LegacySealVersion, after.legacyCDC)
+	}
+	delete(sealed, metaschema.LegacySealVersion)
+	if !maps.Equal(before.legacyCDC, sealed) {
+		t.Errorf("schema_migrations's rows changed by the upgrade: %v → %v", before.legacyCDC, after.legacyCDC)
+	}
+	if !after.checkerSealed {
+		t.Error("diff_schema_migrations not sealed")
 	}
 	// The checker's diff_schema_migrations: adopted under "checker" (a package this test
 	// does not import: cdc must not depend on checker), then left alone.

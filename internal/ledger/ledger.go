@@ -20,9 +20,10 @@
 //
 // Consistency: the applier writes a round's rows first, then its ledger rows, then its
 // checkpoint (checkpoint.applied_ts). So a ledger row never names a change that was not
-// applied, and every change at or below applied_ts is in the ledger: a reader trusts
-// the rows with max_ts <= applied_ts (rows above it may be rewritten by a replayed
-// round, identically). Rows older than the applier's retention are deleted.
+// applied, and every change above ledger_range.since_ts and at or below applied_ts is in
+// the ledger: a reader trusts the rows with max_ts <= applied_ts (rows above it may be
+// rewritten by a replayed round, identically), and only for changes after since_ts.
+// Rows older than the applier's retention are deleted, and since_ts moves up with them.
 package ledger
 
 import (
@@ -38,6 +39,16 @@ import (
 
 // Table is the ledger's table in the meta schema.
 const Table = "dirty_keys"
+
+// RangeTable records where each changefeed's ledger starts:
+//
+//	ledger_range (changefeed PRIMARY KEY, since_ts)
+//
+// The ledger holds every change with commit ts in (since_ts, checkpoint.applied_ts].
+// since_ts is the checkpoint the applier started from when it first wrote the ledger
+// (a meta schema upgraded from a release without the ledger, or applier.ledger turned
+// on); without a row the ledger is off or was off, and holds nothing a reader may trust.
+const RangeTable = "ledger_range"
 
 // MaxPartKeys bounds the keys of one ledger row.
 const MaxPartKeys = 50000

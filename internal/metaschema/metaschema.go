@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -32,6 +33,12 @@ import (
 
 // VersionTable records every applied step: (component, version, name, applied_at).
 const VersionTable = "parity_migrations"
+
+// LegacySealVersion is the version a component's LegacySeal records in its legacy
+// version table: higher than any release before the shared table had, so those releases
+// refuse the schema ("newer than this binary") instead of writing to tables whose rules
+// they do not know.
+const LegacySealVersion = 1000000
 
 // Step is one migration step of a component. Its statements run in order; every "%s" in
 // them is replaced by the quoted meta schema. Steps are append-only: never edit, reorder
@@ -46,8 +53,14 @@ type Component struct {
 	// Name identifies the component in the version table ("cdc", "checker").
 	Name string
 	// Legacy is the version table the component kept before the shared one (its rows
-	// are versions of this component's steps); adopted once, then left alone.
+	// are versions of this component's steps); adopted once. Versions at or above
+	// LegacySealVersion in it are not versions but the seal (see LegacySeal).
 	Legacy string
+	// LegacySeal are statements that make a release from before the shared version
+	// table refuse this schema (or at least not take it for its own): typically create
+	// the legacy table if missing and record LegacySealVersion in it, a version no such
+	// release knows. Run after every migration, so fresh schemas are sealed too.
+	LegacySeal []string
 	// Tables lists the tables the component owns (Table accepts only these).
 	Tables []string
 	// Steps are the component's migrations, version i+1 at index i.
@@ -212,6 +225,11 @@ func (r *Registry) Migrate(ctx context.Context, db *sql.DB, schema string, timeo
 				return fmt.Errorf("recording meta migration %s %d: %w", c.Name, v, err)
 			}
 		}
+		for _, s := range c.LegacySeal {
+			if err := m.exec(ctx, strings.ReplaceAll(m.q(s), "%v", strconv.Itoa(LegacySealVersion))); err != nil {
+				return fmt.Errorf("sealing %s's legacy version table: %w", c.Name, err)
+			}
+		}
 	}
 	return nil
 }
@@ -283,7 +301,7 @@ func (m *migrator) adopt(ctx context.Context, c Component) (int, error) {
 		return 0, nil
 	}
 	var v int
-	if err := m.db.QueryRowContext(qctx, m.q("SELECT COALESCE(MAX(version),0) FROM %s."+ident.Quote(c.Legacy))).Scan(&v); err != nil {
+	if err := m.db.QueryRowContext(qctx, m.q("SELECT COALESCE(MAX(version),0) FROM %s."+ident.Quote(c.Legacy)+" WHERE version < ?"), LegacySealVersion).Scan(&v); err != nil {
 		return 0, fmt.Errorf("reading %s.%s: %w", m.raw, c.Legacy, err)
 	}
 	for i := 1; i <= v; i++ {

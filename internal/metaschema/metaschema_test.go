@@ -128,9 +128,19 @@ func TestMigrateAdoptsLegacyVersions(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	r := registry(Component{Name: "a", Legacy: "old_versions", Tables: []string{"a"}, Steps: []Step{a1, a2}})
+	seal := []string{
+		"CREATE TABLE IF NOT EXISTS %s.old_versions (version INT PRIMARY KEY, applied_at DATETIME(3))",
+		"INSERT IGNORE INTO %s.old_versions VALUES (%v, NOW(3))",
+	}
+	r := registry(Component{Name: "a", Legacy: "old_versions", LegacySeal: seal, Tables: []string{"a"}, Steps: []Step{a1, a2}})
 	if err := r.Migrate(ctx, d.DB, schema, 10*time.Second); err != nil {
 		t.Fatal(err)
+	}
+	// The legacy table is sealed (a release that reads only it sees a version it does
+	// not know), and its own rows are kept.
+	var maxV, n int
+	if err := d.DB.QueryRow("SELECT MAX(version), COUNT(*) FROM "+ident.Table(schema, "old_versions")).Scan(&maxV, &n); err != nil || maxV != LegacySealVersion || n != 2 {
+		t.Fatalf("legacy table after migration: max %d, %d rows (%v); want the seal and version 1", maxV, n, err)
 	}
 	if got := columns(t, d.DB, schema, "a"); got != "id,legacy,x" {
 		t.Fatalf("a has columns %s, want id,legacy,x (step 1 adopted, step 2 applied)", got)
@@ -152,6 +162,28 @@ func TestMigrateAdoptsLegacyVersions(t *testing.T) {
 	}
 	if err := r.Migrate(ctx, d.DB, schema2, 10*time.Second); !errors.Is(err, ErrNewer) {
 		t.Fatalf("legacy version 3 with 2 steps known: %v", err)
+	}
+}
+
+// TestMigrateSealsFreshSchemas: a schema created by this migrator is sealed too, so a
+// release from before it does not take an empty legacy table for a schema of its own.
+func TestMigrateSealsFreshSchemas(t *testing.T) {
+	d := testenv.Downstream(t)
+	schema := d.Name + "_fresh"
+	t.Cleanup(func() { _, _ = d.DB.Exec("DROP DATABASE IF EXISTS " + ident.Quote(schema)) })
+	r := registry(Component{Name: "a", Legacy: "old_versions", Tables: []string{"a"}, Steps: []Step{a1},
+		LegacySeal: []string{"CREATE TABLE IF NOT EXISTS %s.old_versions (version INT PRIMARY KEY)", "INSERT IGNORE INTO %s.old_versions VALUES (%v)"}})
+	for range 2 {
+		if err := r.Migrate(context.Background(), d.DB, schema, 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var v int
+	if err := d.DB.QueryRow("SELECT MAX(version) FROM " + ident.Table(schema, "old_versions")).Scan(&v); err != nil || v != LegacySealVersion {
+		t.Fatalf("fresh schema's legacy table: %d (%v)", v, err)
+	}
+	if got, want := versions(t, d.DB, schema), "a/1 create a"; got != want {
+		t.Fatalf("versions %q, want %q (the seal is not a version)", got, want)
 	}
 }
 
