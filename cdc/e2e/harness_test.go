@@ -288,14 +288,21 @@ type serve struct {
 
 func (e *env) startServe() *serve {
 	e.t.Helper()
+	return e.startServeCmd(exec.Command(parityBin, "serve", "--config", e.configPath))
+}
+
+// startServeCmd starts a `parity serve` command, logging to e.logPath (appended), and
+// makes sure it is killed when the test ends.
+func (e *env) startServeCmd(cmd *exec.Cmd) *serve {
+	e.t.Helper()
 	logf, err := os.OpenFile(e.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	cmd := exec.Command(parityBin, "serve", "--config", e.configPath)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
-		e.t.Fatalf("start parity serve: %v", err)
+		logf.Close()
+		e.t.Fatalf("start %s: %v", cmd.Path, err)
 	}
 	s := &serve{cmd: cmd, log: logf, done: make(chan struct{})}
 	go func() {

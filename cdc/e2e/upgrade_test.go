@@ -244,26 +244,10 @@ func previousBinary(t *testing.T, commit string) string {
 // flags, which both the old and the new release read the same way, logging to e.logPath.
 func (e *env) startServeBin(bin, spillDir string) *serve {
 	e.t.Helper()
-	logf, err := os.OpenFile(e.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "serve",
+	return e.startServeCmd(exec.Command(bin, "serve",
 		"--changefeed-id", e.meta, "--brokers", e.broker, "--topics", e.topic, "--time-zone", "+00:00",
 		"--downstream-dsn", e.downDSN, "--meta-schema", e.meta, "--spill-dir", spillDir,
-		"--status-addr", e.statusAddr, "--log-level", "info", "--workers", "4")
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		e.t.Fatalf("start %s serve: %v", bin, err)
-	}
-	s := &serve{cmd: cmd, log: logf, done: make(chan struct{})}
-	go func() {
-		s.err = cmd.Wait()
-		logf.Close()
-		close(s.done)
-	}()
-	e.t.Cleanup(s.kill)
-	return s
+		"--status-addr", e.statusAddr, "--log-level", "info", "--workers", "4"))
 }
 
 // waitAppliedPast waits up to timeout for serve's checkpoint to move beyond ts, so that
