@@ -97,7 +97,7 @@ func (p *SnapshotPair) Age() time.Duration { return time.Since(p.OpenedAt) }
 // OpenSnapshotPair opens a snapshot pair at cfg.TS. The downstream connections are taken
 // before the barrier and their transactions started inside it, so the pause is a few
 // statements per connection.
-func OpenSnapshotPair(ctx context.Context, b Barrierer, cfg SnapshotPairConfig) (p *SnapshotPair, err error) {
+func OpenSnapshotPair(ctx context.Context, b Barrierer, cfg SnapshotPairConfig) (_ *SnapshotPair, err error) {
 	if cfg.Conns == 0 {
 		cfg.Conns = 4
 	}
@@ -108,8 +108,8 @@ func OpenSnapshotPair(ctx context.Context, b Barrierer, cfg SnapshotPairConfig) 
 		return nil, fmt.Errorf("snapshot pair: %w", err)
 	}
 	ts := strconv.FormatUint(cfg.TS, 10)
-	p = &SnapshotPair{TS: cfg.TS}
-	defer func() {
+	p := &SnapshotPair{TS: cfg.TS}
+	defer func() { // p, not the result: a failed open returns nil
 		if err != nil {
 			_ = p.Close()
 		}

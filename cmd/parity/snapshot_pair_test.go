@@ -79,6 +79,15 @@ func TestSnapshotPairsUnderLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer kill.Close()
+	// A TSO the applier has passed: its barrier refuses, the pair is not opened, and its
+	// connections go back to their pool.
+	waitApplied(t, rep, importTs+1)
+	if _, err := checker.OpenSnapshotPair(ctx, rep, checker.SnapshotPairConfig{TS: importTs, UpstreamDSN: upDSN, Downstream: down.DB, Kill: kill}); !errors.Is(err, cdc.ErrBarrierPassed) {
+		t.Fatalf("a pair at a passed TSO: %v, want cdc.ErrBarrierPassed", err)
+	}
+	if inUse := down.DB.Stats().InUse; inUse != 0 {
+		t.Fatalf("%d downstream connections still in use after a refused pair", inUse)
+	}
 	var pauses []time.Duration
 	for i := 0; i < 3; i++ {
 		time.Sleep(1500 * time.Millisecond) // let load and replication move on
@@ -163,4 +172,15 @@ func waitFile(t *testing.T, path string, done <-chan error) uint64 {
 	}
 	t.Fatal("no import within 2 minutes")
 	return 0
+}
+
+func waitApplied(t *testing.T, rep *cdc.Replicator, ts uint64) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for rep.Status().AppliedTs < ts {
+		if time.Now().After(deadline) {
+			t.Fatalf("the applier did not pass %d in a minute (at %d)", ts, rep.Status().AppliedTs)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
