@@ -2,13 +2,12 @@ package checker
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
+	"github.com/tidb-parity/parity/internal/tso"
 )
 
 // TiDB keeps old row versions only until its GC safe point passes them: about
@@ -22,11 +21,11 @@ import (
 // tidbSafePointLayout is how TiDB stores tikv_gc_safe_point in mysql.tidb.
 const tidbSafePointLayout = "20060102-15:04:05.000 -0700"
 
-// snapshotTime returns the physical time of a tidb_snapshot value: a TSO (physical
-// milliseconds << 18) or a datetime in UTC (the checker's sessions use time_zone +00:00).
+// snapshotTime returns the physical time of a tidb_snapshot value: a TSO (tso.Time) or a
+// datetime in UTC (the checker's sessions use time_zone +00:00).
 func snapshotTime(snapshot string) (time.Time, bool) {
 	if ts, err := strconv.ParseUint(snapshot, 10, 64); err == nil {
-		return time.UnixMilli(int64(ts >> 18)).UTC(), true
+		return tso.Time(ts).UTC(), true
 	}
 	for _, layout := range []string{"2006-01-02 15:04:05.999999", "2006-01-02 15:04:05", "2006-01-02"} {
 		if t, err := time.ParseInLocation(layout, snapshot, time.UTC); err == nil {
@@ -96,12 +95,13 @@ func gcDeadline(at time.Time, life time.Duration, now time.Time) (time.Time, boo
 	return until, until.Sub(now) < 5*time.Minute
 }
 
-// snapshotHint explains TiDB's error 8055 (a snapshot older than the GC safe point).
+// snapshotHint explains TiDB's error 8055 (a snapshot older than the GC safe point) as
+// tso.Hint does, and names the snapshots the run reads at; other errors are returned as
+// they are.
 func snapshotHint(err error, cfg *Config) error {
-	var me *mysql.MySQLError
-	if err == nil || !errors.As(err, &me) || me.Number != 8055 {
+	if !tso.IsGCSafePoint(err) {
 		return err
 	}
-	return fmt.Errorf("%w (TiDB's GC collected the versions of the snapshot this run reads: start a new run with a newer snapshot, and raise tidb_gc_life_time above the run's duration; upstream snapshot %q, downstream %q)",
-		err, cfg.Upstream.Snapshot, cfg.Downstream.Snapshot)
+	return fmt.Errorf("%w; this run reads the upstream at snapshot %q and the downstream at %q: start a new run at a newer snapshot",
+		tso.Hint(err), cfg.Upstream.Snapshot, cfg.Downstream.Snapshot)
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/tidb-parity/parity/internal/position"
+	"github.com/tidb-parity/parity/internal/tso"
 )
 
 // Barrierer holds the downstream exactly at an upstream TSO while fn runs: every change
@@ -115,7 +116,7 @@ func OpenSnapshotPair(ctx context.Context, b Barrierer, cfg SnapshotPairConfig) 
 		}
 	}()
 	if p.up, err = OpenDSN(ctx, cfg.UpstreamDSN, cfg.Conns, ts, cfg.QueryTimeout); err != nil {
-		return nil, fmt.Errorf("snapshot pair at %d: upstream: %w", cfg.TS, err)
+		return nil, fmt.Errorf("snapshot pair at %d: upstream: %w", cfg.TS, tso.Hint(err))
 	}
 	for range cfg.Conns {
 		c, err := cfg.Downstream.Conn(ctx)

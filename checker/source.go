@@ -93,6 +93,11 @@ var (
 // OpenDSN opens a source on dsn with at most conns connections. snapshot, when not
 // empty, is set as tidb_snapshot on every connection (TiDB only). statementTimeout, when
 // positive, bounds every statement on the server as well (see statementLimit).
+//
+// The snapshot is a connection parameter rather than a session pinned by tso.At: every
+// connection of the pool, including one it opens again after a KILL, reads at it for
+// the whole run, and none is handed to another reader, so there is no session to reset.
+// TiDB's error 8055 on a snapshot is explained by tso.Hint (snapshotHint).
 func OpenDSN(ctx context.Context, dsn string, conns int, snapshot string, statementTimeout time.Duration) (*DSNSource, error) {
 	cfg, err := mysql.ParseDSN(dsn)
 	if err != nil {

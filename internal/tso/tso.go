@@ -41,11 +41,16 @@ func Format(ts uint64) string {
 // ErrGCSafePoint is TiDB's error 8055: the snapshot is older than the GC safe point.
 const ErrGCSafePoint = 8055
 
+// IsGCSafePoint reports whether err is (or wraps) TiDB's error 8055.
+func IsGCSafePoint(err error) bool {
+	var me *mysql.MySQLError
+	return err != nil && errors.As(err, &me) && me.Number == ErrGCSafePoint
+}
+
 // Hint explains TiDB's error 8055 (row versions at the snapshot were garbage-collected)
 // with what to do about it; other errors are returned as they are.
 func Hint(err error) error {
-	var me *mysql.MySQLError
-	if err != nil && errors.As(err, &me) && me.Number == ErrGCSafePoint {
+	if IsGCSafePoint(err) {
 		return fmt.Errorf("%w (the row versions at that TSO were garbage-collected: raise tidb_gc_life_time above the time the read needs, or read a newer TSO)", err)
 	}
 	return err

@@ -50,6 +50,10 @@ func TestHint(t *testing.T) {
 	if tso.Hint(other) != other || tso.Hint(nil) != nil {
 		t.Fatal("other errors pass through")
 	}
+	if !tso.IsGCSafePoint(fmt.Errorf("select: %w", gc)) || tso.IsGCSafePoint(other) || tso.IsGCSafePoint(nil) ||
+		tso.IsGCSafePoint(&mysql.MySQLError{Number: 1146}) {
+		t.Fatal("IsGCSafePoint")
+	}
 }
 
 // TestAt reads a real TiDB at a TSO before a change, and checks that a released
