@@ -64,6 +64,9 @@ type PlanColumn struct {
 	// Enum is set for ENUM and SET columns: their index orders by member number, but
 	// they compare with strings as text, so key predicates and walks use their text.
 	Enum bool
+	// Unsigned is set for an integer column that is UNSIGNED upstream: its key values are
+	// uint64 (keyValue).
+	Unsigned bool
 	// per side: character set and collation (index 0 upstream, 1 downstream).
 	Charset   [2]string
 	Collation [2]string

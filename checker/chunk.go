@@ -3,8 +3,6 @@ package checker
 import (
 	"bytes"
 	"cmp"
-	"encoding/json"
-	"fmt"
 	"math"
 	"math/big"
 	"strconv"
@@ -18,50 +16,6 @@ type Bound []Value
 // table, a nil Hi means to its end.
 type Range struct {
 	Lo, Hi Bound
-}
-
-// boundValueJSON is the persisted form of one value of a Bound (see DecodeBound).
-type boundValueJSON struct {
-	Null bool   `json:"n,omitempty"`
-	X    []byte `json:"x,omitempty"`
-}
-
-func encodeBound(b Bound) (string, error) {
-	if b == nil {
-		return "", nil
-	}
-	out := make([]boundValueJSON, len(b))
-	for i, v := range b {
-		if v.Null {
-			out[i].Null = true
-		} else {
-			out[i].X = v.Bytes // empty or nil: omitted, {}
-		}
-	}
-	data, err := json.Marshal(out)
-	return string(data), err
-}
-
-func decodeBound(s string) (Bound, error) {
-	if s == "" {
-		return nil, nil
-	}
-	var in []boundValueJSON
-	if err := json.Unmarshal([]byte(s), &in); err != nil {
-		return nil, fmt.Errorf("decode chunk bound: %w", err)
-	}
-	b := make(Bound, len(in))
-	for i, v := range in {
-		if v.Null {
-			b[i] = NullValue
-			continue
-		}
-		b[i] = Value{Bytes: v.X}
-		if b[i].Bytes == nil {
-			b[i].Bytes = []byte{}
-		}
-	}
-	return b, nil
 }
 
 // compareValue orders two non-NULL key values of kind k the way the drill-down queries
@@ -163,6 +117,9 @@ type Chunk struct {
 
 	retry bool    // from a resumed run: an earlier attempt may have stored differences
 	width float64 // key values spanned, when cut by value (0: cut otherwise, or open-ended)
+	// bounds are Range's ends as stored (diff_chunks.lo_bound, hi_bound; see
+	// encodeBound), set when the chunk is cut or read back.
+	bounds [2]string
 }
 
 // chunkSizer adapts the number of rows per chunk so that a checksum query takes about
@@ -282,12 +239,6 @@ const bucketRows = 64
 // drill-down costs parity and the servers more per row than the drill-down cost constants
 // count, and this keeps both pairs grouped there.
 const groupedExtra = 0.15
-
-// DecodeBound parses a chunk bound as persisted in parity_meta.diff_chunks.lo_bound /
-// hi_bound ("" is an open end, nil). The format is a JSON array with one object per key
-// column: {"n": true} for NULL, otherwise {"x": "<base64 of the value's bytes>"} ({} for
-// an empty value).
-func DecodeBound(s string) (Bound, error) { return decodeBound(s) }
 
 // valueCutter cuts a table with a single integer key by key value instead of walking its
 // index (spirit's "optimistic" chunker): the next chunk is (lo, lo+width], with no query at

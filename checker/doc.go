@@ -25,8 +25,11 @@
 // Under them: source.go (a Source: a DSN pool, or connections the caller holds at a
 // snapshot), schema.go (structures, key choice), checksum.go (every checksum and
 // row-streaming statement), sqltext.go (value literals; identifiers go through
-// internal/ident), chunk.go (key ranges, chunk sizing, cutting by value), fix.go (fix
-// SQL), state.go (the persisted run state machine), gc.go (TiDB's GC and snapshots).
+// internal/ident), keys.go (row keys in Go: key values as internal/rowkey's types, the
+// stored forms of chunk bounds and differences' keys, old and new, and "the same key
+// under the collation" for maps), chunk.go (key ranges, chunk sizing, cutting by value),
+// fix.go (fix SQL), state.go (the persisted run state machine), gc.go (TiDB's GC and
+// snapshots; TSOs and error 8055 through internal/tso).
 //
 // Where this differs from the shape first sketched for it (../shared/design/next-wave.md
 // section 3), and why:

@@ -13,21 +13,6 @@ import (
 // reported as one extra and one missing row, and deleting before inserting keeps the
 // insert. Values are literals that do not depend on the session's sql_mode.
 
-func (p *TablePlan) keyFor(row []Value) Key {
-	idx := p.Key
-	if p.Keyless {
-		idx = make([]int, len(p.Columns))
-		for i := range idx {
-			idx[i] = i
-		}
-	}
-	k := make(Key, len(idx))
-	for i, c := range idx {
-		k[i] = KeyValue{Column: p.Columns[c].Name, Value: Literal(p.Columns[c].Kind, row[c])}
-	}
-	return k
-}
-
 // insertColumns returns the columns a fix statement writes for an upstream row: the
 // compared ones, and the carried ones it was read with.
 func (p *TablePlan) insertColumns(row []Value) []PlanColumn {
@@ -134,8 +119,15 @@ func (p *TablePlan) upsert(row []Value) string {
 	return f.sql(fmt.Sprintf("INSERT INTO %s (%s) VALUES (%s) ON DUPLICATE KEY UPDATE %s;", t, columnList(cols), valueList(&f, cols, row), strings.Join(sets, ", ")))
 }
 
+// difference returns a difference of kind about row, with its key.
+func (p *TablePlan) difference(kind DiffKind, row []Value) Difference {
+	d := Difference{Kind: kind}
+	d.Key, d.rk = p.keyFor(row)
+	return d
+}
+
 func (p *TablePlan) missing(row []Value, n int) Difference {
-	d := Difference{Kind: Missing, Key: p.keyFor(row)}
+	d := p.difference(Missing, row)
 	if p.Keyless {
 		var f fixStatement
 		cols := p.insertColumns(row)
@@ -151,11 +143,13 @@ func (p *TablePlan) missing(row []Value, n int) Difference {
 }
 
 func (p *TablePlan) differing(row []Value, cols []string) Difference {
-	return Difference{Kind: Differing, Key: p.keyFor(row), Columns: cols, fix: p.upsert(row)}
+	d := p.difference(Differing, row)
+	d.Columns, d.fix = cols, p.upsert(row)
+	return d
 }
 
 func (p *TablePlan) extra(row []Value, n int) Difference {
-	d := Difference{Kind: Extra, Key: p.keyFor(row)}
+	d := p.difference(Extra, row)
 	var f fixStatement
 	var conds []string
 	if p.Keyless {

@@ -214,8 +214,9 @@ func NewPlan(up, down *Table, ignored func(string) bool) (*TablePlan, error) {
 			continue
 		}
 		p.Columns = append(p.Columns, PlanColumn{Name: uc.Name, Kind: uc.Kind, NotNull: !uc.Nullable && !dc.Nullable,
-			Enum:    uc.DataType == "enum" || uc.DataType == "set",
-			Charset: [2]string{uc.Charset, dc.Charset}, Collation: [2]string{uc.Collation, dc.Collation},
+			Enum:     uc.DataType == "enum" || uc.DataType == "set",
+			Unsigned: uc.Kind == KindInt && strings.Contains(uc.ColumnType, "unsigned"),
+			Charset:  [2]string{uc.Charset, dc.Charset}, Collation: [2]string{uc.Collation, dc.Collation},
 			MaxBytes: max(uc.MaxBytes, dc.MaxBytes)})
 	}
 	for _, dc := range down.Columns {

@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -164,7 +163,7 @@ func (rc *rechecker) table(ctx context.Context, t *target) (int64, error) {
 		}
 		var news []storedDiff
 		for _, d := range found {
-			if c, ok := u.found.chunkOf[keyText(d.Key)]; ok {
+			if c, ok := u.found.chunkOf(t.plan, d); ok {
 				news = append(news, newStoredDiff(c, next[c], d))
 				next[c]++
 			}
@@ -223,9 +222,19 @@ func (rc *rechecker) redrillKeyless(ctx context.Context, t *target, c storedChun
 	before := map[string]int64{} // kind and row → copies found before
 	bytes := 0
 	limit := -1
-	rowKey := func(kind DiffKind, k Key) string { return string(kind) + "\x00" + keyText(k) }
-	err = rc.st.scanDifferences(ctx, t.idx, fmt.Sprintf(" AND chunk_seq = %d", c.Seq), int64(c.Seq), -1, &limit, func(_, _ int64, d Difference, fix string) error {
-		k := rowKey(d.Kind, d.Key)
+	// A keyless row is the same row when its values are exactly the same: the exact key
+	// of every column (keys.go), after its kind.
+	rowKey := func(kind DiffKind, rk string) string { return string(kind) + "\x00" + rk }
+	err = rc.st.scanDifferences(ctx, t.idx, fmt.Sprintf(" AND chunk_seq = %d", c.Seq), int64(c.Seq), -1, &limit, func(_, n int64, d Difference, fix string) error {
+		vals, err := p.keyValues(d)
+		if err != nil {
+			return fmt.Errorf("difference %d of chunk %d: %w", n, c.Seq, err)
+		}
+		rk, err := exactKey(vals)
+		if err != nil {
+			return fmt.Errorf("difference %d of chunk %d: %w", n, c.Seq, err)
+		}
+		k := rowKey(d.Kind, rk)
 		before[k] += int64(max(1, d.Count))
 		if bytes += len(fix) + len(k); bytes >= recheckBatchBytes {
 			return errBatchFull
@@ -241,7 +250,8 @@ func (rc *rechecker) redrillKeyless(ctx context.Context, t *target, c storedChun
 		return nil, false, err
 	}
 	keep := func(kind DiffKind, row []Value, n int64) int64 {
-		k := rowKey(kind, p.keyFor(row))
+		_, rk := p.keyFor(row)
+		k := rowKey(kind, string(rk))
 		n = min(n, before[k])
 		before[k] -= n
 		return n
@@ -258,42 +268,4 @@ func (rc *rechecker) redrillKeyless(ctx context.Context, t *target, c storedChun
 		return nil, false, fmt.Errorf("chunk %d: %w", c.Seq, err)
 	}
 	return news, true, nil
-}
-
-// keyBound reads a stored difference's key (its columns in key order, values as written
-// by Literal) back into key values.
-func (p *TablePlan) keyBound(k Key) (Bound, error) {
-	if len(k) != len(p.Key) {
-		return nil, fmt.Errorf("key %s does not match the table's key (%s)", keyColumns(k), strings.Join(p.KeyNames(), ", "))
-	}
-	b := make(Bound, len(k))
-	for i, kv := range k {
-		if !strings.EqualFold(kv.Column, p.Columns[p.Key[i]].Name) {
-			return nil, fmt.Errorf("key %s does not match the table's key (%s)", keyColumns(k), strings.Join(p.KeyNames(), ", "))
-		}
-		v, err := parseLiteral(kv.Value)
-		if err != nil {
-			return nil, fmt.Errorf("key column %s: %w", kv.Column, err)
-		}
-		b[i] = v
-	}
-	return b, nil
-}
-
-func keyColumns(k Key) string {
-	names := make([]string, len(k))
-	for i, kv := range k {
-		names[i] = kv.Column
-	}
-	return "(" + strings.Join(names, ", ") + ")"
-}
-
-// keyText identifies a key by its columns' literals.
-func keyText(k Key) string {
-	var b strings.Builder
-	for _, kv := range k {
-		b.WriteString(kv.Value)
-		b.WriteByte(0)
-	}
-	return b.String()
 }

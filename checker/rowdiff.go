@@ -18,6 +18,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/tidb-parity/parity/internal/rowkey"
 )
 
 // DiffKind classifies a row difference.
@@ -90,7 +92,8 @@ type Difference struct {
 	// Count is how many copies of a keyless row are missing or extra (omitted when 1).
 	Count int `json:"count,omitempty"`
 
-	fix string // fix SQL statement(s)
+	fix string     // fix SQL statement(s)
+	rk  rowkey.Key // the exact key (keys.go); nil when stored by an earlier release
 }
 
 // canon returns a canonical form of v for kind k: two values are equal exactly when their

@@ -143,8 +143,17 @@ func (s *rangeScope) cut(ctx context.Context) error {
 		return err
 	}
 	batch := make([]Chunk, len(his))
+	lo, err := s.t.plan.encodeBound(s.lo)
+	if err != nil {
+		return fmt.Errorf("table %s: %w", s.t.name, err)
+	}
 	for i, hi := range his {
-		batch[i] = Chunk{Table: s.t.idx, Seq: s.seq, Range: Range{Lo: s.lo, Hi: hi}, Last: hi == nil}
+		enc, err := s.t.plan.encodeBound(hi)
+		if err != nil {
+			return fmt.Errorf("table %s: %w", s.t.name, err)
+		}
+		batch[i] = Chunk{Table: s.t.idx, Seq: s.seq, Range: Range{Lo: s.lo, Hi: hi}, Last: hi == nil, bounds: [2]string{lo, enc}}
+		lo = enc
 		if widths != nil {
 			batch[i].width = widths[i]
 		}
@@ -355,9 +364,34 @@ var errBatchFull = errors.New("re-check batch full")
 
 // foundDiffs are the stored differences a key unit re-reads.
 type foundDiffs struct {
-	refs    []diffRef
-	chunkOf map[string]int // key text → the chunk it was found in (the first, if several)
-	rows    map[int]int64  // chunk → differing rows of the refs in it
+	refs  []diffRef
+	rows  map[int]int64  // chunk → differing rows of the refs in it
+	exact map[string]int // exact key → the chunk it was found in (the first, if several)
+}
+
+func newFoundDiffs() *foundDiffs {
+	return &foundDiffs{rows: map[int]int64{}, exact: map[string]int{}}
+}
+
+// add records stored difference ref, of key values vals and rows differing rows.
+func (f *foundDiffs) add(p *TablePlan, ref diffRef, vals []any, rows int64) error {
+	k, err := exactKey(vals)
+	if err != nil {
+		return err
+	}
+	f.refs = append(f.refs, ref)
+	f.rows[ref.seq] += rows
+	if _, dup := f.exact[k]; !dup {
+		f.exact[k] = ref.seq
+	}
+	return nil
+}
+
+// chunkOf returns the chunk in which the key of a difference found again (d.rk) was
+// stored.
+func (f *foundDiffs) chunkOf(p *TablePlan, d Difference) (int, bool) {
+	c, ok := f.exact[string(d.rk)]
+	return c, ok
 }
 
 // keyScope hands out the keys of a keyed table's stored differences, in (chunk, n)
@@ -384,7 +418,7 @@ func openKeyScope(ctx context.Context, t *target, st *store) (*keyScope, error) 
 func (s *keyScope) next(ctx context.Context) (unit, bool, error) {
 	p := s.t.plan
 	for !s.ended {
-		u := unit{Chunk: Chunk{Table: s.t.idx}, found: &foundDiffs{chunkOf: map[string]int{}, rows: map[int]int64{}}}
+		u := unit{Chunk: Chunk{Table: s.t.idx}, found: newFoundDiffs()}
 		bytes := 0
 		limit := recheckBatch
 		err := s.st.scanDifferences(ctx, s.t.idx, "", s.seq, s.after, &limit, func(sq, n int64, d Difference, fix string) error {
@@ -393,17 +427,14 @@ func (s *keyScope) next(ctx context.Context) (unit, bool, error) {
 			if !ok || int(n) > c {
 				return nil // stored after the scope opened
 			}
-			k, err := p.keyBound(d.Key)
+			vals, err := p.keyValues(d)
+			if err == nil {
+				err = u.found.add(p, diffRef{seq: int(sq), n: int(n)}, vals, int64(max(1, d.Count)))
+			}
 			if err != nil {
 				return fmt.Errorf("difference %d of chunk %d: %w", n, sq, err)
 			}
-			u.found.refs = append(u.found.refs, diffRef{seq: int(sq), n: int(n)})
-			u.keys = append(u.keys, k)
-			kt := keyText(d.Key)
-			if _, dup := u.found.chunkOf[kt]; !dup {
-				u.found.chunkOf[kt] = int(sq)
-			}
-			u.found.rows[int(sq)] += int64(max(1, d.Count))
+			u.keys = append(u.keys, boundOf(vals))
 			if bytes += len(fix); bytes >= recheckBatchBytes {
 				return errBatchFull
 			}

@@ -106,8 +106,10 @@ func plainText(b []byte) bool {
 	return true
 }
 
-// parseLiteral reads back a literal written by Literal (a stored difference's key value):
-// NULL, a number, 'plain text', X'hex', _utf8mb4 X'hex' or CONVERT(X'hex' USING utf8mb4).
+// parseLiteral reads back a literal written by Literal: NULL, a number, 'plain text',
+// X'hex', _utf8mb4 X'hex' or CONVERT(X'hex' USING utf8mb4). It reads the keys of
+// differences stored by releases before rowkey, which kept only their literals
+// (keys.go, storedDifference).
 func parseLiteral(s string) (Value, error) {
 	hexOf := func(h string) (Value, error) {
 		b, err := hex.DecodeString(h)

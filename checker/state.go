@@ -285,19 +285,11 @@ func (s *store) addChunks(ctx context.Context, cs []Chunk) error {
 	args := make([]any, 0, len(cs)*7)
 	sb.WriteString(s.q("INSERT INTO %s.diff_chunks (run_id, table_idx, seq, lo_bound, hi_bound, is_last, state, updated_at) VALUES "))
 	for i, c := range cs {
-		lo, err := encodeBound(c.Range.Lo)
-		if err != nil {
-			return err
-		}
-		hi, err := encodeBound(c.Range.Hi)
-		if err != nil {
-			return err
-		}
 		if i > 0 {
 			sb.WriteString(", ")
 		}
 		sb.WriteString("(?, ?, ?, ?, ?, ?, ?, NOW(3))")
-		args = append(args, s.runID, c.Table, c.Seq, lo, hi, c.Last, chunkPending)
+		args = append(args, s.runID, c.Table, c.Seq, c.bounds[0], c.bounds[1], c.Last, chunkPending)
 	}
 	fail := func(err error) error {
 		return fmt.Errorf("record chunks %d-%d of table %d: %w", first.Seq, last.Seq, first.Table, err)
@@ -360,11 +352,12 @@ func (s *store) chunksWhere(ctx context.Context, table int, clause string) ([]st
 			return nil, fmt.Errorf("read chunks of table %d: %w", table, err)
 		}
 		if c.Range.Lo, err = decodeBound(lo); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("chunk %d of table %d: %w", c.Seq, table, err)
 		}
 		if c.Range.Hi, err = decodeBound(hi); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("chunk %d of table %d: %w", c.Seq, table, err)
 		}
+		c.bounds = [2]string{lo, hi}
 		out = append(out, c)
 	}
 	return out, rows.Err()
@@ -398,12 +391,11 @@ type storedDiff struct {
 	seq  int // its chunk
 	n    int
 	diff Difference
-	data string // diff as JSON
+	data string // diff as stored (storedDifference)
 }
 
 func newStoredDiff(seq, n int, d Difference) storedDiff {
-	data, _ := json.Marshal(d)
-	return storedDiff{seq: seq, n: n, diff: d, data: string(data)}
+	return storedDiff{seq: seq, n: n, diff: d, data: marshalDifference(d)}
 }
 
 // size is what the difference adds to an INSERT.
@@ -550,14 +542,6 @@ func (s *store) commitChunks(ctx context.Context, batch []chunkUpdate, checkpoin
 		args := make([]any, 0, len(batch)*13)
 		sb.WriteString(s.q("INSERT INTO %s.diff_chunks (run_id, table_idx, seq, lo_bound, hi_bound, is_last, state, up_count, down_count, up_sum, down_sum, differences, attempts, updated_at) VALUES "))
 		for i, u := range batch {
-			lo, err := encodeBound(u.chunk.Range.Lo)
-			if err != nil {
-				return err
-			}
-			hi, err := encodeBound(u.chunk.Range.Hi)
-			if err != nil {
-				return err
-			}
 			if i > 0 {
 				sb.WriteString(", ")
 			}
@@ -572,7 +556,7 @@ func (s *store) commitChunks(ctx context.Context, batch []chunkUpdate, checkpoin
 				state = chunkDone
 				upCount, downCount, upSum, downSum = u.res.up.count, u.res.down.count, u.res.up.sum, u.res.down.sum
 			}
-			args = append(args, s.runID, u.chunk.Table, u.chunk.Seq, lo, hi, u.chunk.Last, state,
+			args = append(args, s.runID, u.chunk.Table, u.chunk.Seq, u.chunk.bounds[0], u.chunk.bounds[1], u.chunk.Last, state,
 				upCount, downCount, upSum, downSum, u.res.differences, attempts)
 		}
 		sb.WriteString(" ON DUPLICATE KEY UPDATE state = VALUES(state), up_count = VALUES(up_count), down_count = VALUES(down_count)," +
@@ -679,8 +663,8 @@ func (s *store) scanDifferences(ctx context.Context, table int, clause string, s
 					return fmt.Errorf("read difference %d of chunk %d of table %d: %w", r.n, r.seq, table, err)
 				}
 			}
-			var d Difference
-			if err := json.Unmarshal([]byte(r.data), &d); err != nil {
+			d, err := unmarshalDifference(r.data)
+			if err != nil {
 				return fmt.Errorf("decode difference %d of chunk %d of table %d: %w", r.n, r.seq, table, err)
 			}
 			if err := fn(r.seq, r.n, d, r.fix); err != nil {

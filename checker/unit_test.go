@@ -75,28 +75,6 @@ func FuzzLiteral(f *testing.F) {
 	})
 }
 
-func FuzzBoundRoundTrip(f *testing.F) {
-	f.Add([]byte("a"), []byte{}, true)
-	f.Add([]byte{0xff, 0}, []byte("x"), false)
-	f.Fuzz(func(t *testing.T, a, b []byte, null bool) {
-		in := Bound{{Bytes: a}, {Bytes: b}}
-		if null {
-			in[1] = NullValue
-		}
-		s, err := encodeBound(in)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out, err := decodeBound(s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(out) != 2 || !bytes.Equal(out[0].Bytes, a) || out[1].Null != null || (!null && !bytes.Equal(out[1].Bytes, b)) {
-			t.Fatalf("round trip %+v -> %s -> %+v", in, s, out)
-		}
-	})
-}
-
 // FuzzLiteralRoundTrip: parseLiteral (the re-check's reader of stored key literals) reads
 // every literal Literal writes back to its value, and refuses, without panicking, what it
 // did not write.

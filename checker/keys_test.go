@@ -1,0 +1,296 @@
+package checker
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"math"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/tidb-parity/parity/internal/rowkey"
+)
+
+// keysPlan has a key of every kind keys.go types differently, and a non-key column.
+func keysPlan() *TablePlan {
+	return &TablePlan{
+		Columns: []PlanColumn{
+			{Name: "s", Kind: KindString, Collation: [2]string{"utf8mb4_general_ci", "utf8mb4_general_ci"}},
+			{Name: "i", Kind: KindInt},
+			{Name: "u", Kind: KindInt, Unsigned: true},
+			{Name: "f", Kind: KindDouble},
+			{Name: "d", Kind: KindDecimal},
+			{Name: "t", Kind: KindTemporal},
+			{Name: "b", Kind: KindBinary},
+			{Name: "bit", Kind: KindBit},
+			{Name: "v", Kind: KindString},
+		},
+		Key: []int{0, 1, 2, 3, 4, 5, 6, 7},
+	}
+}
+
+// TestKeyValues pins the Go type of every kind of key value (the mapping keys.go
+// documents) and that the Value read back is the same SQL value.
+func TestKeyValues(t *testing.T) {
+	p := keysPlan()
+	col := func(name string) PlanColumn {
+		for _, c := range p.Columns {
+			if c.Name == name {
+				return c
+			}
+		}
+		t.Fatalf("no column %s", name)
+		return PlanColumn{}
+	}
+	for _, c := range []struct {
+		col  string
+		in   Value
+		want any
+		back string // the Value's text read back ("" : the same as in)
+	}{
+		{"s", StringValue("o'k é"), "o'k é", ""},
+		{"s", NullValue, nil, ""},
+		{"s", StringValue(""), "", ""},
+		{"i", StringValue("-42"), int64(-42), ""},
+		{"i", StringValue("18446744073709551615"), uint64(math.MaxUint64), ""}, // an unsigned downstream's value
+		{"i", StringValue("0000"), int64(0), "0"},                              // YEAR 0
+		{"i", StringValue("99999999999999999999"), "99999999999999999999", ""}, // no server prints it: its text
+		{"u", StringValue("7"), uint64(7), ""},
+		{"u", StringValue("-1"), int64(-1), ""}, // a signed downstream's value
+		{"bit", StringValue("5"), uint64(5), ""},
+		{"f", StringValue("1e+21"), 1e21, ""},
+		{"f", StringValue("1e21"), 1e21, "1e+21"},
+		{"f", StringValue("-0"), math.Copysign(0, -1), "0"}, // rowkey: -0 is 0
+		{"f", StringValue("NaN"), "NaN", ""},
+		{"d", StringValue("-0.50"), "-0.50", ""},
+		{"t", StringValue("2024-02-29 23:59:59.500"), "2024-02-29 23:59:59.500", ""},
+		{"b", Value{Bytes: []byte{0, 0xff}}, []byte{0, 0xff}, ""},
+		{"b", Value{Bytes: []byte{}}, []byte{}, ""},
+	} {
+		got := keyValue(col(c.col), c.in)
+		if !reflect.DeepEqual(got, c.want) {
+			t.Errorf("%s %q: %#v, want %#v", c.col, c.in.Bytes, got, c.want)
+			continue
+		}
+		k, err := rowkey.Encode(got)
+		if err != nil {
+			t.Fatal(err)
+		}
+		vals, err := k.Values()
+		if err != nil {
+			t.Fatal(err)
+		}
+		back := valueOfKey(vals[0])
+		want := c.in
+		if c.back != "" {
+			want = StringValue(c.back)
+		}
+		if back.Null != want.Null || !bytes.Equal(back.Bytes, want.Bytes) {
+			t.Errorf("%s %q read back as %q, want %q", c.col, c.in.Bytes, back.Bytes, want.Bytes)
+		}
+	}
+}
+
+// TestBoundForms: a bound is stored as a rowkey.Key, typed by the key's columns; bounds
+// stored as JSON by earlier releases (this one copied from checker/testdata/oldrun) still
+// decode.
+func TestBoundForms(t *testing.T) {
+	p := keysPlan()
+	b := Bound{StringValue("Ésa"), StringValue("-3"), StringValue("18446744073709551615"), StringValue("2.5"),
+		StringValue("-0.01"), StringValue("2038-01-19 03:14:07.000"), {Bytes: []byte{0, '\''}}, NullValue}
+	enc, err := p.encodeBound(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(enc, boundPrefix) {
+		t.Fatalf("stored as %s", enc)
+	}
+	got, err := decodeBound(enc)
+	if err != nil || !reflect.DeepEqual(got, b) {
+		t.Fatalf("%s decodes to %+v (%v), want %+v", enc, got, err, b)
+	}
+	raw, _ := strings.CutPrefix(enc, boundPrefix)
+	if k, _ := base64.StdEncoding.DecodeString(raw); rowkey.Key(k).String() != "'Ésa', -3, 18446744073709551615, 2.5, '-0.01', '2038-01-19 03:14:07.000', X'0027', NULL" {
+		t.Errorf("stored key reads %s", rowkey.Key(k))
+	}
+	// Prefixes of the key (TiDB region starts can be shorter) and no bound at all.
+	if enc, err := p.encodeBound(b[:1]); err != nil {
+		t.Fatal(err)
+	} else if got, _ := decodeBound(enc); !reflect.DeepEqual(got, b[:1]) {
+		t.Errorf("one-value bound: %+v", got)
+	}
+	if enc, err := p.encodeBound(nil); enc != "" || err != nil {
+		t.Errorf("open end stored as %q (%v)", enc, err)
+	}
+	if got, err := decodeBound(""); got != nil || err != nil {
+		t.Errorf("open end read as %+v (%v)", got, err)
+	}
+	if got, err := decodeBound(boundPrefix); got == nil || len(got) != 0 || err != nil {
+		t.Errorf("a bound of no values read as %#v (%v): nil is an open end", got, err)
+	}
+	if _, err := p.encodeBound(append(b, StringValue("x"))); err == nil {
+		t.Error("a bound longer than the key was stored")
+	}
+	old := `[{"x":"azAwOTk="},{"x":"OTk="},{"x":"LTc1LjI1"},{"x":"MjAyNC0wMy0wMSAwMDowMTozOC41MDA="},{"x":"AAK1"},{"n":true},{}]`
+	got, err = decodeBound(old)
+	want := Bound{StringValue("k0099"), StringValue("99"), StringValue("-75.25"), StringValue("2024-03-01 00:01:38.500"), {Bytes: []byte{0, 2, 0xb5}}, NullValue, StringValue("")}
+	if err != nil || !reflect.DeepEqual(got, want) {
+		t.Errorf("old bound %s: %+v (%v)", old, got, err)
+	}
+	for _, bad := range []string{"{}", "rk:%%", "rk:" + "AQ==" + "AQ==", "[1]", "x"} {
+		if _, err := decodeBound(bad); err == nil {
+			t.Errorf("decodeBound(%q) accepted", bad)
+		}
+	}
+}
+
+// TestStoredDifferenceForms: a stored difference carries its rowkey.Key beside the report
+// form, which report.json keeps as it was; one stored by an earlier release (no rk, as in
+// checker/testdata/oldrun) gives the same key values from its literals.
+func TestStoredDifferenceForms(t *testing.T) {
+	p := keysPlan()
+	row := []Value{StringValue("o'k"), StringValue("-5"), StringValue("9223372036854775808"), StringValue("1e+21"),
+		StringValue("-0.01"), StringValue("1999-12-31 23:59:59.999"), {Bytes: []byte{0x27}}, StringValue("3"), StringValue("v")}
+	d := p.missing(row, 1)
+	stored := marshalDifference(d)
+	report, err := json.Marshal(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantReport := `{"kind":"missing","key":{"s":"_utf8mb4 X'6F276B'","i":"-5","u":"9223372036854775808","f":"1e+21","d":"-0.01","t":"'1999-12-31 23:59:59.999'","b":"X'27'","bit":"3"}}`
+	if string(report) != wantReport {
+		t.Errorf("report entry %s\nwant %s", report, wantReport)
+	}
+	if !strings.HasPrefix(stored, strings.TrimSuffix(wantReport, "}")+`,"rk":"`) {
+		t.Errorf("stored as %s", stored)
+	}
+	got, err := unmarshalDifference(stored)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got.rk, d.rk) || got.rk == nil {
+		t.Fatalf("rk read back %x, stored %x", got.rk, d.rk)
+	}
+	viaKey, err := p.keyValues(got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, err := unmarshalDifference(string(report)) // as an earlier release stored it
+	if err != nil || old.rk != nil {
+		t.Fatalf("old form: %v, rk %x", err, old.rk)
+	}
+	viaLiterals, err := p.keyValues(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []any{"o'k", int64(-5), uint64(1 << 63), 1e21, "-0.01", "1999-12-31 23:59:59.999", []byte{0x27}, uint64(3)}
+	if !reflect.DeepEqual(viaKey, want) || !reflect.DeepEqual(viaLiterals, want) {
+		t.Errorf("key values: from rk %#v, from literals %#v, want %#v", viaKey, viaLiterals, want)
+	}
+	// A key of other columns than the table's is refused, naming both.
+	other := old
+	other.Key = append(Key{}, old.Key...)
+	other.Key[1].Column = "j"
+	if _, err := p.keyValues(other); err == nil || !strings.Contains(err.Error(), "(s, j, u") {
+		t.Errorf("foreign key columns: %v", err)
+	}
+}
+
+// FuzzBoundRoundTrip: a bound of any values of any two key kinds is stored and read back
+// as the same SQL values (the same bytes for text, binary, DECIMAL, temporal and JSON
+// values; the same number for integers and floats), and stored again identically; any
+// text (either stored form, or neither) decodes to a bound or an error.
+func FuzzBoundRoundTrip(f *testing.F) {
+	f.Add([]byte("a"), []byte{}, uint8(KindString), uint8(KindBinary), true)
+	f.Add([]byte("-12"), []byte("1e21"), uint8(KindInt), uint8(KindDouble), false)
+	f.Add([]byte("0000"), []byte("-0"), uint8(KindInt), uint8(KindFloat), false)
+	f.Add([]byte("18446744073709551615"), []byte("-0.50"), uint8(KindBit), uint8(KindDecimal), false)
+	f.Add([]byte(`[{"x":"MTIz"},{"n":true},{}]`), []byte("rk:AgAAAAAAAAAB"), uint8(KindJSON), uint8(KindTemporal), true)
+	f.Fuzz(func(t *testing.T, a, b []byte, ka, kb uint8, null bool) {
+		p := &TablePlan{Columns: []PlanColumn{
+			{Name: "a", Kind: Kind(int(ka) % (int(KindJSON) + 1)), Unsigned: ka > 128},
+			{Name: "b", Kind: Kind(int(kb) % (int(KindJSON) + 1))},
+		}, Key: []int{0, 1}}
+		in := Bound{{Bytes: a}, {Bytes: b}}
+		if null {
+			in[1] = NullValue
+		}
+		s, err := p.encodeBound(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := decodeBound(s)
+		if err != nil {
+			t.Fatalf("%s: %v", s, err)
+		}
+		if len(out) != 2 {
+			t.Fatalf("%+v -> %s -> %+v", in, s, out)
+		}
+		for i, c := range p.Columns {
+			x, y := keyValue(c, in[i]), keyValue(c, out[i])
+			kx, err1 := rowkey.Encode(x)
+			ky, err2 := rowkey.Encode(y)
+			if err1 != nil || err2 != nil || !bytes.Equal(kx, ky) {
+				t.Fatalf("column %d (%s): %q stored as %s, read back %q: keys %x and %x", i, c.Kind, in[i].Bytes, s, out[i].Bytes, kx, ky)
+			}
+			switch x.(type) {
+			case int64, uint64, float64:
+				if compareValue(c.Kind, in[i], out[i]) != 0 {
+					t.Fatalf("column %d (%s): %q read back as %q", i, c.Kind, in[i].Bytes, out[i].Bytes)
+				}
+			default:
+				if in[i].Null != out[i].Null || !bytes.Equal(in[i].Bytes, out[i].Bytes) {
+					t.Fatalf("column %d (%s): %q read back as %q", i, c.Kind, in[i].Bytes, out[i].Bytes)
+				}
+			}
+		}
+		if again, err := p.encodeBound(out); err != nil || again != s {
+			t.Fatalf("stored again as %s, first %s (%v)", again, s, err)
+		}
+		for _, text := range []string{string(a), boundPrefix + string(b), boundPrefix + base64.StdEncoding.EncodeToString(b)} {
+			if got, err := decodeBound(text); err == nil && strings.HasPrefix(text, boundPrefix) {
+				if _, err := p.encodeBound(got[:min(len(got), 2)]); err != nil {
+					t.Fatalf("decoded %q, cannot store it again: %v", text, err)
+				}
+			}
+		}
+	})
+}
+
+// FuzzStoredKey: the re-check's reader of stored differences (keyValues, both forms)
+// gives the key values the row's own key has, and refuses, without panicking, what it
+// did not store.
+func FuzzStoredKey(f *testing.F) {
+	f.Add([]byte("o'k"), []byte("-5"), []byte(`{"kind":"missing","key":{"s":"'a'","i":"1"},"rk":"CGEAAQIAAAAAAAAAAQ=="}`))
+	f.Add([]byte{0xff, 0}, []byte("18446744073709551615"), []byte(`{"kind":"extra","key":{"s":"X'FF'","i":"NULL"}}`))
+	f.Fuzz(func(t *testing.T, s, i, stored []byte) {
+		p := &TablePlan{Columns: []PlanColumn{
+			{Name: "s", Kind: KindString, Collation: [2]string{"utf8mb4_general_ci", "utf8mb4_bin"}},
+			{Name: "i", Kind: KindInt},
+		}, Key: []int{0, 1}}
+		row := []Value{{Bytes: s}, {Bytes: i}}
+		d := p.missing(row, 1)
+		want := []any{keyValue(p.Columns[0], row[0]), keyValue(p.Columns[1], row[1])}
+		for _, form := range []string{marshalDifference(d), marshalDifference(Difference{Kind: d.Kind, Key: d.Key})} {
+			got, err := unmarshalDifference(form)
+			if err != nil {
+				t.Fatalf("%s: %v", form, err)
+			}
+			vals, err := p.keyValues(got)
+			if err != nil {
+				t.Fatalf("%s: %v", form, err)
+			}
+			kw, _ := exactKey(want)
+			kg, _ := exactKey(vals)
+			if kw != kg {
+				t.Fatalf("%s: key values %#v, want %#v", form, vals, want)
+			}
+		}
+		if got, err := unmarshalDifference(string(stored)); err == nil {
+			if vals, err := p.keyValues(got); err == nil {
+				_ = boundOf(vals)
+			}
+		}
+	})
+}
