@@ -295,3 +295,61 @@ func boundOf(vals []any) Bound {
 	}
 	return b
 }
+
+// sameKey returns the form of a row's key values (diffKeyColumns') under which two keys
+// are equal whenever the key columns' collations on both sides hold them equal, and
+// possibly more often, never less: rowkey.Append by the coarser class of a character
+// column's two collations ('Ase', 'ASE', 'Asé' and 'Ase ' are one key under
+// utf8mb4_general_ci); a column whose collation Go cannot fold (rowkey.Opaque) is left out
+// of every key's form. ok is false when a value could not be folded (a character the fold
+// does not model, such as 'ß', equal to 's' in general_ci): such a value may equal values
+// whose forms differ, so the form must not be matched (looseKey may).
+func (p *TablePlan) sameKey(vals []any) (form string, ok bool) {
+	idx := p.diffKeyColumns()
+	var dst []byte
+	for i, v := range vals {
+		class := keyClass(p.Columns[idx[i]])
+		if class == rowkey.Opaque {
+			dst = append(dst, anyValue)
+			continue
+		}
+		if dst, ok = rowkey.Append(dst, v, class); !ok {
+			return "", false
+		}
+	}
+	return string(dst), true
+}
+
+// looseKey returns a form of key values that is equal for every two keys whose values
+// are equal outside character columns: coarser than sameKey, and defined for every key.
+func (p *TablePlan) looseKey(vals []any) string {
+	idx := p.diffKeyColumns()
+	var dst []byte
+	for i, v := range vals {
+		if p.Columns[idx[i]].Kind == KindString {
+			dst = append(dst, anyValue)
+			continue
+		}
+		dst, _ = rowkey.Append(dst, v, rowkey.Exact)
+	}
+	return string(dst)
+}
+
+// anyValue stands in a key's form for a value left out of it: no value's encoding starts
+// with it.
+const anyValue = 0x00
+
+// keyClass is how Go may fold column c's values to decide that two keys are one: for a
+// character column the coarser of its two sides' collation classes, otherwise exact.
+func keyClass(c PlanColumn) rowkey.Class {
+	if c.Kind != KindString {
+		return rowkey.Exact
+	}
+	a, b := rowkey.ClassOf(c.Collation[0]), rowkey.ClassOf(c.Collation[1])
+	for _, k := range []rowkey.Class{rowkey.Opaque, rowkey.Folded, rowkey.PadSpace} {
+		if a == k || b == k {
+			return k // each class holds equal every pair the ones after it do
+		}
+	}
+	return rowkey.Exact
+}

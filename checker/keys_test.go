@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"math"
 	"reflect"
 	"strings"
@@ -197,6 +198,94 @@ func TestStoredDifferenceForms(t *testing.T) {
 	}
 }
 
+// TestSameKey: Go puts together the keys the collations hold equal, and may put together
+// more, never fewer.
+func TestSameKey(t *testing.T) {
+	plan := func(up, down string) *TablePlan {
+		return &TablePlan{Columns: []PlanColumn{{Name: "s", Kind: KindString, Collation: [2]string{up, down}}, {Name: "i", Kind: KindInt}}, Key: []int{0, 1}}
+	}
+	form := func(p *TablePlan, s string, i int64) string {
+		f, ok := p.sameKey([]any{s, i})
+		if !ok {
+			t.Fatalf("%q not folded", s)
+		}
+		return f
+	}
+	same := func(p *TablePlan, a, b string) bool { return form(p, a, 1) == form(p, b, 1) }
+	ci := plan("utf8mb4_general_ci", "utf8mb4_general_ci")
+	for _, s := range []string{"ASE", "Asé", "Ase ", "ase"} {
+		if !same(ci, "Ase", s) {
+			t.Errorf("general_ci: 'Ase' and %q are one key", s)
+		}
+	}
+	if same(ci, "Ase", "Asf") || same(ci, "Ase", "Ase\x00x") {
+		t.Error("general_ci: distinct keys taken for one")
+	}
+	bin := plan("utf8mb4_bin", "utf8mb4_bin")
+	if !same(bin, "a", "a ") || same(bin, "a", "A") {
+		t.Error("_bin: PAD SPACE only")
+	}
+	// The coarser side decides.
+	if !same(plan("utf8mb4_bin", "utf8mb4_general_ci"), "a", "A") || !same(plan("binary", "utf8mb4_unicode_ci"), "a", "A") {
+		t.Error("mixed collations: the coarser one decides")
+	}
+	// A collation Go cannot fold is left out; the other columns still count.
+	de := plan("utf8mb4_german2_ci", "utf8mb4_german2_ci")
+	if !same(de, "ä", "ae") || !same(de, "x", "y") || form(de, "x", 1) == form(de, "x", 2) {
+		t.Error("german2_ci: the column left out, the integer kept")
+	}
+	// A character the fold does not model ('ß' is 's' in general_ci): no form.
+	if _, ok := ci.sameKey([]any{"ß", int64(1)}); ok {
+		t.Error("general_ci: 'ß' folded")
+	}
+	// Types stay apart: 1 and '1'.
+	if form(ci, "1", 1) == func() string { f, _ := ci.sameKey([]any{int64(1), int64(1)}); return f }() {
+		t.Error("1 and '1' taken for one key")
+	}
+	// looseKey: only the non-character columns.
+	if ci.looseKey([]any{"ß", int64(1)}) != ci.looseKey([]any{"s", int64(1)}) || ci.looseKey([]any{"s", int64(1)}) == ci.looseKey([]any{"s", int64(2)}) {
+		t.Error("looseKey")
+	}
+}
+
+// TestFoundChunk: a row the re-check reads again by key goes back to the chunk its key
+// was stored in, however the collation lets it be spelled now.
+func TestFoundChunk(t *testing.T) {
+	p := &TablePlan{Columns: []PlanColumn{{Name: "s", Kind: KindString, Collation: [2]string{"utf8mb4_general_ci", "utf8mb4_general_ci"}}, {Name: "i", Kind: KindInt}}, Key: []int{0, 1}}
+	f := newFoundDiffs()
+	for i, k := range []struct {
+		s   string
+		seq int
+	}{{"abc", 3}, {"ABC", 4}, {"ß", 5}, {"zz", 6}} {
+		if err := f.add(p, diffRef{seq: k.seq, n: i}, []any{k.s, int64(1)}, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	found := func(s string, i int64) int {
+		d := p.missing([]Value{StringValue(s), StringValue(fmt.Sprint(i))}, 1)
+		c, ok := f.chunkOf(p, d)
+		if !ok {
+			t.Fatalf("%q: no chunk", s)
+		}
+		return c
+	}
+	for _, c := range []struct {
+		s    string
+		i    int64
+		want int
+	}{
+		{"abc", 1, 3}, {"ABC", 1, 4}, // exact
+		{"Abc", 1, 3}, {"ábc ", 1, 3}, // the collation's equal: the first such key's chunk
+		{"ZZ", 1, 6},
+		{"s", 1, 5},  // folded, matching no folded key: 'ß', which has no form
+		{"zz", 2, 3}, // no stored key like it: the unit's first chunk
+	} {
+		if got := found(c.s, c.i); got != c.want {
+			t.Errorf("%q, %d: chunk %d, want %d", c.s, c.i, got, c.want)
+		}
+	}
+}
+
 // FuzzBoundRoundTrip: a bound of any values of any two key kinds is stored and read back
 // as the same SQL values (the same bytes for text, binary, DECIMAL, temporal and JSON
 // values; the same number for integers and floats), and stored again identically; any
@@ -283,12 +372,16 @@ func FuzzStoredKey(f *testing.F) {
 			}
 			kw, _ := exactKey(want)
 			kg, _ := exactKey(vals)
-			if kw != kg {
+			sg, okg := p.sameKey(vals)
+			sw, okw := p.sameKey(want)
+			if kw != kg || sg != sw || okg != okw || p.looseKey(vals) != p.looseKey(want) {
 				t.Fatalf("%s: key values %#v, want %#v", form, vals, want)
 			}
 		}
 		if got, err := unmarshalDifference(string(stored)); err == nil {
 			if vals, err := p.keyValues(got); err == nil {
+				_, _ = p.sameKey(vals)
+				_ = p.looseKey(vals)
 				_ = boundOf(vals)
 			}
 		}

@@ -364,13 +364,18 @@ var errBatchFull = errors.New("re-check batch full")
 
 // foundDiffs are the stored differences a key unit re-reads.
 type foundDiffs struct {
-	refs  []diffRef
-	rows  map[int]int64  // chunk → differing rows of the refs in it
-	exact map[string]int // exact key → the chunk it was found in (the first, if several)
+	refs []diffRef
+	rows map[int]int64 // chunk → differing rows of the refs in it
+	// The chunk each stored key was found in (the first, if several), by its exact key,
+	// by its form under the collations (sameKey), and by its values outside character
+	// columns (looseKey) for every key and for the keys without a sameKey form: a row read
+	// again by key may come back spelled otherwise ('ABC' for 'abc' in a _ci column), and
+	// is still the row of one of the unit's keys.
+	exact, same, loose, unfolded map[string]int
 }
 
 func newFoundDiffs() *foundDiffs {
-	return &foundDiffs{rows: map[int]int64{}, exact: map[string]int{}}
+	return &foundDiffs{rows: map[int]int64{}, exact: map[string]int{}, same: map[string]int{}, loose: map[string]int{}, unfolded: map[string]int{}}
 }
 
 // add records stored difference ref, of key values vals and rows differing rows.
@@ -381,17 +386,49 @@ func (f *foundDiffs) add(p *TablePlan, ref diffRef, vals []any, rows int64) erro
 	}
 	f.refs = append(f.refs, ref)
 	f.rows[ref.seq] += rows
-	if _, dup := f.exact[k]; !dup {
-		f.exact[k] = ref.seq
+	first := func(m map[string]int, k string) {
+		if _, dup := m[k]; !dup {
+			m[k] = ref.seq
+		}
+	}
+	first(f.exact, k)
+	loose := p.looseKey(vals)
+	first(f.loose, loose)
+	if s, ok := p.sameKey(vals); ok {
+		first(f.same, s)
+	} else {
+		first(f.unfolded, loose)
 	}
 	return nil
 }
 
 // chunkOf returns the chunk in which the key of a difference found again (d.rk) was
-// stored.
+// stored: the chunk of the same exact key, else of a key the collations hold equal (by
+// sameKey; a key with a form that no stored key's form matches can only equal a stored
+// key without one), else of a key equal outside its character columns, else the unit's
+// first chunk (a row read by the unit's keys is the row of one of them).
 func (f *foundDiffs) chunkOf(p *TablePlan, d Difference) (int, bool) {
-	c, ok := f.exact[string(d.rk)]
-	return c, ok
+	if c, ok := f.exact[string(d.rk)]; ok {
+		return c, true
+	}
+	if vals, err := d.rk.Values(); err == nil && len(vals) == len(p.diffKeyColumns()) {
+		loose := p.looseKey(vals)
+		if s, ok := p.sameKey(vals); ok {
+			if c, ok := f.same[s]; ok {
+				return c, true
+			}
+			if c, ok := f.unfolded[loose]; ok {
+				return c, true
+			}
+		}
+		if c, ok := f.loose[loose]; ok {
+			return c, true
+		}
+	}
+	if len(f.refs) == 0 {
+		return 0, false
+	}
+	return f.refs[0].seq, true
 }
 
 // keyScope hands out the keys of a keyed table's stored differences, in (chunk, n)
