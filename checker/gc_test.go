@@ -13,6 +13,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/tidb-parity/parity/internal/testenv"
+	"github.com/tidb-parity/parity/internal/tso"
 )
 
 func TestSnapshotTime(t *testing.T) {
@@ -22,7 +23,7 @@ func TestSnapshotTime(t *testing.T) {
 		want time.Time
 		ok   bool
 	}{
-		{fmt.Sprint(uint64(at.UnixMilli())<<18 | 7), at, true},
+		{fmt.Sprint(tso.FromTime(at) | 7), at, true},
 		{"2026-11-21 12:30:00", at, true},
 		{"2026-11-21 12:30:00.25", at.Add(250 * time.Millisecond), true},
 		{"2026-11-21", time.Date(2026, 11, 21, 0, 0, 0, 0, time.UTC), true},
@@ -81,10 +82,10 @@ func TestSnapshotGC(t *testing.T) {
 	}
 	set(now.Add(-30 * time.Minute).UTC().Format(tidbSafePointLayout))
 	t.Cleanup(func() { set(old) })
-	tso := func(at time.Time) string { return fmt.Sprint(uint64(at.UnixMilli()) << 18) }
+	snapshot := func(at time.Time) string { return fmt.Sprint(tso.FromTime(at)) }
 
 	cfg := p.config(t, "g")
-	cfg.Upstream.Snapshot = tso(now.Add(-time.Hour))
+	cfg.Upstream.Snapshot = snapshot(now.Add(-time.Hour))
 	_, err = Run(context.Background(), cfg)
 	if err == nil || !strings.Contains(err.Error(), "older than TiDB's GC safe point") {
 		t.Fatalf("snapshot an hour old: %v", err)
