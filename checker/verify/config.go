@@ -1,0 +1,303 @@
+package verify
+
+import (
+	"errors"
+	"fmt"
+	"path"
+	"strings"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/robfig/cron/v3"
+)
+
+// Scopes of a run. Only ScopeFull is implemented; "cdc" and "since:<TSO|time>" read the
+// dirty-key ledger and come with the checker's key scopes (#17 item 4).
+const (
+	ScopeFull = "full"
+)
+
+// Triggers of a run, as the history and the metrics name them; a scheduled run is named
+// after its schedule.
+const (
+	TriggerManual     = "manual"
+	TriggerContinuous = "continuous"
+)
+
+// Config is the [verify] section of parity serve's configuration. Keys are reported
+// with their full path (verify.max-view-age).
+type Config struct {
+	// Enabled runs verification inside parity serve, beside the applier.
+	// Default: false
+	Enabled bool `toml:"enabled"`
+	// Tables are the upstream tables verified, "schema.table" with * and ? wildcards
+	// (the meta schema and system schemas are never matched); the default of every
+	// schedule and of manual and continuous runs.
+	// Default: [] (required when enabled)
+	Tables []string `toml:"tables"`
+	// Exclude removes tables matched by Tables, same form.
+	// Default: []
+	Exclude []string `toml:"exclude"`
+	// Scope of continuous runs and of manual runs that name none: "full" (every row).
+	// The ledger-backed scopes "cdc" and "since:<TSO|time>" are not supported yet.
+	// Default: "full"
+	Scope string `toml:"scope"`
+	// MaxViewAge: a fallback read view (a snapshot pair's transactions) older than this
+	// is never used; a run takes a new pair between tables once its pair is past half of
+	// it, and a table still being compared when its pair reaches it goes on at a fresh
+	// pair. Long-open views grow InnoDB's history list on the fallback. At least 1s.
+	// Default: 10m
+	MaxViewAge time.Duration `toml:"max-view-age"`
+	// ContinuousInterval runs a continuous verification (trigger "continuous") this long
+	// after the previous one ended. 0 disables it.
+	// Default: 0
+	ContinuousInterval time.Duration `toml:"continuous-interval"`
+	// Schedules run verifications on cron schedules ([[verify.schedule]]).
+	// Default: [] (none)
+	Schedules []Schedule `toml:"schedule"`
+	// MaxConcurrentRuns bounds the runs of every trigger running at once; a run waits
+	// for a free slot (a schedule's next firing is skipped meanwhile).
+	// Default: 1
+	MaxConcurrentRuns int `toml:"max-concurrent-runs"`
+	// MaxLag: while the applier's checkpoint is older than this, no pair is opened and
+	// no new chunk started, so verification never holds replication further back. 0:
+	// never pause.
+	// Default: 1m
+	MaxLag time.Duration `toml:"max-lag"`
+	// MaxConnections is the connections (and so the concurrent chunk queries) of a run on
+	// each side: the fallback's snapshot transactions and TiDB's snapshot sessions.
+	// Default: 2
+	MaxConnections int `toml:"max-connections"`
+	// MaxRowsPerSecond caps the rows a run compares per second (0: no cap).
+	// Default: 0
+	MaxRowsPerSecond int `toml:"max-rows-per-second"`
+	// MaxThreadsRunning pauses new chunks while the fallback's Threads_running, less the
+	// run's own queries, is above it (0: never).
+	// Default: 0
+	MaxThreadsRunning int `toml:"max-threads-running"`
+	// QueryTimeout bounds every query of a run.
+	// Default: 5m
+	QueryTimeout time.Duration `toml:"query-timeout"`
+	// TSMapInterval is how often the applier records the upstream TSO the fallback is at
+	// and the fallback's position in <meta-schema>.ts_map (every snapshot pair is
+	// recorded there too); 0 disables the periodic rows. Applies when verification is
+	// disabled too.
+	// Default: 1m
+	TSMapInterval time.Duration `toml:"ts-map-interval"`
+
+	// Set by parity serve from its other sections, not from [verify].
+	// Changefeed is changefeed.id. Default: none (required).
+	Changefeed string `toml:"-"`
+	// UpstreamDSN is upstream.dsn: TiDB, read at each pair's TSO. Default: none
+	// (required when enabled).
+	UpstreamDSN string `toml:"-"`
+	// DownstreamDSN is downstream.dsn: the fallback. Default: none (required).
+	DownstreamDSN string `toml:"-"`
+	// MetaSchema is applier.meta-schema: the history, the checker's runs and the ts-map
+	// live in the applier's meta schema. Default: none (required).
+	MetaSchema string `toml:"-"`
+}
+
+// Schedule is one [[verify.schedule]] entry.
+type Schedule struct {
+	// Name names the schedule's runs (their trigger) in the history and metrics;
+	// unique, and neither "manual" nor "continuous".
+	// Default: none (required)
+	Name string `toml:"name"`
+	// Cron is when it fires: five fields (minute hour day-of-month month day-of-week),
+	// optionally preceded by seconds, or a descriptor (@daily, @hourly, @every 1h30m); in
+	// the daemon's local time zone unless prefixed with CRON_TZ=<zone>.
+	// Default: none (required)
+	Cron string `toml:"cron"`
+	// Scope of its runs (see verify.scope).
+	// Default: verify.scope
+	Scope string `toml:"scope"`
+	// Tables of its runs (see verify.tables).
+	// Default: verify.tables
+	Tables []string `toml:"tables"`
+}
+
+// DefaultConfig returns the defaults documented on Config.
+func DefaultConfig() Config {
+	return Config{
+		Scope:             ScopeFull,
+		MaxViewAge:        10 * time.Minute,
+		MaxConcurrentRuns: 1,
+		MaxLag:            time.Minute,
+		MaxConnections:    2,
+		QueryTimeout:      5 * time.Minute,
+		TSMapInterval:     time.Minute,
+	}
+}
+
+// cronParser reads Schedule.Cron: standard cron with optional seconds and descriptors.
+var cronParser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
+
+// Validate reports every problem with its key path.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(key, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", key, fmt.Sprintf(format, args...)))
+	}
+	if c.TSMapInterval < 0 || (c.TSMapInterval > 0 && c.TSMapInterval < time.Second) {
+		bad("verify.ts-map-interval", "must be 0 (off) or at least 1s, got %v", c.TSMapInterval)
+	}
+	if c.Enabled && len(c.Tables) == 0 {
+		bad("verify.tables", "at least one table pattern is required with verify.enabled")
+	}
+	for i, t := range c.Tables {
+		if err := checkPattern(t); err != nil {
+			bad(fmt.Sprintf("verify.tables[%d]", i), "%v", err)
+		}
+	}
+	for i, t := range c.Exclude {
+		if err := checkPattern(t); err != nil {
+			bad(fmt.Sprintf("verify.exclude[%d]", i), "%v", err)
+		}
+	}
+	if err := CheckScope(c.Scope); err != nil {
+		bad("verify.scope", "%v", err)
+	}
+	if c.MaxViewAge < time.Second {
+		bad("verify.max-view-age", "must be at least 1s, got %v", c.MaxViewAge)
+	}
+	if c.ContinuousInterval < 0 {
+		bad("verify.continuous-interval", "must not be negative, got %v", c.ContinuousInterval)
+	}
+	if c.MaxConcurrentRuns < 1 || c.MaxConcurrentRuns > 64 {
+		bad("verify.max-concurrent-runs", "must be between 1 and 64, got %d", c.MaxConcurrentRuns)
+	}
+	if c.MaxLag < 0 {
+		bad("verify.max-lag", "must not be negative, got %v", c.MaxLag)
+	}
+	if c.MaxConnections < 1 || c.MaxConnections > 64 {
+		bad("verify.max-connections", "must be between 1 and 64, got %d", c.MaxConnections)
+	}
+	if c.MaxRowsPerSecond < 0 {
+		bad("verify.max-rows-per-second", "must not be negative, got %d", c.MaxRowsPerSecond)
+	}
+	if c.MaxThreadsRunning < 0 {
+		bad("verify.max-threads-running", "must not be negative, got %d", c.MaxThreadsRunning)
+	}
+	if c.QueryTimeout <= 0 {
+		bad("verify.query-timeout", "must be positive, got %v", c.QueryTimeout)
+	}
+	names := map[string]int{}
+	for i, s := range c.Schedules {
+		key := fmt.Sprintf("verify.schedule[%d]", i)
+		switch {
+		case s.Name == "":
+			bad(key+".name", "required")
+		case s.Name == TriggerManual || s.Name == TriggerContinuous:
+			bad(key+".name", "%q names another trigger; choose another name", s.Name)
+		case len(s.Name) > 128:
+			bad(key+".name", "longer than 128 bytes")
+		default:
+			if j, dup := names[s.Name]; dup {
+				bad(key+".name", "%q is also the name of verify.schedule[%d]", s.Name, j)
+			}
+			names[s.Name] = i
+		}
+		if s.Cron == "" {
+			bad(key+".cron", "required")
+		} else if _, err := cronParser.Parse(s.Cron); err != nil {
+			bad(key+".cron", "%v", err)
+		}
+		if s.Scope != "" {
+			if err := CheckScope(s.Scope); err != nil {
+				bad(key+".scope", "%v", err)
+			}
+		}
+		for j, t := range s.Tables {
+			if err := checkPattern(t); err != nil {
+				bad(fmt.Sprintf("%s.tables[%d]", key, j), "%v", err)
+			}
+		}
+		if c.Enabled && len(s.Tables) == 0 && len(c.Tables) == 0 {
+			bad(key+".tables", "required when verify.tables is empty")
+		}
+	}
+	if c.Enabled {
+		if c.Changefeed == "" {
+			bad("changefeed.id", "required with verify.enabled")
+		}
+		if c.UpstreamDSN == "" {
+			bad("upstream.dsn", "required with verify.enabled: verification reads TiDB at each snapshot pair's TSO")
+		} else if _, err := mysql.ParseDSN(c.UpstreamDSN); err != nil {
+			bad("upstream.dsn", "%v", err)
+		}
+		if c.DownstreamDSN == "" {
+			bad("downstream.dsn", "required with verify.enabled")
+		} else if _, err := mysql.ParseDSN(c.DownstreamDSN); err != nil {
+			bad("downstream.dsn", "%v", err)
+		}
+		if c.MetaSchema == "" {
+			bad("applier.meta-schema", "required with verify.enabled")
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// ErrScopeNotSupported is returned for a scope this release recognises but cannot run
+// yet.
+var ErrScopeNotSupported = errors.New("not yet supported")
+
+// CheckScope reports whether scope can be run: "full"; "cdc" and "since:<TSO|time>"
+// are refused with ErrScopeNotSupported (they need the checker's ledger-backed key
+// scopes), anything else as unknown.
+func CheckScope(scope string) error {
+	switch {
+	case scope == ScopeFull:
+		return nil
+	case scope == "cdc", strings.HasPrefix(scope, "since:"):
+		return fmt.Errorf("scope %q is %w: only %q runs in this release (the ledger-backed scopes cdc and since:<TSO|time> come with the checker's key scopes)", scope, ErrScopeNotSupported, ScopeFull)
+	}
+	return fmt.Errorf("unknown scope %q: want full, cdc or since:<TSO|time>", scope)
+}
+
+// checkPattern checks a "schema.table" pattern as the checker reads it.
+func checkPattern(p string) error {
+	fields := strings.Split(p, ".")
+	if len(fields) != 2 {
+		return fmt.Errorf("want schema.table, got %q", p)
+	}
+	for _, f := range fields {
+		if f == "" {
+			return fmt.Errorf("empty name in %q", p)
+		}
+		if _, err := path.Match(f, ""); err != nil {
+			return fmt.Errorf("bad pattern %q: %w", p, err)
+		}
+	}
+	return nil
+}
+
+// matchTable reports whether schema.table matches the pattern (path.Match per part).
+func matchTable(pattern, schema, table string) bool {
+	ps, pt, ok := strings.Cut(pattern, ".")
+	if !ok {
+		return false
+	}
+	a, _ := path.Match(ps, schema)
+	b, _ := path.Match(pt, table)
+	return a && b
+}
+
+// exactPattern returns the checker pattern that selects exactly schema.table: the
+// wildcard characters escaped. A name with a dot cannot be selected alone.
+func exactPattern(schema, table string) (string, error) {
+	if strings.Contains(schema, ".") || strings.Contains(table, ".") {
+		return "", fmt.Errorf("table %s.%s: a name containing '.' cannot be verified (table patterns split at dots)", schema, table)
+	}
+	esc := func(s string) string {
+		var b strings.Builder
+		for _, r := range s {
+			if strings.ContainsRune(`*?[]\`, r) {
+				b.WriteByte('\\')
+			}
+			b.WriteRune(r)
+		}
+		return b.String()
+	}
+	return esc(schema) + "." + esc(table), nil
+}

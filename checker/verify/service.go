@@ -1,0 +1,597 @@
+// Package verify is verification inside the daemon: a Service that parity serve runs
+// beside the applier, which takes snapshot pairs (TiDB read at a TSO T, the fallback
+// held at exactly T by the applier's barrier while its read view opens) and runs the
+// checker's diff at them — on cron schedules, continuously, or when asked — and keeps
+// the run history, the freshness of the last clean verification and its counters.
+//
+// It is its own package, under checker and beside it, because it joins the checker to
+// the applier without either importing the other: it imports checker and internal/*
+// only, never cdc. What it needs of the applier is the small Applier interface below
+// (the barrier and the watermarks), the applier's "barrier passed" sentinel and a
+// ts-map recorder, handed in by cmd/parity, which wires cdc.Replicator to it. It knows
+// no metrics library either: the daemon exports Stats. Runs, pairs and table results
+// are the "verify" component of internal/metaschema, in the applier's meta schema
+// (history.go).
+//
+// Files: service.go (the service: triggers, the run bound, the loops that own every
+// goroutine), run.go (one run: pairs, rotation, a diff per table), history.go (the
+// meta schema tables), stats.go (Stats and freshness), config.go.
+package verify
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/robfig/cron/v3"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/tidb-parity/parity/checker"
+	"github.com/tidb-parity/parity/internal/metaschema"
+	"github.com/tidb-parity/parity/internal/tso"
+)
+
+// Applier is what verification needs of the replicator that applies the changefeed to
+// the fallback. cdc.Replicator satisfies it through a small adapter in cmd/parity.
+type Applier interface {
+	// Barrier holds the fallback exactly at ts while fn runs (checker.Barrierer).
+	checker.Barrierer
+	// Watermarks returns the applied checkpoint and the global resolved ts (0 while
+	// unknown).
+	Watermarks() (applied, resolved uint64)
+}
+
+// Deps are what New needs besides its Config.
+type Deps struct {
+	// Applier holds the fallback at pair TSOs. Required.
+	Applier Applier
+	// BarrierPassed is the applier's error (matched with errors.Is) for a barrier at a
+	// TSO it has already applied beyond (cdc.ErrBarrierPassed): the pair is tried again
+	// at the newer resolved ts. nil: every failed barrier is tried again, a bounded
+	// number of times.
+	BarrierPassed error
+	// RecordTSMap records a pair in the ts-map (cdc.Replicator.RecordTSMap). nil: pairs
+	// are not recorded there.
+	RecordTSMap func(ctx context.Context, ts uint64, position, source string) error
+	// Logger receives the service's logs. Default: slog.Default().
+	Logger *slog.Logger
+}
+
+// Request is a run asked for (a manual trigger): zero fields take verify.scope and
+// verify.tables.
+type Request struct {
+	Scope  string
+	Tables []string
+}
+
+// BusyError is returned when a trigger's previous run is still running: a trigger
+// never overlaps itself.
+type BusyError struct {
+	Trigger string
+	RunID   string
+}
+
+func (e *BusyError) Error() string {
+	return fmt.Sprintf("the previous %s run (%s) is still running", e.Trigger, e.RunID)
+}
+
+// ErrNotRunning is returned by Trigger when the service does not run (yet, or any
+// more).
+var ErrNotRunning = errors.New("verification service is not running")
+
+// Started is a run that was started.
+type Started struct {
+	RunID string
+	st    *runState
+}
+
+// Wait waits for the run to end and returns its record.
+func (s *Started) Wait(ctx context.Context) (RunRecord, error) {
+	select {
+	case <-s.st.done:
+		return s.st.final, nil
+	case <-ctx.Done():
+		return RunRecord{}, ctx.Err()
+	}
+}
+
+// Service runs verifications. Create it with New, run it with Run; Trigger, Stats and
+// History may be called from other goroutines.
+type Service struct {
+	cfg   Config
+	deps  Deps
+	log   *slog.Logger
+	crons []cron.Schedule // parsed cfg.Schedules
+
+	started atomic.Bool
+	ready   chan struct{} // closed once Run serves triggers
+	done    chan struct{} // closed when Run returned
+	reqs    chan *manualReq
+	slots   chan struct{} // verify.max-concurrent-runs
+
+	// Set by Run before ready is closed; closed when it returns.
+	down, kill, meta, histDB *sql.DB
+	hist                     *history
+
+	mu        sync.Mutex
+	active    map[string]*runState // by trigger
+	runs      map[[2]string]int64  // (trigger, result) → runs
+	rows      int64
+	diffs     int64
+	pairs     int64
+	rotations int64
+	pause     Histogram
+	throttled time.Duration
+	lastRun   *RunRecord
+	covered   uint64
+	cleanID   string
+	lastErr   string
+}
+
+type manualReq struct {
+	req   Request
+	reply chan manualReply
+}
+
+type manualReply struct {
+	started *Started
+	err     error
+}
+
+// runState is a run from its trigger to its end.
+type runState struct {
+	rec  *RunRecord // owned by the run's goroutine; read under Service.mu for Stats
+	done chan struct{}
+	// final is rec as it ended, set before done is closed.
+	final RunRecord
+
+	// Progress, under Service.mu.
+	queued     bool
+	table      string
+	tablesDone int
+	tables     int
+	rowsDone   int64
+	diff       *checker.Diff
+	pair       *checker.SnapshotPair
+}
+
+// New validates cfg and returns a Service.
+func New(cfg Config, deps Deps) (*Service, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if !cfg.Enabled {
+		return nil, errors.New("verify.enabled: the service runs only when enabled")
+	}
+	if deps.Applier == nil {
+		return nil, errors.New("verify: an applier is required")
+	}
+	if deps.Logger == nil {
+		deps.Logger = slog.Default()
+	}
+	s := &Service{
+		cfg: cfg, deps: deps, log: deps.Logger.With("changefeed", cfg.Changefeed),
+		ready: make(chan struct{}), done: make(chan struct{}), reqs: make(chan *manualReq),
+		slots:  make(chan struct{}, cfg.MaxConcurrentRuns),
+		active: map[string]*runState{}, runs: map[[2]string]int64{},
+	}
+	for _, sc := range cfg.Schedules {
+		p, err := cronParser.Parse(sc.Cron)
+		if err != nil { // Validate parsed it already
+			return nil, fmt.Errorf("verify.schedule %q: %w", sc.Name, err)
+		}
+		s.crons = append(s.crons, p)
+	}
+	return s, nil
+}
+
+// setupRetry is how long Run waits before it tries again to reach the meta schema.
+const setupRetry = 10 * time.Second
+
+// Run serves verification until ctx ends, then waits for the runs under way, which end
+// as cancelled, and returns nil. A run's failure is recorded, never returned: nothing in
+// verification stops replication. It may be called once.
+func (s *Service) Run(ctx context.Context) error {
+	if !s.started.CompareAndSwap(false, true) {
+		return errors.New("verify: Run called twice")
+	}
+	defer close(s.done)
+	if err := s.open(); err != nil {
+		return err
+	}
+	defer s.close()
+	for {
+		err := s.setup(ctx)
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		s.setErr(err)
+		s.log.Warn("verification cannot start yet; trying again", "err", err, "retry_in", setupRetry)
+		if sleep(ctx, setupRetry) != nil {
+			return nil
+		}
+	}
+	s.setErr(nil)
+	s.log.Info("verification service started", "tables", s.cfg.Tables, "schedules", len(s.cfg.Schedules),
+		"continuous_interval", s.cfg.ContinuousInterval, "max_view_age", s.cfg.MaxViewAge)
+
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		close(s.ready)
+		for {
+			select {
+			case <-gctx.Done():
+				return nil
+			case m := <-s.reqs:
+				st, err := s.begin(gctx, g, "manual", TriggerManual, m.req)
+				m.reply <- manualReply{started: st, err: err}
+			}
+		}
+	})
+	for i, sc := range s.cfg.Schedules {
+		g.Go(func() error { return s.scheduleLoop(gctx, g, sc, s.crons[i]) })
+	}
+	if s.cfg.ContinuousInterval > 0 {
+		g.Go(func() error { return s.continuousLoop(gctx, g) })
+	}
+	err := g.Wait()
+	s.log.Info("verification service stopped")
+	return err
+}
+
+// open opens the service's pools (no connection yet).
+func (s *Service) open() error {
+	mc, err := mysql.ParseDSN(s.cfg.DownstreamDSN)
+	if err != nil {
+		return fmt.Errorf("downstream.dsn: %w", err)
+	}
+	mc.DBName = ""
+	mc.InterpolateParams = true
+	pool := func(c *mysql.Config, n int) (*sql.DB, error) {
+		conn, err := mysql.NewConnector(c)
+		if err != nil {
+			return nil, fmt.Errorf("downstream.dsn: %w", err)
+		}
+		db := sql.OpenDB(conn)
+		db.SetMaxOpenConns(n)
+		db.SetMaxIdleConns(n)
+		db.SetConnMaxLifetime(30 * time.Minute)
+		return db, nil
+	}
+	runs := s.cfg.MaxConcurrentRuns
+	// The snapshot transactions: verify.max-connections per run.
+	if s.down, err = pool(mc, runs*s.cfg.MaxConnections); err != nil {
+		return err
+	}
+	// KILL QUERY of a timed-out snapshot query, outside the transactions.
+	s.kill, _ = pool(mc, 2)
+	// The checker's run state (its journal writes a few statements per chunk).
+	s.meta, _ = pool(mc, 2*runs+1)
+	// The history, read as UTC times.
+	hc := mc.Clone()
+	hc.ParseTime, hc.Loc = true, time.UTC
+	if hc.Params == nil {
+		hc.Params = map[string]string{}
+	}
+	hc.Params["time_zone"] = "'+00:00'"
+	s.histDB, _ = pool(hc, 2)
+	s.hist = newHistory(s.histDB, s.cfg.MetaSchema, s.cfg.Changefeed, min(s.cfg.QueryTimeout, time.Minute))
+	return nil
+}
+
+func (s *Service) close() {
+	for _, db := range []*sql.DB{s.down, s.kill, s.meta, s.histDB} {
+		if db != nil {
+			_ = db.Close()
+		}
+	}
+}
+
+// setup migrates the meta schema, closes the runs a previous process left running and
+// reads the last clean verification.
+func (s *Service) setup(ctx context.Context) error {
+	if err := metaschema.Migrate(ctx, s.meta, s.cfg.MetaSchema, min(s.cfg.QueryTimeout, time.Minute)); err != nil {
+		return err
+	}
+	if err := s.hist.interrupted(ctx); err != nil {
+		return err
+	}
+	clean, err := s.hist.lastClean(ctx, s.cfg.Tables)
+	if err != nil {
+		return err
+	}
+	if clean != nil {
+		s.mu.Lock()
+		s.covered, s.cleanID = clean.FirstTS, clean.RunID
+		s.mu.Unlock()
+	}
+	return nil
+}
+
+func (s *Service) setErr(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.lastErr = ""
+	if err != nil {
+		s.lastErr = err.Error()
+	}
+}
+
+// Trigger starts a manual run and returns it; a *BusyError when the previous manual run
+// is still running, ErrNotRunning when the service does not serve triggers.
+func (s *Service) Trigger(ctx context.Context, req Request) (*Started, error) {
+	if req.Scope != "" {
+		if err := CheckScope(req.Scope); err != nil {
+			return nil, err
+		}
+	}
+	for i, t := range req.Tables {
+		if err := checkPattern(t); err != nil {
+			return nil, fmt.Errorf("tables[%d]: %w", i, err)
+		}
+	}
+	select {
+	case <-s.ready:
+	case <-s.done:
+		return nil, ErrNotRunning
+	default:
+		return nil, ErrNotRunning
+	}
+	m := &manualReq{req: req, reply: make(chan manualReply, 1)}
+	select {
+	case s.reqs <- m:
+	case <-s.done:
+		return nil, ErrNotRunning
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	r := <-m.reply
+	return r.started, r.err
+}
+
+// History returns the newest limit runs of the changefeed (newest first), or the run
+// runID when it is set, with their pairs and tables.
+func (s *Service) History(ctx context.Context, limit int, runID string) ([]RunRecord, error) {
+	select {
+	case <-s.ready:
+	default:
+		return nil, ErrNotRunning
+	}
+	select {
+	case <-s.done:
+		return nil, ErrNotRunning
+	default:
+	}
+	return s.hist.list(ctx, max(limit, 1), runID)
+}
+
+// begin starts a run of trigger name (kind: schedule, continuous or manual) in g,
+// unless the trigger's previous run is still running (*BusyError).
+func (s *Service) begin(ctx context.Context, g *errgroup.Group, kind, name string, req Request) (*Started, error) {
+	if req.Scope == "" {
+		req.Scope = s.cfg.Scope
+	}
+	if len(req.Tables) == 0 {
+		req.Tables = s.cfg.Tables
+	}
+	s.mu.Lock()
+	if cur, busy := s.active[name]; busy {
+		s.mu.Unlock()
+		return nil, &BusyError{Trigger: name, RunID: cur.rec.RunID}
+	}
+	st := &runState{
+		rec: &RunRecord{RunID: newRunID(), Changefeed: s.cfg.Changefeed, Trigger: name, TriggerKind: kind,
+			Scope: req.Scope, Patterns: req.Tables, State: StateRunning, StartedAt: time.Now()},
+		done:   make(chan struct{}),
+		queued: true,
+	}
+	s.active[name] = st
+	s.mu.Unlock()
+	g.Go(func() error {
+		s.execute(ctx, st)
+		return nil
+	})
+	return &Started{RunID: st.rec.RunID, st: st}, nil
+}
+
+// skipped records a firing skipped because the trigger's previous run still runs.
+func (s *Service) skipped(ctx context.Context, kind string, busy *BusyError, req Request) {
+	now := time.Now()
+	rec := &RunRecord{RunID: newRunID(), Changefeed: s.cfg.Changefeed, Trigger: busy.Trigger, TriggerKind: kind,
+		Scope: req.Scope, Patterns: req.Tables, State: StateSkipped, Result: ResultSkipped, StartedAt: now, FinishedAt: now,
+		Error: "skipped: previous run still running (" + busy.RunID + ")"}
+	if rec.Scope == "" {
+		rec.Scope = s.cfg.Scope
+	}
+	if len(rec.Patterns) == 0 {
+		rec.Patterns = s.cfg.Tables
+	}
+	s.log.Info("verification skipped: previous run still running", "trigger", busy.Trigger, "running_run_id", busy.RunID)
+	if err := s.hist.start(ctx, rec); err != nil {
+		s.log.Warn("could not record a skipped verification", "trigger", busy.Trigger, "err", err)
+	}
+	s.mu.Lock()
+	s.runs[[2]string{busy.Trigger, ResultSkipped}]++
+	s.mu.Unlock()
+}
+
+// scheduleLoop fires sc at the times of its cron schedule.
+func (s *Service) scheduleLoop(ctx context.Context, g *errgroup.Group, sc Schedule, sched cron.Schedule) error {
+	req := Request{Scope: sc.Scope, Tables: sc.Tables}
+	for {
+		next := sched.Next(time.Now())
+		if next.IsZero() {
+			s.log.Warn("verification schedule never fires again", "schedule", sc.Name, "cron", sc.Cron)
+			return nil
+		}
+		if sleep(ctx, time.Until(next)) != nil {
+			return nil
+		}
+		_, err := s.begin(ctx, g, "schedule", sc.Name, req)
+		var busy *BusyError
+		if errors.As(err, &busy) {
+			s.skipped(ctx, "schedule", busy, req)
+		}
+	}
+}
+
+// continuousLoop runs a verification, waits verify.continuous-interval after it ended,
+// and runs the next.
+func (s *Service) continuousLoop(ctx context.Context, g *errgroup.Group) error {
+	for {
+		st, err := s.begin(ctx, g, TriggerContinuous, TriggerContinuous, Request{})
+		if err != nil {
+			return nil // only a busy trigger fails, and this loop is its one starter
+		}
+		if _, err := st.Wait(ctx); err != nil {
+			return nil
+		}
+		if sleep(ctx, s.cfg.ContinuousInterval) != nil {
+			return nil
+		}
+	}
+}
+
+// execute runs st once a slot is free and records it.
+func (s *Service) execute(ctx context.Context, st *runState) {
+	rec := st.rec
+	log := s.log.With("run_id", rec.RunID, "trigger", rec.Trigger)
+	defer s.ended(st)
+	select {
+	case s.slots <- struct{}{}:
+	case <-ctx.Done():
+		rec.State, rec.Result, rec.Error, rec.FinishedAt = StateCancelled, ResultCancelled, "cancelled before it started", time.Now()
+		return
+	}
+	defer func() { <-s.slots }()
+	rec.StartedAt = time.Now()
+	if err := s.hist.start(ctx, rec); err != nil {
+		rec.State, rec.Result, rec.Error, rec.FinishedAt = StateFailed, ResultFailed, err.Error(), time.Now()
+		log.Error("verification run failed", "err", err)
+		return
+	}
+	log.Info("verification started", "scope", rec.Scope, "tables", rec.Patterns)
+	err := (&runner{s: s, st: st, log: log}).run(ctx)
+	rec.FinishedAt = time.Now()
+	switch {
+	case err == nil && rec.Differences == 0 && rec.Result == "":
+		rec.State, rec.Result = StateDone, ResultEqual
+	case err == nil:
+		rec.State = StateDone
+		if rec.Result == "" {
+			rec.Result = ResultDifferent
+		}
+	case ctx.Err() != nil:
+		rec.State, rec.Result, rec.Error = StateCancelled, ResultCancelled, err.Error()
+	default:
+		rec.State, rec.Result, rec.Error = StateFailed, ResultFailed, err.Error()
+	}
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if ferr := s.hist.finish(fctx, rec); ferr != nil {
+		log.Warn("could not record the end of the verification", "err", ferr)
+	}
+	attrs := []any{"result", rec.Result, "tables", rec.TablesCompared, "rows", rec.RowsChecked, "differences", rec.Differences,
+		"pairs", len(rec.Pairs), "first_ts", rec.FirstTS, "elapsed", rec.FinishedAt.Sub(rec.StartedAt).Round(time.Millisecond)}
+	switch rec.Result {
+	case ResultFailed:
+		log.Error("verification failed", append(attrs, "err", rec.Error)...)
+	case ResultDifferent:
+		log.Warn("verification found differences", attrs...)
+	default:
+		log.Info("verification finished", attrs...)
+	}
+}
+
+// ended releases st's trigger and counts how it ended.
+func (s *Service) ended(st *runState) {
+	rec := st.rec
+	s.mu.Lock()
+	delete(s.active, rec.Trigger)
+	s.runs[[2]string{rec.Trigger, rec.Result}]++
+	s.rows += rec.RowsChecked
+	s.diffs += rec.Differences
+	final := *rec
+	s.lastRun = &final
+	if rec.Result == ResultEqual && rec.Scope == ScopeFull && samePatterns(rec.Patterns, s.cfg.Tables) && rec.FirstTS > s.covered {
+		s.covered, s.cleanID = rec.FirstTS, rec.RunID
+	}
+	s.mu.Unlock()
+	st.final = final
+	close(st.done)
+}
+
+func samePatterns(a, b []string) bool { return patternsText(a) == patternsText(b) }
+
+// Stats returns the service's counters now.
+func (s *Service) Stats() Stats {
+	applied, _ := s.deps.Applier.Watermarks()
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := Stats{
+		Changefeed: s.cfg.Changefeed, Runs: sortedCounts(s.runs), RowsChecked: s.rows, Differences: s.diffs,
+		Pairs: s.pairs, Rotations: s.rotations, Pause: s.pause.clone(), Throttled: s.throttled,
+		Verified: s.covered > 0, CoveredTS: s.covered, CleanRunID: s.cleanID, AppliedTS: applied, LastError: s.lastErr,
+	}
+	if s.lastRun != nil {
+		r := *s.lastRun
+		r.Pairs, r.Tables = nil, nil
+		st.LastRun = &r
+	}
+	st.Freshness, _ = Freshness(now, applied, s.covered)
+	for _, r := range s.active {
+		a := ActiveRun{RunID: r.rec.RunID, Trigger: r.rec.Trigger, Queued: r.queued, Table: r.table,
+			TablesDone: r.tablesDone, Tables: r.tables, RowsChecked: r.rowsDone}
+		if r.diff != nil {
+			a.RowsChecked += r.diff.Stats().RowsChecked
+		}
+		if r.pair != nil {
+			a.PairTS, a.PairAge = r.pair.TS, r.pair.Age()
+		}
+		st.Active = append(st.Active, a)
+	}
+	st.Running = len(st.Active)
+	return st
+}
+
+// lag is the applier's lag now: wall clock minus its checkpoint's time (ok false while
+// it has none).
+func (s *Service) lag() (time.Duration, bool) {
+	applied, _ := s.deps.Applier.Watermarks()
+	if applied == 0 {
+		return 0, false
+	}
+	return time.Since(tso.Time(applied)), true
+}
+
+func newRunID() string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return "v" + time.Now().UTC().Format("20060102T150405") + "-" + hex.EncodeToString(b[:])
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
