@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/binary"
@@ -220,27 +219,9 @@ func (e *replayEvent) ts() uint64 {
 
 func loadReplayCorpus(t *testing.T) *replayCorpus {
 	t.Helper()
-	root := corpus.Dir(t)
-	entries, err := os.ReadDir(root)
-	if err != nil {
-		t.Fatal(err)
-	}
+	root, cases := corpus.Load(t, func(name, dir string) *replayCase { return &replayCase{Name: name, Dir: dir} })
 	c := &replayCorpus{t: t, dir: root, cases: map[string]*replayCase{}}
-	for _, ent := range entries {
-		if !ent.IsDir() {
-			continue
-		}
-		dir := filepath.Join(root, ent.Name())
-		data, err := os.ReadFile(filepath.Join(dir, "expected.json"))
-		if err != nil {
-			continue
-		}
-		rc := &replayCase{Name: ent.Name(), Dir: dir}
-		dec := json.NewDecoder(bytes.NewReader(data))
-		dec.UseNumber()
-		if err := dec.Decode(rc); err != nil {
-			t.Fatalf("%s/expected.json: %v", ent.Name(), err)
-		}
+	for _, rc := range cases {
 		c.cases[rc.Name] = rc
 	}
 	if len(c.cases) == 0 {

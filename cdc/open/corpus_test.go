@@ -87,29 +87,7 @@ func (c *corpusCase) flavour() Flavour {
 
 func loadCorpus(t testing.TB) []*corpusCase {
 	t.Helper()
-	root := corpus.Dir(t)
-	entries, err := os.ReadDir(root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var cases []*corpusCase
-	for _, e := range entries {
-		if !e.IsDir() {
-			continue
-		}
-		dir := filepath.Join(root, e.Name())
-		data, err := os.ReadFile(filepath.Join(dir, "expected.json"))
-		if err != nil {
-			continue
-		}
-		c := &corpusCase{Name: e.Name(), Dir: dir}
-		dec := json.NewDecoder(bytes.NewReader(data))
-		dec.UseNumber()
-		if err := dec.Decode(c); err != nil {
-			t.Fatalf("%s/expected.json: %v", e.Name(), err)
-		}
-		cases = append(cases, c)
-	}
+	root, cases := corpus.Load(t, func(name, dir string) *corpusCase { return &corpusCase{Name: name, Dir: dir} })
 	if len(cases) == 0 {
 		t.Fatalf("no cases in %s", root)
 	}

@@ -6,6 +6,8 @@
 package corpus
 
 import (
+	"bytes"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"testing"
@@ -37,4 +39,35 @@ func Dir(t testing.TB) string {
 		t.Skipf("TiCDC corpus not found at %s; conformance tests skipped", c)
 	}
 	return c
+}
+
+// Load decodes every case's expected.json (numbers kept as json.Number) into a value
+// made by newCase for the case's name and directory, in directory order; a case
+// directory without an expected.json is not a case. It returns the corpus directory too.
+func Load[T any](t testing.TB, newCase func(name, dir string) *T) (string, []*T) {
+	t.Helper()
+	root := Dir(t)
+	entries, err := os.ReadDir(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []*T
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		dir := filepath.Join(root, e.Name())
+		data, err := os.ReadFile(filepath.Join(dir, "expected.json"))
+		if err != nil {
+			continue
+		}
+		c := newCase(e.Name(), dir)
+		dec := json.NewDecoder(bytes.NewReader(data))
+		dec.UseNumber()
+		if err := dec.Decode(c); err != nil {
+			t.Fatalf("%s/expected.json: %v", e.Name(), err)
+		}
+		out = append(out, c)
+	}
+	return root, out
 }
