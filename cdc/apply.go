@@ -168,12 +168,18 @@ func (a *applier) applyRows(ctx context.Context, buf *buffer, target uint64) ([]
 
 // keyCollector gathers the keys one table's producer sends in a round, encoding them
 // into ledger parts as they reach ledger.MaxPartKeys (a part holds its keys compressed,
-// a few bytes each).
+// a few bytes each). Keys are kept in one buffer until a part is encoded: one
+// allocation per part, not per row.
 type keyCollector struct {
-	table   tableKey
-	entries []ledger.Entry
-	parts   []ledgerPart
-	key     []byte
+	table tableKey
+	buf   []byte   // the keys, back to back
+	refs  []keyRef // where each key ends in buf, and its commit ts
+	parts []ledgerPart
+}
+
+type keyRef struct {
+	end uint32 // offset in buf just past the key (it starts where the previous one ends)
+	ts  uint64
 }
 
 // add records that the row with handle columns cols (among cols) changed at ts.
@@ -181,18 +187,17 @@ func (kc *keyCollector) add(cols []open.Column, ts uint64) error {
 	if kc == nil {
 		return nil
 	}
-	kc.key = kc.key[:0]
 	for i := range cols {
 		if !cols[i].IsHandle() {
 			continue
 		}
 		var ok bool
-		if kc.key, ok = rowkey.Append(kc.key, cols[i].Value, rowkey.Exact); !ok {
+		if kc.buf, ok = rowkey.Append(kc.buf, cols[i].Value, rowkey.Exact); !ok {
 			return fmt.Errorf("table %s: handle column %s holds a %T, which no key can", kc.table, cols[i].Name, cols[i].Value)
 		}
 	}
-	kc.entries = append(kc.entries, ledger.Entry{Key: rowkey.Key(string(kc.key)), CommitTs: ts})
-	if len(kc.entries) >= ledger.MaxPartKeys {
+	kc.refs = append(kc.refs, keyRef{end: uint32(len(kc.buf)), ts: ts})
+	if len(kc.refs) >= ledger.MaxPartKeys || len(kc.buf) >= 64<<20 {
 		return kc.flush()
 	}
 	return nil
@@ -200,20 +205,24 @@ func (kc *keyCollector) add(cols []open.Column, ts uint64) error {
 
 // flush encodes the keys gathered so far into a part.
 func (kc *keyCollector) flush() error {
-	if kc == nil || len(kc.entries) == 0 {
+	if kc == nil || len(kc.refs) == 0 {
 		return nil
 	}
-	es := ledger.Compact(kc.entries)
-	minTs := es[0].CommitTs
-	for _, e := range es {
-		minTs = min(minTs, e.CommitTs)
+	es := make([]ledger.Entry, len(kc.refs))
+	start := uint32(0)
+	minTs := kc.refs[0].ts
+	for i, r := range kc.refs {
+		es[i] = ledger.Entry{Key: rowkey.Key(kc.buf[start:r.end:r.end]), CommitTs: r.ts}
+		start = r.end
+		minTs = min(minTs, r.ts)
 	}
+	es = ledger.Compact(es)
 	blob, err := ledger.Encode(es, minTs)
 	if err != nil {
 		return fmt.Errorf("table %s: %w", kc.table, err)
 	}
 	kc.parts = append(kc.parts, ledgerPart{table: kc.table, part: len(kc.parts), minTs: minTs, count: len(es), entries: blob})
-	kc.entries = kc.entries[:0]
+	kc.buf, kc.refs = kc.buf[:0], kc.refs[:0]
 	return nil
 }
 

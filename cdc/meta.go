@@ -241,9 +241,10 @@ func (m *meta) scan(ctx context.Context, what, query string, row func(*sql.Rows)
 	return nil
 }
 
-// saveCheckpoint records appliedTs and the resume offsets in one transaction. It is
-// called only after every row up to appliedTs is durable downstream.
-func (m *meta) saveCheckpoint(ctx context.Context, appliedTs uint64, offsets map[partKey]int64) error {
+// saveCheckpoint records appliedTs, the resume offsets and the round's ledger parts in
+// one transaction. It is called only after every row up to appliedTs is durable
+// downstream.
+func (m *meta) saveCheckpoint(ctx context.Context, appliedTs uint64, offsets map[partKey]int64, parts []ledgerPart) error {
 	ctx, cancel := context.WithTimeout(ctx, m.timeout)
 	defer cancel()
 	tx, err := m.db.BeginTx(ctx, nil)
@@ -272,6 +273,9 @@ func (m *meta) saveCheckpoint(ctx context.Context, appliedTs uint64, offsets map
 		if _, err := tx.ExecContext(ctx, b.String(), args...); err != nil {
 			return fmt.Errorf("saving offsets: %w", err)
 		}
+	}
+	if err := m.writeLedger(ctx, tx, appliedTs, parts); err != nil {
+		return err
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("saving checkpoint: %w", err)
@@ -355,9 +359,12 @@ type ledgerPart struct {
 	entries []byte
 }
 
-// writeLedger records a round's ledger parts (maxTs: the round's target). Rows are
-// replaced by their key, so a replayed round writes them again harmlessly.
-func (m *meta) writeLedger(ctx context.Context, maxTs uint64, parts []ledgerPart) error {
+// writeLedger records a round's ledger parts (maxTs: the round's target) through x (the
+// checkpoint's transaction). Rows are replaced by their key, so a replayed round writes
+// them again harmlessly.
+func (m *meta) writeLedger(ctx context.Context, x interface {
+	ExecContext(context.Context, string, ...any) (sql.Result, error)
+}, maxTs uint64, parts []ledgerPart) error {
 	for len(parts) > 0 {
 		var b strings.Builder
 		b.WriteString(m.q("REPLACE INTO %s." + ledger.Table + " (changefeed, max_ts, schema_name, table_name, part, min_ts, key_count, entries) VALUES "))
@@ -374,7 +381,7 @@ func (m *meta) writeLedger(ctx context.Context, maxTs uint64, parts []ledgerPart
 			size += len(p.entries) + 64
 			n++
 		}
-		if err := m.exec(ctx, b.String(), args...); err != nil {
+		if _, err := x.ExecContext(ctx, b.String(), args...); err != nil {
 			return fmt.Errorf("writing the ledger: %w", err)
 		}
 		parts = parts[n:]

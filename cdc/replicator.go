@@ -727,15 +727,6 @@ func (c *coordinator) rowsUpTo(ctx context.Context, ts uint64, announce bool) er
 	if err != nil {
 		return err
 	}
-	// The ledger after the rows it names, before the checkpoint that makes it trusted
-	// (internal/ledger).
-	if len(parts) > 0 {
-		if err := c.ap.retry(ctx, "meta ledger", func(ctx context.Context) error {
-			return c.meta.writeLedger(ctx, ts, parts)
-		}); err != nil {
-			return err
-		}
-	}
 	if err := c.ap.hooks.fire(hookAfterRows); err != nil {
 		return err
 	}
@@ -760,8 +751,10 @@ func (c *coordinator) rowsUpTo(ctx context.Context, ts uint64, announce bool) er
 			offsets[p.key] = resume
 		}
 	}
+	// The round's ledger commits with its checkpoint, after the rows it names
+	// (internal/ledger).
 	err = c.ap.retry(ctx, "meta checkpoint", func(ctx context.Context) error {
-		return c.meta.saveCheckpoint(ctx, ts, offsets)
+		return c.meta.saveCheckpoint(ctx, ts, offsets, parts)
 	})
 	if err != nil {
 		return err

@@ -18,8 +18,8 @@
 // a handle are not recorded: they are compared whole). schema_name and table_name are
 // the upstream's names.
 //
-// Consistency: the applier writes a round's rows first, then its ledger rows, then its
-// checkpoint (checkpoint.applied_ts). So a ledger row never names a change that was not
+// Consistency: the applier writes a round's rows first, then its ledger rows in the
+// transaction of its checkpoint (checkpoint.applied_ts). So a ledger row never names a change that was not
 // applied, and every change above ledger_range.since_ts and at or below applied_ts is in
 // the ledger: a reader trusts the rows with max_ts <= applied_ts (rows above it may be
 // rewritten by a replayed round, identically), and only for changes after since_ts.
@@ -62,25 +62,23 @@ type Entry struct {
 // format is the first byte of an encoded part.
 const format = 1
 
-// Compact sorts entries by key and keeps one per key, with the largest commit ts.
+// Compact sorts entries by key and keeps one per key, with the largest commit ts. Keys
+// that arrive in order (a table's rows are often written in key order) are not sorted
+// again.
 func Compact(entries []Entry) []Entry {
-	slices.SortFunc(entries, func(a, b Entry) int {
-		if c := rowkey.Compare(a.Key, b.Key); c != 0 {
-			return c
-		}
-		return -cmpTs(a.CommitTs, b.CommitTs) // largest ts first: it is the one kept
-	})
-	return slices.CompactFunc(entries, func(a, b Entry) bool { return string(a.Key) == string(b.Key) })
-}
-
-func cmpTs(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
+	byKey := func(a, b Entry) int { return rowkey.Compare(a.Key, b.Key) }
+	if !slices.IsSortedFunc(entries, byKey) {
+		slices.SortStableFunc(entries, byKey)
 	}
-	return 0
+	out := entries[:0]
+	for _, e := range entries {
+		if n := len(out); n > 0 && string(out[n-1].Key) == string(e.Key) {
+			out[n-1].CommitTs = max(out[n-1].CommitTs, e.CommitTs)
+			continue
+		}
+		out = append(out, e)
+	}
+	return out
 }
 
 // Encode encodes entries (as Compact leaves them) whose commit ts are all >= minTs:
