@@ -158,9 +158,11 @@ type ApplierConfig struct {
 	// TSMapInterval is how often the applier records, in <meta-schema>.ts_map, the
 	// upstream TSO the fallback is at together with the fallback's own position (GTID
 	// set or binlog file:position) and the wall time, so other tools can align the two
-	// sides. 0 disables it.
+	// sides. 0 disables it. Not a key of the [applier] section: parity serve sets it
+	// from verify.ts-map-interval, next to the pairs verification records in the same
+	// table.
 	// Default: 1m
-	TSMapInterval time.Duration `toml:"ts-map-interval"`
+	TSMapInterval time.Duration `toml:"-"`
 	// TypeMap maps a TiDB column type the fallback lacks to a type it has, by the
 	// lower-case name of the TiDB type (vector, json, bit, varchar, ...): DDL that
 	// defines a column of that type defines it with the given type instead (the column's
@@ -321,7 +323,7 @@ func (c Config) Validate() error {
 		bad("applier.ledger-retention", "must be at least 1h, got %v", a.LedgerRetention)
 	}
 	if a.TSMapInterval < 0 || (a.TSMapInterval > 0 && a.TSMapInterval < time.Second) {
-		bad("applier.ts-map-interval", "must be 0 (off) or at least 1s, got %v", a.TSMapInterval)
+		bad("verify.ts-map-interval", "must be 0 (off) or at least 1s, got %v", a.TSMapInterval)
 	}
 	if a.GCPercent < 0 || a.GCPercent > 10000 {
 		bad("applier.gc-percent", "must be between 0 and 10000, got %d", a.GCPercent)

@@ -67,6 +67,10 @@ type Replicator struct {
 	status  Status
 	applied uint64
 	waiters []waiter
+
+	// meta is the meta schema of the running replicator (nil when not running), for
+	// RecordTSMap.
+	meta atomic.Pointer[meta]
 }
 
 type waiter struct {
@@ -160,6 +164,18 @@ func (r *Replicator) Barrier(ctx context.Context, ts uint64, fn func(ctx context
 		// running it sees the same context.
 		return ctx.Err()
 	}
+}
+
+// RecordTSMap records in <meta-schema>.ts_map that the fallback, at its position pos
+// (internal/position), held exactly the upstream at ts: for a caller that read pos
+// inside Barrier(ts), such as verification's snapshot pairs (source "verify"). It
+// returns ErrStopped when the replicator is not running.
+func (r *Replicator) RecordTSMap(ctx context.Context, ts uint64, pos, source string) error {
+	m := r.meta.Load()
+	if m == nil {
+		return ErrStopped
+	}
+	return m.recordTSMap(ctx, ts, pos, source, time.Now())
 }
 
 // record is one Kafka record handed from a partition reader to the coordinator.
@@ -354,6 +370,8 @@ func (r *Replicator) runOnce(ctx context.Context, started func()) error {
 	if err := m.migrate(ctx); err != nil {
 		return err
 	}
+	r.meta.Store(m)
+	defer r.meta.Store(nil) // before metaDB closes
 	saved, err := m.load(ctx)
 	if err != nil {
 		return err
@@ -966,7 +984,7 @@ func alreadyApplied(err error) bool {
 const pruneInterval = 10 * time.Minute
 
 // afterCheckpoint does what the applier does between rounds, while the fallback is
-// exactly at ts: records the ts-map every applier.ts-map-interval and prunes the ledger
+// exactly at ts: records the ts-map every verify.ts-map-interval and prunes the ledger
 // every pruneInterval. Neither may stop replication: a failure is logged and tried
 // again at the next round.
 func (c *coordinator) afterCheckpoint(ctx context.Context, ts uint64) {

@@ -81,7 +81,8 @@ type Config struct {
 	// TSMapInterval is how often the applier records the upstream TSO the fallback is at
 	// and the fallback's position in <meta-schema>.ts_map (every snapshot pair is
 	// recorded there too); 0 disables the periodic rows. Applies when verification is
-	// disabled too.
+	// disabled too. Read (and validated) by the applier: the daemon passes it to cdc's
+	// ApplierConfig.TSMapInterval.
 	// Default: 1m
 	TSMapInterval time.Duration `toml:"ts-map-interval"`
 
@@ -120,6 +121,8 @@ type Schedule struct {
 // DefaultConfig returns the defaults documented on Config.
 func DefaultConfig() Config {
 	return Config{
+		Tables:            []string{},
+		Exclude:           []string{},
 		Scope:             ScopeFull,
 		MaxViewAge:        10 * time.Minute,
 		MaxConcurrentRuns: 1,
@@ -138,9 +141,6 @@ func (c Config) Validate() error {
 	var errs []error
 	bad := func(key, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%s: %s", key, fmt.Sprintf(format, args...)))
-	}
-	if c.TSMapInterval < 0 || (c.TSMapInterval > 0 && c.TSMapInterval < time.Second) {
-		bad("verify.ts-map-interval", "must be 0 (off) or at least 1s, got %v", c.TSMapInterval)
 	}
 	if c.Enabled && len(c.Tables) == 0 {
 		bad("verify.tables", "at least one table pattern is required with verify.enabled")

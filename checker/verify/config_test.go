@@ -42,7 +42,6 @@ func TestConfigValidate(t *testing.T) {
 		}, []string{"verify.continuous-interval", "verify.max-lag", "verify.max-rows-per-second", "verify.max-threads-running"}},
 		{"bounds", func(c *Config) { c.MaxConcurrentRuns, c.MaxConnections, c.QueryTimeout = 0, 65, 0 },
 			[]string{"verify.max-concurrent-runs", "verify.max-connections", "verify.query-timeout"}},
-		{"ts-map interval", func(c *Config) { c.TSMapInterval = time.Millisecond }, []string{"verify.ts-map-interval: must be 0 (off) or at least 1s"}},
 		{"schedules", func(c *Config) {
 			c.Schedules = []Schedule{
 				{Name: "nightly", Cron: "0 2 * * *"},

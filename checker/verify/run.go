@@ -29,8 +29,15 @@ import (
 var errViewExpired = errors.New("the snapshot pair's read view reached verify.max-view-age")
 
 // pairAttempts bounds the pairs a run tries when the applier applied beyond the TSO
-// before its barrier was set (or, without Deps.BarrierPassed, when a barrier failed).
-const pairAttempts = 20
+// before its barrier was set (or, without Deps.BarrierPassed, when a barrier failed);
+// the first resolvedAttempts are at the applier's resolved ts, the next at TiDB's
+// current TSO with the barrier registered first (see openPair), holding the applier at
+// most pairPrepWait for the pair's connections.
+const (
+	pairAttempts     = 6
+	resolvedAttempts = 2
+	pairPrepWait     = time.Second
+)
 
 // resolvedWait bounds how long a run waits for the applier's first resolved ts.
 const resolvedWait = time.Minute
@@ -67,7 +74,7 @@ func (r *runner) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	r.progress(func(st *runState) { st.tables, st.queued = len(tables), false })
+	r.progress(func(st *runState) { st.tables = len(tables) })
 	var failed []string
 	for i, t := range tables {
 		if err := ctx.Err(); err != nil {
@@ -124,7 +131,7 @@ func (r *runner) compareTable(ctx context.Context, seq int, t [2]string) TableRe
 	}
 	log := r.log.With("table", t[0]+"."+t[1])
 	var diffID string
-	lastDone, stalls := -1, 0
+	lastDone, stalls := 0, 0
 	for {
 		if r.pair == nil {
 			if err := r.openPair(ctx); err != nil {
@@ -164,7 +171,7 @@ func (r *runner) compareTable(ctx context.Context, seq int, t [2]string) TableRe
 			}
 			lastDone = stats.ChunksDone
 			if stalls >= 2 {
-				return fail(fmt.Errorf("no chunk finished within verify.max-view-age (%v) at %d pairs in a row: raise it (or verify.max-rows-per-second)", cfg.MaxViewAge, stalls+1))
+				return fail(fmt.Errorf("no chunk finished within verify.max-view-age (%v) at %d pairs in a row: raise it (or verify.max-rows-per-second)", cfg.MaxViewAge, stalls))
 			}
 			continue
 		}
@@ -208,8 +215,16 @@ func (r *runner) diffConfig(pattern, resume string, log *slog.Logger) checker.Co
 	return c
 }
 
-// openPair opens a snapshot pair at the applier's resolved ts, once the applier's lag
-// is within verify.max-lag, and records it.
+// openPair opens a snapshot pair, once the applier's lag is within verify.max-lag, and
+// records it. The pair's TSO is first the applier's global resolved ts, where the
+// applier holds the fallback at once. Opening the pair's connections (before the
+// barrier, so the pause is a few statements) takes a moment, in which a busy applier
+// may apply beyond it and the barrier then refuses. After resolvedAttempts such
+// refusals the TSO is TiDB's current one, which the applier cannot have passed, and the
+// barrier is registered before the connections are prepared (earlyBarrier): the
+// applier goes on applying until the global resolved ts has passed the TSO, and holds
+// there until the pair's transactions are open — a pause that includes what is left of
+// the preparation when the applier gets there first (at most pairPrepWait).
 func (r *runner) openPair(ctx context.Context) error {
 	cfg := r.s.cfg
 	rec := r.st.rec
@@ -221,19 +236,37 @@ func (r *runner) openPair(ctx context.Context) error {
 	quiet := slog.New(checkerLog{r.log.Handler()})
 	var lastErr error
 	for attempt := 1; attempt <= pairAttempts; attempt++ {
+		early := attempt > resolvedAttempts
 		ts, err := r.s.pairTS(ctx)
+		if err == nil && early {
+			ts, err = r.s.upstreamTSO(ctx)
+		}
 		if err != nil {
 			return err
 		}
 		// Before anything reads at ts: a TSO TiDB's GC has passed is refused, naming
-		// the safe point (not tried again: the resolved ts is the newest TSO there is).
-		if err := checker.CheckSnapshotGC(ctx, cfg.UpstreamDSN, ts, quiet); err != nil {
-			return fmt.Errorf("snapshot pair at %d (%s): %w", ts, tso.Format(ts), err)
+		// the safe point (not tried again: later attempts are at newer TSOs).
+		if attempt == 1 {
+			if err := checker.CheckSnapshotGC(ctx, cfg.UpstreamDSN, ts, quiet); err != nil {
+				return fmt.Errorf("snapshot pair at %d (%s): %w", ts, tso.Format(ts), err)
+			}
 		}
-		p, err := checker.OpenSnapshotPair(ctx, r.s.deps.Applier, checker.SnapshotPairConfig{
+		var b checker.Barrierer = r.s.deps.Applier
+		var eb *earlyBarrier
+		if early {
+			eb = holdAt(ctx, r.s.deps.Applier, ts, pairPrepWait)
+			b = eb
+		}
+		p, err := checker.OpenSnapshotPair(ctx, b, checker.SnapshotPairConfig{
 			TS: ts, UpstreamDSN: cfg.UpstreamDSN, Downstream: r.s.down, Kill: r.s.kill,
 			Conns: cfg.MaxConnections, QueryTimeout: cfg.QueryTimeout,
 		})
+		if eb != nil {
+			held := eb.close()
+			if err == nil {
+				p.Pause = held // the whole time the applier held ts
+			}
+		}
 		if err == nil {
 			r.opened(ctx, p)
 			return nil
@@ -242,10 +275,10 @@ func (r *runner) openPair(ctx context.Context) error {
 		if ctx.Err() != nil || (r.s.deps.BarrierPassed != nil && !errors.Is(err, r.s.deps.BarrierPassed)) {
 			return lastErr
 		}
+		r.s.mu.Lock()
+		r.s.passed++
+		r.s.mu.Unlock()
 		r.log.Debug("the applier passed the pair's TSO before its barrier; trying a newer one", "resolved_ts", ts, "attempt", attempt)
-		if err := sleep(ctx, 10*time.Millisecond); err != nil {
-			return err
-		}
 	}
 	return fmt.Errorf("no snapshot pair in %d attempts: %w", pairAttempts, lastErr)
 }
@@ -368,6 +401,25 @@ func (s *Service) pairTS(ctx context.Context) (uint64, error) {
 			return 0, err
 		}
 	}
+}
+
+// upstreamTSO returns TiDB's current TSO: the start ts of a new transaction.
+func (s *Service) upstreamTSO(ctx context.Context) (uint64, error) {
+	ctx, cancel := context.WithTimeout(ctx, min(s.cfg.QueryTimeout, 30*time.Second))
+	defer cancel()
+	tx, err := s.up.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, fmt.Errorf("reading TiDB's current TSO: %w", err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	var ts uint64
+	if err := tx.QueryRowContext(ctx, "SELECT @@tidb_current_ts").Scan(&ts); err != nil {
+		return 0, fmt.Errorf("reading TiDB's current TSO: %w", err)
+	}
+	if ts == 0 {
+		return 0, errors.New("reading TiDB's current TSO: @@tidb_current_ts is 0 (is upstream.dsn TiDB?)")
+	}
+	return ts, nil
 }
 
 // waitLag waits while the applier lags by more than verify.max-lag, returning how long.

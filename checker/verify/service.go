@@ -119,6 +119,7 @@ type Service struct {
 
 	// Set by Run before ready is closed; closed when it returns.
 	down, kill, meta, histDB *sql.DB
+	up                       *sql.DB // TiDB's current TSO
 	hist                     *history
 
 	mu        sync.Mutex
@@ -128,6 +129,7 @@ type Service struct {
 	diffs     int64
 	pairs     int64
 	rotations int64
+	passed    int64
 	pause     Histogram
 	throttled time.Duration
 	lastRun   *RunRecord
@@ -287,11 +289,19 @@ func (s *Service) open() error {
 	hc.Params["time_zone"] = "'+00:00'"
 	s.histDB, _ = pool(hc, 2)
 	s.hist = newHistory(s.histDB, s.cfg.MetaSchema, s.cfg.Changefeed, min(s.cfg.QueryTimeout, time.Minute))
+	uc, err := mysql.ParseDSN(s.cfg.UpstreamDSN)
+	if err != nil {
+		return fmt.Errorf("upstream.dsn: %w", err)
+	}
+	uc.DBName = ""
+	if s.up, err = pool(uc, 1); err != nil {
+		return err
+	}
 	return nil
 }
 
 func (s *Service) close() {
-	for _, db := range []*sql.DB{s.down, s.kill, s.meta, s.histDB} {
+	for _, db := range []*sql.DB{s.down, s.kill, s.meta, s.histDB, s.up} {
 		if db != nil {
 			_ = db.Close()
 		}
@@ -475,14 +485,25 @@ func (s *Service) execute(ctx context.Context, st *runState) {
 		return
 	}
 	defer func() { <-s.slots }()
+	s.mu.Lock()
+	st.queued = false
+	s.mu.Unlock()
 	rec.StartedAt = time.Now()
-	if err := s.hist.start(ctx, rec); err != nil {
+	err := ctx.Err()
+	if err == nil {
+		err = s.hist.start(ctx, rec)
+	}
+	if err != nil {
 		rec.State, rec.Result, rec.Error, rec.FinishedAt = StateFailed, ResultFailed, err.Error(), time.Now()
+		if ctx.Err() != nil {
+			rec.State, rec.Result, rec.Error = StateCancelled, ResultCancelled, "cancelled before it started"
+			return
+		}
 		log.Error("verification run failed", "err", err)
 		return
 	}
 	log.Info("verification started", "scope", rec.Scope, "tables", rec.Patterns)
-	err := (&runner{s: s, st: st, log: log}).run(ctx)
+	err = (&runner{s: s, st: st, log: log}).run(ctx)
 	rec.FinishedAt = time.Now()
 	switch {
 	case err == nil && rec.Differences == 0 && rec.Result == "":
@@ -542,7 +563,7 @@ func (s *Service) Stats() Stats {
 	defer s.mu.Unlock()
 	st := Stats{
 		Changefeed: s.cfg.Changefeed, Runs: sortedCounts(s.runs), RowsChecked: s.rows, Differences: s.diffs,
-		Pairs: s.pairs, Rotations: s.rotations, Pause: s.pause.clone(), Throttled: s.throttled,
+		Pairs: s.pairs, Rotations: s.rotations, BarrierPassed: s.passed, Pause: s.pause.clone(), Throttled: s.throttled,
 		Verified: s.covered > 0, CoveredTS: s.covered, CleanRunID: s.cleanID, AppliedTS: applied, LastError: s.lastErr,
 	}
 	if s.lastRun != nil {

@@ -49,16 +49,16 @@ func (h Histogram) clone() Histogram {
 // RunCount is how many runs of a trigger ended with a result, since the service
 // started.
 type RunCount struct {
-	Trigger string
-	Result  string
-	Runs    int64
+	Trigger string `json:"trigger"`
+	Result  string `json:"result"`
+	Runs    int64  `json:"runs"`
 }
 
 // ActiveRun is a run in progress.
 type ActiveRun struct {
 	RunID   string
 	Trigger string
-	// Queued: waiting for a slot (verify.max-concurrent-runs) or for the applier's lag.
+	// Queued: waiting for a slot (verify.max-concurrent-runs).
 	Queued      bool
 	Table       string // the table being compared
 	TablesDone  int
@@ -82,6 +82,9 @@ type Stats struct {
 	Differences int64
 	Pairs       int64
 	Rotations   int64
+	// BarrierPassed counts pairs the applier refused because it had applied beyond
+	// their TSO before the barrier was set (each is tried again at a newer TSO).
+	BarrierPassed int64
 	// Pause is how long replication waited for each pair.
 	Pause Histogram
 	// Throttled is the time runs waited for the applier's lag (verify.max-lag) before

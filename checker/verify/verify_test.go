@@ -396,3 +396,40 @@ func TestScheduleNeverOverlaps(t *testing.T) {
 	}
 	t.Logf("%d scheduled runs, %d firings skipped; a run took %v", len(ran), skips, ran[len(ran)-1].FinishedAt.Sub(ran[len(ran)-1].StartedAt).Round(time.Millisecond))
 }
+
+// passedApplier has applied beyond the TSO it reports as resolved (a busy applier passes
+// the resolved ts before a pair's connections are ready): its barrier refuses any TSO up
+// to it with its sentinel, and holds the (unchanging) fallback at a later one.
+type passedApplier struct {
+	stillApplier
+	passed   error
+	refusals atomic.Int64
+}
+
+func (a *passedApplier) Barrier(ctx context.Context, ts uint64, fn func(ctx context.Context) error) error {
+	a.barriers.Add(1)
+	if ts <= a.ts {
+		a.refusals.Add(1)
+		return fmt.Errorf("barrier at %d: %w", ts, a.passed)
+	}
+	return fn(ctx)
+}
+
+// TestPairAfterApplierPassed: when the applier keeps passing the resolved ts before the
+// barrier is set, the pair is taken at TiDB's current TSO, which it cannot have passed.
+func TestPairAfterApplierPassed(t *testing.T) {
+	f := newFixture(t, 100)
+	app := &passedApplier{stillApplier: stillApplier{ts: f.ts}, passed: errors.New("applied past the barrier")}
+	s, err := New(f.config(), Deps{Applier: app, BarrierPassed: app.passed, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	serve(t, s)
+	rec := manual(t, s, Request{})
+	if rec.Result != ResultEqual || len(rec.Pairs) != 1 || rec.FirstTS <= f.ts || rec.RowsChecked != 100 {
+		t.Fatalf("run: %+v", rec)
+	}
+	if n := app.refusals.Load(); n != resolvedAttempts {
+		t.Fatalf("%d refusals before the pair at TiDB's TSO, want %d", n, resolvedAttempts)
+	}
+}

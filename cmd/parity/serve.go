@@ -24,6 +24,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/tidb-parity/parity/cdc"
+	"github.com/tidb-parity/parity/checker/verify"
 	"github.com/tidb-parity/parity/internal/config"
 )
 
@@ -41,6 +42,8 @@ type serveConfig struct {
 	Applier    cdc.ApplierConfig    `toml:"applier"`
 	Log        logConfig            `toml:"log"`
 	Status     statusConfig         `toml:"status"`
+	// Verify runs verification beside the applier (checker/verify, docs/verify.md).
+	Verify verify.Config `toml:"verify"`
 }
 
 type logConfig struct {
@@ -54,7 +57,8 @@ type logConfig struct {
 
 type statusConfig struct {
 	// Addr is the HTTP address serving /metrics (Prometheus) and /status (JSON, read by
-	// `parity status`). Empty disables it.
+	// `parity status`), and with verify.enabled the verification endpoints (POST
+	// /verify/run, GET /verify/runs: loopback clients only). Empty disables it.
 	// Default: "127.0.0.1:8390"
 	Addr string `toml:"addr"`
 	// Pprof mounts Go's net/http/pprof handlers under /debug/pprof/ on the status
@@ -71,17 +75,31 @@ func defaultServeConfig() serveConfig {
 		Applier:    c.Applier,
 		Log:        logConfig{Level: "info", Format: "text"},
 		Status:     statusConfig{Addr: "127.0.0.1:8390"},
+		Verify:     verify.DefaultConfig(),
 	}
 }
 
 func (c serveConfig) cdc() cdc.Config {
-	return cdc.Config{Changefeed: c.Changefeed, Upstream: c.Upstream, Downstream: c.Downstream, Applier: c.Applier}
+	a := c.Applier
+	a.TSMapInterval = c.Verify.TSMapInterval
+	return cdc.Config{Changefeed: c.Changefeed, Upstream: c.Upstream, Downstream: c.Downstream, Applier: a}
+}
+
+// verify is the verification service's config: [verify] and what it shares with the
+// applier (the changefeed, both servers, the meta schema).
+func (c serveConfig) verify() verify.Config {
+	v := c.Verify
+	v.Changefeed, v.UpstreamDSN, v.DownstreamDSN, v.MetaSchema = c.Changefeed.ID, c.Upstream.DSN, c.Downstream.DSN, c.Applier.MetaSchema
+	return v
 }
 
 // Validate reports every problem with its TOML key path.
 func (c serveConfig) Validate() error {
 	var errs []error
 	if err := c.cdc().Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.verify().Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if _, err := parseLevel(c.Log.Level); err != nil {
@@ -148,6 +166,8 @@ var serveBindings = []config.Binding{
 	{Flag: "dead-letter", Key: "applier.dead-letter"},
 	{Flag: "status-addr", Key: "status.addr"},
 	{Flag: "pprof", Key: "status.pprof"},
+	{Flag: "verify", Key: "verify.enabled"},
+	{Flag: "verify-tables", Key: "verify.tables"},
 	{Flag: "log-level", Key: "log.level"},
 	{Flag: "log-format", Key: "log.format"},
 }
@@ -198,6 +218,10 @@ schema of the downstream. Settings come from --config (TOML), then the environme
 (PARITY_UPSTREAM_DSN, PARITY_DOWNSTREAM_DSN), then flags. SIGTERM or SIGINT finishes the
 round being applied and exits 0; a second signal exits at once.
 
+With verify.enabled, verification runs beside the applier (docs/verify.md): snapshot
+pairs, scheduled and continuous runs, their history in the meta schema, and freshness in
+/status and /metrics; ` + "`parity verify`" + ` asks it for a run.
+
 Exit status: 0 after a signal, 1 when replication failed, 2 for a configuration error.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -231,6 +255,8 @@ Exit status: 0 after a signal, 1 when replication failed, 2 for a configuration 
 	fl.Bool("dead-letter", false, "applier.dead-letter")
 	fl.String("status-addr", "", "status.addr (empty disables)")
 	fl.Bool("pprof", false, "status.pprof: serve /debug/pprof/ on the status server")
+	fl.Bool("verify", false, "verify.enabled: run verification beside the applier")
+	fl.StringSlice("verify-tables", nil, "verify.tables (comma separated schema.table patterns)")
 	fl.String("log-level", "", "log.level")
 	fl.String("log-format", "", "log.format (text, json)")
 	return cmd, f
@@ -252,6 +278,21 @@ func runServe(parent context.Context, cfg serveConfig) error {
 		stop() // a second signal terminates at once
 	}()
 
+	var vs *verify.Service
+	if cfg.Verify.Enabled {
+		vs, err = verify.New(cfg.verify(), verify.Deps{
+			Applier:       replicatorApplier{r},
+			BarrierPassed: cdc.ErrBarrierPassed,
+			RecordTSMap:   r.RecordTSMap,
+			Logger:        log,
+		})
+		if err != nil {
+			return &exitError{code: 2, err: err}
+		}
+	}
+
+	// One group owns the replicator, the verification service and the status server:
+	// stop is cancel (a signal, or one of them failing), then wait for all.
 	g, gctx := errgroup.WithContext(ctx)
 	var srv *http.Server
 	if cfg.Status.Addr != "" {
@@ -259,7 +300,7 @@ func runServe(parent context.Context, cfg serveConfig) error {
 		if err != nil {
 			return &exitError{code: 2, err: fmt.Errorf("status.addr: %w", err)}
 		}
-		srv = &http.Server{Handler: statusHandler(r, cfg.Status.Pprof), ReadHeaderTimeout: 5 * time.Second}
+		srv = &http.Server{Handler: statusHandler(r, vs, cfg.Status.Pprof), ReadHeaderTimeout: 5 * time.Second}
 		log.Info("status server listening", "addr", ln.Addr().String())
 		g.Go(func() error {
 			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -278,6 +319,9 @@ func runServe(parent context.Context, cfg serveConfig) error {
 		}()
 		return r.Run(gctx)
 	})
+	if vs != nil {
+		g.Go(func() error { return vs.Run(gctx) })
+	}
 	if err := g.Wait(); err != nil {
 		log.Error("serve failed", "err", err)
 		return &exitError{code: 1, err: err}
@@ -285,10 +329,14 @@ func runServe(parent context.Context, cfg serveConfig) error {
 	return nil
 }
 
-func statusHandler(r *cdc.Replicator, pprofOn bool) http.Handler {
+// statusHandler serves the status address; vs is nil without verification.
+func statusHandler(r *cdc.Replicator, vs *verify.Service, pprofOn bool) http.Handler {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		cdc.NewCollector(r))
+	if vs != nil {
+		reg.MustRegister(newVerifyCollector(vs))
+	}
 	build := prometheus.NewGauge(prometheus.GaugeOpts{Name: "parity_build_info", Help: "Build information.",
 		ConstLabels: prometheus.Labels{"version": version, "commit": commit}})
 	build.Set(1)
@@ -306,8 +354,12 @@ func statusHandler(r *cdc.Replicator, pprofOn bool) http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
-		_ = enc.Encode(r.Status())
+		_ = enc.Encode(serveStatus{Status: r.Status(), Verify: verifyStatusOf(vs)})
 	})
+	if vs != nil {
+		mux.HandleFunc("POST /verify/run", loopbackOnly(verifyRunHandler(vs)))
+		mux.HandleFunc("GET /verify/runs", loopbackOnly(verifyRunsHandler(vs)))
+	}
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		st := r.Status()
 		if st.State == "failed" {

@@ -19,7 +19,7 @@ func TestStatusHandlerPprof(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, on := range []bool{false, true} {
-		srv := httptest.NewServer(statusHandler(r, on))
+		srv := httptest.NewServer(statusHandler(r, nil, on))
 		for path, want := range map[string]int{
 			"/debug/pprof/":          map[bool]int{false: http.StatusNotFound, true: http.StatusOK}[on],
 			"/debug/pprof/goroutine": map[bool]int{false: http.StatusNotFound, true: http.StatusOK}[on],

@@ -11,7 +11,6 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"github.com/tidb-parity/parity/cdc"
 	"github.com/tidb-parity/parity/cdc/open"
 	"github.com/tidb-parity/parity/internal/testenv"
 	"github.com/tidb-parity/parity/internal/tso"
@@ -76,7 +75,7 @@ func TestServeAppliesReportsStatusAndDrainsOnSIGTERM(t *testing.T) {
 	go func() { done <- runServe(context.Background(), cfg) }()
 
 	deadline := time.Now().Add(60 * time.Second)
-	var st cdc.Status
+	var st serveStatus
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		st, _, err = fetchStatus(ctx, addr)

@@ -1,0 +1,91 @@
+package verify
+
+// barrier.go owns the early barrier: the applier's barrier registered as soon as a pair's
+// TSO is chosen, before checker.OpenSnapshotPair prepares the pair's connections, so a
+// busy applier cannot apply past the TSO meanwhile. It must not open connections itself.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/tidb-parity/parity/checker"
+)
+
+// errPrepSlow releases an early barrier whose pair was not ready in time.
+var errPrepSlow = errors.New("the snapshot pair's connections were not ready in time")
+
+// earlyBarrier holds the applier's barrier at ts from its creation, and runs in it the
+// function that OpenSnapshotPair later hands its Barrier. When the applier reaches ts
+// first it waits (at most maxWait) for that function: that wait is part of the pause.
+type earlyBarrier struct {
+	ts     uint64
+	cancel context.CancelFunc
+	fns    chan func(context.Context) error // handed over while the applier holds ts
+	result chan error                       // the handed function's result
+	done   chan error                       // the applier's Barrier call ended
+	ended  bool                             // done was received
+	err    error                            // what done carried
+	pause  time.Duration                    // the applier held ts this long (set before done)
+}
+
+var _ checker.Barrierer = (*earlyBarrier)(nil)
+
+// holdAt registers the applier's barrier at ts now; close must be called.
+func holdAt(ctx context.Context, a checker.Barrierer, ts uint64, maxWait time.Duration) *earlyBarrier {
+	ctx, cancel := context.WithCancel(ctx)
+	e := &earlyBarrier{ts: ts, cancel: cancel, fns: make(chan func(context.Context) error),
+		result: make(chan error, 1), done: make(chan error, 1)}
+	// The goroutine ends when the applier's Barrier returns: close waits for it.
+	go func() {
+		e.done <- a.Barrier(ctx, ts, func(bctx context.Context) error {
+			start := time.Now()
+			defer func() { e.pause = time.Since(start) }()
+			t := time.NewTimer(maxWait)
+			defer t.Stop()
+			select {
+			case fn := <-e.fns:
+				err := fn(bctx)
+				e.result <- err
+				return err
+			case <-t.C:
+				return errPrepSlow
+			case <-bctx.Done():
+				return bctx.Err()
+			}
+		})
+	}()
+	return e
+}
+
+// Barrier implements checker.Barrierer for the pair at e.ts: fn runs inside the held
+// barrier. It returns the applier's own error when its barrier ended without fn (it had
+// passed ts, it stopped, or the pair was not ready within maxWait).
+func (e *earlyBarrier) Barrier(ctx context.Context, ts uint64, fn func(ctx context.Context) error) error {
+	if ts != e.ts {
+		return fmt.Errorf("early barrier at %d asked for %d", e.ts, ts)
+	}
+	select {
+	case e.fns <- fn:
+		return <-e.result
+	case err := <-e.done:
+		e.ended, e.err = true, err
+		if err == nil {
+			err = errPrepSlow
+		}
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// close releases the barrier if it still waits, waits for the applier's Barrier call to
+// end and returns how long the applier held ts.
+func (e *earlyBarrier) close() time.Duration {
+	e.cancel()
+	if !e.ended {
+		e.err, e.ended = <-e.done, true
+	}
+	return e.pause
+}

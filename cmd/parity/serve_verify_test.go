@@ -1,0 +1,358 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"log/slog"
+	"math"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tidb-parity/parity/cdc"
+	"github.com/tidb-parity/parity/cdc/loadgen"
+	"github.com/tidb-parity/parity/checker/verify"
+	"github.com/tidb-parity/parity/internal/ident"
+	"github.com/tidb-parity/parity/internal/metaschema"
+	"github.com/tidb-parity/parity/internal/testenv"
+	"github.com/tidb-parity/parity/internal/tso"
+)
+
+// TestServeVerifyUnderLoad (#17 items 1, 2, 7, 8): loadgen imports tables into TiDB and
+// the fallback and then runs transactions on TiDB, published through real Kafka;
+// `parity serve`, in-process with verify.enabled, applies them and verifies beside the
+// applier. Five manual runs asked for with `parity verify` each compare every table at
+// snapshot pairs and find them equal with nothing re-checked, and each is in the
+// history with trigger "manual"; a cron schedule (@every 3s) fires meanwhile, its runs
+// in the history under its name, never overlapping one another; freshness is +Inf
+// before the first clean run and moves back toward 0 after each; the ts-map has a row
+// per pair and the periodic rows of verify.ts-map-interval; /status and `parity status`
+// show verification next to the lag.
+func TestServeVerifyUnderLoad(t *testing.T) {
+	upDSN := testenv.Require(t, testenv.EnvUpstream)
+	down := testenv.Downstream(t)
+	broker := testenv.Kafka(t)
+	topic := testenv.NewTopic(t, "verify", 3)
+	db := testenv.UniqueName("verify")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+
+	lg := loadgen.DefaultConfig()
+	lg.Upstream, lg.Downstream = upDSN, down.Root
+	lg.Brokers, lg.Topic, lg.Database = []string{broker}, topic, db
+	lg.Tables, lg.Workers, lg.ImportRows = 3, 12, 3000
+	lg.ImportTSFile = filepath.Join(t.TempDir(), "import_ts")
+	lg.Rate, lg.RowsPerTxn = 0, 20 // as fast as TiDB takes them, up to 20 row changes per table each
+	lg.FlushInterval, lg.ResolvedInterval = 5*time.Millisecond, 100*time.Millisecond
+	lg.Logger = slog.New(slog.DiscardHandler)
+	t.Cleanup(func() {
+		for _, dsn := range []string{upDSN, down.Root} {
+			if d, err := sql.Open("mysql", dsn); err == nil {
+				_, _ = d.Exec("DROP DATABASE IF EXISTS " + ident.Quote(db))
+				d.Close()
+			}
+		}
+	})
+	lctx, stopLoad := context.WithCancel(ctx)
+	loadDone := make(chan error, 1)
+	go func() { _, err := loadgen.Run(lctx, lg); loadDone <- err }()
+	defer func() { stopLoad(); <-loadDone }()
+	importTs := waitFile(t, lg.ImportTSFile, loadDone)
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	cfg := defaultServeConfig()
+	cfg.Changefeed.ID = "verify-load"
+	cfg.Changefeed.Brokers, cfg.Changefeed.Topics = []string{broker}, []string{topic}
+	cfg.Changefeed.StartTs = importTs
+	cfg.Upstream.DSN, cfg.Downstream.DSN = upDSN, down.Root
+	cfg.Applier.MetaSchema = testenv.UniqueName("pm")
+	cfg.Applier.SpillDir = t.TempDir()
+	cfg.Status.Addr = addr
+	cfg.Log.Level = "warn"
+	cfg.Verify.Enabled = true
+	cfg.Verify.Tables = []string{db + ".*"}
+	cfg.Verify.TSMapInterval = time.Second
+	cfg.Verify.Schedules = []verify.Schedule{{Name: "every-3s", Cron: "@every 3s"}}
+	t.Cleanup(func() { _, _ = down.Exec("DROP DATABASE IF EXISTS " + ident.Quote(cfg.Applier.MetaSchema)) })
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	sctx, stopServe := context.WithCancel(ctx)
+	serveDone := make(chan error, 1)
+	go func() { serveDone <- runServe(sctx, cfg) }()
+	defer func() {
+		stopServe()
+		if err := <-serveDone; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	}()
+
+	// Caught up: the applied checkpoint within 3s of now.
+	status := func() serveStatus {
+		t.Helper()
+		c, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		st, _, err := fetchStatus(c, addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	deadline := time.Now().Add(90 * time.Second)
+	checkedNever := false
+	for {
+		if _, _, err := fetchStatus(ctx, addr); err == nil {
+			if !checkedNever { // within the schedule's first 3s: no run has ended
+				if f := freshness(t, addr); !math.IsInf(f, 1) {
+					t.Fatalf("freshness before any clean run: %v, want +Inf", f)
+				}
+				checkedNever = true
+			}
+			if st := status(); st.AppliedTs > importTs && st.AppliedLagSeconds < 3 {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("serve did not catch up within 90s")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	st0, t0 := status(), time.Now()
+
+	var runs []verify.RunRecord
+	for i := 0; i < 5; i++ {
+		time.Sleep(time.Second) // let load and replication move on; freshness grows
+		before, tb := freshness(t, addr), time.Now()
+		rec := verifyCLI(t, addr)
+		after, ta := freshness(t, addr), time.Now()
+		elapsed := rec.FinishedAt.Sub(rec.StartedAt)
+		if rec.Result != verify.ResultEqual || rec.Trigger != verify.TriggerManual || rec.Resolved != 0 || rec.RecheckRounds != 0 ||
+			rec.TablesCompared != 5 || rec.RowsChecked < 3*3000 || len(rec.Pairs) == 0 || len(rec.Tables) != 5 {
+			t.Fatalf("run %d: %+v", i, rec)
+		}
+		for _, p := range rec.Pairs {
+			if !strings.HasPrefix(p.Position, "mariadb-gtid:") || p.TS < importTs || p.ClosedAt.IsZero() {
+				t.Fatalf("run %d pair: %+v", i, p)
+			}
+		}
+		// Freshness moves back toward 0: without the run it would have grown by the time
+		// between the two reads; after it, it is at most the time since the run's first
+		// pair (the applier applied beyond it: load goes on), or since a newer clean
+		// scheduled run's.
+		sinceFirst := time.Since(tso.Time(rec.FirstTS)).Seconds()
+		if after >= before+ta.Sub(tb).Seconds() || after > sinceFirst || after <= 0 {
+			t.Fatalf("run %d: freshness %.3fs before, %.3fs after (%v later) a clean run of %v whose first pair is %.3fs old",
+				i, before, after, ta.Sub(tb), elapsed, sinceFirst)
+		}
+		t.Logf("run %d %s: equal, %d rows in %d tables at %d pair(s), %v; freshness %.3fs before, %.3fs after",
+			i, rec.RunID, rec.RowsChecked, rec.TablesCompared, len(rec.Pairs), elapsed.Round(time.Millisecond), before, after)
+		runs = append(runs, rec)
+	}
+	st1, t1 := status(), time.Now()
+	select {
+	case err := <-loadDone:
+		t.Fatalf("the load ended during the runs: %v", err)
+	default:
+	}
+	rate := float64(st1.RowsApplied-st0.RowsApplied) / t1.Sub(t0).Seconds()
+
+	// The history: the five manual runs and the schedule's, each with its trigger.
+	hist := verifyHistory(t, addr)
+	manual, scheduled, skipped := 0, []verify.RunRecord{}, 0
+	var pauses []time.Duration
+	for _, r := range hist {
+		switch {
+		case r.Trigger == verify.TriggerManual:
+			manual++
+		case r.Trigger == "every-3s" && r.State == verify.StateSkipped:
+			if !strings.HasPrefix(r.Error, "skipped: previous run still running") {
+				t.Fatalf("skipped run: %+v", r)
+			}
+			skipped++
+			continue
+		case r.Trigger == "every-3s" && r.State != verify.StateRunning:
+			if r.TriggerKind != "schedule" {
+				t.Fatalf("scheduled run: %+v", r)
+			}
+			scheduled = append(scheduled, r)
+		}
+		if r.State != verify.StateRunning && (r.Result != verify.ResultEqual || r.Resolved != 0) {
+			t.Fatalf("run %s (%s): %s, %d resolved: %s", r.RunID, r.Trigger, r.Result, r.Resolved, r.Error)
+		}
+		for _, p := range r.Pairs {
+			pauses = append(pauses, p.Pause)
+		}
+	}
+	if manual != 5 || len(scheduled) == 0 {
+		t.Fatalf("history: %d manual runs, %d scheduled (want 5 and some)", manual, len(scheduled))
+	}
+	for i := 0; i+1 < len(scheduled); i++ { // newest first
+		if scheduled[i+1].FinishedAt.After(scheduled[i].StartedAt) {
+			t.Fatalf("scheduled runs overlap: %+v and %+v", scheduled[i+1], scheduled[i])
+		}
+	}
+
+	// The ts-map: a row per pair and the applier's rows every verify.ts-map-interval.
+	var pairRows, intervalRows int
+	q := "SELECT COALESCE(SUM(source='verify'),0), COALESCE(SUM(source='interval'),0) FROM " + metaschema.Table(cfg.Applier.MetaSchema, "ts_map") + " WHERE changefeed=?"
+	if err := down.QueryRow(q, cfg.Changefeed.ID).Scan(&pairRows, &intervalRows); err != nil {
+		t.Fatal(err)
+	}
+	npairs := 0
+	for _, r := range hist {
+		npairs += len(r.Pairs)
+	}
+	if pairRows < npairs || intervalRows < 5 {
+		t.Fatalf("ts-map: %d pair rows (%d pairs), %d interval rows", pairRows, npairs, intervalRows)
+	}
+
+	// /status and parity status show it next to the lag.
+	st := status()
+	if st.Verify == nil || !st.Verify.Verified || st.Verify.FreshnessSeconds == nil || st.Verify.CleanRunID == "" || st.Verify.Pairs < 5 {
+		t.Fatalf("/status verify: %+v", st.Verify)
+	}
+	var out bytes.Buffer
+	if err := printStatus(&out, st); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"applied lag:", "verification freshness:", "last verification:"} {
+		if !strings.Contains(out.String(), want) {
+			t.Fatalf("parity status lacks %q:\n%s", want, out.String())
+		}
+	}
+	t.Logf("parity status:\n%s", out.String())
+	m := metrics(t, addr)
+	for _, want := range []string{`parity_verify_runs_total{changefeed="verify-load",result="equal",trigger="manual"} 5`,
+		`parity_verify_pause_seconds_count{changefeed="verify-load"}`, `parity_verify_differences_total{changefeed="verify-load"} 0`} {
+		if !strings.Contains(m, want) {
+			t.Fatalf("/metrics lacks %q", want)
+		}
+	}
+
+	slices.Sort(pauses)
+	pct := func(p float64) time.Duration { return pauses[int(math.Ceil(p*float64(len(pauses))))-1] }
+	t.Logf("load: %.0f rows/s applied over %v; %d runs (%d scheduled, %d firings skipped), %d pairs (%d TSOs passed by the applier first): pause p50 %v, p99 %v, max %v",
+		rate, t1.Sub(t0).Round(time.Second), len(hist)-skipped, len(scheduled), skipped, len(pauses), st.Verify.Passed, pct(0.5), pct(0.99), pauses[len(pauses)-1])
+}
+
+// verifyCLI runs `parity verify --json` against addr and returns the run.
+func verifyCLI(t *testing.T, addr string) verify.RunRecord {
+	t.Helper()
+	root := newRoot()
+	var out bytes.Buffer
+	root.SetOut(&out)
+	root.SetArgs([]string{"verify", "--addr", addr, "--json", "--timeout", "2m"})
+	if err := root.Execute(); err != nil {
+		t.Fatalf("parity verify: %v\n%s", err, out.String())
+	}
+	var rec verify.RunRecord
+	if err := json.Unmarshal(out.Bytes(), &rec); err != nil {
+		t.Fatalf("parity verify output: %v\n%s", err, out.String())
+	}
+	return rec
+}
+
+func verifyHistory(t *testing.T, addr string) []verify.RunRecord {
+	t.Helper()
+	root := newRoot()
+	var out bytes.Buffer
+	root.SetOut(&out)
+	root.SetArgs([]string{"verify", "history", "--addr", addr, "--json", "--limit", "1000"})
+	if err := root.Execute(); err != nil {
+		t.Fatalf("parity verify history: %v", err)
+	}
+	var runs []verify.RunRecord
+	if err := json.Unmarshal(out.Bytes(), &runs); err != nil {
+		t.Fatalf("parity verify history output: %v\n%s", err, out.String())
+	}
+	return runs
+}
+
+func metrics(t *testing.T, addr string) string {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var b strings.Builder
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		b.WriteString(sc.Text() + "\n")
+	}
+	return b.String()
+}
+
+// freshness reads parity_verify_freshness_seconds from /metrics.
+func freshness(t *testing.T, addr string) float64 {
+	t.Helper()
+	for _, line := range strings.Split(metrics(t, addr), "\n") {
+		if strings.HasPrefix(line, "parity_verify_freshness_seconds{") {
+			f, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return f
+		}
+	}
+	t.Fatal("no parity_verify_freshness_seconds in /metrics")
+	return 0
+}
+
+// The verification endpoints answer loopback clients only, and say when the service
+// does not run.
+func TestVerifyEndpointsLoopbackOnly(t *testing.T) {
+	cfg := defaultServeConfig()
+	cfg.Changefeed.Brokers, cfg.Changefeed.Topics = []string{"127.0.0.1:1"}, []string{"t"}
+	cfg.Upstream.DSN, cfg.Downstream.DSN = "u@tcp(127.0.0.1:1)/", "u@tcp(127.0.0.1:1)/"
+	cfg.Verify.Enabled, cfg.Verify.Tables = true, []string{"app.*"}
+	r, err := cdc.New(cfg.cdc(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vs, err := verify.New(cfg.verify(), verify.Deps{Applier: replicatorApplier{r}, BarrierPassed: cdc.ErrBarrierPassed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := statusHandler(r, vs, false)
+	for _, tc := range []struct {
+		method, path, remote string
+		want                 int
+	}{
+		{http.MethodPost, "/verify/run", "10.1.2.3:5555", http.StatusForbidden},
+		{http.MethodGet, "/verify/runs", "[2001:db8::1]:5555", http.StatusForbidden},
+		{http.MethodPost, "/verify/run", "127.0.0.1:5555", http.StatusServiceUnavailable},
+		{http.MethodPost, "/verify/run?scope=cdc", "[::1]:5555", http.StatusBadRequest},
+		{http.MethodGet, "/verify/runs", "127.0.0.1:5555", http.StatusServiceUnavailable},
+		{http.MethodGet, "/verify/run", "127.0.0.1:5555", http.StatusMethodNotAllowed},
+	} {
+		req := httptest.NewRequest(tc.method, tc.path, nil)
+		req.RemoteAddr = tc.remote
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		if w.Code != tc.want {
+			t.Errorf("%s %s from %s: %d %s, want %d", tc.method, tc.path, tc.remote, w.Code, w.Body.String(), tc.want)
+		}
+	}
+	// Without verification they are not mounted, and parity verify says so.
+	srv := httptest.NewServer(statusHandler(r, nil, false))
+	defer srv.Close()
+	_, _, err = verifyCall(context.Background(), http.MethodPost, strings.TrimPrefix(srv.URL, "http://"), "/verify/run")
+	if err == nil || !strings.Contains(err.Error(), "verify.enabled") {
+		t.Fatalf("parity verify against a daemon without verification: %v", err)
+	}
+}

@@ -1,0 +1,490 @@
+package main
+
+// verify.go wires the verification service (checker/verify) into parity serve: the
+// adapter through which cdc.Replicator is its applier, its Prometheus collector, its
+// part of /status, the loopback-only endpoints that start a run and list the history,
+// and `parity verify`, the CLI that calls them (the gRPC API replaces them later).
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/cobra"
+
+	"github.com/tidb-parity/parity/cdc"
+	"github.com/tidb-parity/parity/checker/verify"
+	"github.com/tidb-parity/parity/internal/tso"
+)
+
+// replicatorApplier is cdc.Replicator as verification's applier.
+type replicatorApplier struct{ *cdc.Replicator }
+
+var _ verify.Applier = replicatorApplier{}
+
+func (a replicatorApplier) Watermarks() (applied, resolved uint64) {
+	st := a.Status()
+	return st.AppliedTs, st.ResolvedTs
+}
+
+// serveStatus is /status: the replicator's status and, with verification, its own.
+type serveStatus struct {
+	cdc.Status
+	Verify *verifyStatus `json:"verify,omitempty"`
+}
+
+// verifyStatus is verification's part of /status.
+type verifyStatus struct {
+	// FreshnessSeconds is the age of the oldest applied change not covered by a clean
+	// verification (an upper bound); null until a clean full run is known ("never").
+	FreshnessSeconds *float64 `json:"freshness_seconds"`
+	Verified         bool     `json:"verified"`
+	// CoveredTs is the oldest pair TSO of the newest clean full run: every change at or
+	// before it is verified.
+	CoveredTs   uint64            `json:"covered_ts,omitempty"`
+	CoveredTime time.Time         `json:"covered_time,omitzero"`
+	CleanRunID  string            `json:"clean_run_id,omitempty"`
+	Running     int               `json:"running"`
+	Active      []verifyActive    `json:"active,omitempty"`
+	LastRun     *verify.RunRecord `json:"last_run,omitempty"`
+	Runs        []verify.RunCount `json:"runs,omitempty"`
+	RowsChecked int64             `json:"rows_checked"`
+	Differences int64             `json:"differences"`
+	Pairs       int64             `json:"pairs"`
+	Rotations   int64             `json:"view_rotations"`
+	Passed      int64             `json:"barrier_passed"`
+	PauseCount  uint64            `json:"pause_count"`
+	PauseSum    float64           `json:"pause_seconds_sum"`
+	Throttled   float64           `json:"throttled_seconds"`
+	LastError   string            `json:"last_error,omitempty"`
+}
+
+type verifyActive struct {
+	RunID          string  `json:"run_id"`
+	Trigger        string  `json:"trigger"`
+	Queued         bool    `json:"queued,omitempty"`
+	Table          string  `json:"table,omitempty"`
+	TablesDone     int     `json:"tables_done"`
+	Tables         int     `json:"tables"`
+	RowsChecked    int64   `json:"rows_checked"`
+	PairTs         uint64  `json:"pair_ts,omitempty"`
+	PairAgeSeconds float64 `json:"pair_age_seconds,omitempty"`
+}
+
+func verifyStatusOf(vs *verify.Service) *verifyStatus {
+	if vs == nil {
+		return nil
+	}
+	st := vs.Stats()
+	out := &verifyStatus{
+		Verified: st.Verified, CoveredTs: st.CoveredTS, CleanRunID: st.CleanRunID, Running: st.Running, LastRun: st.LastRun,
+		Runs: st.Runs, RowsChecked: st.RowsChecked, Differences: st.Differences, Pairs: st.Pairs, Rotations: st.Rotations, Passed: st.BarrierPassed,
+		PauseCount: st.Pause.Count, PauseSum: st.Pause.Sum.Seconds(), Throttled: st.Throttled.Seconds(), LastError: st.LastError,
+	}
+	if st.Verified {
+		f := st.Freshness.Seconds()
+		out.FreshnessSeconds = &f
+		out.CoveredTime = tso.Time(st.CoveredTS).UTC()
+	}
+	for _, a := range st.Active {
+		out.Active = append(out.Active, verifyActive{RunID: a.RunID, Trigger: a.Trigger, Queued: a.Queued, Table: a.Table,
+			TablesDone: a.TablesDone, Tables: a.Tables, RowsChecked: a.RowsChecked, PairTs: a.PairTS, PairAgeSeconds: a.PairAge.Seconds()})
+	}
+	return out
+}
+
+// verifyCollector exports the service's Stats as Prometheus metrics.
+type verifyCollector struct {
+	s *verify.Service
+
+	freshness, covered, runs, differences, rows, pairs, rotations, passed, pause, running, throttled *prometheus.Desc
+}
+
+var _ prometheus.Collector = (*verifyCollector)(nil)
+
+func newVerifyCollector(s *verify.Service) *verifyCollector {
+	l := []string{"changefeed"}
+	d := func(name, help string, labels []string) *prometheus.Desc {
+		return prometheus.NewDesc("parity_verify_"+name, help, labels, nil)
+	}
+	return &verifyCollector{
+		s: s,
+		freshness: d("freshness_seconds", "Age of the oldest applied change not covered by a clean full verification (an upper bound: "+
+			"wall clock minus the clean run's oldest pair TSO, 0 when nothing was applied after it); +Inf until a clean run is known.", l),
+		covered:     d("covered_ts_seconds", "Physical time of the oldest pair TSO of the newest clean full verification (0: none).", l),
+		runs:        d("runs_total", "Verification runs ended since start, by trigger (schedule name, continuous, manual) and result (equal, different, failed, cancelled, skipped).", []string{"changefeed", "trigger", "result"}),
+		differences: d("differences_total", "Differing rows found by verification runs since start.", l),
+		rows:        d("rows_checked_total", "Upstream rows compared by verification runs since start.", l),
+		pairs:       d("pairs_total", "Snapshot pairs opened since start.", l),
+		rotations:   d("view_rotations_total", "Snapshot pairs replaced because their read view reached verify.max-view-age (or half of it between tables).", l),
+		passed:      d("barrier_passed_total", "Pair TSOs the applier had applied beyond before the pair's barrier was set (tried again at a newer TSO).", l),
+		pause:       d("pause_seconds", "How long replication waited for each snapshot pair (the applier's barrier).", l),
+		running:     d("running_runs", "Verification runs started and not ended (including those waiting for a slot).", l),
+		throttled:   d("throttled_seconds_total", "Time runs waited for the applier's lag to fall within verify.max-lag before opening pairs.", l),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (c *verifyCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.freshness, c.covered, c.runs, c.differences, c.rows, c.pairs, c.rotations, c.passed, c.pause, c.running, c.throttled} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (c *verifyCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.s.Stats()
+	cf := st.Changefeed
+	g := func(d *prometheus.Desc, v float64) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, cf)
+	}
+	ctr := func(d *prometheus.Desc, v float64) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, cf)
+	}
+	fresh := math.Inf(1)
+	if st.Verified {
+		fresh = st.Freshness.Seconds()
+	}
+	g(c.freshness, fresh)
+	g(c.covered, tso.Seconds(st.CoveredTS))
+	for _, r := range st.Runs {
+		ch <- prometheus.MustNewConstMetric(c.runs, prometheus.CounterValue, float64(r.Runs), cf, r.Trigger, r.Result)
+	}
+	ctr(c.differences, float64(st.Differences))
+	ctr(c.rows, float64(st.RowsChecked))
+	ctr(c.pairs, float64(st.Pairs))
+	ctr(c.rotations, float64(st.Rotations))
+	ctr(c.passed, float64(st.BarrierPassed))
+	ctr(c.throttled, st.Throttled.Seconds())
+	g(c.running, float64(st.Running))
+	buckets := make(map[float64]uint64, len(verify.PauseBuckets))
+	for i, b := range verify.PauseBuckets {
+		buckets[b.Seconds()] = st.Pause.Counts[i]
+	}
+	ch <- prometheus.MustNewConstHistogram(c.pause, st.Pause.Count, st.Pause.Sum.Seconds(), buckets, cf)
+}
+
+// loopbackOnly serves h to clients on the loopback interface only: the endpoints that
+// start work are for the host's own CLI, as pprof is (keep status.addr on loopback).
+func loopbackOnly(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		host, _, err := net.SplitHostPort(r.RemoteAddr)
+		if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {
+			http.Error(w, "verification endpoints answer loopback clients only", http.StatusForbidden)
+			return
+		}
+		h(w, r)
+	}
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+// verifyError is an endpoint's error body.
+type verifyError struct {
+	Error string `json:"error"`
+	RunID string `json:"run_id,omitempty"` // the run in the way (409)
+}
+
+// verifyRunHandler is POST /verify/run?scope=full&table=schema.table...&wait=true: it
+// starts a manual run and answers 202 with its run_id, or with wait the run's record
+// once it ended (200); 409 while the previous manual run runs, 400 for a scope or
+// table it cannot run, 503 when the service does not run.
+func verifyRunHandler(vs *verify.Service) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		req := verify.Request{Scope: q.Get("scope")}
+		for _, t := range q["table"] {
+			for _, p := range strings.Split(t, ",") {
+				if p = strings.TrimSpace(p); p != "" {
+					req.Tables = append(req.Tables, p)
+				}
+			}
+		}
+		wait, _ := strconv.ParseBool(q.Get("wait"))
+		st, err := vs.Trigger(r.Context(), req)
+		var busy *verify.BusyError
+		switch {
+		case errors.As(err, &busy):
+			writeJSON(w, http.StatusConflict, verifyError{Error: err.Error(), RunID: busy.RunID})
+			return
+		case errors.Is(err, verify.ErrNotRunning):
+			writeJSON(w, http.StatusServiceUnavailable, verifyError{Error: err.Error()})
+			return
+		case err != nil:
+			writeJSON(w, http.StatusBadRequest, verifyError{Error: err.Error()})
+			return
+		}
+		if !wait {
+			writeJSON(w, http.StatusAccepted, map[string]string{"run_id": st.RunID})
+			return
+		}
+		rec, err := st.Wait(r.Context())
+		if err != nil {
+			return // the client went away; the run goes on
+		}
+		// The record with its pairs and tables, as the history holds it.
+		if runs, err := vs.History(r.Context(), 1, rec.RunID); err == nil && len(runs) == 1 {
+			rec = runs[0]
+		}
+		writeJSON(w, http.StatusOK, rec)
+	}
+}
+
+// verifyRunsHandler is GET /verify/runs?limit=20[&run_id=ID]: the history, newest first.
+func verifyRunsHandler(vs *verify.Service) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		limit := 20
+		if v := r.URL.Query().Get("limit"); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 || n > 10000 {
+				writeJSON(w, http.StatusBadRequest, verifyError{Error: "limit: want 1 to 10000, got " + v})
+				return
+			}
+			limit = n
+		}
+		runs, err := vs.History(r.Context(), limit, r.URL.Query().Get("run_id"))
+		switch {
+		case errors.Is(err, verify.ErrNotRunning):
+			writeJSON(w, http.StatusServiceUnavailable, verifyError{Error: err.Error()})
+		case err != nil:
+			writeJSON(w, http.StatusInternalServerError, verifyError{Error: err.Error()})
+		default:
+			if runs == nil {
+				runs = []verify.RunRecord{}
+			}
+			writeJSON(w, http.StatusOK, runs)
+		}
+	}
+}
+
+func init() {
+	addCommand(newVerifyCommand)
+}
+
+func newVerifyCommand() *cobra.Command {
+	var (
+		addr    string
+		scope   string
+		tables  []string
+		noWait  bool
+		asJSON  bool
+		timeout time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "verify",
+		Short: "Ask a running `parity serve` (verify.enabled) for a verification run and print its result",
+		Long: `verify asks the verification service of a running parity serve, through its status
+address (loopback only), for a manual run at snapshot pairs, waits for it and prints it.
+The run is in the daemon's history (` + "`parity verify history`" + `) with trigger "manual".
+
+Exit status: 0 equal, 1 differences found, 2 when the run failed or could not start.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			if timeout > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, timeout)
+				defer cancel()
+			}
+			v := url.Values{}
+			if scope != "" {
+				v.Set("scope", scope)
+			}
+			for _, t := range tables {
+				v.Add("table", t)
+			}
+			v.Set("wait", strconv.FormatBool(!noWait))
+			raw, code, err := verifyCall(ctx, http.MethodPost, addr, "/verify/run?"+v.Encode())
+			if err != nil {
+				return &exitError{code: 2, err: err}
+			}
+			if code == http.StatusAccepted {
+				_, err := cmd.OutOrStdout().Write(raw)
+				return err
+			}
+			var rec verify.RunRecord
+			if err := json.Unmarshal(raw, &rec); err != nil {
+				return &exitError{code: 2, err: fmt.Errorf("decoding the run from %s: %w", addr, err)}
+			}
+			if asJSON {
+				_, err = cmd.OutOrStdout().Write(raw)
+			} else {
+				err = printRun(cmd.OutOrStdout(), rec)
+			}
+			if err != nil {
+				return err
+			}
+			switch rec.Result {
+			case verify.ResultEqual:
+				return nil
+			case verify.ResultDifferent:
+				return &exitError{code: 1}
+			}
+			return &exitError{code: 2, err: fmt.Errorf("run %s %s: %s", rec.RunID, rec.Result, rec.Error)}
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&addr, "addr", "127.0.0.1:8390", "status address of parity serve (status.addr)")
+	fl.StringVar(&scope, "scope", "", "scope of the run: full (default: verify.scope)")
+	fl.StringArrayVar(&tables, "table", nil, "schema.table pattern to verify (repeatable; default: verify.tables)")
+	fl.BoolVar(&noWait, "no-wait", false, "print the run id and return once the run started")
+	fl.BoolVar(&asJSON, "json", false, "print the run as JSON")
+	fl.DurationVar(&timeout, "timeout", 0, "give up waiting after this long (0: wait for the run's end)")
+
+	var limit int
+	history := &cobra.Command{
+		Use:   "history",
+		Short: "Print the verification history of a running `parity serve`, newest first",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
+			defer cancel()
+			raw, _, err := verifyCall(ctx, http.MethodGet, addr, "/verify/runs?limit="+strconv.Itoa(limit))
+			if err != nil {
+				return &exitError{code: 2, err: err}
+			}
+			if asJSON {
+				_, err := cmd.OutOrStdout().Write(raw)
+				return err
+			}
+			var runs []verify.RunRecord
+			if err := json.Unmarshal(raw, &runs); err != nil {
+				return &exitError{code: 2, err: fmt.Errorf("decoding the history from %s: %w", addr, err)}
+			}
+			return printHistory(cmd.OutOrStdout(), runs)
+		},
+	}
+	history.Flags().IntVar(&limit, "limit", 20, "runs to print")
+	history.Flags().StringVar(&addr, "addr", "127.0.0.1:8390", "status address of parity serve (status.addr)")
+	history.Flags().BoolVar(&asJSON, "json", false, "print the runs as JSON")
+	cmd.AddCommand(history)
+	return cmd
+}
+
+// verifyCall calls a verification endpoint and returns the body of a 2xx answer.
+func verifyCall(ctx context.Context, method, addr, path string) ([]byte, int, error) {
+	req, err := http.NewRequestWithContext(ctx, method, "http://"+addr+path, nil)
+	if err != nil {
+		return nil, 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, 0, fmt.Errorf("calling parity serve at %s: %w", addr, err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return nil, 0, fmt.Errorf("calling parity serve at %s: %w", addr, err)
+	}
+	if resp.StatusCode/100 != 2 {
+		var e verifyError
+		if json.Unmarshal(raw, &e) == nil && e.Error != "" {
+			return nil, resp.StatusCode, fmt.Errorf("parity serve at %s: %s", addr, e.Error)
+		}
+		if resp.StatusCode == http.StatusNotFound {
+			return nil, resp.StatusCode, fmt.Errorf("parity serve at %s has no verification endpoints: is verify.enabled set?", addr)
+		}
+		return nil, resp.StatusCode, fmt.Errorf("parity serve at %s: HTTP %s: %s", addr, resp.Status, bytes.TrimSpace(raw))
+	}
+	return raw, resp.StatusCode, nil
+}
+
+func fmtTS(ts uint64) string {
+	if ts == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%d (%s)", ts, tso.Format(ts))
+}
+
+func printRun(w io.Writer, r verify.RunRecord) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "run:\t%s\n", r.RunID)
+	fmt.Fprintf(tw, "trigger:\t%s (%s)\n", r.Trigger, r.TriggerKind)
+	fmt.Fprintf(tw, "scope:\t%s over %s\n", r.Scope, strings.Join(r.Patterns, ", "))
+	fmt.Fprintf(tw, "result:\t%s\n", r.Result)
+	if r.Error != "" {
+		fmt.Fprintf(tw, "error:\t%s\n", r.Error)
+	}
+	fmt.Fprintf(tw, "started:\t%s\n", r.StartedAt.UTC().Format(time.RFC3339Nano))
+	if !r.FinishedAt.IsZero() {
+		fmt.Fprintf(tw, "finished:\t%s (%v)\n", r.FinishedAt.UTC().Format(time.RFC3339Nano), r.FinishedAt.Sub(r.StartedAt).Round(time.Millisecond))
+	}
+	fmt.Fprintf(tw, "tables compared:\t%d\n", r.TablesCompared)
+	fmt.Fprintf(tw, "rows checked:\t%d\n", r.RowsChecked)
+	fmt.Fprintf(tw, "differences:\t%d\n", r.Differences)
+	fmt.Fprintf(tw, "resolved by re-check:\t%d (%d rounds)\n", r.Resolved, r.RecheckRounds)
+	fmt.Fprintf(tw, "covers changes up to:\t%s\n", fmtTS(r.FirstTS))
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(r.Pairs) > 0 {
+		fmt.Fprintln(w)
+		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "PAIR\tUPSTREAM TS\tDOWNSTREAM POSITION\tPAUSE\tVIEW OPEN")
+		for _, p := range r.Pairs {
+			open := "-"
+			if !p.ClosedAt.IsZero() {
+				open = p.ClosedAt.Sub(p.OpenedAt).Round(time.Millisecond).String()
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%v\t%s\n", p.Seq, fmtTS(p.TS), p.Position, p.Pause.Round(time.Microsecond), open)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	if len(r.Tables) > 0 {
+		fmt.Fprintln(w)
+		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "TABLE\tRESULT\tROWS\tDIFFERENCES\tPAIRS\tDIFF RUN")
+		for _, t := range r.Tables {
+			pairs := make([]string, len(t.Pairs))
+			for i, p := range t.Pairs {
+				pairs[i] = strconv.Itoa(p)
+			}
+			res := t.Result
+			if t.Error != "" {
+				res += ": " + t.Error
+			}
+			fmt.Fprintf(tw, "%s.%s\t%s\t%d\t%d\t%s\t%s\n", t.Schema, t.Table, res, t.RowsChecked, t.Differences, strings.Join(pairs, ","), t.DiffRunID)
+		}
+		return tw.Flush()
+	}
+	return nil
+}
+
+func printHistory(w io.Writer, runs []verify.RunRecord) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "RUN\tTRIGGER\tSCOPE\tRESULT\tSTARTED\tELAPSED\tPAIRS\tTABLES\tROWS\tDIFFERENCES\tMAX PAUSE\tNOTE")
+	for _, r := range runs {
+		elapsed := "-"
+		if !r.FinishedAt.IsZero() {
+			elapsed = r.FinishedAt.Sub(r.StartedAt).Round(time.Millisecond).String()
+		}
+		res := r.Result
+		if res == "" {
+			res = r.State
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%v\t%s\n", r.RunID, r.Trigger, r.Scope, res,
+			r.StartedAt.UTC().Format("2006-01-02 15:04:05"), elapsed, len(r.Pairs), r.TablesCompared, r.RowsChecked, r.Differences,
+			r.MaxPause.Round(time.Microsecond), r.Error)
+	}
+	return tw.Flush()
+}
