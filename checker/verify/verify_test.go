@@ -15,6 +15,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/tidb-parity/parity/checker"
 	"github.com/tidb-parity/parity/internal/ident"
 	"github.com/tidb-parity/parity/internal/metaschema"
 	"github.com/tidb-parity/parity/internal/testenv"
@@ -323,6 +324,71 @@ func TestGCTSORefused(t *testing.T) {
 	}
 	if st := s.Stats(); st.Verified || st.Pairs != 0 {
 		t.Fatalf("stats: %+v", st)
+	}
+	// The pair itself, asked for without the check, fails before its barrier too:
+	// TiDB refuses the snapshot when the pair's sessions set it.
+	kill, err := sql.Open("mysql", f.downDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kill.Close()
+	p, err := checker.OpenSnapshotPair(context.Background(), app, checker.SnapshotPairConfig{TS: old, UpstreamDSN: f.upDSN, Downstream: f.down, Kill: kill})
+	if err == nil {
+		p.Close()
+		t.Fatal("a pair opened at a collected TSO")
+	}
+	if !strings.Contains(err.Error(), "GC safe point") || app.barriers.Load() != 0 {
+		t.Fatalf("pair at a collected TSO: %v (%d barriers)", err, app.barriers.Load())
+	}
+}
+
+// lagApplier reports an applied checkpoint lagging by an hour until caughtUp is set
+// (its resolved ts, where pairs are taken, is the fixture's TSO all along).
+type lagApplier struct {
+	stillApplier
+	caughtUp atomic.Bool
+}
+
+func (a *lagApplier) Watermarks() (uint64, uint64) {
+	if a.caughtUp.Load() {
+		return a.ts, a.ts
+	}
+	return tso.FromTime(time.Now().Add(-time.Hour)), a.ts
+}
+
+// TestMaxLagHoldsRuns: while the applier lags by more than verify.max-lag no pair is
+// opened (nothing asks its barrier); once it caught up the run goes on, and the wait is
+// counted as throttled.
+func TestMaxLagHoldsRuns(t *testing.T) {
+	f := newFixture(t, 100)
+	cfg := f.config()
+	cfg.MaxLag = 10 * time.Second
+	app := &lagApplier{stillApplier: stillApplier{ts: f.ts}}
+	s, err := New(cfg, Deps{Applier: app, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	serve(t, s)
+	st, err := s.Trigger(context.Background(), Request{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second)
+	if n := app.barriers.Load(); n != 0 {
+		t.Fatalf("%d barriers while the applier lagged an hour", n)
+	}
+	if a := s.Stats().Active; len(a) != 1 || a[0].RunID != st.RunID || a[0].PairTS != 0 {
+		t.Fatalf("active runs while lagging: %+v", a)
+	}
+	app.caughtUp.Store(true)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rec, err := st.Wait(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Result != ResultEqual || rec.Throttled < 1500*time.Millisecond || s.Stats().Throttled < 1500*time.Millisecond {
+		t.Fatalf("run after the lag: %+v (service throttled %v)", rec, s.Stats().Throttled)
 	}
 }
 
