@@ -3,8 +3,9 @@
 // which the checker builds key scopes ("keys changed since T") and classifies
 // differences (a key the changefeed never touched since the import diverged outside
 // replication). Writer and reader are different packages that must not import each
-// other; this leaf package holds what they share: the table's name, its columns, and
-// the encoding of its entries.
+// other; this leaf package holds what they share: the table's name, its columns, the
+// encoding of its entries, and the reader's side of the rules below (read.go: what a
+// reader may trust, a table's keys changed in a window, when the applier caught up).
 //
 // The table (created by the "cdc" component of internal/metaschema):
 //
