@@ -69,9 +69,20 @@ func newComparer(cfg *Config, pair *sourcePair, log *slog.Logger) *comparer {
 // mismatched range left undrilled; the caller counts the others from what sink received.
 func (c *comparer) compare(ctx context.Context, t *target, u unit, sink differenceSink) (chunkResult, error) {
 	if u.keys != nil {
+		var res chunkResult
+		if len(u.keys) == 0 {
+			return res, nil // a scoped table without keys in its window
+		}
 		p := t.plan
-		err := c.mergeQueries(ctx, t, p.RowsByKeysSQL(Upstream, u.keys), p.RowsByKeysSQL(Downstream, u.keys), sink.emit)
-		return chunkResult{}, err
+		start := time.Now()
+		rows, err := c.mergeCounted(ctx, t, p.RowsByKeysSQL(Upstream, u.keys), p.RowsByKeysSQL(Downstream, u.keys), sink.emit)
+		res.up = checksum{count: rows[Upstream], dur: time.Since(start)}
+		res.down = checksum{count: rows[Downstream], dur: res.up.dur}
+		if errors.Is(err, errMaxDifferences) {
+			res.differences = undrilledChunk
+			return res, nil
+		}
+		return res, err
 	}
 	var lo, hi, width *big.Int
 	grouped := u.grouped

@@ -118,8 +118,18 @@ type Config struct {
 	// it (0: never pause). Default: 0.
 	MaxThreadsRunning int `toml:"max-threads-running" json:"max_threads_running,omitempty"`
 	// Changefeed names the changefeed that replicates into the downstream, so that new
-	// chunks wait while it lags.
+	// chunks wait while it lags, and whose dirty-key ledger scopes and classifies a run.
 	Changefeed ChangefeedConfig `toml:"changefeed" json:"changefeed"`
+	// Scope is what a run compares of each table (dirty.go, docs/diff.md): "full" (every
+	// row, in key-range chunks: covers imported data), "since:<TSO|RFC 3339 time>" (the
+	// keys the changefeed changed after that point, from its dirty-key ledger) or "cdc"
+	// (the keys it changed since the table's last clean verification). The scoped forms
+	// need Changefeed.ID; a keyless table is compared whole in them. Default: "full".
+	Scope string `toml:"scope" json:"scope,omitempty"`
+	// CaughtUpLag classifies differences (classify.go): a key last changed before the
+	// applier first came within this lag of real time (by its ts-map) is "post-import",
+	// one changed later "cdc". Default: 30s.
+	CaughtUpLag time.Duration `toml:"caught-up-lag" json:"caught_up_lag,omitempty"`
 	// Lag reports how far the changefeed's applied checkpoint is behind (parity diff
 	// reads it with cdc.CheckpointLag); required when Changefeed.MaxLag is set.
 	Lag func(ctx context.Context) (time.Duration, error) `toml:"-" json:"-"`
@@ -194,6 +204,8 @@ func DefaultConfig() Config {
 		RecheckRounds:          1,
 		RecheckMaxWait:         time.Minute,
 		MetaSchema:             "parity_meta",
+		Scope:                  ScopeFull,
+		CaughtUpLag:            30 * time.Second,
 	}
 }
 
@@ -292,6 +304,14 @@ func (c *Config) Validate() error {
 	}
 	if c.Changefeed.ID != "" && c.Changefeed.MetaSchema == "" {
 		bad("changefeed.meta-schema", "is required with changefeed.id")
+	}
+	if spec, err := ParseScope(c.Scope); err != nil {
+		bad("scope", "%v", err)
+	} else if spec.Kind != ScopeFull && c.Changefeed.ID == "" {
+		bad("changefeed.id", "is required with scope %s (the keys come from the changefeed's dirty-key ledger)", c.Scope)
+	}
+	if c.CaughtUpLag < 0 {
+		bad("caught-up-lag", "must not be negative, got %s", c.CaughtUpLag)
 	}
 	if c.QueryTimeout <= 0 {
 		bad("query-timeout", "must be positive, got %s", c.QueryTimeout)

@@ -11,9 +11,10 @@
 //     each side reads at a snapshot (and which). Every query goes through it, bounded by
 //     the query timeout and stopped on the server when it outlives it.
 //   - the planner (planner.go): the table list and each table's plan, an immutable target.
-//   - the scopes (scope.go): the units of work a table yields — rangeScope cuts key
-//     ranges (chunks) and adapts their size to the comparer's feedback; keyScope hands out
-//     the keys of stored differences. Modelled on spirit's chunker (Open, Next, Feedback).
+//   - the scopes (scope.go, dirty.go): the units of work a table yields — rangeScope
+//     cuts key ranges (chunks) and adapts their size to the comparer's feedback; keyScope
+//     hands out the keys of stored differences; keyListScope the keys of a scoped run.
+//     Modelled on spirit's chunker (Open, Next, Feedback).
 //   - the comparer (comparer.go, drill.go, rowdiff.go): checksums a unit, drills a
 //     mismatch down, merges rows, compares keyless multisets; it reports differences to a
 //     sink it is given.
@@ -21,6 +22,13 @@
 //     the journal of chunk states, the difference budget and the sink that stores
 //     differences within it, progress, Stats, the report and the fix SQL.
 //   - the re-check (recheck.go), the throttles (throttle.go: rate cap, busy gate).
+//   - the run's scope (dirty.go): full, or the keys the changefeed changed in a window of
+//     its dirty-key ledger (since:<TSO|time>, or cdc: since the table's last clean
+//     verification), which keyListScope hands out; a table the ledger cannot key is
+//     compared whole. The classification (classify.go) of the final differences:
+//     imported, post-import or cdc at a snapshot pair (by the ledger and the ts-map),
+//     diverged or in flight otherwise. The record of clean verifications (verified.go),
+//     where scope cdc starts.
 //
 // Under them: source.go (a Source: a DSN pool, or connections the caller holds at a
 // snapshot), schema.go (structures, key choice), checksum.go (every checksum and
@@ -48,4 +56,8 @@
 //     together, so a chunk is never checksummed by buckets of a size meant for another.
 //   - A keyless table's re-check compares its stored chunks again rather than a key
 //     scope: a keyless table has no key to read rows by.
+//   - Differences are classified by a pass over the stored ones once they are final, not
+//     by a sink wrapping the tracker's: a live run's classes depend on the re-check,
+//     which comes after, and at a snapshot pair a table's ledger is read once for all its
+//     differences (its memory bounded by them, not by the ledger).
 package checker

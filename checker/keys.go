@@ -222,6 +222,7 @@ type storedDifference struct {
 }
 
 func marshalDifference(d Difference) string {
+	d.Class = "" // its own column
 	data, _ := json.Marshal(storedDifference{Difference: d, RowKey: d.rk})
 	return string(data)
 }

@@ -116,29 +116,30 @@ func TestResumeOldFormatRun(t *testing.T) {
 		slices.Sort(out)
 		return out
 	}
+	// Both runs read the sides live and re-check: what is left has diverged.
 	want := map[string][]string{
 		"a_keyless": {
-			`{"kind":"extra","key":{"x":"7","y":"NULL","f":"2.333333333333333e+19"}}`,
-			`{"kind":"extra","key":{"x":"9","y":"'y9'","f":"3e+19"}}`,
-			`{"kind":"missing","key":{"x":"3","y":"NULL","f":"1e+21"}}`,
-			`{"kind":"missing","key":{"x":"4","y":"_utf8mb4 X'69742773'","f":"-1e-06"}}`,
-			`{"kind":"missing","key":{"x":"9","y":"'y9'","f":"2.5"}}`,
+			`{"kind":"extra","key":{"x":"7","y":"NULL","f":"2.333333333333333e+19"},"class":"diverged"}`,
+			`{"kind":"extra","key":{"x":"9","y":"'y9'","f":"3e+19"},"class":"diverged"}`,
+			`{"kind":"missing","key":{"x":"3","y":"NULL","f":"1e+21"},"class":"diverged"}`,
+			`{"kind":"missing","key":{"x":"4","y":"_utf8mb4 X'69742773'","f":"-1e-06"},"class":"diverged"}`,
+			`{"kind":"missing","key":{"x":"9","y":"'y9'","f":"2.5"},"class":"diverged"}`,
 		},
 		"ck": {
-			`{"kind":"differing","key":{"a":"'k0123'","b":"123","c":"-69.25","d":"'2024-03-01 00:02:02.500'","e":"X'00035D'"},"columns":["v"]}`,
-			`{"kind":"differing","key":{"a":"'k1700'","b":"18446744073709549915","c":"325.00","d":"'2024-03-01 00:28:19.500'","e":"X'002E7C'"},"columns":["v"]}`,
-			`{"kind":"differing","key":{"a":"'Ésa'","b":"5","c":"0.50","d":"'2000-01-01 00:00:00.000'","e":"X'00'"},"columns":["v"]}`,
-			`{"kind":"differing","key":{"a":"_utf8mb4 X'6F276B'","b":"9223372036854775808","c":"-0.01","d":"'1999-12-31 23:59:59.999'","e":"X'27'"},"columns":["v"]}`,
-			`{"kind":"extra","key":{"a":"'k0300x'","b":"1","c":"1.00","d":"'2024-01-01 00:00:00.000'","e":"X'01'"}}`,
-			`{"kind":"extra","key":{"a":"'zzz'","b":"2","c":"2.00","d":"'2024-01-01 00:00:00.000'","e":"X'02'"}}`,
-			`{"kind":"missing","key":{"a":"'k0050'","b":"18446744073709551565","c":"-87.50","d":"'2024-03-01 00:00:49.500'","e":"X'00015E'"}}`,
-			`{"kind":"missing","key":{"a":"'k1500'","b":"18446744073709550115","c":"275.00","d":"'2024-03-01 00:24:59.500'","e":"X'002904'"}}`,
-			`{"kind":"missing","key":{"a":"_utf8mb4 X'7461620968657265'","b":"0","c":"999999.99","d":"'2038-01-19 03:14:07.000'","e":"''"}}`,
+			`{"kind":"differing","key":{"a":"'k0123'","b":"123","c":"-69.25","d":"'2024-03-01 00:02:02.500'","e":"X'00035D'"},"columns":["v"],"class":"diverged"}`,
+			`{"kind":"differing","key":{"a":"'k1700'","b":"18446744073709549915","c":"325.00","d":"'2024-03-01 00:28:19.500'","e":"X'002E7C'"},"columns":["v"],"class":"diverged"}`,
+			`{"kind":"differing","key":{"a":"'Ésa'","b":"5","c":"0.50","d":"'2000-01-01 00:00:00.000'","e":"X'00'"},"columns":["v"],"class":"diverged"}`,
+			`{"kind":"differing","key":{"a":"_utf8mb4 X'6F276B'","b":"9223372036854775808","c":"-0.01","d":"'1999-12-31 23:59:59.999'","e":"X'27'"},"columns":["v"],"class":"diverged"}`,
+			`{"kind":"extra","key":{"a":"'k0300x'","b":"1","c":"1.00","d":"'2024-01-01 00:00:00.000'","e":"X'01'"},"class":"diverged"}`,
+			`{"kind":"extra","key":{"a":"'zzz'","b":"2","c":"2.00","d":"'2024-01-01 00:00:00.000'","e":"X'02'"},"class":"diverged"}`,
+			`{"kind":"missing","key":{"a":"'k0050'","b":"18446744073709551565","c":"-87.50","d":"'2024-03-01 00:00:49.500'","e":"X'00015E'"},"class":"diverged"}`,
+			`{"kind":"missing","key":{"a":"'k1500'","b":"18446744073709550115","c":"275.00","d":"'2024-03-01 00:24:59.500'","e":"X'002904'"},"class":"diverged"}`,
+			`{"kind":"missing","key":{"a":"_utf8mb4 X'7461620968657265'","b":"0","c":"999999.99","d":"'2038-01-19 03:14:07.000'","e":"''"},"class":"diverged"}`,
 		},
 		"ik": {
-			`{"kind":"differing","key":{"id":"1500"},"columns":["v"]}`,
-			`{"kind":"extra","key":{"id":"5000"}}`,
-			`{"kind":"missing","key":{"id":"-900"}}`,
+			`{"kind":"differing","key":{"id":"1500"},"columns":["v"],"class":"diverged"}`,
+			`{"kind":"extra","key":{"id":"5000"},"class":"diverged"}`,
+			`{"kind":"missing","key":{"id":"-900"},"class":"diverged"}`,
 		},
 	}
 	for _, name := range tables {

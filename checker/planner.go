@@ -26,6 +26,8 @@ type target struct {
 	// maxChunkRows caps the table's chunks so that it is cut into at least MinChunks
 	// (TiDBMinChunks from TiDB) chunks, and 4 per worker (0: its size is unknown).
 	maxChunkRows int
+	// handle is how the changefeed's dirty-key ledger keys the table's rows (dirty.go).
+	handle handleKey
 }
 
 // planner plans a run's tables on a pair.
@@ -187,6 +189,7 @@ func (pl *planner) planTable(ctx context.Context, st storedTable) (*target, erro
 		pl.log.Info("long columns enter the row hash as their SHA1", "table", t.name, "columns", cols, "max_allowed_packet", pl.pair.packet)
 	}
 	t.plan = plan
+	t.handle = newHandleKey(up, plan, pl.pair.flavor[Upstream])
 	return t, nil
 }
 

@@ -3,6 +3,7 @@ package checker
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -84,6 +85,10 @@ func testRecheck(t *testing.T, p pair) {
 	if rep.RecheckRounds != 0 {
 		t.Fatalf("recheck_rounds = %d without re-check", rep.RecheckRounds)
 	}
+	// Neither at a snapshot pair nor re-checked: a difference may be in flight.
+	if want := map[string]int64{ClassUnclassified: 13}; !maps.Equal(rep.DifferencesByClass, want) || rep.Classification == nil || len(rep.Classification.Notes) != 1 {
+		t.Errorf("without re-check: differences by class %v (%+v), want %v and a note", rep.DifferencesByClass, rep.Classification, want)
+	}
 
 	// With it: the hook replicates what was in flight when the re-check first asks for the
 	// changefeed's lag, and row 50 changes upstream again (not replicated).
@@ -123,6 +128,19 @@ func testRecheck(t *testing.T, p pair) {
 	}
 	if tr.DifferencesResolved != 5 {
 		t.Errorf("rc: %d resolved, want 5 (rows 10, 20, 30, 60 and k999)", tr.DifferencesResolved)
+	}
+	// Not at a snapshot pair: what the re-check still finds has diverged, what it
+	// resolved was in flight.
+	for _, d := range tr.Differences {
+		if d.Class != ClassDiverged {
+			t.Errorf("rc: %s %s classed %q after the re-check, want diverged", d.Kind, d.Key[0].Value, d.Class)
+		}
+	}
+	if want := map[string]int64{ClassDiverged: 3, ClassInFlight: 5}; !maps.Equal(tr.DifferencesByClass, want) {
+		t.Errorf("rc: differences by class %v, want %v", tr.DifferencesByClass, want)
+	}
+	if want := map[string]int64{ClassDiverged: 4, ClassInFlight: 9}; !maps.Equal(rep.DifferencesByClass, want) {
+		t.Errorf("report: differences by class %v, want %v", rep.DifferencesByClass, want)
 	}
 	fix := readFix(t, cfg, tr)
 	if !strings.Contains(fix, "'second50'") || strings.Contains(fix, "'first50'") || strings.Contains(fix, "new10") {

@@ -34,6 +34,13 @@ type Report struct {
 	RecheckRounds int           `json:"recheck_rounds,omitempty"`
 	Equal         bool          `json:"equal"`
 	Tables        []TableReport `json:"tables"`
+	// Scope is the run's scope (Config.Scope): full, cdc or since:<TSO>.
+	Scope string `json:"scope,omitempty"`
+	// DifferencesByClass counts the differing rows of every table by class (classify.go);
+	// "in-flight" counts the rows the re-check resolved (not in DifferencesTotal).
+	DifferencesByClass map[string]int64 `json:"differences_by_class,omitempty"`
+	// Classification says how the differences were classified (absent when none were).
+	Classification *Classification `json:"classification,omitempty"`
 }
 
 // TableReport is the result for one table pair.
@@ -70,6 +77,18 @@ type TableReport struct {
 	DifferencesResolved int64 `json:"differences_resolved,omitempty"`
 	// FixSQLFile is the fix SQL file, relative to the output directory.
 	FixSQLFile string `json:"fix_sql_file,omitempty"`
+	// Scope is what the run compared of the table: "full" (every row, a full run),
+	// "keys" (the keys the changefeed changed in (ScopeFromTs, ScopeUntilTs], ScopeKeys
+	// of them, read by key on both sides) or "whole" (every row, in a scoped run:
+	// ScopeNote says why, e.g. a keyless table).
+	Scope        string `json:"scope,omitempty"`
+	ScopeNote    string `json:"scope_note,omitempty"`
+	ScopeFromTs  uint64 `json:"scope_from_ts,omitempty"`
+	ScopeUntilTs uint64 `json:"scope_until_ts,omitempty"`
+	ScopeKeys    int64  `json:"scope_keys,omitempty"`
+	// DifferencesByClass counts the table's differing rows by class, and "in-flight" its
+	// DifferencesResolved.
+	DifferencesByClass map[string]int64 `json:"differences_by_class,omitempty"`
 }
 
 // Equal reports whether the table pair is equal in structure and data.
@@ -158,17 +177,28 @@ type Stats struct {
 	// UpstreamSnapshot and DownstreamSnapshot name the points the sides read at ("": live).
 	UpstreamSnapshot   string
 	DownstreamSnapshot string
+
+	// Scope is the run's scope (Config.Scope); ScopeKeys the keys its scoped tables read
+	// (0 in a full run).
+	Scope     string
+	ScopeKeys int64
+	// DifferencesByClass counts the differing rows by class once the run has classified
+	// them (nil before), "in-flight" the rows the re-check resolved (classify.go).
+	DifferencesByClass map[string]int64
 }
 
 // report assembles the report from the run state and writes the output directory.
 func (tk *tracker) report(ctx context.Context, pair *sourcePair) (*Report, error) {
 	tk.mu.Lock()
-	targets, tallies, rechecks := tk.targets, tk.tallies, tk.rechecks
-	tk.mu.Unlock()
+	targets, tallies, rechecks, scopes, classes := tk.targets, tk.tallies, tk.rechecks, tk.scopes, tk.classes
 	rep := &Report{RunID: tk.st.runID, State: RunDone, StartedAt: tk.start.UTC(), FinishedAt: time.Now().UTC(),
 		Upstream: pair.src[Upstream].Describe(), Downstream: pair.src[Downstream].Describe(), Equal: true,
 		UpstreamSnapshot: pair.snapshot[Upstream], DownstreamSnapshot: pair.snapshot[Downstream],
-		RecheckRounds: rechecks}
+		RecheckRounds: rechecks, Classification: tk.classification}
+	tk.mu.Unlock()
+	if spec, err := ParseScope(tk.cfg.Scope); err == nil {
+		rep.Scope = spec.String()
+	}
 	resolved, err := tk.st.resolvedByTable(ctx)
 	if err != nil {
 		return nil, err
@@ -189,6 +219,28 @@ func (tk *tracker) report(ctx context.Context, pair *sourcePair) (*Report, error
 		tr.UndrilledChunks = tl.undrilled
 		tl.mu.Unlock()
 		tr.DifferencesResolved = resolved[t.idx]
+		if scopes != nil && scopes[i] != nil && !t.fatal {
+			sc := scopes[i]
+			tr.Scope, tr.ScopeNote = sc.mode, sc.note
+			if sc.mode == tableKeys {
+				tr.ScopeFromTs, tr.ScopeUntilTs, tr.ScopeKeys = sc.from, sc.until, int64(len(sc.keys))
+			}
+		}
+		if m := classes[t.idx]; len(m) > 0 || tr.DifferencesResolved > 0 {
+			tr.DifferencesByClass = map[string]int64{}
+			for c, n := range m {
+				tr.DifferencesByClass[c] = n
+			}
+			if tr.DifferencesResolved > 0 {
+				tr.DifferencesByClass[ClassInFlight] = tr.DifferencesResolved
+			}
+			if rep.DifferencesByClass == nil {
+				rep.DifferencesByClass = map[string]int64{}
+			}
+			for c, n := range tr.DifferencesByClass {
+				rep.DifferencesByClass[c] += n
+			}
+		}
 		if tr.DifferencesTotal > 0 {
 			err := tk.st.differences(ctx, t.idx, tk.cfg.MaxReportedDifferences, false, func(d Difference, _ string) error {
 				tr.Differences = append(tr.Differences, d)

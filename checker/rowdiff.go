@@ -91,6 +91,11 @@ type Difference struct {
 	Columns []string `json:"columns,omitempty"`
 	// Count is how many copies of a keyless row are missing or extra (omitted when 1).
 	Count int `json:"count,omitempty"`
+	// Class says where the difference comes from (classify.go): imported, post-import or
+	// cdc at a snapshot pair, diverged when the sides were not read at one, unclassified
+	// when the changefeed's ledger cannot tell. Stored in its own column
+	// (diff_differences.class), not in the stored JSON.
+	Class string `json:"class,omitempty"`
 
 	fix string     // fix SQL statement(s)
 	rk  rowkey.Key // the exact key (keys.go); nil when stored by an earlier release
@@ -200,6 +205,7 @@ type rowStream struct {
 
 	cur  []Value
 	done bool
+	read int64 // rows read so far
 }
 
 func newRowStream(rows *sql.Rows, n int) *rowStream {
@@ -232,6 +238,7 @@ func (s *rowStream) next() error {
 	if err := s.rows.Scan(s.ptrs...); err != nil {
 		return err
 	}
+	s.read++
 	for i, r := range s.raw {
 		if r == nil {
 			s.cur[i] = NullValue
@@ -254,6 +261,7 @@ func (s *rowStream) nextDriver() error {
 		}
 		return err
 	}
+	s.read++
 	for i, v := range s.vals {
 		b := s.scratch[i][:0]
 		switch v := v.(type) {
@@ -337,9 +345,17 @@ func (c *comparer) mergeRanges(ctx context.Context, t *target, rngs []Range, emi
 
 // mergeQueries merge-compares the rows of two queries in RowsSQL's columns and order.
 func (c *comparer) mergeQueries(ctx context.Context, t *target, uSQL, dSQL string, emit func(Difference) error) error {
+	_, err := c.mergeCounted(ctx, t, uSQL, dSQL, emit)
+	return err
+}
+
+// mergeCounted is mergeQueries, returning the rows read on each side.
+func (c *comparer) mergeCounted(ctx context.Context, t *target, uSQL, dSQL string, emit func(Difference) error) (rows [2]int64, err error) {
 	p := t.plan
-	return c.pair.withBoth(ctx, func(ctx context.Context, uq, dq Querier) error {
+	count := func(us, ds *rowStream) { rows = [2]int64{us.read, ds.read} }
+	err = c.pair.withBoth(ctx, func(ctx context.Context, uq, dq Querier) error {
 		err := withDriverRows(ctx, t.name, uq, dq, uSQL, dSQL, p.width(Upstream), p.width(Downstream), func(us, ds *rowStream) error {
+			defer count(us, ds)
 			return mergeStreams(t, us, ds, emit)
 		})
 		if !errors.Is(err, errNoDriverQuery) {
@@ -355,8 +371,11 @@ func (c *comparer) mergeQueries(ctx context.Context, t *target, uSQL, dSQL strin
 			return fmt.Errorf("read downstream rows of %s: %w", t.name, err)
 		}
 		defer drows.Close()
-		return mergeStreams(t, newRowStream(urows, p.width(Upstream)), newRowStream(drows, p.width(Downstream)), emit)
+		us, ds := newRowStream(urows, p.width(Upstream)), newRowStream(drows, p.width(Downstream))
+		defer count(us, ds)
+		return mergeStreams(t, us, ds, emit)
 	})
+	return rows, err
 }
 
 // errNoDriverQuery: a side's connection cannot be queried at the driver level.

@@ -182,6 +182,11 @@ func (r *runner) run(ctx context.Context) error {
 		return err
 	}
 	r.track.planned(targets)
+	scopes, err := r.resolveScopes(ctx, targets)
+	if err != nil {
+		return err
+	}
+	r.track.scoped(scopes)
 
 	// The journal's writer outlives the workers: it stores what they queued, even after a
 	// cancellation, and stops the workers if it fails.
@@ -197,19 +202,40 @@ func (r *runner) run(ctx context.Context) error {
 		}
 		return err
 	})
-	err = r.compare(wctx, targets)
+	err = r.compare(wctx, targets, scopes)
 	readEnd := time.Now()
 	journal.close()
 	if jerr := jg.Wait(); jerr != nil && (err == nil || (ctx.Err() == nil && errors.Is(err, context.Canceled))) {
 		err = jerr
 	}
-	if err != nil || !recheckEnabled(r.cfg, pair) {
+	if err != nil {
 		return err
 	}
-	// The re-check starts once the journal has stored every chunk's result: it updates
-	// the chunks' difference counts itself.
-	r.track.enter(PhaseRechecking)
-	return (&rechecker{cfg: r.cfg, log: r.log, st: r.st, cmp: r.cmp, track: r.track}).run(ctx, readEnd)
+	if recheckEnabled(r.cfg, pair) {
+		// The re-check starts once the journal has stored every chunk's result: it
+		// updates the chunks' difference counts itself.
+		r.track.enter(PhaseRechecking)
+		if err := (&rechecker{cfg: r.cfg, log: r.log, st: r.st, cmp: r.cmp, track: r.track}).run(ctx, readEnd); err != nil {
+			return err
+		}
+	}
+	// The differences are final: classify them, and record the tables found equal at a
+	// snapshot pair as verified there.
+	cl, err := r.classify(ctx)
+	if err != nil {
+		return err
+	}
+	r.track.mu.Lock()
+	r.track.classification = cl
+	r.track.mu.Unlock()
+	n, err := r.recordVerified(ctx, targets, scopes)
+	if err != nil {
+		return err
+	}
+	if n > 0 {
+		r.log.Info("clean verifications recorded", "changefeed", r.cfg.Changefeed.ID, "tables", n)
+	}
+	return nil
 }
 
 // job is a unit to compare, with the table and scope it comes from.
@@ -221,16 +247,22 @@ type job struct {
 
 // compare runs the producer, which opens each table's scope in turn and hands out its
 // units, and Concurrency workers that compare them.
-func (r *runner) compare(ctx context.Context, targets []*target) error {
+func (r *runner) compare(ctx context.Context, targets []*target, scopes []*tableScope) error {
 	jobs := make(chan job, r.cfg.Concurrency*2)
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		defer close(jobs)
-		for _, t := range targets {
+		for i, t := range targets {
 			if t.fatal {
 				continue
 			}
-			sc, err := openRangeScope(gctx, r.cfg, t, r.pair, r.st, r.track, r.log)
+			var sc scope
+			var err error
+			if scopes[i].mode == tableKeys {
+				sc, err = openKeyListScope(gctx, r.cfg, t, scopes[i], r.st, r.track)
+			} else {
+				sc, err = openRangeScope(gctx, r.cfg, t, r.pair, r.st, r.track, r.log)
+			}
 			if err != nil {
 				return err
 			}

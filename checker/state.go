@@ -101,6 +101,42 @@ var migrations = []string{
 	)`,
 }
 
+// steps are the migrations after the first (one CREATE TABLE each, named by init): named
+// steps, append-only like migrations, each applied once (a statement that ran before but
+// was not recorded is tolerated by the migrator).
+var steps = []metaschema.Step{
+	// The classification of each difference (classify.go): imported, post-import, cdc,
+	// diverged or unclassified; '' until the run classifies it.
+	{Name: "diff_differences.class: each difference's classification", Stmts: []string{
+		`ALTER TABLE %s.diff_differences ADD COLUMN class VARCHAR(16) NOT NULL DEFAULT '' AFTER kind`,
+	}},
+	// What a run compares of each table (dirty.go): full, keys (a ledger window
+	// (scope_from, scope_until] of scope_keys keys) or whole (scope_note says why), and
+	// the point it compares at (scope_until, 0 when not at a snapshot pair), kept when
+	// the run resumes.
+	{Name: "diff_tables scope: what a run compares of each table", Stmts: []string{
+		`ALTER TABLE %s.diff_tables ADD COLUMN scope VARCHAR(8) NOT NULL DEFAULT '',
+			ADD COLUMN scope_from BIGINT UNSIGNED NOT NULL DEFAULT 0,
+			ADD COLUMN scope_until BIGINT UNSIGNED NOT NULL DEFAULT 0,
+			ADD COLUMN scope_keys BIGINT NOT NULL DEFAULT 0,
+			ADD COLUMN scope_note VARCHAR(255) NOT NULL DEFAULT ''`,
+	}},
+	// Clean verifications (verified.go): per changefeed and upstream table, the newest
+	// TSO at which a run at a snapshot pair found the table equal; scope cdc starts there.
+	{Name: "create diff_verified", Stmts: []string{
+		`CREATE TABLE IF NOT EXISTS %s.diff_verified (
+			changefeed VARCHAR(128) NOT NULL,
+			schema_name VARCHAR(64) NOT NULL,
+			table_name VARCHAR(64) NOT NULL,
+			verified_ts BIGINT UNSIGNED NOT NULL,
+			run_id VARCHAR(64) NOT NULL,
+			scope VARCHAR(128) NOT NULL,
+			verified_at DATETIME(3) NOT NULL,
+			PRIMARY KEY (changefeed, schema_name, table_name)
+		)`,
+	}},
+}
+
 // Run states.
 const (
 	RunRunning   = "running"
@@ -131,11 +167,12 @@ func (s *store) ctx(parent context.Context) (context.Context, context.CancelFunc
 }
 
 func init() {
-	steps := make([]metaschema.Step, len(migrations))
+	all := make([]metaschema.Step, len(migrations), len(migrations)+len(steps))
 	for i, m := range migrations {
 		name := strings.Fields(strings.TrimPrefix(strings.TrimSpace(m), "CREATE TABLE IF NOT EXISTS %s."))[0]
-		steps[i] = metaschema.Step{Name: "create " + name, Stmts: []string{m}}
+		all[i] = metaschema.Step{Name: "create " + name, Stmts: []string{m}}
 	}
+	all = append(all, steps...)
 	metaschema.Register(metaschema.Component{
 		Name:   "checker",
 		Legacy: "diff_schema_migrations",
@@ -145,8 +182,8 @@ func init() {
 			`CREATE TABLE IF NOT EXISTS %s.diff_schema_migrations (version INT NOT NULL PRIMARY KEY, applied_at DATETIME(3) NOT NULL)`,
 			`INSERT IGNORE INTO %s.diff_schema_migrations VALUES (%v, NOW(3))`,
 		},
-		Tables: []string{"diff_runs", "diff_tables", "diff_chunks", "diff_differences", "diff_difference_parts", "diff_rechecks"},
-		Steps:  steps,
+		Tables: []string{"diff_runs", "diff_tables", "diff_chunks", "diff_differences", "diff_difference_parts", "diff_rechecks", verifiedTable},
+		Steps:  all,
 	})
 }
 
@@ -207,6 +244,9 @@ func (s *store) resumeRun(ctx context.Context, cfg *Config) error {
 	same("ignore_columns", old.IgnoreColumns, cfg.IgnoreColumns)
 	same("routes", old.Routes, cfg.Routes)
 	same("upstream.snapshot", old.Upstream.Snapshot, cfg.Upstream.Snapshot)
+	oldScope, _ := ParseScope(old.Scope)
+	newScope, _ := ParseScope(cfg.Scope)
+	same("scope", oldScope, newScope)
 	if len(changed) > 0 {
 		return fmt.Errorf("resume %s: settings changed since the run started: %s (start a new run instead)", s.runID, strings.Join(changed, ", "))
 	}
@@ -240,6 +280,11 @@ type storedTable struct {
 	downSchema, downName string
 	splitDone            bool
 	checkpoint           int
+	// The table's scope as stored (setTableScope); scopeMode "" when not yet stored.
+	scopeMode             string
+	scopeFrom, scopeUntil uint64
+	scopeKeys             int64
+	scopeNote             string
 }
 
 func (s *store) addTable(ctx context.Context, t storedTable) error {
@@ -256,7 +301,8 @@ func (s *store) addTable(ctx context.Context, t storedTable) error {
 func (s *store) tables(ctx context.Context) ([]storedTable, error) {
 	ctx, cancel := s.ctx(ctx)
 	defer cancel()
-	rows, err := s.db.QueryContext(ctx, s.q("SELECT table_idx, up_schema, up_table, down_schema, down_table, split_done, checkpoint_seq FROM %s.diff_tables WHERE run_id = ? ORDER BY table_idx"), s.runID)
+	rows, err := s.db.QueryContext(ctx, s.q("SELECT table_idx, up_schema, up_table, down_schema, down_table, split_done, checkpoint_seq,"+
+		" scope, scope_from, scope_until, scope_keys, scope_note FROM %s.diff_tables WHERE run_id = ? ORDER BY table_idx"), s.runID)
 	if err != nil {
 		return nil, fmt.Errorf("read tables of run %s: %w", s.runID, err)
 	}
@@ -264,12 +310,36 @@ func (s *store) tables(ctx context.Context) ([]storedTable, error) {
 	var out []storedTable
 	for rows.Next() {
 		var t storedTable
-		if err := rows.Scan(&t.idx, &t.upSchema, &t.upTable, &t.downSchema, &t.downName, &t.splitDone, &t.checkpoint); err != nil {
+		if err := rows.Scan(&t.idx, &t.upSchema, &t.upTable, &t.downSchema, &t.downName, &t.splitDone, &t.checkpoint,
+			&t.scopeMode, &t.scopeFrom, &t.scopeUntil, &t.scopeKeys, &t.scopeNote); err != nil {
 			return nil, fmt.Errorf("read tables of run %s: %w", s.runID, err)
 		}
 		out = append(out, t)
 	}
 	return out, rows.Err()
+}
+
+// setTableScope stores what the run compares of a table (kept when it resumes).
+func (s *store) setTableScope(ctx context.Context, table int, sc *tableScope) error {
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+	_, err := s.db.ExecContext(ctx, s.q("UPDATE %s.diff_tables SET scope = ?, scope_from = ?, scope_until = ?, scope_keys = ?, scope_note = ? WHERE run_id = ? AND table_idx = ?"),
+		sc.mode, sc.from, sc.until, len(sc.keys), truncateRunes(sc.note, 255), s.runID, table)
+	if err != nil {
+		return fmt.Errorf("record the scope of table %d: %w", table, err)
+	}
+	return nil
+}
+
+// truncateRunes cuts s to at most n characters.
+func truncateRunes(s string, n int) string {
+	for i := range s {
+		if n == 0 {
+			return s[:i]
+		}
+		n--
+	}
+	return s
 }
 
 // addChunks records newly cut chunks (pending) in one statement; the table's split is
@@ -622,10 +692,11 @@ func (s *store) scanDifferences(ctx context.Context, table int, clause string, s
 		if *limit > 0 {
 			page = min(page, *limit)
 		}
-		q := s.q("SELECT chunk_seq, n, diff, fix_sql FROM %s.diff_differences WHERE run_id = ? AND table_idx = ?"+clause+
+		q := s.q("SELECT chunk_seq, n, class, diff, fix_sql FROM %s.diff_differences WHERE run_id = ? AND table_idx = ?"+clause+
 			" AND (chunk_seq > ? OR (chunk_seq = ? AND n > ?)) ORDER BY chunk_seq, n LIMIT ") + fmt.Sprint(page)
 		type row struct {
 			seq, n int64
+			class  string
 			data   string
 			fix    string
 		}
@@ -642,7 +713,7 @@ func (s *store) scanDifferences(ctx context.Context, table int, clause string, s
 			bytes := 0
 			for rows.Next() {
 				var r row
-				if err := rows.Scan(&r.seq, &r.n, &r.data, &r.fix); err != nil {
+				if err := rows.Scan(&r.seq, &r.n, &r.class, &r.data, &r.fix); err != nil {
 					return err
 				}
 				got = append(got, r)
@@ -667,6 +738,7 @@ func (s *store) scanDifferences(ctx context.Context, table int, clause string, s
 			if err != nil {
 				return fmt.Errorf("decode difference %d of chunk %d of table %d: %w", r.n, r.seq, table, err)
 			}
+			d.Class = r.class
 			if err := fn(r.seq, r.n, d, r.fix); err != nil {
 				return err
 			}

@@ -78,6 +78,11 @@ type tracker struct {
 	targets    []*target
 	tallies    []*tally // by target idx
 	rechecks   int
+	// scopes: what the run compares of each table (by target idx; nil until resolved);
+	// classes: each table's differences per class, once classified (classify.go).
+	scopes         []*tableScope
+	classes        map[int]map[string]int64
+	classification *Classification
 
 	resolved   atomic.Int64 // rows the re-check resolved in this process
 	retries    atomic.Int64 // chunks compared again after a transient error
@@ -246,6 +251,29 @@ func (tk *tracker) resolve(table int, rows int64) {
 	tk.resolved.Add(rows)
 }
 
+// scoped records what the run compares of each table.
+func (tk *tracker) scoped(scopes []*tableScope) {
+	tk.mu.Lock()
+	tk.scopes = scopes
+	tk.mu.Unlock()
+}
+
+// classified records a table's differences per class.
+func (tk *tracker) classified(table int, counts map[string]int64) {
+	tk.mu.Lock()
+	defer tk.mu.Unlock()
+	if tk.classes == nil {
+		tk.classes = map[int]map[string]int64{}
+	}
+	m := map[string]int64{}
+	for c, n := range counts {
+		if n > 0 {
+			m[c] = n
+		}
+	}
+	tk.classes[table] = m
+}
+
 // rechecked counts a finished re-check round.
 func (tk *tracker) rechecked(round int) {
 	tk.mu.Lock()
@@ -277,9 +305,26 @@ func (tk *tracker) stats() Stats {
 	if tk.phase != PhaseFinished {
 		s.PhaseTimes[tk.phase] += now.Sub(tk.phaseStart)
 	}
-	targets, tallies := tk.targets, tk.tallies
+	targets, tallies, scopes := tk.targets, tk.tallies, tk.scopes
+	if tk.classes != nil {
+		s.DifferencesByClass = map[string]int64{}
+		for _, m := range tk.classes {
+			for c, n := range m {
+				s.DifferencesByClass[c] += n
+			}
+		}
+	}
 	tk.mu.Unlock()
+	s.Scope = tk.cfg.Scope
+	for _, sc := range scopes {
+		if sc != nil {
+			s.ScopeKeys += int64(len(sc.keys))
+		}
+	}
 	s.DifferencesResolved = tk.resolved.Load()
+	if s.DifferencesByClass != nil && s.DifferencesResolved > 0 {
+		s.DifferencesByClass[ClassInFlight] += s.DifferencesResolved
+	}
 	s.ChunkRetries = tk.retries.Load()
 	for i, t := range targets {
 		tl := tallies[i]

@@ -83,6 +83,8 @@ A run is persisted in parity_meta on the downstream; resume a killed run with --
 	fl.String("changefeed", "", "changefeed.id: parity serve's changefeed replicating into the downstream (for --max-lag)")
 	fl.String("changefeed-meta-schema", "", "changefeed.meta-schema: parity serve's applier.meta-schema on the downstream (default parity_meta)")
 	fl.Duration("max-lag", 0, "changefeed.max-lag: pause while that changefeed lags by more than this (0: never)")
+	fl.String("scope", "", "what to compare: full (default; every row), cdc (keys the changefeed changed since each table's last clean verification) or since:<TSO|RFC 3339 time> (keys it changed after that); the scoped forms need --changefeed")
+	fl.Duration("caught-up-lag", 0, "classify a key last changed before the applier first came within this lag of real time as post-import, later as cdc (default 30s)")
 	fl.Duration("query-timeout", 0, "timeout of every query (default 5m)")
 	fl.String("hash", "", "per-row hash: sha1 (default), md5")
 	fl.String("tidb-checksum", "", "where a TiDB side computes checksums: auto (default: pushdown on TiKV, tidb on unistore), pushdown or tidb")
@@ -105,6 +107,8 @@ var diffBindings = []config.Binding{
 	{Flag: "changefeed", Key: "changefeed.id"},
 	{Flag: "changefeed-meta-schema", Key: "changefeed.meta-schema"},
 	{Flag: "max-lag", Key: "changefeed.max-lag"},
+	{Flag: "scope", Key: "scope"},
+	{Flag: "caught-up-lag", Key: "caught-up-lag"},
 	{Flag: "max-differences", Key: "max-differences"},
 	{Flag: "recheck-rounds", Key: "recheck-rounds"},
 	{Flag: "recheck-delay", Key: "recheck-delay"},

@@ -1,0 +1,377 @@
+package checker
+
+// classify.go owns the classification of a run's differences, once they are final (after
+// the re-check): where each one comes from, by the changefeed's dirty-key ledger and
+// ts-map when the run is at a snapshot pair, by the re-check otherwise. It stores each
+// difference's class with it (diff_differences.class) and counts them per class for the
+// report and Stats. A classification is a result: what cannot be classified is
+// "unclassified", with a note in the report saying why; it never fails a run that found
+// differences. It must not compare rows nor change which differences are stored.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/tidb-parity/parity/internal/ledger"
+	"github.com/tidb-parity/parity/internal/rowkey"
+	"github.com/tidb-parity/parity/internal/tso"
+)
+
+// Classes of a difference (Difference.Class, Report.DifferencesByClass).
+const (
+	// ClassImported: the changefeed did not change the key in its ledger's window (since
+	// ledger_since_ts, normally the import TSO): the import, or a write outside
+	// replication, diverged.
+	ClassImported = "imported"
+	// ClassPostImport: the key was last changed while the applier was catching up,
+	// before it first came within Config.CaughtUpLag of real time.
+	ClassPostImport = "post-import"
+	// ClassCDC: the key was last changed during live replication.
+	ClassCDC = "cdc"
+	// ClassInFlight counts the differences the re-check found resolved (the sides were
+	// not read at one snapshot and replication applied the change meanwhile). They are
+	// not differences any more: only counted, in TableReport.DifferencesResolved too.
+	ClassInFlight = "in-flight"
+	// ClassDiverged: the sides were not read at a snapshot pair and the difference was
+	// still there when the re-check read it again.
+	ClassDiverged = "diverged"
+	// ClassUnclassified: the run could not tell (Classification.Notes says why): at a
+	// snapshot pair without a changefeed ledger, in a keyless table (not in the ledger),
+	// or without a re-check when not at a snapshot pair.
+	ClassUnclassified = "unclassified"
+)
+
+// Classification says how a run's differences were classified.
+type Classification struct {
+	// AtTs is the TSO of the snapshot pair the differences were found at (0 when the
+	// sides were not read at one: then a difference is diverged, or was in flight).
+	AtTs uint64 `json:"at_ts,omitempty"`
+	// LedgerSinceTs is where the changefeed's ledger starts: a key without a change
+	// between it and AtTs is imported.
+	LedgerSinceTs uint64 `json:"ledger_since_ts,omitempty"`
+	// CaughtUpTs is the upstream TSO at which the applier first came within CaughtUpLag
+	// of real time (by its ts-map): changes before it are post-import, later ones cdc.
+	CaughtUpTs  uint64 `json:"caught_up_ts,omitempty"`
+	CaughtUpLag string `json:"caught_up_lag,omitempty"`
+	// Notes explain what could not be classified, or how.
+	Notes []string `json:"notes,omitempty"`
+}
+
+func (c *Classification) note(format string, args ...any) {
+	c.Notes = append(c.Notes, fmt.Sprintf(format, args...))
+}
+
+// classRef is a stored difference to classify, with the rows it stands for.
+type classRef struct {
+	ref  diffRef
+	rows int64
+}
+
+// classify classifies the stored differences of every table that holds some, stores
+// their classes and counts them in the tracker. Errors of the meta schema (storing the
+// classes) fail the run; what the ledger cannot tell is classified unclassified.
+func (r *runner) classify(ctx context.Context) (*Classification, error) {
+	cl := &Classification{}
+	pending, _ := r.track.pending()
+	ts, atPair := r.pair.pairTS()
+	if !atPair {
+		class := ClassDiverged
+		if !recheckEnabled(r.cfg, r.pair) {
+			class = ClassUnclassified
+			if len(pending) > 0 {
+				cl.note("not at a snapshot pair and not re-checked (recheck-rounds 0): a difference may have been in flight")
+			}
+		}
+		for _, t := range pending {
+			if err := r.classifyAll(ctx, t, class); err != nil {
+				return nil, err
+			}
+		}
+		return cl, nil
+	}
+	cl.AtTs = ts
+	cl.CaughtUpLag = r.cfg.CaughtUpLag.String()
+	if len(pending) == 0 {
+		return cl, nil
+	}
+	if r.cfg.Changefeed.ID == "" {
+		cl.note("no changefeed (changefeed.id): where a difference comes from is not known")
+		for _, t := range pending {
+			if err := r.classifyAll(ctx, t, ClassUnclassified); err != nil {
+				return nil, err
+			}
+		}
+		return cl, nil
+	}
+	var keyed []*target
+	for _, t := range pending {
+		if !t.handle.ok {
+			cl.note("%s: %s: its differences are unclassified", t.name, strings.TrimSuffix(t.handle.why, ", compared whole"))
+			if err := r.classifyAll(ctx, t, ClassUnclassified); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		keyed = append(keyed, t)
+	}
+	if len(keyed) == 0 {
+		return cl, nil
+	}
+	err := r.pair.withSide(ctx, Downstream, func(ctx context.Context, q Querier) error {
+		rd := ledgerReader(r.cfg, q)
+		bounds, err := rd.Bounds(ctx)
+		if err != nil {
+			if errors.Is(err, ledger.ErrNoLedger) {
+				cl.note("%v: differences unclassified", err)
+				return errLedgerUnusable
+			}
+			return err
+		}
+		cl.LedgerSinceTs = bounds.Since
+		if bounds.Since > ts || bounds.Applied < ts {
+			cl.note("the changefeed's ledger covers (%d, %d], not the pair's TSO %d: differences unclassified", bounds.Since, bounds.Applied, ts)
+			return errLedgerUnusable
+		}
+		up, err := rd.CaughtUp(ctx, r.cfg.CaughtUpLag)
+		if err != nil {
+			return err
+		}
+		switch {
+		case up.Rows == 0:
+			cl.note("the changefeed's ts-map is empty: when the applier caught up is not known, every changed key is classed cdc")
+		case !up.Found:
+			cl.note("the applier has not come within caught-up-lag %v of real time (ts-map since %s): every changed key is post-import", r.cfg.CaughtUpLag, tso.Format(up.First))
+		default:
+			cl.CaughtUpTs = up.Ts
+			if up.First == up.Ts && up.First > bounds.Since {
+				cl.note("the oldest ts-map row (%s) is already within caught-up-lag: the applier caught up at or before it (the ts-map is pruned with the ledger)", tso.Format(up.First))
+			}
+		}
+		for _, t := range keyed {
+			if err := r.classifyKeyed(ctx, rd, t, bounds.Since, ts, up, cl); err != nil {
+				return fmt.Errorf("classify the differences of %s: %w", t.name, err)
+			}
+		}
+		return nil
+	})
+	if errors.Is(err, errLedgerUnusable) {
+		for _, t := range keyed {
+			if err := r.classifyAll(ctx, t, ClassUnclassified); err != nil {
+				return nil, err
+			}
+		}
+		return cl, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return cl, nil
+}
+
+var errLedgerUnusable = errors.New("ledger unusable for classification")
+
+// classifyAll gives every stored difference of t the same class.
+func (r *runner) classifyAll(ctx context.Context, t *target, class string) error {
+	if err := r.st.setClassAll(ctx, t.idx, class); err != nil {
+		return err
+	}
+	tl := r.track.tally(t.idx)
+	tl.mu.Lock()
+	n := tl.differences
+	tl.mu.Unlock()
+	r.track.classified(t.idx, map[string]int64{class: n})
+	return nil
+}
+
+// classifyKeyed classifies the stored differences of keyed table t, found at the pair's
+// TSO ts, by the last change of each key in the ledger's window (since, ts].
+func (r *runner) classifyKeyed(ctx context.Context, rd ledger.Reader, t *target, since, ts uint64, up ledger.CaughtUp, cl *Classification) error {
+	p := t.plan
+	refs := map[string][]classRef{} // match form → stored differences
+	counts := map[string]int64{}
+	var unclassified []classRef
+	limit := -1
+	err := r.st.scanDifferences(ctx, t.idx, "", -1, -1, &limit, func(seq, n int64, d Difference, _ string) error {
+		ref := classRef{ref: diffRef{seq: int(seq), n: int(n)}, rows: int64(max(1, d.Count))}
+		vals, err := p.keyValues(d)
+		if err != nil {
+			unclassified = append(unclassified, ref)
+			return nil
+		}
+		form := p.matchForm(vals)
+		refs[form] = append(refs[form], ref)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	// The last change of each differing key under each candidate order of the ledger's
+	// key values (handleKey), and which orders fit every entry.
+	h := &t.handle
+	last := make([]map[string]uint64, len(h.orders))
+	fits := make([]bool, len(h.orders))
+	for o := range h.orders {
+		last[o], fits[o] = map[string]uint64{}, true
+	}
+	err = rd.Scan(ctx, t.stored.upSchema, t.stored.upTable, since, ts, func(e ledger.Entry) error {
+		for o := range h.orders {
+			if !fits[o] {
+				continue
+			}
+			k, ok := h.translate(p, o, e.Key)
+			if !ok {
+				fits[o] = false
+				continue
+			}
+			vals, err := k.Values()
+			if err != nil {
+				return err
+			}
+			form := p.matchForm(vals)
+			if _, ok := refs[form]; ok {
+				last[o][form] = max(last[o][form], e.CommitTs)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	order := -1
+	for o, ok := range fits {
+		if !ok {
+			continue
+		}
+		if order >= 0 {
+			cl.note("%s: the column order of its composite key in the changefeed's messages is ambiguous: its differences are unclassified", t.name)
+			return r.classifyAll(ctx, t, ClassUnclassified)
+		}
+		order = o
+	}
+	if order < 0 {
+		cl.note("%s: the changefeed's keys do not fit its key columns: its differences are unclassified", t.name)
+		return r.classifyAll(ctx, t, ClassUnclassified)
+	}
+	byClass := map[string][]diffRef{}
+	for form, rs := range refs {
+		cts, changed := last[order][form]
+		class := classOf(cts, changed, up)
+		for _, ref := range rs {
+			byClass[class] = append(byClass[class], ref.ref)
+			counts[class] += ref.rows
+		}
+	}
+	for _, ref := range unclassified {
+		byClass[ClassUnclassified] = append(byClass[ClassUnclassified], ref.ref)
+		counts[ClassUnclassified] += ref.rows
+	}
+	for class, rs := range byClass {
+		if err := r.st.setClass(ctx, t.idx, class, rs); err != nil {
+			return err
+		}
+	}
+	r.track.classified(t.idx, counts)
+	return nil
+}
+
+// classOf is the class of a difference found at a snapshot pair whose key the changefeed
+// last changed at commit ts cts (changed false: not in the ledger's window), given when
+// the applier caught up: imported when unchanged; post-import when changed before the
+// applier first came within the caught-up lag of real time (or when it never has); cdc
+// when changed at or after that, or when the ts-map is empty (not known: the change did
+// come through the changefeed).
+func classOf(cts uint64, changed bool, up ledger.CaughtUp) string {
+	switch {
+	case !changed:
+		return ClassImported
+	case up.Rows > 0 && (!up.Found || cts < up.Ts):
+		return ClassPostImport
+	}
+	return ClassCDC
+}
+
+// matchForm is the form of a key's values (diffKeyColumns', keyValue's types) under which
+// a difference's key and a ledger key are the same row's: character values folded as
+// the key's collations allow (sameKey; exactly when they cannot be folded), DECIMAL by
+// value (1.5 = 1.50) and temporal values without trailing fractional zeros (the text
+// TiCDC sends and the text a server prints may spell them apart).
+func (p *TablePlan) matchForm(vals []any) string {
+	idx := p.diffKeyColumns()
+	var dst []byte
+	for i, v := range vals {
+		c := p.Columns[idx[i]]
+		s, isText := v.(string)
+		switch {
+		case isText && c.Kind == KindDecimal:
+			v = canon(KindDecimal, StringValue(s))
+		case isText && c.Kind == KindTemporal:
+			if strings.Contains(s, ".") {
+				v = strings.TrimRight(strings.TrimRight(s, "0"), ".")
+			}
+		case isText && c.Kind == KindString:
+			if class := keyClass(c); class != rowkey.Opaque {
+				if out, ok := rowkey.Append(dst, s, class); ok {
+					dst = out
+					continue
+				}
+			}
+		}
+		dst, _ = rowkey.Append(dst, v, rowkey.Exact)
+	}
+	return string(dst)
+}
+
+// setClassAll gives every stored difference of a table the same class.
+func (s *store) setClassAll(ctx context.Context, table int, class string) error {
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+	if _, err := s.db.ExecContext(ctx, s.q("UPDATE %s.diff_differences SET class = ? WHERE run_id = ? AND table_idx = ? AND class <> ?"),
+		class, s.runID, table, class); err != nil {
+		return fmt.Errorf("store the class of the differences of table %d: %w", table, err)
+	}
+	return nil
+}
+
+// classBatch is how many differences one statement of setClass classifies.
+const classBatch = 1000
+
+// setClass stores the class of the given differences of a table.
+func (s *store) setClass(ctx context.Context, table int, class string, refs []diffRef) error {
+	for len(refs) > 0 {
+		n := min(len(refs), classBatch)
+		batch := refs[:n]
+		refs = refs[n:]
+		byChunk := map[int][]int{}
+		var seqs []int
+		for _, d := range batch {
+			if _, ok := byChunk[d.seq]; !ok {
+				seqs = append(seqs, d.seq)
+			}
+			byChunk[d.seq] = append(byChunk[d.seq], d.n)
+		}
+		var cond strings.Builder
+		args := []any{class, s.runID, table}
+		for i, seq := range seqs {
+			if i > 0 {
+				cond.WriteString(" OR ")
+			}
+			cond.WriteString("(chunk_seq = ? AND n IN (" + strings.TrimSuffix(strings.Repeat("?, ", len(byChunk[seq])), ", ") + "))")
+			args = append(args, seq)
+			for _, n := range byChunk[seq] {
+				args = append(args, n)
+			}
+		}
+		err := func() error {
+			ctx, cancel := s.ctx(ctx)
+			defer cancel()
+			_, err := s.db.ExecContext(ctx, s.q("UPDATE %s.diff_differences SET class = ? WHERE run_id = ? AND table_idx = ? AND ("+cond.String()+")"), args...)
+			return err
+		}()
+		if err != nil {
+			return fmt.Errorf("store the class of differences of table %d: %w", table, err)
+		}
+	}
+	return nil
+}
