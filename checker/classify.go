@@ -123,11 +123,12 @@ func (r *runner) classify(ctx context.Context) (*Classification, error) {
 		rd := ledgerReader(r.cfg, q)
 		bounds, err := rd.Bounds(ctx)
 		if err != nil {
-			if errors.Is(err, ledger.ErrNoLedger) {
-				cl.note("%v: differences unclassified", err)
-				return errLedgerUnusable
+			if ctx.Err() != nil {
+				return err
 			}
-			return err
+			r.log.Warn("classification: the changefeed's ledger cannot be read; differences unclassified", "changefeed", r.cfg.Changefeed.ID, "err", err)
+			cl.note("%v: differences unclassified", err)
+			return errLedgerUnusable
 		}
 		cl.LedgerSinceTs = bounds.Since
 		if bounds.Since > ts || bounds.Applied < ts {
@@ -136,7 +137,12 @@ func (r *runner) classify(ctx context.Context) (*Classification, error) {
 		}
 		up, err := rd.CaughtUp(ctx, r.cfg.CaughtUpLag)
 		if err != nil {
-			return err
+			if ctx.Err() != nil {
+				return err
+			}
+			r.log.Warn("classification: the changefeed's ts-map cannot be read; differences unclassified", "changefeed", r.cfg.Changefeed.ID, "err", err)
+			cl.note("%v: differences unclassified", err)
+			return errLedgerUnusable
 		}
 		switch {
 		case up.Rows == 0:
@@ -215,6 +221,7 @@ func (r *runner) classifyKeyed(ctx context.Context, rd ledger.Reader, t *target,
 	for o := range h.orders {
 		last[o], fits[o] = map[string]uint64{}, true
 	}
+	errKey := errors.New("ledger key")
 	err = rd.Scan(ctx, t.stored.upSchema, t.stored.upTable, since, ts, func(e ledger.Entry) error {
 		for o := range h.orders {
 			if !fits[o] {
@@ -227,7 +234,7 @@ func (r *runner) classifyKeyed(ctx context.Context, rd ledger.Reader, t *target,
 			}
 			vals, err := k.Values()
 			if err != nil {
-				return err
+				return fmt.Errorf("%w: %v", errKey, err)
 			}
 			form := p.matchForm(vals)
 			if _, ok := refs[form]; ok {
@@ -237,7 +244,13 @@ func (r *runner) classifyKeyed(ctx context.Context, rd ledger.Reader, t *target,
 		return nil
 	})
 	if err != nil {
-		return err
+		if ctx.Err() != nil {
+			return err
+		}
+		// What the ledger cannot tell is unclassified, not a failed run.
+		r.log.Warn("classification: the ledger of a table cannot be read; its differences unclassified", "table", t.name, "err", err)
+		cl.note("%s: %v: its differences are unclassified", t.name, err)
+		return r.classifyAll(ctx, t, ClassUnclassified)
 	}
 	order := -1
 	for o, ok := range fits {
