@@ -48,8 +48,8 @@ bench: env-up build ## performance targets, each printed against its baseline (2
 	$(ENV) $(GO) test -run='^$$' -bench=. -benchmem ./cdc/open/
 	@echo "== applier: rows/s against raw multi-row INSERTs, p99 lag at 5,000 rows/s"
 	$(ENV) $(GO) test -run='^$$' -bench='^BenchmarkApplier' -benchtime=1x -timeout=60m ./cdc/e2e/
-	@echo "== verification: applier pause per snapshot pair under the 5,000 rows/s lag workload"
-	$(ENV) $(GO) test -run='^$$' -bench='^BenchmarkVerifyPause$$' -benchtime=1x -timeout=10m ./cmd/parity/
+	@echo "== verification: applier pause per snapshot pair at 5,000 rows/s; freshness with continuous verification every 30s"
+	$(ENV) $(GO) test -run='^$$' -bench='^BenchmarkVerify(Pause|Freshness)$$' -benchtime=1x -timeout=15m ./cmd/parity/
 	@echo "== routing: the collation-aware key of a row, per key shape, against hashing its bytes"
 	$(GO) test -run='^$$' -bench='^BenchmarkRouteKey$$' -benchtime=500000x ./cdc/
 	@echo "== diff: parity against reladiff and the bare checksum loop, 1,000,000 rows"

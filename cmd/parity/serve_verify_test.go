@@ -282,7 +282,7 @@ func verifyHistory(t *testing.T, addr string) []verify.RunRecord {
 	return runs
 }
 
-func metrics(t *testing.T, addr string) string {
+func metrics(t testing.TB, addr string) string {
 	t.Helper()
 	resp, err := http.Get("http://" + addr + "/metrics")
 	if err != nil {
@@ -298,7 +298,7 @@ func metrics(t *testing.T, addr string) string {
 }
 
 // freshness reads parity_verify_freshness_seconds from /metrics.
-func freshness(t *testing.T, addr string) float64 {
+func freshness(t testing.TB, addr string) float64 {
 	t.Helper()
 	for _, line := range strings.Split(metrics(t, addr), "\n") {
 		if strings.HasPrefix(line, "parity_verify_freshness_seconds{") {

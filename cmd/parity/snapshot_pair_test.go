@@ -153,7 +153,7 @@ func openPair(t *testing.T, ctx context.Context, rep *cdc.Replicator, upDSN stri
 	return nil
 }
 
-func waitFile(t *testing.T, path string, done <-chan error) uint64 {
+func waitFile(t testing.TB, path string, done <-chan error) uint64 {
 	t.Helper()
 	deadline := time.Now().Add(2 * time.Minute)
 	for time.Now().Before(deadline) {
