@@ -41,13 +41,13 @@ func bench(ctx context.Context, o options, data Dataset, want Expected, plan []D
 		}
 	}
 	o.parity = absPath(o.parity)
-	if !o.noReladiff {
+	if !o.noReladiff && !o.dirtyOnly {
 		if err := ensureReladiff(ctx, o.reladiff); err != nil {
 			return err
 		}
 	}
 
-	if o.hashes {
+	if o.hashes && !o.dirtyOnly {
 		var tables []*Table
 		seen := map[string]bool{}
 		for _, p := range pairs {
@@ -72,7 +72,14 @@ func bench(ctx context.Context, o options, data Dataset, want Expected, plan []D
 		o.loadavg = strings.TrimSpace(string(la))
 	}
 	var results []*caseResult
+	var dirtyPair *pair
 	for _, p := range pairs {
+		if p.name == "tidb" {
+			dirtyPair = p
+		}
+		if o.dirtyOnly {
+			continue
+		}
 		for _, c := range []struct {
 			name string
 			want []Difference
@@ -88,6 +95,18 @@ func bench(ctx context.Context, o options, data Dataset, want Expected, plan []D
 		}
 	}
 	printResults(os.Stdout, o, results)
+	if o.dirty > 0 && dirtyPair != nil {
+		r, err := benchDirty(ctx, o, data, dirtyPair)
+		if err != nil {
+			return fmt.Errorf("cdc-scope case: %w", err)
+		}
+		for _, c := range results {
+			if c.pair == dirtyPair && c.name == "identical" {
+				r.full = c.parity.Wall
+			}
+		}
+		printDirty(os.Stdout, r, data.Rows)
+	}
 	return nil
 }
 
