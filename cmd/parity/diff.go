@@ -207,7 +207,9 @@ func runDiff(cmd *cobra.Command, f *diffFlags) (int, error) {
 	pr.finish()
 	if err != nil {
 		var re *checker.RunError
-		if errors.As(err, &re) {
+		// A scope the ledger cannot serve is refused before anything is compared: there is
+		// nothing to resume.
+		if errors.As(err, &re) && !errors.Is(err, checker.ErrScopeUnavailable) {
 			return 2, fmt.Errorf("%w (resume with: parity diff --resume %s ...)", err, re.RunID)
 		}
 		return 2, err
@@ -299,6 +301,9 @@ func tsoTime(snap string) string {
 
 func printSummary(w io.Writer, rep *checker.Report, outDir string) {
 	fmt.Fprintf(w, "parity diff run %s (%s)\n", rep.RunID, rep.FinishedAt.Sub(rep.StartedAt).Round(time.Millisecond))
+	if rep.Scope != "" && rep.Scope != checker.ScopeFull {
+		fmt.Fprintf(w, "  scope %s: the keys the changefeed changed (dirty-key ledger)\n", rep.Scope)
+	}
 	for _, s := range []struct{ side, snap string }{{"upstream", rep.UpstreamSnapshot}, {"downstream", rep.DownstreamSnapshot}} {
 		if s.snap != "" {
 			fmt.Fprintf(w, "  %s read at snapshot %s%s\n", s.side, s.snap, tsoTime(s.snap))
@@ -328,6 +333,21 @@ func printSummary(w io.Writer, rep *checker.Report, outDir string) {
 			fmt.Fprintf(w, " (listed: %d missing, %d extra, %d differing)", kinds[checker.Missing], kinds[checker.Extra], kinds[checker.Differing])
 		}
 		fmt.Fprintln(w)
+		switch t.Scope {
+		case "keys":
+			fmt.Fprintf(w, "      %d keys changed in (%d, %d]%s\n", t.ScopeKeys, t.ScopeFromTs, t.ScopeUntilTs, tsoTime(fmt.Sprint(t.ScopeUntilTs)))
+		case "whole":
+			fmt.Fprintf(w, "      compared whole: %s\n", t.ScopeNote)
+		}
+		if len(t.DifferencesByClass) > 0 {
+			var cs []string
+			for _, c := range []string{checker.ClassImported, checker.ClassPostImport, checker.ClassCDC, checker.ClassDiverged, checker.ClassUnclassified, checker.ClassInFlight} {
+				if n := t.DifferencesByClass[c]; n > 0 {
+					cs = append(cs, fmt.Sprintf("%d %s", n, c))
+				}
+			}
+			fmt.Fprintf(w, "      classes: %s\n", strings.Join(cs, ", "))
+		}
 		if t.DifferencesResolved > 0 {
 			fmt.Fprintf(w, "      %d rows that differed when first read were equal when read again (replication in flight); not counted above\n", t.DifferencesResolved)
 		}
@@ -357,6 +377,11 @@ func printSummary(w io.Writer, rep *checker.Report, outDir string) {
 		return
 	}
 	fmt.Fprintln(w, "result: DIFFERENCES FOUND")
+	if c := rep.Classification; c != nil {
+		for _, n := range c.Notes {
+			fmt.Fprintln(w, "classification:", n)
+		}
+	}
 	dataDiffers := false
 	for _, t := range rep.Tables {
 		dataDiffers = dataDiffers || t.DifferencesTotal > 0 || t.UndrilledChunks > 0

@@ -310,3 +310,37 @@ func TestPrintSummarySnapshots(t *testing.T) {
 
 // metaTable names a table of the default meta schema as the migrator registered it.
 func metaTable(name string) string { return metaschema.Table(checker.DefaultConfig().MetaSchema, name) }
+
+// TestDiffScopeFlags: --scope and --caught-up-lag reach the checker's config, are validated
+// with their keys, and a scope the changefeed's ledger cannot serve is refused with a clear
+// error (exit 2, and no advice to resume a run that compared nothing).
+func TestDiffScopeFlags(t *testing.T) {
+	up, down := testenv.MySQL(t), testenv.Downstream(t)
+	base := []string{"--upstream", up.Root, "--downstream", down.Root, "--table", up.Name + ".t"}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--scope", "cdc"}, "changefeed.id: is required with scope cdc"},
+		{[]string{"--scope", "since:1700000000", "--changefeed", "cf"}, "is not a TiDB TSO"},
+		{[]string{"--scope", "everything"}, `scope: unknown scope "everything"`},
+		{[]string{"--caught-up-lag", "-1s"}, "caught-up-lag: must not be negative"},
+	} {
+		code, out := runDiffCLI(t, append(base, c.args...)...)
+		if code != 2 || !strings.Contains(out, c.want) {
+			t.Errorf("%v: exit %d, output:\n%s\nwant %q", c.args, code, out, c.want)
+		}
+	}
+	execOn(t, []*testenv.DB{up, down}, "CREATE TABLE t (id INT PRIMARY KEY)")
+	ms := testenv.UniqueName("pm")
+	t.Cleanup(func() { _, _ = down.Exec("DROP DATABASE IF EXISTS " + ident.Quote(ms)) })
+	route := filepath.Join(t.TempDir(), "route.toml")
+	if err := os.WriteFile(route, []byte("meta-schema = \""+ms+"\"\n[[routes]]\nfrom = \""+up.Name+"\"\nto = \""+down.Name+"\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The meta schema has no ledger (no parity serve wrote one): refused, naming it.
+	code, out := runDiffCLI(t, append(base, "--config", route, "--scope", "since:2026-01-02T15:04:05Z", "--changefeed", "cf", "--changefeed-meta-schema", ms)...)
+	if code != 2 || !strings.Contains(out, "scope unavailable: scope since:") || !strings.Contains(out, "no dirty-key ledger of changefeed cf") || strings.Contains(out, "resume with") {
+		t.Errorf("a scope without a ledger: exit %d, output:\n%s", code, out)
+	}
+}
