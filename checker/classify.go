@@ -43,7 +43,9 @@ const (
 	ClassUnclassified = "unclassified"
 )
 
-// Classification says how a run's differences were classified.
+// Classification says how a run's differences were classified (Report.Classification:
+// absent when there were none, or when the sides were not at a snapshot pair and the
+// classes need no note).
 type Classification struct {
 	// AtTs is the TSO of the snapshot pair the differences were found at (0 when the
 	// sides were not read at one: then a difference is diverged, or was in flight).
@@ -75,27 +77,28 @@ type classRef struct {
 func (r *runner) classify(ctx context.Context) (*Classification, error) {
 	cl := &Classification{}
 	pending, _ := r.track.pending()
+	if len(pending) == 0 {
+		return nil, nil // nothing to classify (the re-check's resolved rows are counted in-flight)
+	}
 	ts, atPair := r.pair.pairTS()
 	if !atPair {
 		class := ClassDiverged
 		if !recheckEnabled(r.cfg, r.pair) {
 			class = ClassUnclassified
-			if len(pending) > 0 {
-				cl.note("not at a snapshot pair and not re-checked (recheck-rounds 0): a difference may have been in flight")
-			}
+			cl.note("not at a snapshot pair and not re-checked (recheck-rounds 0): a difference may have been in flight")
 		}
 		for _, t := range pending {
 			if err := r.classifyAll(ctx, t, class); err != nil {
 				return nil, err
 			}
 		}
+		if len(cl.Notes) == 0 {
+			return nil, nil // the classes say it all
+		}
 		return cl, nil
 	}
 	cl.AtTs = ts
 	cl.CaughtUpLag = r.cfg.CaughtUpLag.String()
-	if len(pending) == 0 {
-		return cl, nil
-	}
 	if r.cfg.Changefeed.ID == "" {
 		cl.note("no changefeed (changefeed.id): where a difference comes from is not known")
 		for _, t := range pending {
