@@ -71,6 +71,9 @@ type Replicator struct {
 	// meta is the meta schema of the running replicator (nil when not running), for
 	// RecordTSMap.
 	meta atomic.Pointer[meta]
+	// apply is the running replicator's applier (nil when not running), for Repair: it
+	// writes with the applier's sessions and statements, inside a barrier.
+	apply atomic.Pointer[applier]
 }
 
 type waiter struct {
@@ -412,6 +415,8 @@ func (r *Replicator) runOnce(ctx context.Context, started func()) error {
 		ap:      newApplier(applyDB, m, cfg, r.log, r.hooks, saved.tableProgress),
 		applied: saved.appliedTs, startTs: saved.appliedTs, ddlDone: saved.ddlApplied,
 	}
+	r.apply.Store(c.ap)
+	defer r.apply.Store(nil) // before applyDB closes
 	for _, pk := range parts {
 		ps := &partState{key: pk, nextRead: -1, saved: -1, hw: -1}
 		if off, ok := saved.offsets[pk]; ok {
