@@ -1,0 +1,457 @@
+package main
+
+// repair.go wires repair through the apply stream (docs/verify.md, "Repair") into
+// parity serve: POST /repair (loopback only, mounted with verify.enabled) reads a run's
+// stored differences from the meta schema (checker.RunDifferences; a verification run's
+// tables each name their checker run), repairs their keys with cdc.Replicator.Repair
+// (inside the applier's barrier, with its sessions and statements), then re-verifies
+// the repaired tables with a full run of the verification service at a new snapshot
+// pair; and `parity repair`, the CLI that calls it. cdc and checker do not know each
+// other: the differences become cdc.RepairKeys here.
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/spf13/cobra"
+
+	"github.com/tidb-parity/parity/cdc"
+	"github.com/tidb-parity/parity/checker"
+	"github.com/tidb-parity/parity/checker/verify"
+	"github.com/tidb-parity/parity/internal/rowkey"
+)
+
+// repairResponse is POST /repair's answer.
+type repairResponse struct {
+	cdc.RepairResult
+	// Differences is how many stored differences of the run (and --table) were read;
+	// Tables the upstream tables they belong to.
+	Differences int      `json:"differences"`
+	Tables      []string `json:"tables"`
+	// Reverify is the verification run that compared Tables again after the repair (not
+	// for a dry run, nor when there was nothing to repair).
+	Reverify *verify.RunRecord `json:"reverify,omitempty"`
+	Error    string            `json:"error,omitempty"`
+}
+
+// repairError is an error with the HTTP status it answers.
+type repairError struct {
+	code int
+	err  error
+}
+
+func (e *repairError) Error() string { return e.err.Error() }
+func (e *repairError) Unwrap() error { return e.err }
+
+func httpErr(code int, err error) error { return &repairError{code: code, err: err} }
+
+// repairHandler is POST /repair?run=ID[&table=schema.table...][&dry-run=1]: it repairs
+// the run's differences and answers the result (200), with the re-verification's run
+// unless dry-run; 400 for a bad request or a table not in the run, 404 for an unknown
+// run, 409 while the run (or another repair) is running, 503 when the replicator or the
+// verification service does not run, 500 when the repair failed part-way (what was done
+// is in the body and in the meta schema).
+func repairHandler(r *cdc.Replicator, vs *verify.Service) http.HandlerFunc {
+	var busy sync.Mutex
+	return func(w http.ResponseWriter, req *http.Request) {
+		q := req.URL.Query()
+		runID := strings.TrimSpace(q.Get("run"))
+		if runID == "" {
+			writeJSON(w, http.StatusBadRequest, verifyError{Error: "run: the run whose differences to repair is required (run=ID)"})
+			return
+		}
+		dry := false
+		if v := q.Get("dry-run"); v != "" {
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				writeJSON(w, http.StatusBadRequest, verifyError{Error: "dry-run: want a boolean, got " + strconv.Quote(v)})
+				return
+			}
+			dry = b
+		}
+		var tables []string
+		for _, t := range q["table"] {
+			for _, p := range strings.Split(t, ",") {
+				if p = strings.TrimSpace(p); p != "" {
+					if _, _, ok := strings.Cut(p, "."); !ok {
+						writeJSON(w, http.StatusBadRequest, verifyError{Error: fmt.Sprintf("table: want schema.table, got %q", p)})
+						return
+					}
+					tables = append(tables, p)
+				}
+			}
+		}
+		if !busy.TryLock() {
+			writeJSON(w, http.StatusConflict, verifyError{Error: "another repair is running; try again when it ended"})
+			return
+		}
+		defer busy.Unlock()
+		resp, err := repair(req.Context(), r, vs, runID, tables, dry)
+		if err != nil {
+			code := http.StatusInternalServerError
+			var he *repairError
+			switch {
+			case errors.As(err, &he):
+				code = he.code
+			case errors.Is(err, cdc.ErrStopped), errors.Is(err, verify.ErrNotRunning):
+				code = http.StatusServiceUnavailable
+			}
+			if resp == nil {
+				writeJSON(w, code, verifyError{Error: err.Error()})
+				return
+			}
+			resp.Error = err.Error()
+			writeJSON(w, code, resp)
+			return
+		}
+		writeJSON(w, http.StatusOK, resp)
+	}
+}
+
+// repair reads the run's differences, repairs their keys and re-verifies their tables.
+// A non-nil response with an error is a repair that failed part-way.
+func repair(ctx context.Context, r *cdc.Replicator, vs *verify.Service, runID string, tables []string, dry bool) (*repairResponse, error) {
+	diffs, err := runDifferences(ctx, r, vs, runID, tables)
+	if err != nil {
+		return nil, err
+	}
+	keys := make([]cdc.RepairKey, 0, len(diffs))
+	seen := map[string]bool{}
+	names := map[string]bool{}
+	for _, d := range diffs {
+		// A key reported twice (two copies of a keyless row are one entry; a keyed
+		// row has one difference) is repaired once.
+		exact, err := rowkey.Encode(d.KeyValues...)
+		if err != nil {
+			return nil, fmt.Errorf("table %s.%s: a stored key: %w", d.UpSchema, d.UpTable, err)
+		}
+		id := d.UpSchema + "\x00" + d.UpTable + "\x00" + string(exact)
+		if seen[id] {
+			continue
+		}
+		seen[id] = true
+		names[d.UpSchema+"."+d.UpTable] = true
+		keys = append(keys, cdc.RepairKey{Schema: d.UpSchema, Table: d.UpTable, DownSchema: d.DownSchema, DownTable: d.DownTable,
+			Columns: d.KeyColumns, Values: d.KeyValues, Text: d.Key})
+	}
+	resp := &repairResponse{Differences: len(diffs), Tables: make([]string, 0, len(names))}
+	for n := range names {
+		resp.Tables = append(resp.Tables, n)
+	}
+	sort.Strings(resp.Tables)
+	resp.RepairResult, err = r.Repair(ctx, cdc.RepairRequest{RunID: runID, Keys: keys, DryRun: dry})
+	if err != nil {
+		return resp, err
+	}
+	if dry || len(keys) == 0 {
+		return resp, nil
+	}
+	rec, err := reverify(ctx, vs, resp.Tables)
+	if err != nil {
+		return resp, fmt.Errorf("re-verifying %s after repair %s: %w", strings.Join(resp.Tables, ", "), resp.ID, err)
+	}
+	resp.Reverify = &rec
+	return resp, nil
+}
+
+// runDifferences returns the stored differences of runID: a verification run's (each
+// of its tables was compared by a checker run) or a checker run's (parity diff with the
+// daemon's meta schema).
+func runDifferences(ctx context.Context, r *cdc.Replicator, vs *verify.Service, runID string, tables []string) ([]checker.StoredDifference, error) {
+	cfg := r.Config()
+	mc, err := mysql.ParseDSN(cfg.Downstream.DSN)
+	if err != nil {
+		return nil, fmt.Errorf("downstream.dsn: %w", err)
+	}
+	mc.DBName = ""
+	conn, err := mysql.NewConnector(mc)
+	if err != nil {
+		return nil, fmt.Errorf("downstream.dsn: %w", err)
+	}
+	db := sql.OpenDB(conn)
+	defer db.Close()
+	db.SetMaxOpenConns(2)
+	schema := cfg.Applier.MetaSchema
+
+	runs, err := vs.History(ctx, 1, runID)
+	if err != nil {
+		return nil, err
+	}
+	if len(runs) == 0 {
+		diffs, err := checker.RunDifferences(ctx, db, schema, runID, tables)
+		switch {
+		case errors.Is(err, checker.ErrRunNotFound):
+			return nil, httpErr(http.StatusNotFound, fmt.Errorf("run %s not found: neither a verification run (parity verify history) nor a diff run in meta schema %s", runID, schema))
+		case errors.Is(err, checker.ErrRunRunning):
+			return nil, httpErr(http.StatusConflict, err)
+		case err != nil && strings.Contains(err.Error(), "is not among the tables"):
+			return nil, httpErr(http.StatusBadRequest, err)
+		}
+		return diffs, err
+	}
+	run := runs[0]
+	if run.State == verify.StateRunning {
+		return nil, httpErr(http.StatusConflict, fmt.Errorf("verification run %s is still running: repair its differences once it ended", runID))
+	}
+	matched := make([]bool, len(tables))
+	var out []checker.StoredDifference
+	for _, t := range run.Tables {
+		keep := len(tables) == 0
+		for i, p := range tables {
+			if matchTablePattern(p, t.Schema, t.Table) {
+				matched[i], keep = true, true
+			}
+		}
+		if !keep || t.DiffRunID == "" {
+			continue
+		}
+		diffs, err := checker.RunDifferences(ctx, db, schema, t.DiffRunID, nil)
+		if err != nil {
+			return nil, fmt.Errorf("table %s.%s of run %s: %w", t.Schema, t.Table, runID, err)
+		}
+		out = append(out, diffs...)
+	}
+	for i, m := range matched {
+		if !m {
+			names := make([]string, len(run.Tables))
+			for j, t := range run.Tables {
+				names[j] = t.Schema + "." + t.Table
+			}
+			return nil, httpErr(http.StatusBadRequest, fmt.Errorf("table %s is not among the tables of verification run %s (%s)", tables[i], runID, strings.Join(names, ", ")))
+		}
+	}
+	return out, nil
+}
+
+// reverify runs a full verification of tables at a new snapshot pair and returns its
+// record. A manual run already under way is waited for (a trigger never overlaps
+// itself).
+func reverify(ctx context.Context, vs *verify.Service, tables []string) (verify.RunRecord, error) {
+	req := verify.Request{Scope: verify.ScopeFull}
+	for _, t := range tables {
+		s, tb, _ := strings.Cut(t, ".")
+		p, err := exactTablePattern(s, tb)
+		if err != nil {
+			return verify.RunRecord{}, err
+		}
+		req.Tables = append(req.Tables, p)
+	}
+	for {
+		st, err := vs.Trigger(ctx, req)
+		var busy *verify.BusyError
+		if errors.As(err, &busy) {
+			select {
+			case <-time.After(500 * time.Millisecond):
+				continue
+			case <-ctx.Done():
+				return verify.RunRecord{}, ctx.Err()
+			}
+		}
+		if err != nil {
+			return verify.RunRecord{}, err
+		}
+		rec, err := st.Wait(ctx)
+		if err != nil {
+			return verify.RunRecord{}, err
+		}
+		if runs, err := vs.History(ctx, 1, rec.RunID); err == nil && len(runs) == 1 {
+			rec = runs[0]
+		}
+		return rec, nil
+	}
+}
+
+// matchTablePattern reports whether schema.table matches a "schema.table" pattern (each
+// part by path.Match, as verification and the checker match tables).
+func matchTablePattern(pattern, schema, table string) bool {
+	ps, pt, ok := strings.Cut(pattern, ".")
+	if !ok {
+		return false
+	}
+	a, _ := path.Match(ps, schema)
+	b, _ := path.Match(pt, table)
+	return a && b
+}
+
+// exactTablePattern is the table pattern that selects exactly schema.table: wildcard
+// characters escaped. A name with a dot cannot be selected alone.
+func exactTablePattern(schema, table string) (string, error) {
+	if strings.Contains(schema, ".") || strings.Contains(table, ".") {
+		return "", fmt.Errorf("table %s.%s: a name containing '.' cannot be verified (table patterns split at dots)", schema, table)
+	}
+	esc := func(s string) string {
+		var b strings.Builder
+		for _, r := range s {
+			if strings.ContainsRune(`*?[]\`, r) {
+				b.WriteByte('\\')
+			}
+			b.WriteRune(r)
+		}
+		return b.String()
+	}
+	return esc(schema) + "." + esc(table), nil
+}
+
+func init() {
+	addCommand(newRepairCommand)
+}
+
+func newRepairCommand() *cobra.Command {
+	var (
+		addr    string
+		runID   string
+		tables  []string
+		dry     bool
+		asJSON  bool
+		timeout time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "repair --run ID",
+		Short: "Repair a run's differences through a running `parity serve`'s apply stream, then verify again",
+		Long: `repair asks a running parity serve (verify.enabled), through its status address
+(loopback only), to repair the differences a run stored: a verification run's (parity
+verify history) or a parity diff run's in the daemon's meta schema. Inside the applier's
+barrier at its applied checkpoint T, each key's row is read from TiDB at T and written
+to the fallback with the applier's own statements (REPLACE, or a delete by key when TiDB
+has no row), so no replicated change can race the fix; tables without a primary or
+NOT NULL unique key are refused. Every key is recorded in the meta schema's repairs
+table. Then the repaired tables are verified again at a new snapshot pair.
+
+--dry-run examines every key the same way and prints what it would do, writing nothing.
+
+Exit status: 0 when the re-verification found the tables equal (a dry run: nothing to
+change), 1 when differences remain (a dry run: keys to repair), 2 on error.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if runID == "" {
+				return &exitError{code: 2, err: errors.New("--run: the run whose differences to repair is required")}
+			}
+			ctx := cmd.Context()
+			if ctx == nil {
+				ctx = context.Background()
+			}
+			if timeout > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, timeout)
+				defer cancel()
+			}
+			v := url.Values{"run": {runID}}
+			for _, t := range tables {
+				v.Add("table", t)
+			}
+			if dry {
+				v.Set("dry-run", "1")
+			}
+			raw, _, err := verifyCall(ctx, http.MethodPost, addr, "/repair?"+v.Encode())
+			if err != nil {
+				return &exitError{code: 2, err: err}
+			}
+			var resp repairResponse
+			if err := json.Unmarshal(raw, &resp); err != nil {
+				return &exitError{code: 2, err: fmt.Errorf("decoding the repair from %s: %w", addr, err)}
+			}
+			if asJSON {
+				_, err = cmd.OutOrStdout().Write(raw)
+			} else {
+				err = printRepair(cmd.OutOrStdout(), resp)
+			}
+			if err != nil {
+				return err
+			}
+			return repairExit(resp)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&addr, "addr", "127.0.0.1:8390", "status address of parity serve (status.addr)")
+	fl.StringVar(&runID, "run", "", "the verification run (or parity diff run) whose differences to repair")
+	fl.StringArrayVar(&tables, "table", nil, "repair only this upstream schema.table (repeatable; * and ? wildcards)")
+	fl.BoolVar(&dry, "dry-run", false, "print what the repair would do; write nothing")
+	fl.BoolVar(&asJSON, "json", false, "print the result as JSON")
+	fl.DurationVar(&timeout, "timeout", 0, "give up waiting after this long (0: wait for the end; interrupting stops the repair between statements, what was done is recorded)")
+	return cmd
+}
+
+// repairExit is the exit status of a repair's response (see the command's help).
+func repairExit(resp repairResponse) error {
+	if resp.DryRun {
+		if resp.Upserted+resp.Deleted+resp.Refused > 0 {
+			return &exitError{code: 1}
+		}
+		return nil
+	}
+	if resp.Reverify == nil {
+		if len(resp.Outcomes) == 0 {
+			return nil // nothing to repair
+		}
+		return &exitError{code: 2, err: errors.New("the repaired tables were not verified again")}
+	}
+	switch resp.Reverify.Result {
+	case verify.ResultEqual:
+		return nil
+	case verify.ResultDifferent:
+		return &exitError{code: 1}
+	}
+	return &exitError{code: 2, err: fmt.Errorf("re-verification run %s %s: %s", resp.Reverify.RunID, resp.Reverify.Result, resp.Reverify.Error)}
+}
+
+// repairKeysShown bounds the keys printed (all are in --json and the meta schema).
+const repairKeysShown = 20
+
+func printRepair(w io.Writer, r repairResponse) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "repair:\t%s\n", r.ID)
+	fmt.Fprintf(tw, "run:\t%s\n", r.RunID)
+	if r.DryRun {
+		fmt.Fprintf(tw, "dry run:\tyes (nothing was written)\n")
+	}
+	fmt.Fprintf(tw, "differences:\t%d in %s\n", r.Differences, strings.Join(r.Tables, ", "))
+	verb := ""
+	if r.DryRun {
+		verb = "would be "
+	}
+	fmt.Fprintf(tw, "keys:\t%d: %d %supserted, %d %sdeleted, %d unchanged, %d refused\n", len(r.Outcomes),
+		r.Upserted, verb, r.Deleted, verb, r.Unchanged, r.Refused)
+	if r.Barriers > 0 {
+		fmt.Fprintf(tw, "applier held:\t%d time(s), longest %v\n", r.Barriers, r.MaxPause.Round(time.Microsecond))
+	}
+	switch {
+	case r.Reverify != nil:
+		v := r.Reverify
+		fmt.Fprintf(tw, "re-verification:\t%s %s: %d table(s), %d rows, %d differences, at %s\n", v.RunID, v.Result,
+			v.TablesCompared, v.RowsChecked, v.Differences, fmtTS(v.FirstTS))
+	case r.DryRun:
+	case len(r.Outcomes) == 0:
+		fmt.Fprintf(tw, "re-verification:\tnone (nothing to repair)\n")
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(r.Outcomes) == 0 {
+		return nil
+	}
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TABLE\tKEY\tACTION\tREPAIR TS\tREASON")
+	for i, o := range r.Outcomes {
+		if i == repairKeysShown {
+			fmt.Fprintf(tw, "... %d more (--json prints every key)\n", len(r.Outcomes)-i)
+			break
+		}
+		fmt.Fprintf(tw, "%s.%s\t%s\t%s\t%d\t%s\n", o.Key.Schema, o.Key.Table, o.Key.Text, o.Action, o.TS, o.Reason)
+	}
+	return tw.Flush()
+}
