@@ -58,7 +58,7 @@ type logConfig struct {
 type statusConfig struct {
 	// Addr is the HTTP address serving /metrics (Prometheus) and /status (JSON, read by
 	// `parity status`), and with verify.enabled the verification endpoints (POST
-	// /verify/run, GET /verify/runs: loopback clients only). Empty disables it.
+	// /verify/run, GET /verify/runs, POST /repair: loopback clients only). Empty disables it.
 	// Default: "127.0.0.1:8390"
 	Addr string `toml:"addr"`
 	// Pprof mounts Go's net/http/pprof handlers under /debug/pprof/ on the status
@@ -359,6 +359,7 @@ func statusHandler(r *cdc.Replicator, vs *verify.Service, pprofOn bool) http.Han
 	if vs != nil {
 		mux.HandleFunc("POST /verify/run", loopbackOnly(verifyRunHandler(vs)))
 		mux.HandleFunc("GET /verify/runs", loopbackOnly(verifyRunsHandler(vs)))
+		mux.HandleFunc("POST /repair", loopbackOnly(repairHandler(r, vs)))
 	}
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		st := r.Status()
