@@ -9,12 +9,15 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/robfig/cron/v3"
+
+	"github.com/tidb-parity/parity/checker"
 )
 
-// Scopes of a run. Only ScopeFull is implemented; "cdc" and "since:<TSO|time>" read the
-// dirty-key ledger and come with the checker's key scopes (#17 item 4).
+// Scopes of a run (checker.ParseScope): ScopeFull, ScopeCDC and "since:<TSO|time>",
+// which read the dirty-key ledger.
 const (
-	ScopeFull = "full"
+	ScopeFull = checker.ScopeFull
+	ScopeCDC  = checker.ScopeCDC
 )
 
 // Triggers of a run, as the history and the metrics name them; a scheduled run is named
@@ -38,10 +41,19 @@ type Config struct {
 	// Exclude removes tables matched by Tables, same form.
 	// Default: []
 	Exclude []string `toml:"exclude"`
-	// Scope of continuous runs and of manual runs that name none: "full" (every row).
-	// The ledger-backed scopes "cdc" and "since:<TSO|time>" are not supported yet.
+	// Scope of continuous runs and of manual runs that name none: "full" (every row),
+	// "cdc" (the keys the changefeed changed since each table's last clean verification,
+	// from the dirty-key ledger) or "since:<TSO|RFC 3339 time>" (the keys changed after
+	// that point). A ledger-backed scope is refused for a table the ledger cannot vouch
+	// for (never verified clean, or changed before the ledger starts): run a full
+	// verification first.
 	// Default: "full"
 	Scope string `toml:"scope"`
+	// CaughtUpLag classifies differences: a key last changed before the applier first
+	// came within this lag of real time is "post-import", after it "cdc"
+	// (checker's caught-up-lag).
+	// Default: 30s
+	CaughtUpLag time.Duration `toml:"caught-up-lag"`
 	// MaxViewAge: a fallback read view (a snapshot pair's transactions) older than this
 	// is never used; a run takes a new pair between tables once its pair is past half of
 	// it, and a table still being compared when its pair reaches it goes on at a fresh
@@ -124,6 +136,7 @@ func DefaultConfig() Config {
 		Tables:            []string{},
 		Exclude:           []string{},
 		Scope:             ScopeFull,
+		CaughtUpLag:       30 * time.Second,
 		MaxViewAge:        10 * time.Minute,
 		MaxConcurrentRuns: 1,
 		MaxLag:            time.Minute,
@@ -157,6 +170,9 @@ func (c Config) Validate() error {
 	}
 	if err := CheckScope(c.Scope); err != nil {
 		bad("verify.scope", "%v", err)
+	}
+	if c.CaughtUpLag < 0 {
+		bad("verify.caught-up-lag", "must not be negative, got %v", c.CaughtUpLag)
 	}
 	if c.MaxViewAge < time.Second {
 		bad("verify.max-view-age", "must be at least 1s, got %v", c.MaxViewAge)
@@ -238,21 +254,11 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// ErrScopeNotSupported is returned for a scope this release recognises but cannot run
-// yet.
-var ErrScopeNotSupported = errors.New("not yet supported")
-
-// CheckScope reports whether scope can be run: "full"; "cdc" and "since:<TSO|time>"
-// are refused with ErrScopeNotSupported (they need the checker's ledger-backed key
-// scopes), anything else as unknown.
+// CheckScope reports whether scope is one a run can take: full, cdc or
+// since:<TSO|time> (checker.ParseScope).
 func CheckScope(scope string) error {
-	switch {
-	case scope == ScopeFull:
-		return nil
-	case scope == "cdc", strings.HasPrefix(scope, "since:"):
-		return fmt.Errorf("scope %q is %w: only %q runs in this release (the ledger-backed scopes cdc and since:<TSO|time> come with the checker's key scopes)", scope, ErrScopeNotSupported, ScopeFull)
-	}
-	return fmt.Errorf("unknown scope %q: want full, cdc or since:<TSO|time>", scope)
+	_, err := checker.ParseScope(scope)
+	return err
 }
 
 // checkPattern checks a "schema.table" pattern as the checker reads it.

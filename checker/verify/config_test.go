@@ -1,7 +1,6 @@
 package verify
 
 import (
-	"errors"
 	"path"
 	"strings"
 	"testing"
@@ -30,8 +29,8 @@ func TestConfigValidate(t *testing.T) {
 		edit func(c *Config)
 		want []string
 	}{
-		{"scope cdc", func(c *Config) { c.Scope = "cdc" }, []string{`verify.scope: scope "cdc" is not yet supported`}},
-		{"scope since", func(c *Config) { c.Scope = "since:2026-01-01" }, []string{`verify.scope: scope "since:2026-01-01" is not yet supported`}},
+		{"scope since garbage", func(c *Config) { c.Scope = "since:yesterday" }, []string{`verify.scope:`}},
+		{"caught-up lag", func(c *Config) { c.CaughtUpLag = -time.Second }, []string{"verify.caught-up-lag: must not be negative"}},
 		{"scope unknown", func(c *Config) { c.Scope = "all" }, []string{`verify.scope: unknown scope "all"`}},
 		{"no tables", func(c *Config) { c.Tables = nil }, []string{"verify.tables: at least one"}},
 		{"bad table", func(c *Config) { c.Tables = []string{"app"} }, []string{"verify.tables[0]: want schema.table"}},
@@ -46,14 +45,14 @@ func TestConfigValidate(t *testing.T) {
 			c.Schedules = []Schedule{
 				{Name: "nightly", Cron: "0 2 * * *"},
 				{Name: "nightly", Cron: "every day"},
-				{Name: "manual", Cron: "@hourly", Scope: "cdc"},
+				{Name: "manual", Cron: "@hourly", Scope: "cdc-ish"},
 				{Cron: "", Tables: []string{"x"}},
 			}
 		}, []string{
 			`verify.schedule[1].name: "nightly" is also the name of verify.schedule[0]`,
 			"verify.schedule[1].cron:",
 			`verify.schedule[2].name: "manual" names another trigger`,
-			`verify.schedule[2].scope: scope "cdc" is not yet supported`,
+			`verify.schedule[2].scope: unknown scope "cdc-ish"`,
 			"verify.schedule[3].name: required",
 			"verify.schedule[3].cron: required",
 			"verify.schedule[3].tables[0]: want schema.table",
@@ -74,8 +73,10 @@ func TestConfigValidate(t *testing.T) {
 			}
 		}
 	}
-	if err := CheckScope("cdc"); !errors.Is(err, ErrScopeNotSupported) {
-		t.Errorf("CheckScope(cdc) = %v", err)
+	for _, ok := range []string{"full", "cdc", "since:2026-01-01T00:00:00Z", "since:463267587686400000"} {
+		if err := CheckScope(ok); err != nil {
+			t.Errorf("CheckScope(%s) = %v", ok, err)
+		}
 	}
 	// Accepted cron forms.
 	for _, spec := range []string{"0 2 * * *", "*/10 * * * * *", "@daily", "@every 2s", "CRON_TZ=Europe/Paris 30 1 * * 1-5"} {

@@ -271,7 +271,7 @@ func (h *history) finish(ctx context.Context, r *RunRecord) error {
 	return nil
 }
 
-// lastClean returns the newest clean full run over exactly patterns (the default
+// lastClean returns the newest clean full or cdc run over exactly patterns (the default
 // table set), or nil.
 func (h *history) lastClean(ctx context.Context, patterns []string) (*RunRecord, error) {
 	qctx, cancel := context.WithTimeout(ctx, h.timeout)
@@ -279,8 +279,8 @@ func (h *history) lastClean(ctx context.Context, patterns []string) (*RunRecord,
 	var r RunRecord
 	var fin sql.NullTime
 	err := h.db.QueryRowContext(qctx, h.q("SELECT run_id, first_ts, finished_at FROM %s."+RunsTable+
-		" WHERE changefeed=? AND scope=? AND result=? AND tables=? ORDER BY first_ts DESC LIMIT 1"),
-		h.changefeed, ScopeFull, ResultEqual, patternsText(patterns)).Scan(&r.RunID, &r.FirstTS, &fin)
+		" WHERE changefeed=? AND scope IN (?, ?) AND result=? AND tables=? ORDER BY first_ts DESC LIMIT 1"),
+		h.changefeed, ScopeFull, ScopeCDC, ResultEqual, patternsText(patterns)).Scan(&r.RunID, &r.FirstTS, &fin)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
 	}

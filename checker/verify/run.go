@@ -210,6 +210,8 @@ func (r *runner) diffConfig(pattern, resume string, log *slog.Logger) checker.Co
 		lag, _ := r.s.lag()
 		return lag, nil
 	}
+	c.Scope = r.st.rec.Scope
+	c.CaughtUpLag = cfg.CaughtUpLag
 	c.Resume = resume
 	c.Logger = slog.New(checkerLog{log.With("verify_run_id", r.st.rec.RunID).Handler()})
 	return c

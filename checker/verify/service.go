@@ -545,7 +545,10 @@ func (s *Service) ended(st *runState) {
 	s.diffs += rec.Differences
 	final := *rec
 	s.lastRun = &final
-	if rec.Result == ResultEqual && rec.Scope == ScopeFull && samePatterns(rec.Patterns, s.cfg.Tables) && rec.FirstTS > s.covered {
+	// A clean full run covers every applied change up to its first pair; so does a clean
+	// cdc run (it refuses a table without an earlier clean verification, and covers the
+	// changes since it).
+	if rec.Result == ResultEqual && (rec.Scope == ScopeFull || rec.Scope == ScopeCDC) && samePatterns(rec.Patterns, s.cfg.Tables) && rec.FirstTS > s.covered {
 		s.covered, s.cleanID = rec.FirstTS, rec.RunID
 	}
 	s.mu.Unlock()

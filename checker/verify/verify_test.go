@@ -248,9 +248,9 @@ func TestManualRun(t *testing.T) {
 	if st := s.Stats(); st.CleanRunID == rec.RunID || st.Differences != 1 {
 		t.Fatalf("stats after a different run: %+v", st)
 	}
-	// A scope the checker cannot run yet is refused before anything starts.
-	if _, err := s.Trigger(context.Background(), Request{Scope: "cdc"}); !errors.Is(err, ErrScopeNotSupported) {
-		t.Fatalf("scope cdc: %v", err)
+	// A scope that is none is refused before anything starts.
+	if _, err := s.Trigger(context.Background(), Request{Scope: "changed"}); err == nil || !strings.Contains(err.Error(), `unknown scope "changed"`) {
+		t.Fatalf("scope changed: %v", err)
 	}
 }
 

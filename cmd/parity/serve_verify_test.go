@@ -162,6 +162,16 @@ func TestServeVerifyUnderLoad(t *testing.T) {
 			i, rec.RunID, rec.RowsChecked, rec.TablesCompared, len(rec.Pairs), elapsed.Round(time.Millisecond), before, after)
 		runs = append(runs, rec)
 	}
+	// A cdc-scoped run (#17 item 4): only the keys the changefeed changed since each
+	// table's last clean verification, read from the dirty-key ledger, at a pair; equal,
+	// and far fewer rows than a full run (the keyless table is compared whole).
+	time.Sleep(time.Second)
+	cdcRun := verifyCLI(t, addr, "--scope", "cdc")
+	if cdcRun.Result != verify.ResultEqual || cdcRun.Scope != verify.ScopeCDC || cdcRun.TablesCompared != 5 || cdcRun.Resolved != 0 ||
+		cdcRun.RowsChecked >= runs[len(runs)-1].RowsChecked {
+		t.Fatalf("cdc-scoped run: %+v (the last full run compared %d rows)", cdcRun, runs[len(runs)-1].RowsChecked)
+	}
+	t.Logf("cdc-scoped run %s: equal, %d rows compared (full: %d)", cdcRun.RunID, cdcRun.RowsChecked, runs[len(runs)-1].RowsChecked)
 	st1, t1 := status(), time.Now()
 	select {
 	case err := <-loadDone:
@@ -197,8 +207,8 @@ func TestServeVerifyUnderLoad(t *testing.T) {
 			pauses = append(pauses, p.Pause)
 		}
 	}
-	if manual != 5 || len(scheduled) == 0 {
-		t.Fatalf("history: %d manual runs, %d scheduled (want 5 and some)", manual, len(scheduled))
+	if manual != 6 || len(scheduled) == 0 {
+		t.Fatalf("history: %d manual runs, %d scheduled (want 6 — five full, one cdc — and some)", manual, len(scheduled))
 	}
 	for i := 0; i+1 < len(scheduled); i++ { // newest first
 		if scheduled[i+1].FinishedAt.After(scheduled[i].StartedAt) {
@@ -236,7 +246,7 @@ func TestServeVerifyUnderLoad(t *testing.T) {
 	}
 	t.Logf("parity status:\n%s", out.String())
 	m := metrics(t, addr)
-	for _, want := range []string{`parity_verify_runs_total{changefeed="verify-load",result="equal",trigger="manual"} 5`,
+	for _, want := range []string{`parity_verify_runs_total{changefeed="verify-load",result="equal",trigger="manual"} 6`,
 		`parity_verify_pause_seconds_count{changefeed="verify-load"}`, `parity_verify_differences_total{changefeed="verify-load"} 0`} {
 		if !strings.Contains(m, want) {
 			t.Fatalf("/metrics lacks %q", want)
@@ -250,12 +260,12 @@ func TestServeVerifyUnderLoad(t *testing.T) {
 }
 
 // verifyCLI runs `parity verify --json` against addr and returns the run.
-func verifyCLI(t *testing.T, addr string) verify.RunRecord {
+func verifyCLI(t *testing.T, addr string, args ...string) verify.RunRecord {
 	t.Helper()
 	root := newRoot()
 	var out bytes.Buffer
 	root.SetOut(&out)
-	root.SetArgs([]string{"verify", "--addr", addr, "--json", "--timeout", "2m"})
+	root.SetArgs(append([]string{"verify", "--addr", addr, "--json", "--timeout", "2m"}, args...))
 	if err := root.Execute(); err != nil {
 		t.Fatalf("parity verify: %v\n%s", err, out.String())
 	}

@@ -343,7 +343,7 @@ Exit status: 0 equal, 1 differences found, 2 when the run failed or could not st
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&addr, "addr", "127.0.0.1:8390", "status address of parity serve (status.addr)")
-	fl.StringVar(&scope, "scope", "", "scope of the run: full (default: verify.scope)")
+	fl.StringVar(&scope, "scope", "", "scope of the run: full, cdc (keys changed since each table's last clean verification) or since:<TSO|RFC 3339 time> (default: verify.scope)")
 	fl.StringArrayVar(&tables, "table", nil, "schema.table pattern to verify (repeatable; default: verify.tables)")
 	fl.BoolVar(&noWait, "no-wait", false, "print the run id and return once the run started")
 	fl.BoolVar(&asJSON, "json", false, "print the run as JSON")
