@@ -129,6 +129,9 @@ type RunRecord struct {
 	TablesCompared int           `json:"tables_compared"`
 	RowsChecked    int64         `json:"rows_checked"`
 	Differences    int64         `json:"differences"`
+	// DifferencesByClass counts the run's differing rows by class (imported,
+	// post-import, cdc, diverged, unclassified; checker's classification).
+	DifferencesByClass map[string]int64 `json:"differences_by_class,omitempty"`
 	// Resolved counts differences a re-check found equal and RecheckRounds the
 	// re-check rounds: both 0 at snapshot pairs (nothing is in flight).
 	Resolved      int64         `json:"resolved"`

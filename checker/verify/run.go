@@ -185,6 +185,15 @@ func (r *runner) compareTable(ctx context.Context, seq int, t [2]string) TableRe
 			r.st.rec.Resolved += tb.DifferencesResolved
 			equal = equal && tb.Equal()
 		}
+		for class, n := range rep.DifferencesByClass {
+			if class == checker.ClassInFlight || n == 0 {
+				continue // resolved by the re-check: not a difference
+			}
+			if r.st.rec.DifferencesByClass == nil {
+				r.st.rec.DifferencesByClass = map[string]int64{}
+			}
+			r.st.rec.DifferencesByClass[class] += n
+		}
 		r.st.rec.RecheckRounds += rep.RecheckRounds
 		tr.Result = ResultEqual
 		if !equal {

@@ -26,6 +26,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -122,20 +123,21 @@ type Service struct {
 	up                       *sql.DB // TiDB's current TSO
 	hist                     *history
 
-	mu        sync.Mutex
-	active    map[string]*runState // by trigger
-	runs      map[[2]string]int64  // (trigger, result) → runs
-	rows      int64
-	diffs     int64
-	pairs     int64
-	rotations int64
-	passed    int64
-	pause     Histogram
-	throttled time.Duration
-	lastRun   *RunRecord
-	covered   uint64
-	cleanID   string
-	lastErr   string
+	mu           sync.Mutex
+	active       map[string]*runState // by trigger
+	runs         map[[2]string]int64  // (trigger, result) → runs
+	rows         int64
+	diffs        int64
+	diffsByClass map[string]int64
+	pairs        int64
+	rotations    int64
+	passed       int64
+	pause        Histogram
+	throttled    time.Duration
+	lastRun      *RunRecord
+	covered      uint64
+	cleanID      string
+	lastErr      string
 }
 
 type manualReq struct {
@@ -183,7 +185,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		cfg: cfg, deps: deps, log: deps.Logger.With("changefeed", cfg.Changefeed),
 		ready: make(chan struct{}), done: make(chan struct{}), reqs: make(chan *manualReq),
 		slots:  make(chan struct{}, cfg.MaxConcurrentRuns),
-		active: map[string]*runState{}, runs: map[[2]string]int64{},
+		active: map[string]*runState{}, runs: map[[2]string]int64{}, diffsByClass: map[string]int64{},
 	}
 	for _, sc := range cfg.Schedules {
 		p, err := cronParser.Parse(sc.Cron)
@@ -543,6 +545,9 @@ func (s *Service) ended(st *runState) {
 	s.runs[[2]string{rec.Trigger, rec.Result}]++
 	s.rows += rec.RowsChecked
 	s.diffs += rec.Differences
+	for class, n := range rec.DifferencesByClass {
+		s.diffsByClass[class] += n
+	}
 	final := *rec
 	s.lastRun = &final
 	// A clean full run covers every applied change up to its first pair; so does a clean
@@ -565,7 +570,7 @@ func (s *Service) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := Stats{
-		Changefeed: s.cfg.Changefeed, Runs: sortedCounts(s.runs), RowsChecked: s.rows, Differences: s.diffs,
+		Changefeed: s.cfg.Changefeed, Runs: sortedCounts(s.runs), RowsChecked: s.rows, Differences: s.diffs, DifferencesByClass: maps.Clone(s.diffsByClass),
 		Pairs: s.pairs, Rotations: s.rotations, BarrierPassed: s.passed, Pause: s.pause.clone(), Throttled: s.throttled,
 		Verified: s.covered > 0, CoveredTS: s.covered, CleanRunID: s.cleanID, AppliedTS: applied, LastError: s.lastErr,
 	}

@@ -80,8 +80,10 @@ type Stats struct {
 	// a read view reached verify.max-view-age (or half of it between tables).
 	RowsChecked int64
 	Differences int64
-	Pairs       int64
-	Rotations   int64
+	// DifferencesByClass splits Differences by class (checker's classification).
+	DifferencesByClass map[string]int64
+	Pairs              int64
+	Rotations          int64
 	// BarrierPassed counts pairs the applier refused because it had applied beyond
 	// their TSO before the barrier was set (each is tried again at a newer TSO).
 	BarrierPassed int64

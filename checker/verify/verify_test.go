@@ -248,6 +248,14 @@ func TestManualRun(t *testing.T) {
 	if st := s.Stats(); st.CleanRunID == rec.RunID || st.Differences != 1 {
 		t.Fatalf("stats after a different run: %+v", st)
 	}
+	// Classified (no ledger here: unclassified), in the record and the stats.
+	var classified int64
+	for _, n := range rec.DifferencesByClass {
+		classified += n
+	}
+	if st := s.Stats(); classified != 1 || st.DifferencesByClass[checker.ClassUnclassified] != rec.DifferencesByClass[checker.ClassUnclassified] {
+		t.Fatalf("classes of the run's difference: %v, stats %v", rec.DifferencesByClass, st.DifferencesByClass)
+	}
 	// A scope that is none is refused before anything starts.
 	if _, err := s.Trigger(context.Background(), Request{Scope: "changed"}); err == nil || !strings.Contains(err.Error(), `unknown scope "changed"`) {
 		t.Fatalf("scope changed: %v", err)

@@ -109,7 +109,7 @@ func verifyStatusOf(vs *verify.Service) *verifyStatus {
 type verifyCollector struct {
 	s *verify.Service
 
-	freshness, covered, runs, differences, rows, pairs, rotations, passed, pause, running, throttled *prometheus.Desc
+	freshness, covered, runs, differences, byClass, rows, pairs, rotations, passed, pause, running, throttled *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*verifyCollector)(nil)
@@ -126,19 +126,21 @@ func newVerifyCollector(s *verify.Service) *verifyCollector {
 		covered:     d("covered_ts_seconds", "Physical time of the oldest pair TSO of the newest clean full verification (0: none).", l),
 		runs:        d("runs_total", "Verification runs ended since start, by trigger (schedule name, continuous, manual) and result (equal, different, failed, cancelled, skipped).", []string{"changefeed", "trigger", "result"}),
 		differences: d("differences_total", "Differing rows found by verification runs since start.", l),
-		rows:        d("rows_checked_total", "Upstream rows compared by verification runs since start.", l),
-		pairs:       d("pairs_total", "Snapshot pairs opened since start.", l),
-		rotations:   d("view_rotations_total", "Snapshot pairs replaced because their read view reached verify.max-view-age (or half of it between tables).", l),
-		passed:      d("barrier_passed_total", "Pair TSOs the applier had applied beyond before the pair's barrier was set (tried again at a newer TSO).", l),
-		pause:       d("pause_seconds", "How long replication waited for each snapshot pair (the applier's barrier).", l),
-		running:     d("running_runs", "Verification runs started and not ended (including those waiting for a slot).", l),
-		throttled:   d("throttled_seconds_total", "Time runs waited for the applier's lag to fall within verify.max-lag before opening pairs.", l),
+		byClass: d("differences_by_class_total", "Differing rows found by verification runs since start, by class: imported (not changed by the changefeed since the ledger starts), "+
+			"post-import (last changed while the applier caught up), cdc (last changed during live replication), diverged, unclassified.", []string{"changefeed", "class"}),
+		rows:      d("rows_checked_total", "Upstream rows compared by verification runs since start.", l),
+		pairs:     d("pairs_total", "Snapshot pairs opened since start.", l),
+		rotations: d("view_rotations_total", "Snapshot pairs replaced because their read view reached verify.max-view-age (or half of it between tables).", l),
+		passed:    d("barrier_passed_total", "Pair TSOs the applier had applied beyond before the pair's barrier was set (tried again at a newer TSO).", l),
+		pause:     d("pause_seconds", "How long replication waited for each snapshot pair (the applier's barrier).", l),
+		running:   d("running_runs", "Verification runs started and not ended (including those waiting for a slot).", l),
+		throttled: d("throttled_seconds_total", "Time runs waited for the applier's lag to fall within verify.max-lag before opening pairs.", l),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (c *verifyCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.freshness, c.covered, c.runs, c.differences, c.rows, c.pairs, c.rotations, c.passed, c.pause, c.running, c.throttled} {
+	for _, d := range []*prometheus.Desc{c.freshness, c.covered, c.runs, c.differences, c.byClass, c.rows, c.pairs, c.rotations, c.passed, c.pause, c.running, c.throttled} {
 		ch <- d
 	}
 }
@@ -163,6 +165,9 @@ func (c *verifyCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.runs, prometheus.CounterValue, float64(r.Runs), cf, r.Trigger, r.Result)
 	}
 	ctr(c.differences, float64(st.Differences))
+	for class, n := range st.DifferencesByClass {
+		ch <- prometheus.MustNewConstMetric(c.byClass, prometheus.CounterValue, float64(n), cf, class)
+	}
 	ctr(c.rows, float64(st.RowsChecked))
 	ctr(c.pairs, float64(st.Pairs))
 	ctr(c.rotations, float64(st.Rotations))
