@@ -346,7 +346,7 @@ func TestVerifyEndpointsLoopbackOnly(t *testing.T) {
 		{http.MethodPost, "/verify/run", "10.1.2.3:5555", http.StatusForbidden},
 		{http.MethodGet, "/verify/runs", "[2001:db8::1]:5555", http.StatusForbidden},
 		{http.MethodPost, "/verify/run", "127.0.0.1:5555", http.StatusServiceUnavailable},
-		{http.MethodPost, "/verify/run?scope=cdc", "[::1]:5555", http.StatusBadRequest},
+		{http.MethodPost, "/verify/run?scope=changed", "[::1]:5555", http.StatusBadRequest},
 		{http.MethodGet, "/verify/runs", "127.0.0.1:5555", http.StatusServiceUnavailable},
 		{http.MethodGet, "/verify/run", "127.0.0.1:5555", http.StatusMethodNotAllowed},
 	} {
