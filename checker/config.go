@@ -354,6 +354,30 @@ func checkPattern(p string, parts int) error {
 	return nil
 }
 
+// MatchTable reports whether schema.table matches a "schema.table" pattern, each part
+// with path.Match wildcards, as a run selects its tables.
+func MatchTable(pattern, schema, table string) bool { return matchName(pattern, schema, table) }
+
+// ExactTablePattern returns the pattern that selects exactly schema.table: its wildcard
+// characters escaped. A name with a dot cannot be selected alone (patterns split at
+// dots).
+func ExactTablePattern(schema, table string) (string, error) {
+	if strings.Contains(schema, ".") || strings.Contains(table, ".") {
+		return "", fmt.Errorf("table %s.%s: a name containing '.' cannot be selected alone (table patterns split at dots)", schema, table)
+	}
+	esc := func(s string) string {
+		var b strings.Builder
+		for _, r := range s {
+			if strings.ContainsRune(`*?[]\`, r) {
+				b.WriteByte('\\')
+			}
+			b.WriteRune(r)
+		}
+		return b.String()
+	}
+	return esc(schema) + "." + esc(table), nil
+}
+
 // matchName matches "a.b[.c]" names against a pattern of the same shape, each part with
 // path.Match wildcards.
 func matchName(pattern string, names ...string) bool {

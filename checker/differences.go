@@ -10,7 +10,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"path"
 	"strings"
 	"time"
 
@@ -78,7 +77,7 @@ func RunDifferences(ctx context.Context, db *sql.DB, metaSchema, runID string, t
 	for _, t := range stored {
 		ok := len(tables) == 0
 		for i, p := range tables {
-			if matchPattern(p, t.upSchema, t.upTable) {
+			if matchName(p, t.upSchema, t.upTable) {
 				matched[i], ok = true, true
 			}
 		}
@@ -125,16 +124,4 @@ func RunDifferences(ctx context.Context, db *sql.DB, metaSchema, runID string, t
 		}
 	}
 	return out, nil
-}
-
-// matchPattern reports whether schema.table matches a "schema.table" pattern, each part
-// by path.Match.
-func matchPattern(pattern, schema, table string) bool {
-	ps, pt, ok := strings.Cut(pattern, ".")
-	if !ok {
-		return false
-	}
-	a, _ := path.Match(ps, schema)
-	b, _ := path.Match(pt, table)
-	return a && b
 }

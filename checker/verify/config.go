@@ -277,33 +277,3 @@ func checkPattern(p string) error {
 	}
 	return nil
 }
-
-// matchTable reports whether schema.table matches the pattern (path.Match per part).
-func matchTable(pattern, schema, table string) bool {
-	ps, pt, ok := strings.Cut(pattern, ".")
-	if !ok {
-		return false
-	}
-	a, _ := path.Match(ps, schema)
-	b, _ := path.Match(pt, table)
-	return a && b
-}
-
-// exactPattern returns the checker pattern that selects exactly schema.table: the
-// wildcard characters escaped. A name with a dot cannot be selected alone.
-func exactPattern(schema, table string) (string, error) {
-	if strings.Contains(schema, ".") || strings.Contains(table, ".") {
-		return "", fmt.Errorf("table %s.%s: a name containing '.' cannot be verified (table patterns split at dots)", schema, table)
-	}
-	esc := func(s string) string {
-		var b strings.Builder
-		for _, r := range s {
-			if strings.ContainsRune(`*?[]\`, r) {
-				b.WriteByte('\\')
-			}
-			b.WriteRune(r)
-		}
-		return b.String()
-	}
-	return esc(schema) + "." + esc(table), nil
-}

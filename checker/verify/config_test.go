@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tidb-parity/parity/checker"
 	"github.com/tidb-parity/parity/internal/tso"
 )
 
@@ -111,23 +112,23 @@ func TestFreshness(t *testing.T) {
 // exactPattern selects its table and no other, whatever characters the names hold.
 func TestExactPattern(t *testing.T) {
 	for _, n := range [][2]string{{"app", "orders"}, {"a*b", "t?"}, {"s[1]", `x\y`}, {"ü", "ñ*"}} {
-		p, err := exactPattern(n[0], n[1])
+		p, err := checker.ExactTablePattern(n[0], n[1])
 		if err != nil {
 			t.Fatal(err)
 		}
 		if err := checkPattern(p); err != nil {
 			t.Fatalf("%q: %v", p, err)
 		}
-		if !matchTable(p, n[0], n[1]) {
+		if !checker.MatchTable(p, n[0], n[1]) {
 			t.Errorf("%q does not match %s.%s", p, n[0], n[1])
 		}
 		for _, other := range [][2]string{{"axb", "t1"}, {"s1", "xy"}, {"app", "orders2"}, {n[0], n[1] + "x"}} {
-			if other != n && matchTable(p, other[0], other[1]) {
+			if other != n && checker.MatchTable(p, other[0], other[1]) {
 				t.Errorf("%q matches %s.%s", p, other[0], other[1])
 			}
 		}
 	}
-	if _, err := exactPattern("a.b", "c"); err == nil {
+	if _, err := checker.ExactTablePattern("a.b", "c"); err == nil {
 		t.Error("a dotted name was accepted")
 	}
 	if ok, _ := path.Match(`\*`, "*"); !ok {

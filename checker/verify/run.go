@@ -125,7 +125,7 @@ func (r *runner) compareTable(ctx context.Context, seq int, t [2]string) TableRe
 		tr.Result, tr.Error = ResultFailed, err.Error()
 		return tr
 	}
-	pattern, err := exactPattern(t[0], t[1])
+	pattern, err := checker.ExactTablePattern(t[0], t[1])
 	if err != nil {
 		return fail(err)
 	}
@@ -380,7 +380,7 @@ func (r *runner) listTables(ctx context.Context, patterns []string) ([][2]string
 func selected(patterns, exclude []string, schema, table string) bool {
 	in := false
 	for _, p := range patterns {
-		if matchTable(p, schema, table) {
+		if checker.MatchTable(p, schema, table) {
 			in = true
 			break
 		}
@@ -389,7 +389,7 @@ func selected(patterns, exclude []string, schema, table string) bool {
 		return false
 	}
 	for _, p := range exclude {
-		if matchTable(p, schema, table) {
+		if checker.MatchTable(p, schema, table) {
 			return false
 		}
 	}

@@ -18,7 +18,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"path"
 	"sort"
 	"strconv"
 	"strings"
@@ -212,7 +211,7 @@ func runDifferences(ctx context.Context, r *cdc.Replicator, vs *verify.Service, 
 	for _, t := range run.Tables {
 		keep := len(tables) == 0
 		for i, p := range tables {
-			if matchTablePattern(p, t.Schema, t.Table) {
+			if checker.MatchTable(p, t.Schema, t.Table) {
 				matched[i], keep = true, true
 			}
 		}
@@ -244,7 +243,7 @@ func reverify(ctx context.Context, vs *verify.Service, tables []string) (verify.
 	req := verify.Request{Scope: verify.ScopeFull}
 	for _, t := range tables {
 		s, tb, _ := strings.Cut(t, ".")
-		p, err := exactTablePattern(s, tb)
+		p, err := checker.ExactTablePattern(s, tb)
 		if err != nil {
 			return verify.RunRecord{}, err
 		}
@@ -273,37 +272,6 @@ func reverify(ctx context.Context, vs *verify.Service, tables []string) (verify.
 		}
 		return rec, nil
 	}
-}
-
-// matchTablePattern reports whether schema.table matches a "schema.table" pattern (each
-// part by path.Match, as verification and the checker match tables).
-func matchTablePattern(pattern, schema, table string) bool {
-	ps, pt, ok := strings.Cut(pattern, ".")
-	if !ok {
-		return false
-	}
-	a, _ := path.Match(ps, schema)
-	b, _ := path.Match(pt, table)
-	return a && b
-}
-
-// exactTablePattern is the table pattern that selects exactly schema.table: wildcard
-// characters escaped. A name with a dot cannot be selected alone.
-func exactTablePattern(schema, table string) (string, error) {
-	if strings.Contains(schema, ".") || strings.Contains(table, ".") {
-		return "", fmt.Errorf("table %s.%s: a name containing '.' cannot be verified (table patterns split at dots)", schema, table)
-	}
-	esc := func(s string) string {
-		var b strings.Builder
-		for _, r := range s {
-			if strings.ContainsRune(`*?[]\`, r) {
-				b.WriteByte('\\')
-			}
-			b.WriteRune(r)
-		}
-		return b.String()
-	}
-	return esc(schema) + "." + esc(table), nil
 }
 
 func init() {
