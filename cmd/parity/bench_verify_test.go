@@ -7,9 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"net"
 	"os"
-	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
@@ -217,45 +215,15 @@ func BenchmarkVerifyFreshness(b *testing.B) {
 		topic := testenv.NewTopic(b, "vfresh", 3)
 		db := testenv.UniqueName("vfresh")
 		ctx, cancel := context.WithCancel(context.Background())
-		lg := loadgen.DefaultConfig()
-		lg.Upstream, lg.Downstream = upDSN, down.Root
-		lg.Brokers, lg.Topic, lg.Database = []string{broker}, topic, db
-		lg.Tables, lg.Workers, lg.ImportRows = 3, 12, 3000
-		lg.ImportTSFile = filepath.Join(b.TempDir(), "import_ts")
-		lg.Rate, lg.RowsPerTxn = 0, 20
-		lg.FlushInterval, lg.ResolvedInterval = 5*time.Millisecond, 100*time.Millisecond
-		lg.Logger = slog.New(slog.DiscardHandler)
-		b.Cleanup(func() {
-			for _, dsn := range []string{upDSN, down.Root} {
-				if d, err := sql.Open("mysql", dsn); err == nil {
-					_, _ = d.Exec("DROP DATABASE IF EXISTS " + ident.Quote(db))
-					d.Close()
-				}
-			}
+		load := startLoad(b, ctx, upDSN, down.Root, broker, topic, db, func(lg *loadgen.Config) {
+			lg.Tables, lg.Workers, lg.ImportRows = 3, 12, 3000
+			lg.Rate, lg.RowsPerTxn = 0, 20
 		})
-		loadDone := make(chan error, 1)
-		go func() { _, err := loadgen.Run(ctx, lg); loadDone <- err }()
-		importTs := waitFile(b, lg.ImportTSFile, loadDone)
-
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			b.Fatal(err)
-		}
-		addr := ln.Addr().String()
-		ln.Close()
-		cfg := defaultServeConfig()
-		cfg.Changefeed.ID = "vfresh"
-		cfg.Changefeed.Brokers, cfg.Changefeed.Topics = []string{broker}, []string{topic}
-		cfg.Changefeed.StartTs = importTs
-		cfg.Upstream.DSN, cfg.Downstream.DSN = upDSN, down.Root
-		cfg.Applier.MetaSchema = testenv.UniqueName("pm")
-		cfg.Applier.SpillDir = b.TempDir()
-		cfg.Status.Addr = addr
+		importTs := load.ImportTs
+		cfg := verifyServeConfig(b, "vfresh", upDSN, down, broker, topic, db, importTs)
+		addr := cfg.Status.Addr
 		cfg.Log.Level = "error"
-		cfg.Verify.Enabled = true
-		cfg.Verify.Tables = []string{db + ".*"}
 		cfg.Verify.ContinuousInterval = 30 * time.Second
-		b.Cleanup(func() { _, _ = down.Exec("DROP DATABASE IF EXISTS " + ident.Quote(cfg.Applier.MetaSchema)) })
 		if err := cfg.Validate(); err != nil {
 			b.Fatal(err)
 		}
@@ -288,7 +256,7 @@ func BenchmarkVerifyFreshness(b *testing.B) {
 		}
 		rate := float64(end.RowsApplied-st.RowsApplied) / time.Since(start).Seconds()
 		cancel()
-		<-loadDone
+		load.Stop()
 		if err := <-serveDone; err != nil {
 			b.Fatalf("serve: %v", err)
 		}

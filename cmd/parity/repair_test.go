@@ -6,11 +6,8 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
-	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -67,51 +64,18 @@ func TestRepairUnderLoad(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 
-	lg := loadgen.DefaultConfig()
-	lg.Upstream, lg.Downstream = upDSN, down.Root
-	lg.Brokers, lg.Topic, lg.Database = []string{broker}, topic, db
-	lg.Tables, lg.Workers, lg.ImportRows = 3, 8, 2000
-	lg.ImportTSFile = filepath.Join(t.TempDir(), "import_ts")
-	lg.Rate, lg.RowsPerTxn = 0, 20
-	lg.FlushInterval, lg.ResolvedInterval = 5*time.Millisecond, 100*time.Millisecond
-	lg.Logger = slog.New(slog.DiscardHandler)
 	up, err := sql.Open("mysql", upDSN)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer up.Close()
-	t.Cleanup(func() {
-		for _, dsn := range []string{upDSN, down.Root} {
-			if d, err := sql.Open("mysql", dsn); err == nil {
-				_, _ = d.Exec("DROP DATABASE IF EXISTS " + ident.Quote(db))
-				d.Close()
-			}
-		}
+	load := startLoad(t, ctx, upDSN, down.Root, broker, topic, db, func(lg *loadgen.Config) {
+		lg.Tables, lg.Workers, lg.ImportRows = 3, 8, 2000
+		lg.Rate, lg.RowsPerTxn = 0, 20
 	})
-	lctx, stopLoad := context.WithCancel(ctx)
-	loadDone := make(chan error, 1)
-	go func() { _, err := loadgen.Run(lctx, lg); loadDone <- err }()
-	defer func() { stopLoad(); <-loadDone }()
-	importTs := waitFile(t, lg.ImportTSFile, loadDone)
-
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	cfg := defaultServeConfig()
-	cfg.Changefeed.ID = "repair-load"
-	cfg.Changefeed.Brokers, cfg.Changefeed.Topics = []string{broker}, []string{topic}
-	cfg.Changefeed.StartTs = importTs
-	cfg.Upstream.DSN, cfg.Downstream.DSN = upDSN, down.Root
-	cfg.Applier.MetaSchema = testenv.UniqueName("pm")
-	cfg.Applier.SpillDir = t.TempDir()
-	cfg.Status.Addr = addr
-	cfg.Log.Level = "warn"
-	cfg.Verify.Enabled = true
-	cfg.Verify.Tables = []string{db + ".*"}
-	t.Cleanup(func() { _, _ = down.Exec("DROP DATABASE IF EXISTS " + ident.Quote(cfg.Applier.MetaSchema)) })
+	importTs := load.ImportTs
+	cfg := verifyServeConfig(t, "repair-load", upDSN, down, broker, topic, db, importTs)
+	addr := cfg.Status.Addr
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -358,10 +322,8 @@ func TestRepairUnderLoad(t *testing.T) {
 	if st1.RowsApplied <= st0.RowsApplied {
 		t.Fatalf("nothing was applied during the repair (%d rows before, %d after): the load did not go on", st0.RowsApplied, st1.RowsApplied)
 	}
-	select {
-	case err := <-loadDone:
+	if ended, err := load.Ended(); ended {
 		t.Fatalf("the load ended during the repair: %v", err)
-	default:
 	}
 	for _, o := range keyed.Outcomes {
 		if o.TS < found.LastTS || o.TS > st1.AppliedTs {

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -51,39 +50,12 @@ func TestScopesAndClassesEndToEnd(t *testing.T) {
 	defer cancel()
 	const caughtUpLag = 3 * time.Second
 
-	lg := loadgen.DefaultConfig()
-	lg.Upstream, lg.Downstream = upDSN, down.Root
-	lg.Brokers, lg.Topic, lg.Database = []string{broker}, topic, db
-	lg.Tables, lg.Workers, lg.ImportRows = 2, 2, 2000
-	lg.AllTypes = false
-	lg.ImportTSFile = filepath.Join(t.TempDir(), "import_ts")
-	lg.Rate = 100
-	lg.FlushInterval, lg.ResolvedInterval = 5*time.Millisecond, 100*time.Millisecond
-	lg.Logger = slog.New(slog.DiscardHandler)
-	t.Cleanup(func() {
-		for _, dsn := range []string{upDSN, down.Root} {
-			if d, err := sql.Open("mysql", dsn); err == nil {
-				_, _ = d.Exec("DROP DATABASE IF EXISTS " + ident.Quote(db))
-				d.Close()
-			}
-		}
+	load := startLoad(t, ctx, upDSN, down.Root, broker, topic, db, func(lg *loadgen.Config) {
+		lg.Tables, lg.Workers, lg.ImportRows = 2, 2, 2000
+		lg.AllTypes = false
+		lg.Rate = 100
 	})
-	lctx, stopLoad := context.WithCancel(ctx)
-	type loadResult struct {
-		res loadgen.Result
-		err error
-	}
-	loadDone := make(chan loadResult, 1)
-	go func() { r, err := loadgen.Run(lctx, lg); loadDone <- loadResult{r, err} }()
-	loadStopped := false
-	defer func() {
-		if !loadStopped {
-			stopLoad()
-			<-loadDone
-		}
-	}()
-	errs := make(chan error, 1)
-	importTs := waitFile(t, lg.ImportTSFile, errs)
+	importTs := load.ImportTs
 	time.Sleep(6 * time.Second) // a backlog the applier catches up on
 
 	cfg := cdc.DefaultConfig()
@@ -158,13 +130,11 @@ func TestScopesAndClassesEndToEnd(t *testing.T) {
 		}
 	}
 	time.Sleep(4 * time.Second) // changes after T1
-	stopLoad()
-	lr := <-loadDone
-	loadStopped = true
-	if lr.err != nil && !errors.Is(lr.err, context.Canceled) {
-		t.Fatalf("loadgen: %v", lr.err)
+	res, err := load.Stop()
+	if err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatalf("loadgen: %v", err)
 	}
-	waitApplied(t, rep, lr.res.ResolvedTs)
+	waitApplied(t, rep, res.ResolvedTs)
 	t2 := rep.Status().AppliedTs
 
 	// What the ledger says, read independently of the checker.

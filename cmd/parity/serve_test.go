@@ -3,12 +3,13 @@ package main
 import (
 	"os"
 
-	"github.com/spf13/cobra"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/spf13/cobra"
 )
 
 // The example config documents every key with its default: it must decode strictly and,

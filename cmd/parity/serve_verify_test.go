@@ -4,14 +4,10 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"database/sql"
 	"encoding/json"
-	"log/slog"
 	"math"
-	"net"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -21,7 +17,6 @@ import (
 	"github.com/tidb-parity/parity/cdc"
 	"github.com/tidb-parity/parity/cdc/loadgen"
 	"github.com/tidb-parity/parity/checker/verify"
-	"github.com/tidb-parity/parity/internal/ident"
 	"github.com/tidb-parity/parity/internal/metaschema"
 	"github.com/tidb-parity/parity/internal/testenv"
 	"github.com/tidb-parity/parity/internal/tso"
@@ -46,48 +41,15 @@ func TestServeVerifyUnderLoad(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 
-	lg := loadgen.DefaultConfig()
-	lg.Upstream, lg.Downstream = upDSN, down.Root
-	lg.Brokers, lg.Topic, lg.Database = []string{broker}, topic, db
-	lg.Tables, lg.Workers, lg.ImportRows = 3, 12, 3000
-	lg.ImportTSFile = filepath.Join(t.TempDir(), "import_ts")
-	lg.Rate, lg.RowsPerTxn = 0, 20 // as fast as TiDB takes them, up to 20 row changes per table each
-	lg.FlushInterval, lg.ResolvedInterval = 5*time.Millisecond, 100*time.Millisecond
-	lg.Logger = slog.New(slog.DiscardHandler)
-	t.Cleanup(func() {
-		for _, dsn := range []string{upDSN, down.Root} {
-			if d, err := sql.Open("mysql", dsn); err == nil {
-				_, _ = d.Exec("DROP DATABASE IF EXISTS " + ident.Quote(db))
-				d.Close()
-			}
-		}
+	load := startLoad(t, ctx, upDSN, down.Root, broker, topic, db, func(lg *loadgen.Config) {
+		lg.Tables, lg.Workers, lg.ImportRows = 3, 12, 3000
+		lg.Rate, lg.RowsPerTxn = 0, 20 // as fast as TiDB takes them, up to 20 row changes per table each
 	})
-	lctx, stopLoad := context.WithCancel(ctx)
-	loadDone := make(chan error, 1)
-	go func() { _, err := loadgen.Run(lctx, lg); loadDone <- err }()
-	defer func() { stopLoad(); <-loadDone }()
-	importTs := waitFile(t, lg.ImportTSFile, loadDone)
-
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	cfg := defaultServeConfig()
-	cfg.Changefeed.ID = "verify-load"
-	cfg.Changefeed.Brokers, cfg.Changefeed.Topics = []string{broker}, []string{topic}
-	cfg.Changefeed.StartTs = importTs
-	cfg.Upstream.DSN, cfg.Downstream.DSN = upDSN, down.Root
-	cfg.Applier.MetaSchema = testenv.UniqueName("pm")
-	cfg.Applier.SpillDir = t.TempDir()
-	cfg.Status.Addr = addr
-	cfg.Log.Level = "warn"
-	cfg.Verify.Enabled = true
-	cfg.Verify.Tables = []string{db + ".*"}
+	importTs := load.ImportTs
+	cfg := verifyServeConfig(t, "verify-load", upDSN, down, broker, topic, db, importTs)
+	addr := cfg.Status.Addr
 	cfg.Verify.TSMapInterval = time.Second
 	cfg.Verify.Schedules = []verify.Schedule{{Name: "every-3s", Cron: "@every 3s"}}
-	t.Cleanup(func() { _, _ = down.Exec("DROP DATABASE IF EXISTS " + ident.Quote(cfg.Applier.MetaSchema)) })
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -173,10 +135,8 @@ func TestServeVerifyUnderLoad(t *testing.T) {
 	}
 	t.Logf("cdc-scoped run %s: equal, %d rows compared (full: %d)", cdcRun.RunID, cdcRun.RowsChecked, runs[len(runs)-1].RowsChecked)
 	st1, t1 := status(), time.Now()
-	select {
-	case err := <-loadDone:
+	if ended, err := load.Ended(); ended {
 		t.Fatalf("the load ended during the runs: %v", err)
-	default:
 	}
 	rate := float64(st1.RowsApplied-st0.RowsApplied) / t1.Sub(t0).Seconds()
 

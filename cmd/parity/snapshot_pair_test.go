@@ -6,7 +6,6 @@ import (
 	"errors"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -35,27 +34,11 @@ func TestSnapshotPairsUnderLoad(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 
-	lg := loadgen.DefaultConfig()
-	lg.Upstream, lg.Downstream = upDSN, down.Root
-	lg.Brokers, lg.Topic, lg.Database = []string{broker}, topic, db
-	lg.Tables, lg.Workers, lg.ImportRows = 2, 2, 2000
-	lg.ImportTSFile = filepath.Join(t.TempDir(), "import_ts")
-	lg.Rate = 150 // transactions/s, several rows each
-	lg.FlushInterval, lg.ResolvedInterval = 5*time.Millisecond, 100*time.Millisecond
-	lg.Logger = slog.New(slog.DiscardHandler)
-	t.Cleanup(func() {
-		for _, dsn := range []string{upDSN, down.Root} {
-			if d, err := sql.Open("mysql", dsn); err == nil {
-				_, _ = d.Exec("DROP DATABASE IF EXISTS " + ident.Quote(db))
-				d.Close()
-			}
-		}
+	load := startLoad(t, ctx, upDSN, down.Root, broker, topic, db, func(lg *loadgen.Config) {
+		lg.Tables, lg.Workers, lg.ImportRows = 2, 2, 2000
+		lg.Rate = 150 // transactions/s, several rows each
 	})
-	lctx, stopLoad := context.WithCancel(ctx)
-	loadDone := make(chan error, 1)
-	go func() { _, err := loadgen.Run(lctx, lg); loadDone <- err }()
-	defer func() { stopLoad(); <-loadDone }()
-	importTs := waitFile(t, lg.ImportTSFile, loadDone)
+	importTs := load.ImportTs
 
 	cfg := cdc.DefaultConfig()
 	cfg.Changefeed.ID = "pairs"
@@ -120,10 +103,8 @@ func TestSnapshotPairsUnderLoad(t *testing.T) {
 		pauses = append(pauses, pair.Pause)
 		t.Logf("pair %d at %d: equal, %d rows, pause %v, view age at close %v, position %s", i, pair.TS, rows, pair.Pause, age.Round(time.Millisecond), pair.Position)
 	}
-	select {
-	case err := <-loadDone:
+	if ended, err := load.Ended(); ended {
 		t.Fatalf("the load ended during the diffs: %v", err)
-	default:
 	}
 	slices.Sort(pauses)
 	t.Logf("applier pause per pair: min %v, max %v", pauses[0], pauses[len(pauses)-1])
