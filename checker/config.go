@@ -337,6 +337,9 @@ func (c *Config) Validate() error {
 	return errors.Join(errs...)
 }
 
+// CheckTablePattern checks a "schema.table" pattern as a run reads its tables.
+func CheckTablePattern(p string) error { return checkPattern(p, 2) }
+
 func checkPattern(p string, parts int) error {
 	fields := strings.Split(p, ".")
 	if len(fields) != parts {

@@ -3,8 +3,6 @@ package verify
 import (
 	"errors"
 	"fmt"
-	"path"
-	"strings"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -159,12 +157,12 @@ func (c Config) Validate() error {
 		bad("verify.tables", "at least one table pattern is required with verify.enabled")
 	}
 	for i, t := range c.Tables {
-		if err := checkPattern(t); err != nil {
+		if err := checker.CheckTablePattern(t); err != nil {
 			bad(fmt.Sprintf("verify.tables[%d]", i), "%v", err)
 		}
 	}
 	for i, t := range c.Exclude {
-		if err := checkPattern(t); err != nil {
+		if err := checker.CheckTablePattern(t); err != nil {
 			bad(fmt.Sprintf("verify.exclude[%d]", i), "%v", err)
 		}
 	}
@@ -225,7 +223,7 @@ func (c Config) Validate() error {
 			}
 		}
 		for j, t := range s.Tables {
-			if err := checkPattern(t); err != nil {
+			if err := checker.CheckTablePattern(t); err != nil {
 				bad(fmt.Sprintf("%s.tables[%d]", key, j), "%v", err)
 			}
 		}
@@ -259,21 +257,4 @@ func (c Config) Validate() error {
 func CheckScope(scope string) error {
 	_, err := checker.ParseScope(scope)
 	return err
-}
-
-// checkPattern checks a "schema.table" pattern as the checker reads it.
-func checkPattern(p string) error {
-	fields := strings.Split(p, ".")
-	if len(fields) != 2 {
-		return fmt.Errorf("want schema.table, got %q", p)
-	}
-	for _, f := range fields {
-		if f == "" {
-			return fmt.Errorf("empty name in %q", p)
-		}
-		if _, err := path.Match(f, ""); err != nil {
-			return fmt.Errorf("bad pattern %q: %w", p, err)
-		}
-	}
-	return nil
 }

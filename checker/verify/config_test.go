@@ -116,7 +116,7 @@ func TestExactPattern(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := checkPattern(p); err != nil {
+		if err := checker.CheckTablePattern(p); err != nil {
 			t.Fatalf("%q: %v", p, err)
 		}
 		if !checker.MatchTable(p, n[0], n[1]) {

@@ -349,7 +349,7 @@ func (s *Service) Trigger(ctx context.Context, req Request) (*Started, error) {
 		}
 	}
 	for i, t := range req.Tables {
-		if err := checkPattern(t); err != nil {
+		if err := checker.CheckTablePattern(t); err != nil {
 			return nil, fmt.Errorf("tables[%d]: %w", i, err)
 		}
 	}
