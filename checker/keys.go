@@ -56,6 +56,9 @@ func keyValue(c PlanColumn, v Value) any {
 			}
 		}
 		if i, err := strconv.ParseInt(s, 10, 64); err == nil {
+			if unsigned && i >= 0 {
+				return uint64(i) // "+0", "-0": the value an unsigned column reads back as
+			}
 			return i
 		}
 		if !unsigned {
