@@ -25,7 +25,7 @@ env-status:
 	scripts/env status
 
 .PHONY: test
-test: env-up build ## the whole suite: environment up, unit + integration tests with -race, fuzzing
+test: env-up build check-generated ## the whole suite: environment up, generated code current, unit + integration tests with -race, fuzzing
 	$(ENV) $(GO) test -race -count=1 -timeout 45m ./...
 	FUZZTIME=$(FUZZTIME) FUZZTIME_OTHERS=$(FUZZTIME_OTHERS) scripts/fuzz.sh
 
@@ -60,9 +60,11 @@ lint: ## go vet, gofmt
 	$(GO) vet ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
-.PHONY: generate
-generate: ## regenerate generated code (protobuf)
+.PHONY: generate check-generated
+generate: ## regenerate generated code (protobuf: protoc from Debian's protobuf-compiler, generators pinned in scripts/protoc)
 	$(GO) generate ./...
+check-generated: ## fail when committed generated code differs from what make generate writes
+	scripts/protoc/generate.sh --check
 
 .PHONY: demo
 demo: env-up build ## start the environment and show parity at work
