@@ -58,14 +58,21 @@ type applier struct {
 	mu            sync.Mutex
 	tableProgress map[tableKey]uint64
 
-	rows atomic.Int64 // rows applied (statements' row images), for metrics
+	rows atomic.Int64 // rows applied (statements' row images), for the round's log line
+	// round counts the row events of the round in progress by open.Op - 1 (insert,
+	// update, delete); they go to ctr once the round's rows are all written.
+	round [3]atomic.Int64
+	ctr   *counters
 
 	tables *tableInfos  // downstream tables: unique indexes, key collations
 	seed   maphash.Seed // for hashKey
 }
 
-func newApplier(db *sql.DB, m *meta, cfg Config, log *slog.Logger, hooks *testHooks, progress map[tableKey]uint64) *applier {
-	a := &applier{db: db, meta: m, cfg: cfg, log: log, hooks: hooks, tableProgress: progress, seed: maphash.MakeSeed()}
+func newApplier(db *sql.DB, m *meta, cfg Config, log *slog.Logger, hooks *testHooks, progress map[tableKey]uint64, ctr *counters) *applier {
+	if ctr == nil {
+		ctr = new(counters)
+	}
+	a := &applier{db: db, meta: m, cfg: cfg, log: log, hooks: hooks, tableProgress: progress, ctr: ctr, seed: maphash.MakeSeed()}
 	a.tables = newTableInfos(func(ctx context.Context, schema, table string) (t *tableInfo, err error) {
 		err = a.retry(ctx, ident.Table(schema, table), func(ctx context.Context) error {
 			t, err = loadTableInfo(ctx, db, schema, table)
@@ -132,6 +139,9 @@ func (a *applier) applyRows(ctx context.Context, buf *buffer, target uint64) ([]
 			return err
 		})
 	}
+	for i := range a.round {
+		a.round[i].Store(0)
+	}
 	lanes := assignLanes(tables, target, w)
 	g.Go(func() error {
 		defer func() {
@@ -155,6 +165,9 @@ func (a *applier) applyRows(ctx context.Context, buf *buffer, target uint64) ([]
 	})
 	if err := g.Wait(); err != nil {
 		return nil, err
+	}
+	for i := range a.round {
+		a.ctr.byOp[i].Add(a.round[i].Load())
 	}
 	var parts []ledgerPart
 	for _, kc := range keys {
@@ -379,6 +392,7 @@ func (a *applier) produce(ctx context.Context, tb *tableBuf, target uint64, chan
 				m = modeReplace
 			}
 		}
+		a.countOp(ev.Op)
 		switch ev.Op {
 		case open.OpDelete:
 			handle := handleCols(cols)
@@ -542,9 +556,10 @@ func (a *applier) applyKeyless(ctx context.Context, u *keylessUnit) error {
 	}
 	schema, table := a.cfg.targetSchema(k.Schema), k.Table
 	var n int64
+	var byOp [3]int64
 	var done uint64
 	err := a.retry(ctx, ident.Table(schema, table), func(ctx context.Context) error {
-		n = 0
+		n, byOp = 0, [3]int64{}
 		tx, err := a.db.BeginTx(ctx, nil)
 		if err != nil {
 			return err
@@ -579,6 +594,9 @@ func (a *applier) applyKeyless(ctx context.Context, u *keylessUnit) error {
 				continue // applied before a crash, together with its progress row
 			}
 			n++
+			if i := int(ev.Op) - 1; i >= 0 && i < len(byOp) {
+				byOp[i]++
+			}
 			cols := writable(ev.Columns)
 			if ev.Op == open.OpDelete || ev.Op == open.OpUpdate {
 				old := cols
@@ -622,10 +640,20 @@ func (a *applier) applyKeyless(ctx context.Context, u *keylessUnit) error {
 		return err
 	}
 	a.rows.Add(n)
+	for i, k := range byOp {
+		a.round[i].Add(k)
+	}
 	a.mu.Lock()
 	a.tableProgress[k] = max(a.tableProgress[k], u.target, done)
 	a.mu.Unlock()
 	return nil
+}
+
+// countOp counts a row event of the round by its type.
+func (a *applier) countOp(op open.Op) {
+	if i := int(op) - 1; i >= 0 && i < len(a.round) {
+		a.round[i].Add(1)
+	}
 }
 
 // retry runs f with a per-attempt timeout, retrying transient errors with backoff
@@ -633,6 +661,7 @@ func (a *applier) applyKeyless(ctx context.Context, u *keylessUnit) error {
 func (a *applier) retry(ctx context.Context, what string, f func(context.Context) error) error {
 	p := retry.Policy{MaxRetries: a.cfg.Applier.MaxRetries, Backoff: a.cfg.Applier.RetryBackoff, Timeout: a.cfg.Applier.QueryTimeout}
 	err := p.Do(ctx, f, func(attempt int, wait time.Duration, err error) {
+		a.ctr.downRetries.Add(1)
 		a.log.Warn("transient downstream error, retrying", "table", what, "attempt", attempt, "backoff", wait, "err", err)
 	})
 	if err != nil && ctx.Err() == nil {

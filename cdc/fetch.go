@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"fmt"
 	"log/slog"
-	"sync/atomic"
 	"time"
 
 	"github.com/tidb-parity/parity/cdc/open"
@@ -27,10 +26,10 @@ type rowFetcher struct {
 	retries int
 	backoff time.Duration
 	log     *slog.Logger
-	fetched *atomic.Int64 // rows read since start (the Replicator's counter)
+	ctr     *counters // the Replicator's: rows read, retries
 }
 
-func newRowFetcher(cfg Config, log *slog.Logger, fetched *atomic.Int64) (*rowFetcher, error) {
+func newRowFetcher(cfg Config, log *slog.Logger, ctr *counters) (*rowFetcher, error) {
 	tz, _ := sessionTimeZone(cfg.Changefeed.TimeZone)
 	// TIMESTAMP values in the zone TiCDC renders them in (the apply sessions use it too).
 	db, err := openDB("upstream", cfg.Upstream.DSN, map[string]string{"time_zone": "'" + tz + "'"}, 4)
@@ -38,7 +37,7 @@ func newRowFetcher(cfg Config, log *slog.Logger, fetched *atomic.Int64) (*rowFet
 		return nil, err
 	}
 	return &rowFetcher{db: db, timeout: cfg.Applier.QueryTimeout, retries: cfg.Applier.MaxRetries,
-		backoff: cfg.Applier.RetryBackoff, log: log, fetched: fetched}, nil
+		backoff: cfg.Applier.RetryBackoff, log: log, ctr: ctr}, nil
 }
 
 func (f *rowFetcher) close() error { return f.db.Close() }
@@ -75,7 +74,7 @@ func (f *rowFetcher) complete(ctx context.Context, evs []open.Event, cache table
 		}
 		ev.Columns = cols
 		ev.OnlyHandleKey = false
-		f.fetched.Add(1)
+		f.ctr.fetched.Add(1)
 	}
 	return nil
 }
@@ -88,6 +87,7 @@ func (f *rowFetcher) fetch(ctx context.Context, ev *open.Event, cache tableCache
 		cols, err = f.fetchOnce(ctx, ev, cache)
 		return err
 	}, func(attempt int, wait time.Duration, err error) {
+		f.ctr.upRetries.Add(1)
 		f.log.Warn("transient upstream error, retrying", "table", ev.Schema+"."+ev.Table, "attempt", attempt, "backoff", wait, "err", err)
 	})
 	return cols, err

@@ -4,7 +4,6 @@ import (
 	"context"
 	"log/slog"
 	"strings"
-	"sync/atomic"
 	"testing"
 
 	"github.com/tidb-parity/parity/cdc/open"
@@ -34,7 +33,7 @@ func TestRowFetcherSchemaChange(t *testing.T) {
 
 	cfg := DefaultConfig()
 	cfg.Upstream.DSN = up.DSN
-	var n atomic.Int64
+	var n counters
 	f, err := newRowFetcher(cfg, slog.New(slog.DiscardHandler), &n)
 	if err != nil {
 		t.Fatal(err)
@@ -73,8 +72,8 @@ func TestRowFetcherSchemaChange(t *testing.T) {
 	if v := evs[0].Columns[1].Value; v != "one" {
 		t.Errorf("event 0: v = %v, want one", v)
 	}
-	if n.Load() != 3 {
-		t.Errorf("%d rows counted, want 3", n.Load())
+	if n.fetched.Load() != 3 {
+		t.Errorf("%d rows counted, want 3", n.fetched.Load())
 	}
 	missing := []open.Event{row(open.OpInsert, ts2)}
 	missing[0].Columns[0].Value = int64(2)

@@ -81,7 +81,7 @@ func (k *keylessRig) start(evs ...open.Event) *rigProcess {
 		}
 	}
 	log := slog.New(slog.NewTextHandler(testWriter{k.t}, nil))
-	ap := newApplier(k.meta.db, k.meta, k.cfg, log, nil, st.tableProgress)
+	ap := newApplier(k.meta.db, k.meta, k.cfg, log, nil, st.tableProgress, nil)
 	return &rigProcess{rig: k, ap: ap, buf: buf, saved: st}
 }
 

@@ -60,8 +60,8 @@ type Replicator struct {
 	running chan struct{} // closed when Run started serving requests
 	done    chan struct{} // closed when Run returned
 
-	rows        *rowFetcher // nil without upstream.dsn
-	rowsFetched atomic.Int64
+	rows *rowFetcher // nil without upstream.dsn
+	ctr  counters    // Status's counters, since New
 
 	mu      sync.Mutex
 	status  Status
@@ -282,26 +282,24 @@ type pendingDDL struct {
 
 // coordinator owns all ingest and apply state; it runs on one goroutine.
 type coordinator struct {
-	r          *Replicator
-	cfg        Config
-	log        *slog.Logger
-	meta       *meta
-	ap         *applier
-	buf        *buffer
-	parts      []*partState
-	applied    uint64
-	startTs    uint64 // checkpoint at start: a DDL at this ts may have run before a crash
-	seq        uint64
-	ddls       []*pendingDDL
-	ddlDone    map[ddlKey]bool
-	barriers   []*barrierReq
-	deadLetter int64
-	ddlCount   int64
-	stopErr    error // an unusable record stopped a partition: apply what is possible, then fail
-	lastPub    time.Time
-	lastLog    time.Time
-	lastTSMap  time.Time // last ts-map row (afterCheckpoint)
-	lastPrune  time.Time // last ledger pruning
+	r         *Replicator
+	cfg       Config
+	log       *slog.Logger
+	meta      *meta
+	ap        *applier
+	buf       *buffer
+	parts     []*partState
+	applied   uint64
+	startTs   uint64 // checkpoint at start: a DDL at this ts may have run before a crash
+	seq       uint64
+	ddls      []*pendingDDL
+	ddlDone   map[ddlKey]bool
+	barriers  []*barrierReq
+	stopErr   error // an unusable record stopped a partition: apply what is possible, then fail
+	lastPub   time.Time
+	lastLog   time.Time
+	lastTSMap time.Time // last ts-map row (afterCheckpoint)
+	lastPrune time.Time // last ledger pruning
 	// watch lists the changefeed's partitions before every round (see checkPartitions).
 	watch       *partitionWatch
 	lastListErr time.Time
@@ -386,7 +384,7 @@ func (r *Replicator) runOnce(ctx context.Context, started func()) error {
 		return err
 	}
 	if cfg.Upstream.DSN != "" {
-		if r.rows, err = newRowFetcher(cfg, r.log, &r.rowsFetched); err != nil {
+		if r.rows, err = newRowFetcher(cfg, r.log, &r.ctr); err != nil {
 			return err
 		}
 		defer r.rows.close()
@@ -412,7 +410,7 @@ func (r *Replicator) runOnce(ctx context.Context, started func()) error {
 	}
 	c := &coordinator{
 		r: r, cfg: cfg, log: r.log, meta: m, buf: buf, watch: watch,
-		ap:      newApplier(applyDB, m, cfg, r.log, r.hooks, saved.tableProgress),
+		ap:      newApplier(applyDB, m, cfg, r.log, r.hooks, saved.tableProgress, &r.ctr),
 		applied: saved.appliedTs, startTs: saved.appliedTs, ddlDone: saved.ddlApplied,
 	}
 	r.apply.Store(c.ap)
@@ -729,7 +727,7 @@ func (c *coordinator) round(ctx context.Context, target uint64) error {
 		c.ddls = c.ddls[1:]
 		c.ap.tables.forget() // the DDL may have changed any table's keys or indexes
 		c.ddlDone[d.key] = true
-		c.ddlCount++
+		c.r.ctr.ddls.Add(1)
 		if len(c.ddls) == 0 || c.ddls[0].ev.CommitTs != d.ev.CommitTs {
 			c.publish(true) // before advance, as in rowsUpTo
 			c.r.advance(c.applied)
@@ -782,6 +780,7 @@ func (c *coordinator) rowsUpTo(ctx context.Context, ts uint64, announce bool) er
 	if err != nil {
 		return err
 	}
+	c.r.ctr.observeRound(time.Since(start))
 	c.afterCheckpoint(ctx, ts)
 	for _, p := range c.parts {
 		if off, ok := offsets[p.key]; ok {
@@ -828,6 +827,7 @@ func (c *coordinator) ingest(ctx context.Context, rec record) error {
 		return nil
 	}
 	if rec.err != nil {
+		c.r.ctr.decodeErrors.Add(1)
 		if !c.cfg.Applier.DeadLetter {
 			// The partition goes no further; what the resolved ts already allows is
 			// still applied before the replicator stops.
@@ -840,7 +840,7 @@ func (c *coordinator) ingest(ctx context.Context, rec record) error {
 		if err := c.meta.deadLetter(ctx, p.key, rec.offset, rec.key, rec.value, rec.err); err != nil {
 			return err
 		}
-		c.deadLetter++
+		c.r.ctr.deadLetters.Add(1)
 		c.log.Error("record copied to dead letter table, continuing", "partition", p.key.String(), "offset", rec.offset, "err", rec.err)
 		p.nextRead, p.hw = rec.offset+1, rec.hw
 		return nil
@@ -1058,9 +1058,6 @@ func (c *coordinator) publish(force bool) {
 		BufferedBytes: c.buf.memBytes,
 		PendingDDLs:   len(c.ddls),
 		Barriers:      len(c.barriers),
-		RowsApplied:   c.ap.rows.Load(),
-		DDLsApplied:   c.ddlCount,
-		DeadLetters:   c.deadLetter,
 		UpdatedAt:     now,
 	}
 	for _, p := range c.parts {

@@ -13,7 +13,7 @@ import (
 // (rowkey.Exact: what routing cost before keys were folded, and what a _bin key costs);
 // the ratio lines compare each folded shape with it.
 func BenchmarkRouteKey(b *testing.B) {
-	a := newApplier(nil, nil, DefaultConfig(), nil, nil, nil)
+	a := newApplier(nil, nil, DefaultConfig(), nil, nil, nil, nil)
 	rows := func(mk func(i int) open.Column) [][]open.Column {
 		out := make([][]open.Column, 1024)
 		for i := range out {

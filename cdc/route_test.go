@@ -25,7 +25,7 @@ type routed struct {
 // at once (they hold nothing unwritten).
 func routeRound(t *testing.T, info *tableInfo, lane []int, evs ...open.Event) []routed {
 	t.Helper()
-	a := newApplier(nil, nil, DefaultConfig(), slog.New(slog.DiscardHandler), nil, map[tableKey]uint64{})
+	a := newApplier(nil, nil, DefaultConfig(), slog.New(slog.DiscardHandler), nil, map[tableKey]uint64{}, nil)
 	a.tables = newTableInfos(func(context.Context, string, string) (*tableInfo, error) { return info, nil })
 	tb := &tableBuf{key: tableKey{"s", "t"}, sorted: true}
 	for i := range evs {

@@ -82,8 +82,8 @@ func TestUndecodableRecordStopsAtItsOffset(t *testing.T) {
 	if n != 1 || string(key) != "not open protocol" || !strings.Contains(msg, "offset 2") {
 		t.Fatalf("dead letter: %d rows, key %q, error %q", n, key, msg)
 	}
-	if st := run.r.Status(); st.DeadLetters != 1 {
-		t.Fatalf("status dead letters %d", st.DeadLetters)
+	if st := run.r.Status(); st.DeadLetters != 1 || st.DecodeErrors != 1 {
+		t.Fatalf("status: %d dead letters, %d decode errors; want 1 and 1", st.DeadLetters, st.DecodeErrors)
 	}
 	if off := metaOffset(); off != 5 {
 		t.Fatalf("resume offset %d after applying everything, want 5", off)
@@ -216,6 +216,11 @@ func TestBarrierHoldsDownstreamExactlyAtTs(t *testing.T) {
 		t.Fatal("no notification that the checkpoint passed the last resolved ts")
 	}
 	equal(t, "rows after resuming", dump(t, down.DB, s, "kv"), []string{"2|r1", "3|r2", "4|r3", "5|r4", "6|r5"})
+	if st := run.r.Status(); st.RowsInserted != 6 || st.RowsUpdated != 1 || st.RowsDeleted != 1 || st.RowsApplied != 8 ||
+		st.Rounds.Count < 2 || st.Rounds.Counts[len(st.Rounds.Counts)-1] > st.Rounds.Count {
+		t.Fatalf("status counts %d inserted, %d updated, %d deleted, %d applied, %d rounds; want 6, 1, 1, 8, at least 2",
+			st.RowsInserted, st.RowsUpdated, st.RowsDeleted, st.RowsApplied, st.Rounds.Count)
+	}
 	if err := run.r.Barrier(ctx, ts[2], func(context.Context) error { return nil }); !errors.Is(err, ErrBarrierPassed) {
 		t.Fatalf("barrier in the past: %v, want ErrBarrierPassed", err)
 	}
@@ -380,6 +385,9 @@ func TestKeylessReplayInsideARound(t *testing.T) {
 	run := start(t, cfg, nil)
 	run.wait(t, t3)
 	equal(t, "nk", dump(t, down.DB, s, "nk"), []string{"1|dup", "1|dup", "2|two", "3|x", "3|y"})
+	if st := run.r.Status(); st.RowsInserted != 5 || st.RowsApplied != 5 {
+		t.Fatalf("status counts %d rows inserted, %d applied; want 5 (a keyless table's replays are not applied)", st.RowsInserted, st.RowsApplied)
+	}
 }
 
 // TestValueTypesTimeZoneAndGeneratedColumns: every value kind the codec produces binds
@@ -470,6 +478,9 @@ func TestDownstreamErrors(t *testing.T) {
 	}
 	run.wait(t, t1)
 	equal(t, "kv", dump(t, down.DB, s, "kv"), []string{"1|free"})
+	if st := run.r.Status(); st.DownstreamRetries == 0 || st.RowsUpdated != 1 {
+		t.Fatalf("status counts %d downstream retries, %d rows updated; want some retries (a held lock) and 1", st.DownstreamRetries, st.RowsUpdated)
+	}
 
 	f.rows(0, ins(t2, s, "missing", ci("id", 1, pk)))
 	f.resolved(t2)

@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"fmt"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -36,12 +38,28 @@ type Status struct {
 	SpilledRows   int64 `json:"spilled_rows"`
 	BufferedBytes int64 `json:"buffered_bytes"` // approximate memory held by buffered rows
 	PendingDDLs   int   `json:"pending_ddls"`
-	Barriers      int   `json:"barriers"`     // Barrier calls waiting for their ts
-	RowsApplied   int64 `json:"rows_applied"` // since start
-	DDLsApplied   int64 `json:"ddls_applied"` // since start
-	DeadLetters   int64 `json:"dead_letters"` // since start
-	// RowsFetched counts handle-key-only events completed from the upstream since start.
+	Barriers      int   `json:"barriers"` // Barrier calls waiting for their ts
+	// The counters below count since New (they survive the replicator's restarts when
+	// the changefeed's partitions change).
+	// RowsApplied counts the row events applied: RowsInserted + RowsUpdated + RowsDeleted.
+	RowsApplied  int64 `json:"rows_applied"`
+	RowsInserted int64 `json:"rows_inserted"`
+	RowsUpdated  int64 `json:"rows_updated"`
+	RowsDeleted  int64 `json:"rows_deleted"`
+	DDLsApplied  int64 `json:"ddls_applied"` // DDLs applied or recorded as skipped
+	DeadLetters  int64 `json:"dead_letters"`
+	// DecodeErrors counts the Kafka records that could not be decoded (each stops its
+	// partition, or is copied to the dead letter table with applier.dead-letter).
+	DecodeErrors int64 `json:"decode_errors"`
+	// Retries counts transient errors retried: DownstreamRetries of the applier's
+	// statements, UpstreamRetries of the upstream row reads.
+	DownstreamRetries int64 `json:"downstream_retries"`
+	UpstreamRetries   int64 `json:"upstream_retries"`
+	// RowsFetched counts handle-key-only events completed from the upstream.
 	RowsFetched int64 `json:"rows_fetched_upstream"`
+	// Rounds is how long each apply round took: rows up to a resolved ts (and the DDLs
+	// due) applied and the checkpoint recorded.
+	Rounds Histogram `json:"-"`
 
 	Partitions []PartitionStatus `json:"partitions"`
 	UpdatedAt  time.Time         `json:"updated_at"`
@@ -65,7 +83,7 @@ func (r *Replicator) Status() Status {
 	st.Partitions = append([]PartitionStatus(nil), r.status.Partitions...)
 	st.AppliedTs = r.applied
 	r.mu.Unlock()
-	st.RowsFetched = r.rowsFetched.Load()
+	r.ctr.fill(&st)
 	now := time.Now()
 	if st.AppliedTs > 0 {
 		st.AppliedTime = tso.Time(st.AppliedTs)
@@ -78,14 +96,74 @@ func (r *Replicator) Status() Status {
 	return st
 }
 
-// Collector exports a Replicator's Status as Prometheus metrics.
+// States are the values of Status.State.
+var States = []string{"starting", "running", "stopped", "failed"}
+
+// RoundBuckets are the upper bounds of Status.Rounds' buckets, in seconds.
+var RoundBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}
+
+// Histogram counts observations: Counts[i] those at most the i-th bound (cumulative, as
+// Prometheus reads buckets), Count all of them, Sum their total.
+type Histogram struct {
+	Counts []uint64
+	Count  uint64
+	Sum    float64
+}
+
+// counters are the replicator's counts since New, shared by the coordinator, the
+// applier and the row fetcher of every run of runOnce.
+type counters struct {
+	byOp                            [3]atomic.Int64 // by open.Op - 1: insert, update, delete
+	ddls, deadLetters, decodeErrors atomic.Int64
+	downRetries, upRetries          atomic.Int64
+	fetched                         atomic.Int64
+
+	mu     sync.Mutex
+	rounds Histogram
+}
+
+func (c *counters) observeRound(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	h := &c.rounds
+	if h.Counts == nil {
+		h.Counts = make([]uint64, len(RoundBuckets))
+	}
+	s := d.Seconds()
+	for i, b := range RoundBuckets {
+		if s <= b {
+			h.Counts[i]++
+		}
+	}
+	h.Count++
+	h.Sum += s
+}
+
+func (c *counters) fill(st *Status) {
+	st.RowsInserted, st.RowsUpdated, st.RowsDeleted = c.byOp[0].Load(), c.byOp[1].Load(), c.byOp[2].Load()
+	st.RowsApplied = st.RowsInserted + st.RowsUpdated + st.RowsDeleted
+	st.DDLsApplied, st.DeadLetters, st.DecodeErrors = c.ddls.Load(), c.deadLetters.Load(), c.decodeErrors.Load()
+	st.DownstreamRetries, st.UpstreamRetries = c.downRetries.Load(), c.upRetries.Load()
+	st.RowsFetched = c.fetched.Load()
+	c.mu.Lock()
+	st.Rounds = c.rounds
+	st.Rounds.Counts = append([]uint64(nil), c.rounds.Counts...)
+	c.mu.Unlock()
+	if st.Rounds.Counts == nil {
+		st.Rounds.Counts = make([]uint64, len(RoundBuckets))
+	}
+}
+
+// Collector exports a Replicator's Status as Prometheus metrics: parity_cdc_*, each with
+// the changefeed label (docs/serve.md lists them).
 type Collector struct {
 	r *Replicator
 
 	checkpoint, checkpointLag, resolved, resolvedLag *prometheus.Desc
 	partResolved, partLag                            *prometheus.Desc
-	buffered, spilled, bufferedBytes                 *prometheus.Desc
-	rows, ddls, deadLetters, fetched, up             *prometheus.Desc
+	buffered, spilled, bufferedBytes, pendingDDLs    *prometheus.Desc
+	rows, ddls, deadLetters, decodeErrors, retries   *prometheus.Desc
+	fetched, state, rounds                           *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*Collector)(nil)
@@ -105,21 +183,26 @@ func NewCollector(r *Replicator) *Collector {
 		resolvedLag:   d("resolved_lag_seconds", "Wall clock minus the physical time of the global resolved ts.", l),
 		partResolved:  d("partition_resolved_ts_seconds", "Physical time of a partition's resolved ts (Unix seconds).", pl),
 		partLag:       d("kafka_lag_messages", "Records of a partition not yet read (high watermark minus next offset).", pl),
-		buffered:      d("buffered_rows", "Row events waiting for the resolved ts.", l),
+		buffered:      d("buffered_rows", "Row events waiting for the resolved ts (in memory and spilled).", l),
 		spilled:       d("spilled_rows", "Row events waiting on disk.", l),
 		bufferedBytes: d("buffered_bytes", "Approximate memory held by buffered row events.", l),
-		rows:          d("applied_rows_total", "Row events applied since start.", l),
-		ddls:          d("applied_ddls_total", "DDL events applied since start.", l),
+		pendingDDLs:   d("pending_ddls", "DDL events received and not yet applied.", l),
+		rows:          d("applied_rows_total", "Row events applied since start, by type (insert, update, delete).", []string{"changefeed", "type"}),
+		ddls:          d("applied_ddls_total", "DDL events applied (or recorded as skipped) since start.", l),
 		deadLetters:   d("dead_letters_total", "Records copied to the dead letter table since start.", l),
+		decodeErrors:  d("decode_errors_total", "Kafka records that could not be decoded since start (each stops its partition, or is dead-lettered with applier.dead-letter).", l),
+		retries:       d("retries_total", "Transient errors retried since start, by target: downstream (the applier's statements) or upstream (row reads from TiDB).", []string{"changefeed", "target"}),
 		fetched:       d("upstream_rows_fetched_total", "Handle-key-only row events completed by reading the row from the upstream TiDB since start.", l),
-		up:            d("up", "1 while the replicator runs, 0 once it stopped or failed.", l),
+		state:         d("applier_state", "The replicator's state: 1 for the current one of starting, running, stopped, failed; 0 for the others.", []string{"changefeed", "state"}),
+		rounds:        d("apply_round_duration_seconds", "How long each apply round took: the rows up to a resolved ts (and the DDLs due) applied and the checkpoint recorded.", l),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.checkpoint, c.checkpointLag, c.resolved, c.resolvedLag, c.partResolved,
-		c.partLag, c.buffered, c.spilled, c.bufferedBytes, c.rows, c.ddls, c.deadLetters, c.fetched, c.up} {
+		c.partLag, c.buffered, c.spilled, c.bufferedBytes, c.pendingDDLs, c.rows, c.ddls, c.deadLetters, c.decodeErrors,
+		c.retries, c.fetched, c.state, c.rounds} {
 		ch <- d
 	}
 }
@@ -129,32 +212,45 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	st := c.r.Status()
 	cf := st.Changefeed
 	g := func(d *prometheus.Desc, v float64, labels ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, append([]string{cf}, labels...)...)
 	}
-	ctr := func(d *prometheus.Desc, v float64) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, cf)
+	ctr := func(d *prometheus.Desc, v int64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), append([]string{cf}, labels...)...)
 	}
-	g(c.checkpoint, tso.Seconds(st.AppliedTs), cf)
-	g(c.checkpointLag, st.AppliedLagSeconds, cf)
-	g(c.resolved, tso.Seconds(st.ResolvedTs), cf)
-	g(c.resolvedLag, st.ResolvedLagSeconds, cf)
+	g(c.checkpoint, tso.Seconds(st.AppliedTs))
+	g(c.checkpointLag, st.AppliedLagSeconds)
+	g(c.resolved, tso.Seconds(st.ResolvedTs))
+	g(c.resolvedLag, st.ResolvedLagSeconds)
 	for _, p := range st.Partitions {
 		part := strconv.Itoa(p.Partition)
-		g(c.partResolved, tso.Seconds(p.ResolvedTs), cf, p.Topic, part)
-		g(c.partLag, float64(p.Lag), cf, p.Topic, part)
+		g(c.partResolved, tso.Seconds(p.ResolvedTs), p.Topic, part)
+		g(c.partLag, float64(p.Lag), p.Topic, part)
 	}
-	g(c.buffered, float64(st.BufferedRows), cf)
-	g(c.spilled, float64(st.SpilledRows), cf)
-	g(c.bufferedBytes, float64(st.BufferedBytes), cf)
-	ctr(c.rows, float64(st.RowsApplied))
-	ctr(c.ddls, float64(st.DDLsApplied))
-	ctr(c.deadLetters, float64(st.DeadLetters))
-	ctr(c.fetched, float64(st.RowsFetched))
-	up := 0.0
-	if st.State == "running" || st.State == "starting" {
-		up = 1
+	g(c.buffered, float64(st.BufferedRows))
+	g(c.spilled, float64(st.SpilledRows))
+	g(c.bufferedBytes, float64(st.BufferedBytes))
+	g(c.pendingDDLs, float64(st.PendingDDLs))
+	ctr(c.rows, st.RowsInserted, "insert")
+	ctr(c.rows, st.RowsUpdated, "update")
+	ctr(c.rows, st.RowsDeleted, "delete")
+	ctr(c.ddls, st.DDLsApplied)
+	ctr(c.deadLetters, st.DeadLetters)
+	ctr(c.decodeErrors, st.DecodeErrors)
+	ctr(c.retries, st.DownstreamRetries, "downstream")
+	ctr(c.retries, st.UpstreamRetries, "upstream")
+	ctr(c.fetched, st.RowsFetched)
+	for _, s := range States {
+		v := 0.0
+		if s == st.State {
+			v = 1
+		}
+		g(c.state, v, s)
 	}
-	g(c.up, up, cf)
+	buckets := make(map[float64]uint64, len(RoundBuckets))
+	for i, b := range RoundBuckets {
+		buckets[b] = st.Rounds.Counts[i]
+	}
+	ch <- prometheus.MustNewConstHistogram(c.rounds, st.Rounds.Count, st.Rounds.Sum, buckets, cf)
 }
 
 // CheckpointLag reads a changefeed's applied checkpoint from its meta schema on the

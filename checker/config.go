@@ -175,6 +175,10 @@ type Config struct {
 	// Progress, when set, is called whenever finished chunks have been stored (once per
 	// batch of the run's journal, so possibly once for several chunks; never concurrently).
 	Progress func(Progress) `toml:"-" json:"-"`
+	// ChunkDone, when set, is called after each attempt to compare a chunk with its
+	// result (ChunkEqual, ChunkDifferent or ChunkFailed; not when the run is cancelled)
+	// and how long the attempt took, for metrics. It may be called concurrently.
+	ChunkDone func(result string, took time.Duration) `toml:"-" json:"-"`
 	// Logger receives structured logs (never row values). Default: slog.Default().
 	Logger *slog.Logger `toml:"-" json:"-"`
 

@@ -315,16 +315,38 @@ func (r *runner) workWithRetry(ctx context.Context, j job) error {
 	})
 }
 
+// Chunk results passed to Config.ChunkDone.
+const (
+	ChunkEqual     = "equal"
+	ChunkDifferent = "different"
+	ChunkFailed    = "failed"
+)
+
 // work compares one unit once the busy gate lets it, and records its result.
-func (r *runner) work(ctx context.Context, j job) error {
+func (r *runner) work(ctx context.Context, j job) (err error) {
 	if err := r.gate.Load().wait(ctx); err != nil {
 		return err
+	}
+	var res chunkResult
+	if done := r.cfg.ChunkDone; done != nil {
+		start := time.Now()
+		defer func() {
+			switch {
+			case err != nil && ctx.Err() != nil: // cancelled: no result
+			case err != nil:
+				done(ChunkFailed, time.Since(start))
+			case res.differences != 0:
+				done(ChunkDifferent, time.Since(start))
+			default:
+				done(ChunkEqual, time.Since(start))
+			}
+		}()
 	}
 	if err := r.track.started(ctx, j.u.Chunk); err != nil {
 		return err
 	}
 	sink := r.track.sink(ctx, j.t, j.u.Chunk)
-	res, err := r.cmp.compare(ctx, j.t, j.u, sink)
+	res, err = r.cmp.compare(ctx, j.t, j.u, sink)
 	if err != nil {
 		return err
 	}

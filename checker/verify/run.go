@@ -180,6 +180,7 @@ func (r *runner) compareTable(ctx context.Context, seq int, t [2]string) TableRe
 		}
 		equal := rep.Equal
 		for _, tb := range rep.Tables {
+			r.s.tableDifferences(tb)
 			tr.RowsChecked += tb.RowsChecked
 			tr.Differences += tb.DifferencesTotal
 			r.st.rec.Resolved += tb.DifferencesResolved
@@ -222,6 +223,7 @@ func (r *runner) diffConfig(pattern, resume string, log *slog.Logger) checker.Co
 	c.Scope = r.st.rec.Scope
 	c.CaughtUpLag = cfg.CaughtUpLag
 	c.Resume = resume
+	c.ChunkDone = r.s.chunkDone
 	c.Logger = slog.New(checkerLog{log.With("verify_run_id", r.st.rec.RunID).Handler()})
 	return c
 }

@@ -138,6 +138,7 @@ type Service struct {
 	covered      uint64
 	cleanID      string
 	lastErr      string
+	obs          observed // stats.go: more counts for the metrics
 }
 
 type manualReq struct {
@@ -186,6 +187,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		ready: make(chan struct{}), done: make(chan struct{}), reqs: make(chan *manualReq),
 		slots:  make(chan struct{}, cfg.MaxConcurrentRuns),
 		active: map[string]*runState{}, runs: map[[2]string]int64{}, diffsByClass: map[string]int64{},
+		obs: observed{since: time.Now()},
 	}
 	for _, sc := range cfg.Schedules {
 		p, err := cronParser.Parse(sc.Cron)
@@ -325,7 +327,7 @@ func (s *Service) setup(ctx context.Context) error {
 	}
 	if clean != nil {
 		s.mu.Lock()
-		s.covered, s.cleanID = clean.FirstTS, clean.RunID
+		s.covered, s.cleanID, s.obs.cleanAt = clean.FirstTS, clean.RunID, clean.FinishedAt
 		s.mu.Unlock()
 	}
 	return nil
@@ -435,6 +437,7 @@ func (s *Service) skipped(ctx context.Context, kind string, busy *BusyError, req
 	}
 	s.mu.Lock()
 	s.runs[[2]string{busy.Trigger, ResultSkipped}]++
+	s.obs.ended(rec)
 	s.mu.Unlock()
 }
 
@@ -550,11 +553,12 @@ func (s *Service) ended(st *runState) {
 	}
 	final := *rec
 	s.lastRun = &final
+	s.obs.ended(rec)
 	// A clean full run covers every applied change up to its first pair; so does a clean
 	// cdc run (it refuses a table without an earlier clean verification, and covers the
 	// changes since it).
 	if rec.Result == ResultEqual && (rec.Scope == ScopeFull || rec.Scope == ScopeCDC) && samePatterns(rec.Patterns, s.cfg.Tables) && rec.FirstTS > s.covered {
-		s.covered, s.cleanID = rec.FirstTS, rec.RunID
+		s.covered, s.cleanID, s.obs.cleanAt = rec.FirstTS, rec.RunID, rec.FinishedAt
 	}
 	s.mu.Unlock()
 	st.final = final
@@ -592,6 +596,7 @@ func (s *Service) Stats() Stats {
 		st.Active = append(st.Active, a)
 	}
 	st.Running = len(st.Active)
+	s.fillStats(&st, now)
 	return st
 }
 

@@ -4,9 +4,11 @@ package verify
 // collector, /status, parity status) and the freshness rule. It must not run queries.
 
 import (
+	"maps"
 	"sort"
 	"time"
 
+	"github.com/tidb-parity/parity/checker"
 	"github.com/tidb-parity/parity/internal/tso"
 )
 
@@ -17,19 +19,29 @@ var PauseBuckets = []time.Duration{
 	500 * time.Millisecond, time.Second, 2500 * time.Millisecond, 5 * time.Second,
 }
 
-// Histogram counts durations: Counts[i] those at most PauseBuckets[i] (cumulative, as
-// Prometheus reads buckets), Count all of them, Sum their total.
+// ChunkBuckets are the upper bounds of Stats.ChunkTime's buckets.
+var ChunkBuckets = []time.Duration{
+	5 * time.Millisecond, 10 * time.Millisecond, 25 * time.Millisecond, 50 * time.Millisecond, 100 * time.Millisecond,
+	250 * time.Millisecond, 500 * time.Millisecond, time.Second, 2500 * time.Millisecond, 5 * time.Second,
+	10 * time.Second, 30 * time.Second, time.Minute,
+}
+
+// Histogram counts durations: Counts[i] those at most its buckets' i-th bound
+// (PauseBuckets or ChunkBuckets; cumulative, as Prometheus reads buckets), Count all of
+// them, Sum their total.
 type Histogram struct {
 	Counts []uint64
 	Count  uint64
 	Sum    time.Duration
 }
 
-func (h *Histogram) observe(d time.Duration) {
+func (h *Histogram) observe(d time.Duration) { h.observeIn(PauseBuckets, d) }
+
+func (h *Histogram) observeIn(bounds []time.Duration, d time.Duration) {
 	if h.Counts == nil {
-		h.Counts = make([]uint64, len(PauseBuckets))
+		h.Counts = make([]uint64, len(bounds))
 	}
-	for i, b := range PauseBuckets {
+	for i, b := range bounds {
 		if d <= b {
 			h.Counts[i]++
 		}
@@ -38,12 +50,39 @@ func (h *Histogram) observe(d time.Duration) {
 	h.Sum += d
 }
 
-func (h Histogram) clone() Histogram {
+func (h Histogram) clone() Histogram { return h.cloneN(len(PauseBuckets)) }
+
+func (h Histogram) cloneN(n int) Histogram {
 	h.Counts = append([]uint64(nil), h.Counts...)
 	if h.Counts == nil {
-		h.Counts = make([]uint64, len(PauseBuckets))
+		h.Counts = make([]uint64, n)
 	}
 	return h
+}
+
+// LastRun is how a trigger's newest run ended (since the service started).
+type LastRun struct {
+	Trigger string
+	// Kind is the trigger's kind: schedule, continuous or manual.
+	Kind       string
+	Result     string
+	StartedAt  time.Time
+	FinishedAt time.Time
+}
+
+// ScheduleNext is when a schedule should next fire: its cron's next time after its
+// newest run started (or the service started, before any). Past it by more than the
+// scheduler's jitter with no run started, the firing was missed.
+type ScheduleNext struct {
+	Trigger string
+	Next    time.Time
+}
+
+// DiffCount counts differing rows of one kind (missing, extra, differing; "unlisted"
+// for rows beyond the report's listed differences, whose kind is not read) and class.
+type DiffCount struct {
+	Kind, Class string
+	Rows        int64
 }
 
 // RunCount is how many runs of a trigger ended with a result, since the service
@@ -87,8 +126,21 @@ type Stats struct {
 	// BarrierPassed counts pairs the applier refused because it had applied beyond
 	// their TSO before the barrier was set (each is tried again at a newer TSO).
 	BarrierPassed int64
+	// DifferencesByKind splits Differences by kind and class, counted as each table's
+	// comparison ends (Differences counts them as the run ends).
+	DifferencesByKind []DiffCount
+	// Chunks counts chunk comparisons by result (checker.ChunkEqual, ChunkDifferent,
+	// ChunkFailed) and ChunkTime how long each took (ChunkBuckets).
+	Chunks    map[string]int64
+	ChunkTime Histogram
 	// Pause is how long replication waited for each pair.
 	Pause Histogram
+	// LastRuns is each trigger's newest ended run, by trigger; Schedules each
+	// schedule's next expected firing.
+	LastRuns  []LastRun
+	Schedules []ScheduleNext
+	// CleanAt is when the newest clean full run (CleanRunID) ended.
+	CleanAt time.Time
 	// Throttled is the time runs waited for the applier's lag (verify.max-lag) before
 	// opening pairs.
 	Throttled time.Duration
@@ -140,4 +192,106 @@ func sortedCounts(m map[[2]string]int64) []RunCount {
 		return out[i].Result < out[j].Result
 	})
 	return out
+}
+
+// observed is what the service counts for the metrics beyond its run counts; under
+// Service.mu.
+type observed struct {
+	since     time.Time // the service's start
+	chunks    map[string]int64
+	chunkTime Histogram
+	byKind    map[[2]string]int64 // (kind, class) → rows
+	last      map[string]LastRun  // by trigger
+	cleanAt   time.Time
+}
+
+// ended records how rec's trigger's newest run ended.
+func (o *observed) ended(rec *RunRecord) {
+	if o.last == nil {
+		o.last = map[string]LastRun{}
+	}
+	o.last[rec.Trigger] = LastRun{Trigger: rec.Trigger, Kind: rec.TriggerKind, Result: rec.Result,
+		StartedAt: rec.StartedAt, FinishedAt: rec.FinishedAt}
+}
+
+// chunkDone counts a chunk comparison (checker.Config.ChunkDone).
+func (s *Service) chunkDone(result string, took time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.obs.chunks == nil {
+		s.obs.chunks = map[string]int64{}
+	}
+	s.obs.chunks[result]++
+	s.obs.chunkTime.observeIn(ChunkBuckets, took)
+}
+
+// tableDifferences counts a table's differences by kind and class: the kinds of the
+// listed ones, and the rest of each class (beyond the report's listing) as "unlisted".
+func (s *Service) tableDifferences(tb checker.TableReport) {
+	if tb.DifferencesTotal == 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.obs.byKind == nil {
+		s.obs.byKind = map[[2]string]int64{}
+	}
+	listed := map[string]int64{}
+	var listedRows int64
+	for _, d := range tb.Differences {
+		n := int64(max(d.Count, 1))
+		class := d.Class
+		if class == "" {
+			class = checker.ClassUnclassified
+		}
+		s.obs.byKind[[2]string{string(d.Kind), class}] += n
+		listed[class] += n
+		listedRows += n
+	}
+	rest := tb.DifferencesTotal - listedRows
+	for class, n := range tb.DifferencesByClass {
+		if class == checker.ClassInFlight || rest <= 0 {
+			continue
+		}
+		if k := min(n-listed[class], rest); k > 0 {
+			s.obs.byKind[[2]string{"unlisted", class}] += k
+			rest -= k
+		}
+	}
+	if rest > 0 {
+		s.obs.byKind[[2]string{"unlisted", checker.ClassUnclassified}] += rest
+	}
+}
+
+// fillStats adds observed's counts to st; the caller holds s.mu.
+func (s *Service) fillStats(st *Stats, now time.Time) {
+	o := &s.obs
+	st.Chunks = maps.Clone(o.chunks)
+	st.ChunkTime = o.chunkTime.cloneN(len(ChunkBuckets))
+	st.CleanAt = o.cleanAt
+	for k, n := range o.byKind {
+		st.DifferencesByKind = append(st.DifferencesByKind, DiffCount{Kind: k[0], Class: k[1], Rows: n})
+	}
+	sort.Slice(st.DifferencesByKind, func(i, j int) bool {
+		a, b := st.DifferencesByKind[i], st.DifferencesByKind[j]
+		return a.Kind < b.Kind || (a.Kind == b.Kind && a.Class < b.Class)
+	})
+	for _, l := range o.last {
+		st.LastRuns = append(st.LastRuns, l)
+	}
+	sort.Slice(st.LastRuns, func(i, j int) bool { return st.LastRuns[i].Trigger < st.LastRuns[j].Trigger })
+	for i, sc := range s.cfg.Schedules {
+		if i >= len(s.crons) {
+			break
+		}
+		next := s.crons[i].Next(now) // a run under way: nothing missed
+		if _, running := s.active[sc.Name]; !running {
+			base := o.since
+			if l, ok := o.last[sc.Name]; ok && l.StartedAt.After(base) {
+				base = l.StartedAt
+			}
+			next = s.crons[i].Next(base)
+		}
+		st.Schedules = append(st.Schedules, ScheduleNext{Trigger: sc.Name, Next: next})
+	}
 }

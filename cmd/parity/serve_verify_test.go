@@ -206,8 +206,12 @@ func TestServeVerifyUnderLoad(t *testing.T) {
 	}
 	t.Logf("parity status:\n%s", out.String())
 	m := metrics(t, addr)
+	lintMetrics(t, m)
 	for _, want := range []string{`parity_verify_runs_total{changefeed="verify-load",result="equal",trigger="manual"} 6`,
-		`parity_verify_pause_seconds_count{changefeed="verify-load"}`, `parity_verify_differences_total{changefeed="verify-load"} 0`} {
+		`parity_verify_pause_seconds_count{changefeed="verify-load"}`, `parity_verify_differences_total{changefeed="verify-load",class="cdc",kind="missing"} 0`,
+		`parity_verify_last_run_result{changefeed="verify-load",kind="manual",result="equal",trigger="manual"} 1`,
+		`parity_verify_chunk_duration_seconds_count{changefeed="verify-load"}`, `parity_cdc_applier_state{changefeed="verify-load",state="running"} 1`,
+		`parity_cdc_applied_rows_total{changefeed="verify-load",type="update"}`} {
 		if !strings.Contains(m, want) {
 			t.Fatalf("/metrics lacks %q", want)
 		}

@@ -25,6 +25,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tidb-parity/parity/cdc"
+	"github.com/tidb-parity/parity/checker"
 	"github.com/tidb-parity/parity/checker/verify"
 	"github.com/tidb-parity/parity/internal/tso"
 )
@@ -105,42 +106,65 @@ func verifyStatusOf(vs *verify.Service) *verifyStatus {
 	return out
 }
 
-// verifyCollector exports the service's Stats as Prometheus metrics.
+// verifyCollector exports the service's Stats as Prometheus metrics: parity_verify_*,
+// each with the changefeed label (docs/verify.md lists them).
 type verifyCollector struct {
 	s *verify.Service
 
-	freshness, covered, runs, differences, byClass, rows, pairs, rotations, passed, pause, running, throttled *prometheus.Desc
+	freshness, covered, runs, differences, rows, chunks, chunkTime, pairs, rotations, passed, pause, running, throttled *prometheus.Desc
+	lastEnd, lastResult, cleanAt, viewAge, scheduleNext                                                                 *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*verifyCollector)(nil)
 
+// verifyResults are the results a run ends with (the values of last_run_result's result
+// label).
+var verifyResults = []string{verify.ResultEqual, verify.ResultDifferent, verify.ResultFailed, verify.ResultCancelled, verify.ResultSkipped}
+
+// diffKinds and diffClasses are the kind and class labels of differences_total.
+var (
+	diffKinds   = []string{string(checker.Missing), string(checker.Extra), string(checker.Differing), "unlisted"}
+	diffClasses = []string{checker.ClassImported, checker.ClassPostImport, checker.ClassCDC, checker.ClassDiverged, checker.ClassUnclassified}
+)
+
 func newVerifyCollector(s *verify.Service) *verifyCollector {
 	l := []string{"changefeed"}
-	d := func(name, help string, labels []string) *prometheus.Desc {
-		return prometheus.NewDesc("parity_verify_"+name, help, labels, nil)
+	d := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc("parity_verify_"+name, help, append(l, labels...), nil)
 	}
 	return &verifyCollector{
 		s: s,
 		freshness: d("freshness_seconds", "Age of the oldest applied change not covered by a clean full verification (an upper bound: "+
-			"wall clock minus the clean run's oldest pair TSO, 0 when nothing was applied after it); +Inf until a clean run is known.", l),
-		covered:     d("covered_ts_seconds", "Physical time of the oldest pair TSO of the newest clean full verification (0: none).", l),
-		runs:        d("runs_total", "Verification runs ended since start, by trigger (schedule name, continuous, manual) and result (equal, different, failed, cancelled, skipped).", []string{"changefeed", "trigger", "result"}),
-		differences: d("differences_total", "Differing rows found by verification runs since start.", l),
-		byClass: d("differences_by_class_total", "Differing rows found by verification runs since start, by class: imported (not changed by the changefeed since the ledger starts), "+
-			"post-import (last changed while the applier caught up), cdc (last changed during live replication), diverged, unclassified.", []string{"changefeed", "class"}),
-		rows:      d("rows_checked_total", "Upstream rows compared by verification runs since start.", l),
-		pairs:     d("pairs_total", "Snapshot pairs opened since start.", l),
-		rotations: d("view_rotations_total", "Snapshot pairs replaced because their read view reached verify.max-view-age (or half of it between tables).", l),
-		passed:    d("barrier_passed_total", "Pair TSOs the applier had applied beyond before the pair's barrier was set (tried again at a newer TSO).", l),
-		pause:     d("pause_seconds", "How long replication waited for each snapshot pair (the applier's barrier).", l),
-		running:   d("running_runs", "Verification runs started and not ended (including those waiting for a slot).", l),
-		throttled: d("throttled_seconds_total", "Time runs waited for the applier's lag to fall within verify.max-lag before opening pairs.", l),
+			"wall clock minus the clean run's oldest pair TSO, 0 when nothing was applied after it); +Inf until a clean run is known."),
+		covered: d("covered_ts_seconds", "Physical time of the oldest pair TSO of the newest clean full verification (Unix seconds; 0: none)."),
+		runs: d("runs_total", "Verification runs ended since start, by trigger (schedule name, continuous, manual, cutover-check) and "+
+			"result (equal, different, failed, cancelled, skipped).", "trigger", "result"),
+		differences: d("differences_total", "Differing rows found by verification runs since start, by kind (missing, extra, differing; "+
+			"unlisted beyond the report's listed rows) and class (imported, post-import, cdc, diverged, unclassified).", "kind", "class"),
+		rows:      d("rows_checked_total", "Upstream rows compared by verification runs since start."),
+		chunks:    d("chunks_total", "Chunk comparisons since start, by result (equal, different, failed).", "result"),
+		chunkTime: d("chunk_duration_seconds", "How long each chunk comparison took."),
+		pairs:     d("pairs_total", "Snapshot pairs opened since start."),
+		rotations: d("view_rotations_total", "Snapshot pairs replaced because their read view reached verify.max-view-age (or half of it between tables)."),
+		passed:    d("barrier_passed_total", "Pair TSOs the applier had applied beyond before the pair's barrier was set (tried again at a newer TSO)."),
+		pause:     d("pause_seconds", "How long replication waited for each snapshot pair (the applier's barrier)."),
+		running:   d("running_runs", "Verification runs started and not ended (including those waiting for a slot)."),
+		throttled: d("throttled_seconds_total", "Time runs waited for the applier's lag to fall within verify.max-lag before opening pairs."),
+		lastEnd: d("last_run_end_timestamp_seconds", "When the newest run of a trigger ended (Unix seconds), by trigger and its kind "+
+			"(schedule, continuous, manual, cutover-check); absent before one ended since start.", "trigger", "kind"),
+		lastResult: d("last_run_result", "Result of the newest run of a trigger: 1 for its result (equal, different, failed, cancelled, skipped), 0 for the others.",
+			"trigger", "kind", "result"),
+		cleanAt: d("last_clean_run_end_timestamp_seconds", "When the newest clean full verification over verify.tables ended (Unix seconds; 0: none known)."),
+		viewAge: d("pair_read_view_age_seconds", "Age of the oldest snapshot pair's read view open now (0 when none is): how long the fallback and TiDB keep its MVCC versions."),
+		scheduleNext: d("schedule_next_run_timestamp_seconds", "When a schedule should next fire (Unix seconds): its cron's next time after its newest run started, or the service started; "+
+			"past by more than a few seconds with no run, the firing was missed.", "trigger"),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (c *verifyCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.freshness, c.covered, c.runs, c.differences, c.byClass, c.rows, c.pairs, c.rotations, c.passed, c.pause, c.running, c.throttled} {
+	for _, d := range []*prometheus.Desc{c.freshness, c.covered, c.runs, c.differences, c.rows, c.chunks, c.chunkTime, c.pairs,
+		c.rotations, c.passed, c.pause, c.running, c.throttled, c.lastEnd, c.lastResult, c.cleanAt, c.viewAge, c.scheduleNext} {
 		ch <- d
 	}
 }
@@ -149,11 +173,24 @@ func (c *verifyCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c *verifyCollector) Collect(ch chan<- prometheus.Metric) {
 	st := c.s.Stats()
 	cf := st.Changefeed
-	g := func(d *prometheus.Desc, v float64) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, cf)
+	g := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, append([]string{cf}, labels...)...)
 	}
-	ctr := func(d *prometheus.Desc, v float64) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, cf)
+	ctr := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, append([]string{cf}, labels...)...)
+	}
+	hist := func(d *prometheus.Desc, h verify.Histogram, bounds []time.Duration) {
+		buckets := make(map[float64]uint64, len(bounds))
+		for i, b := range bounds {
+			buckets[b.Seconds()] = h.Counts[i]
+		}
+		ch <- prometheus.MustNewConstHistogram(d, h.Count, h.Sum.Seconds(), buckets, cf)
+	}
+	unix := func(t time.Time) float64 {
+		if t.IsZero() {
+			return 0
+		}
+		return float64(t.UnixNano()) / 1e9
 	}
 	fresh := math.Inf(1)
 	if st.Verified {
@@ -162,23 +199,51 @@ func (c *verifyCollector) Collect(ch chan<- prometheus.Metric) {
 	g(c.freshness, fresh)
 	g(c.covered, tso.Seconds(st.CoveredTS))
 	for _, r := range st.Runs {
-		ch <- prometheus.MustNewConstMetric(c.runs, prometheus.CounterValue, float64(r.Runs), cf, r.Trigger, r.Result)
+		ctr(c.runs, float64(r.Runs), r.Trigger, r.Result)
 	}
-	ctr(c.differences, float64(st.Differences))
-	for class, n := range st.DifferencesByClass {
-		ch <- prometheus.MustNewConstMetric(c.byClass, prometheus.CounterValue, float64(n), cf, class)
+	// Every kind and class from 0, so that increase() sees the first difference.
+	diffs := map[[2]string]int64{}
+	for _, k := range diffKinds {
+		for _, cl := range diffClasses {
+			diffs[[2]string{k, cl}] = 0
+		}
+	}
+	for _, n := range st.DifferencesByKind {
+		diffs[[2]string{n.Kind, n.Class}] += n.Rows
+	}
+	for k, n := range diffs {
+		ctr(c.differences, float64(n), k[0], k[1])
 	}
 	ctr(c.rows, float64(st.RowsChecked))
+	for _, res := range []string{checker.ChunkEqual, checker.ChunkDifferent, checker.ChunkFailed} {
+		ctr(c.chunks, float64(st.Chunks[res]), res)
+	}
+	hist(c.chunkTime, st.ChunkTime, verify.ChunkBuckets)
 	ctr(c.pairs, float64(st.Pairs))
 	ctr(c.rotations, float64(st.Rotations))
 	ctr(c.passed, float64(st.BarrierPassed))
 	ctr(c.throttled, st.Throttled.Seconds())
 	g(c.running, float64(st.Running))
-	buckets := make(map[float64]uint64, len(verify.PauseBuckets))
-	for i, b := range verify.PauseBuckets {
-		buckets[b.Seconds()] = st.Pause.Counts[i]
+	hist(c.pause, st.Pause, verify.PauseBuckets)
+	for _, l := range st.LastRuns {
+		g(c.lastEnd, unix(l.FinishedAt), l.Trigger, l.Kind)
+		for _, res := range verifyResults {
+			v := 0.0
+			if res == l.Result {
+				v = 1
+			}
+			g(c.lastResult, v, l.Trigger, l.Kind, res)
+		}
 	}
-	ch <- prometheus.MustNewConstHistogram(c.pause, st.Pause.Count, st.Pause.Sum.Seconds(), buckets, cf)
+	g(c.cleanAt, unix(st.CleanAt))
+	var age time.Duration
+	for _, a := range st.Active {
+		age = max(age, a.PairAge)
+	}
+	g(c.viewAge, age.Seconds())
+	for _, sc := range st.Schedules {
+		g(c.scheduleNext, unix(sc.Next), sc.Trigger)
+	}
 }
 
 // loopbackOnly serves h to clients on the loopback interface only: the endpoints that
