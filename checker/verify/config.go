@@ -3,6 +3,8 @@ package verify
 import (
 	"errors"
 	"fmt"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -95,6 +97,15 @@ type Config struct {
 	// ApplierConfig.TSMapInterval.
 	// Default: 1m
 	TSMapInterval time.Duration `toml:"ts-map-interval"`
+
+	// Instance names this daemon among the daemons that verify the same changefeed on
+	// the same fallback (active and standby): each fire of a schedule runs on the one
+	// daemon that claims it first (<meta-schema>.verify_fires), and the history and
+	// /status name the instance. Unique among them and stable across restarts when set:
+	// a restarted daemon marks the runs its instance left running as interrupted. Empty:
+	// "<hostname>:<pid>".
+	// Default: ""
+	Instance string `toml:"instance"`
 
 	// Set by parity serve from its other sections, not from [verify].
 	// Changefeed is changefeed.id. Default: none (required).
@@ -196,6 +207,11 @@ func (c Config) Validate() error {
 	if c.QueryTimeout <= 0 {
 		bad("verify.query-timeout", "must be positive, got %v", c.QueryTimeout)
 	}
+	if len(c.Instance) > maxInstance {
+		bad("verify.instance", "longer than %d bytes", maxInstance)
+	} else if strings.TrimSpace(c.Instance) != c.Instance {
+		bad("verify.instance", "%q has leading or trailing space", c.Instance)
+	}
 	names := map[string]int{}
 	for i, s := range c.Schedules {
 		key := fmt.Sprintf("verify.schedule[%d]", i)
@@ -250,6 +266,22 @@ func (c Config) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// maxInstance is the length of verify_runs.instance and verify_fires.instance.
+const maxInstance = 128
+
+// DefaultInstance is verify.instance when it is empty: "<hostname>:<pid>".
+func DefaultInstance() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "localhost"
+	}
+	id := fmt.Sprintf("%s:%d", host, os.Getpid())
+	if len(id) > maxInstance {
+		id = id[len(id)-maxInstance:]
+	}
+	return id
 }
 
 // CheckScope reports whether scope is one a run can take: full, cdc or

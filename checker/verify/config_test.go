@@ -1,6 +1,8 @@
 package verify
 
 import (
+	"fmt"
+	"os"
 	"path"
 	"strings"
 	"testing"
@@ -58,6 +60,8 @@ func TestConfigValidate(t *testing.T) {
 			"verify.schedule[3].cron: required",
 			"verify.schedule[3].tables[0]: want schema.table",
 		}},
+		{"instance too long", func(c *Config) { c.Instance = strings.Repeat("x", 129) }, []string{"verify.instance: longer than 128 bytes"}},
+		{"instance spaces", func(c *Config) { c.Instance = " a " }, []string{`verify.instance: " a " has leading or trailing space`}},
 		{"wiring", func(c *Config) { c.Changefeed, c.UpstreamDSN, c.DownstreamDSN, c.MetaSchema = "", "", "x", "" },
 			[]string{"changefeed.id: required", "upstream.dsn: required with verify.enabled", "downstream.dsn:", "applier.meta-schema: required"}},
 	} {
@@ -133,5 +137,23 @@ func TestExactPattern(t *testing.T) {
 	}
 	if ok, _ := path.Match(`\*`, "*"); !ok {
 		t.Fatal("path.Match escapes differ")
+	}
+}
+
+// An empty verify.instance is "<hostname>:<pid>", what New gives the service.
+func TestDefaultInstance(t *testing.T) {
+	host, _ := os.Hostname()
+	want := fmt.Sprintf("%s:%d", host, os.Getpid())
+	if got := DefaultInstance(); got != want {
+		t.Fatalf("DefaultInstance() = %q, want %q", got, want)
+	}
+	c := validConfig()
+	c.Instance = ""
+	s, err := New(c, Deps{Applier: &stillApplier{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Stats().Instance != want {
+		t.Fatalf("Stats().Instance = %q, want %q", s.Stats().Instance, want)
 	}
 }

@@ -1,8 +1,9 @@
 package verify
 
 // history.go owns the run history in the meta schema: the "verify" component of
-// internal/metaschema (verify_runs, verify_pairs, verify_tables), what a run records
-// there as it goes, and reading it back. It must not compare anything.
+// internal/metaschema (verify_runs, verify_pairs, verify_tables, and verify_fires, the
+// schedules' claims, which fires.go writes), what a run records there as it goes, and
+// reading it back. It must not compare anything.
 
 import (
 	"context"
@@ -25,6 +26,9 @@ const (
 	RunsTable   = "verify_runs"
 	PairsTable  = "verify_pairs"
 	TablesTable = "verify_tables"
+	// FiresTable holds a row per schedule fire: the daemon (instance) that claimed it
+	// and the run (or skipped firing) it recorded (fires.go).
+	FiresTable = "verify_fires"
 )
 
 // Migrations are append-only: never edit or reorder one, add a new one. "%s" is the
@@ -79,12 +83,25 @@ var migrations = []metaschema.Step{
 			PRIMARY KEY (run_id, seq)
 		) ENGINE=InnoDB`,
 	}},
+	{Name: "verification across daemons: the instance of each run, the claims of schedule fires", Stmts: []string{
+		`ALTER TABLE %s.` + RunsTable + ` ADD COLUMN instance VARCHAR(128) NOT NULL DEFAULT '' AFTER trigger_name`,
+		`ALTER TABLE %s.` + RunsTable + ` ADD KEY changefeed_state (changefeed, state, trigger_name)`,
+		`CREATE TABLE IF NOT EXISTS %s.` + FiresTable + ` (
+			changefeed VARCHAR(128) NOT NULL,
+			schedule VARCHAR(128) NOT NULL,
+			fire_at DATETIME NOT NULL,
+			instance VARCHAR(128) NOT NULL,
+			run_id VARCHAR(64) NOT NULL,
+			claimed_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
+			PRIMARY KEY (changefeed, schedule, fire_at)
+		) ENGINE=InnoDB`,
+	}},
 }
 
 func init() {
 	metaschema.Register(metaschema.Component{
 		Name:   "verify",
-		Tables: []string{RunsTable, PairsTable, TablesTable},
+		Tables: []string{RunsTable, PairsTable, TablesTable, FiresTable},
 		Steps:  migrations,
 	})
 }
@@ -110,10 +127,13 @@ type RunRecord struct {
 	Changefeed string `json:"changefeed"`
 	// Trigger is the schedule's name, "continuous" or "manual"; TriggerKind "schedule",
 	// "continuous" or "manual".
-	Trigger     string   `json:"trigger"`
-	TriggerKind string   `json:"trigger_kind"`
-	Scope       string   `json:"scope"`
-	Patterns    []string `json:"table_patterns"`
+	Trigger     string `json:"trigger"`
+	TriggerKind string `json:"trigger_kind"`
+	// Instance is the daemon that ran it (verify.instance); empty in runs recorded
+	// before daemons had one.
+	Instance string   `json:"instance"`
+	Scope    string   `json:"scope"`
+	Patterns []string `json:"table_patterns"`
 	// State is running, done, failed, cancelled or skipped; Result (once it ended)
 	// equal, different, failed, cancelled or skipped.
 	State      string    `json:"state"`
@@ -194,16 +214,6 @@ func patternsText(p []string) string {
 	return string(b)
 }
 
-// interrupted marks the runs a previous process left running as failed.
-func (h *history) interrupted(ctx context.Context) error {
-	err := h.exec(ctx, "UPDATE %s."+RunsTable+" SET state=?, result=?, error=?, finished_at=COALESCE(finished_at, CURRENT_TIMESTAMP(6)) WHERE changefeed=? AND state=?",
-		StateFailed, ResultFailed, "interrupted: the daemon stopped during the run", h.changefeed, StateRunning)
-	if err != nil {
-		return fmt.Errorf("verification history: %w", err)
-	}
-	return nil
-}
-
 // start records a run that starts (or, with state skipped, a firing that was skipped).
 func (h *history) start(ctx context.Context, r *RunRecord) error {
 	var fin any
@@ -214,8 +224,8 @@ func (h *history) start(ctx context.Context, r *RunRecord) error {
 	if r.Error != "" {
 		msg = r.Error
 	}
-	err := h.exec(ctx, "INSERT INTO %s."+RunsTable+" (run_id, changefeed, trigger_kind, trigger_name, scope, tables, state, result, started_at, finished_at, error) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-		r.RunID, h.changefeed, r.TriggerKind, r.Trigger, r.Scope, patternsText(r.Patterns), r.State, r.Result, r.StartedAt.UTC(), fin, msg)
+	err := h.exec(ctx, "INSERT INTO %s."+RunsTable+" (run_id, changefeed, trigger_kind, trigger_name, instance, scope, tables, state, result, started_at, finished_at, error) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+		r.RunID, h.changefeed, r.TriggerKind, r.Trigger, r.Instance, r.Scope, patternsText(r.Patterns), r.State, r.Result, r.StartedAt.UTC(), fin, msg)
 	if err != nil {
 		return fmt.Errorf("recording verification run %s: %w", r.RunID, err)
 	}
@@ -302,7 +312,7 @@ func (h *history) list(ctx context.Context, limit int, runID string) ([]RunRecor
 	if runID != "" {
 		where, args = "run_id=?", []any{runID}
 	}
-	rows, err := h.db.QueryContext(qctx, h.q("SELECT run_id, changefeed, trigger_kind, trigger_name, scope, tables, state, result, started_at, finished_at, "+
+	rows, err := h.db.QueryContext(qctx, h.q("SELECT run_id, changefeed, trigger_kind, trigger_name, instance, scope, tables, state, result, started_at, finished_at, "+
 		"first_ts, last_ts, max_pause_us, tables_compared, rows_checked, differences, resolved, recheck_rounds, throttled_us, COALESCE(error, '') FROM %s."+RunsTable+
 		" WHERE "+where+" ORDER BY started_at DESC, run_id DESC LIMIT ?"), append(args, limit)...)
 	if err != nil {
@@ -315,7 +325,7 @@ func (h *history) list(ctx context.Context, limit int, runID string) ([]RunRecor
 		var pats string
 		var fin sql.NullTime
 		var pause, throttled int64
-		if err := rows.Scan(&r.RunID, &r.Changefeed, &r.TriggerKind, &r.Trigger, &r.Scope, &pats, &r.State, &r.Result, &r.StartedAt, &fin,
+		if err := rows.Scan(&r.RunID, &r.Changefeed, &r.TriggerKind, &r.Trigger, &r.Instance, &r.Scope, &pats, &r.State, &r.Result, &r.StartedAt, &fin,
 			&r.FirstTS, &r.LastTS, &pause, &r.TablesCompared, &r.RowsChecked, &r.Differences, &r.Resolved, &r.RecheckRounds, &throttled, &r.Error); err != nil {
 			return nil, fmt.Errorf("reading the verification history: %w", err)
 		}

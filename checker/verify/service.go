@@ -15,7 +15,9 @@
 //
 // Files: service.go (the service: triggers, the run bound, the loops that own every
 // goroutine), run.go (one run: pairs, rotation, a diff per table), history.go (the
-// meta schema tables), stats.go (Stats and freshness), config.go.
+// meta schema tables), fires.go (several daemons on one changefeed: the instance lock
+// and the claims that run each schedule fire once), stats.go (Stats and freshness),
+// config.go.
 package verify
 
 import (
@@ -74,13 +76,18 @@ type Request struct {
 }
 
 // BusyError is returned when a trigger's previous run is still running: a trigger
-// never overlaps itself.
+// never overlaps itself (a schedule not even across daemons).
 type BusyError struct {
 	Trigger string
 	RunID   string
+	// Instance is the other daemon running it; empty when it is this one.
+	Instance string
 }
 
 func (e *BusyError) Error() string {
+	if e.Instance != "" {
+		return fmt.Sprintf("the previous %s run (%s) is still running on daemon %s", e.Trigger, e.RunID, e.Instance)
+	}
 	return fmt.Sprintf("the previous %s run (%s) is still running", e.Trigger, e.RunID)
 }
 
@@ -121,7 +128,9 @@ type Service struct {
 	// Set by Run before ready is closed; closed when it returns.
 	down, kill, meta, histDB *sql.DB
 	up                       *sql.DB // TiDB's current TSO
+	lockDB                   *sql.DB // the instance lock's connection
 	hist                     *history
+	lock                     *instanceLock
 
 	mu           sync.Mutex
 	active       map[string]*runState // by trigger
@@ -182,6 +191,9 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	if deps.Logger == nil {
 		deps.Logger = slog.Default()
 	}
+	if cfg.Instance == "" {
+		cfg.Instance = DefaultInstance()
+	}
 	s := &Service{
 		cfg: cfg, deps: deps, log: deps.Logger.With("changefeed", cfg.Changefeed),
 		ready: make(chan struct{}), done: make(chan struct{}), reqs: make(chan *manualReq),
@@ -229,7 +241,7 @@ func (s *Service) Run(ctx context.Context) error {
 		}
 	}
 	s.setErr(nil)
-	s.log.Info("verification service started", "tables", s.cfg.Tables, "schedules", len(s.cfg.Schedules),
+	s.log.Info("verification service started", "instance", s.cfg.Instance, "tables", s.cfg.Tables, "schedules", len(s.cfg.Schedules),
 		"continuous_interval", s.cfg.ContinuousInterval, "max_view_age", s.cfg.MaxViewAge)
 
 	g, gctx := errgroup.WithContext(ctx)
@@ -240,11 +252,12 @@ func (s *Service) Run(ctx context.Context) error {
 			case <-gctx.Done():
 				return nil
 			case m := <-s.reqs:
-				st, err := s.begin(gctx, g, "manual", TriggerManual, m.req)
+				st, err := s.begin(gctx, g, "manual", TriggerManual, "", m.req)
 				m.reply <- manualReply{started: st, err: err}
 			}
 		}
 	})
+	g.Go(func() error { return s.keepInstance(gctx) })
 	for i, sc := range s.cfg.Schedules {
 		g.Go(func() error { return s.scheduleLoop(gctx, g, sc, s.crons[i]) })
 	}
@@ -293,6 +306,9 @@ func (s *Service) open() error {
 	hc.Params["time_zone"] = "'+00:00'"
 	s.histDB, _ = pool(hc, 2)
 	s.hist = newHistory(s.histDB, s.cfg.MetaSchema, s.cfg.Changefeed, min(s.cfg.QueryTimeout, time.Minute))
+	s.lockDB, _ = pool(mc, 1)
+	s.lock = &instanceLock{db: s.lockDB, schema: s.cfg.MetaSchema, cf: s.cfg.Changefeed, self: s.cfg.Instance,
+		timeout: min(s.cfg.QueryTimeout, 30*time.Second)}
 	uc, err := mysql.ParseDSN(s.cfg.UpstreamDSN)
 	if err != nil {
 		return fmt.Errorf("upstream.dsn: %w", err)
@@ -305,20 +321,28 @@ func (s *Service) open() error {
 }
 
 func (s *Service) close() {
-	for _, db := range []*sql.DB{s.down, s.kill, s.meta, s.histDB, s.up} {
+	if s.lock != nil {
+		s.lock.close()
+	}
+	for _, db := range []*sql.DB{s.down, s.kill, s.meta, s.histDB, s.up, s.lockDB} {
 		if db != nil {
 			_ = db.Close()
 		}
 	}
 }
 
-// setup migrates the meta schema, closes the runs a previous process left running and
-// reads the last clean verification.
+// setup migrates the meta schema, takes the instance lock, closes the runs a previous
+// process (of this instance, or of a stopped one) left running and reads the last clean
+// verification.
 func (s *Service) setup(ctx context.Context) error {
 	if err := metaschema.Migrate(ctx, s.meta, s.cfg.MetaSchema, min(s.cfg.QueryTimeout, time.Minute)); err != nil {
 		return err
 	}
-	if err := s.hist.interrupted(ctx); err != nil {
+	if err := s.lock.hold(ctx); err != nil {
+		// keepInstance reports it and tries again; runs go on meanwhile.
+		s.log.Warn("verification instance lock not held yet", "instance", s.cfg.Instance, "err", err)
+	}
+	if err := s.interrupted(ctx); err != nil {
 		return err
 	}
 	clean, err := s.hist.lastClean(ctx, s.cfg.Tables)
@@ -390,9 +414,10 @@ func (s *Service) History(ctx context.Context, limit int, runID string) ([]RunRe
 	return s.hist.list(ctx, max(limit, 1), runID)
 }
 
-// begin starts a run of trigger name (kind: schedule, continuous or manual) in g,
-// unless the trigger's previous run is still running (*BusyError).
-func (s *Service) begin(ctx context.Context, g *errgroup.Group, kind, name string, req Request) (*Started, error) {
+// begin starts a run of trigger name (kind: schedule, continuous or manual) in g, with
+// run id runID (a new one when empty), unless the trigger's previous run is still
+// running (*BusyError).
+func (s *Service) begin(ctx context.Context, g *errgroup.Group, kind, name, runID string, req Request) (*Started, error) {
 	if req.Scope == "" {
 		req.Scope = s.cfg.Scope
 	}
@@ -404,8 +429,11 @@ func (s *Service) begin(ctx context.Context, g *errgroup.Group, kind, name strin
 		s.mu.Unlock()
 		return nil, &BusyError{Trigger: name, RunID: cur.rec.RunID}
 	}
+	if runID == "" {
+		runID = newRunID()
+	}
 	st := &runState{
-		rec: &RunRecord{RunID: newRunID(), Changefeed: s.cfg.Changefeed, Trigger: name, TriggerKind: kind,
+		rec: &RunRecord{RunID: runID, Changefeed: s.cfg.Changefeed, Trigger: name, TriggerKind: kind, Instance: s.cfg.Instance,
 			Scope: req.Scope, Patterns: req.Tables, State: StateRunning, StartedAt: time.Now()},
 		done:   make(chan struct{}),
 		queued: true,
@@ -419,19 +447,24 @@ func (s *Service) begin(ctx context.Context, g *errgroup.Group, kind, name strin
 	return &Started{RunID: st.rec.RunID, st: st}, nil
 }
 
-// skipped records a firing skipped because the trigger's previous run still runs.
-func (s *Service) skipped(ctx context.Context, kind string, busy *BusyError, req Request) {
+// skipped records, as run runID, a firing skipped because the trigger's previous run
+// still runs (here or on the daemon busy names).
+func (s *Service) skipped(ctx context.Context, kind, runID string, busy *BusyError, req Request) {
 	now := time.Now()
-	rec := &RunRecord{RunID: newRunID(), Changefeed: s.cfg.Changefeed, Trigger: busy.Trigger, TriggerKind: kind,
+	on := ""
+	if busy.Instance != "" {
+		on = " on daemon " + busy.Instance
+	}
+	rec := &RunRecord{RunID: runID, Changefeed: s.cfg.Changefeed, Trigger: busy.Trigger, TriggerKind: kind, Instance: s.cfg.Instance,
 		Scope: req.Scope, Patterns: req.Tables, State: StateSkipped, Result: ResultSkipped, StartedAt: now, FinishedAt: now,
-		Error: "skipped: previous run still running (" + busy.RunID + ")"}
+		Error: "skipped: previous run still running (" + busy.RunID + ")" + on}
 	if rec.Scope == "" {
 		rec.Scope = s.cfg.Scope
 	}
 	if len(rec.Patterns) == 0 {
 		rec.Patterns = s.cfg.Tables
 	}
-	s.log.Info("verification skipped: previous run still running", "trigger", busy.Trigger, "running_run_id", busy.RunID)
+	s.log.Info("verification skipped: previous run still running", "trigger", busy.Trigger, "running_run_id", busy.RunID, "running_instance", busy.Instance)
 	if err := s.hist.start(ctx, rec); err != nil {
 		s.log.Warn("could not record a skipped verification", "trigger", busy.Trigger, "err", err)
 	}
@@ -441,22 +474,48 @@ func (s *Service) skipped(ctx context.Context, kind string, busy *BusyError, req
 	s.mu.Unlock()
 }
 
-// scheduleLoop fires sc at the times of its cron schedule.
+// scheduleLoop fires sc at the times of its cron schedule. Each fire runs on the
+// daemon that claims it (fires.go): here, unless another daemon verifying the changefeed
+// claimed it first. The claimer records one row for the fire: the run, or a skipped
+// firing while the schedule's previous run still runs on a live daemon.
 func (s *Service) scheduleLoop(ctx context.Context, g *errgroup.Group, sc Schedule, sched cron.Schedule) error {
 	req := Request{Scope: sc.Scope, Tables: sc.Tables}
+	log := s.log.With("schedule", sc.Name)
 	for {
 		next := sched.Next(time.Now())
 		if next.IsZero() {
-			s.log.Warn("verification schedule never fires again", "schedule", sc.Name, "cron", sc.Cron)
+			log.Warn("verification schedule never fires again", "cron", sc.Cron)
 			return nil
 		}
 		if sleep(ctx, time.Until(next)) != nil {
 			return nil
 		}
-		_, err := s.begin(ctx, g, "schedule", sc.Name, req)
-		var busy *BusyError
-		if errors.As(err, &busy) {
-			s.skipped(ctx, "schedule", busy, req)
+		runID := newRunID()
+		won, err := s.hist.claim(ctx, sc.Name, next, s.cfg.Instance, runID)
+		if err != nil && !won {
+			if ctx.Err() == nil {
+				log.Warn("verification fire not run: it could not be claimed", "fire_at", next, "err", err)
+			}
+			continue
+		}
+		if err != nil { // claimed; only the cleanup of old claims failed
+			log.Warn("verification fire claims not cleaned up", "err", err)
+		}
+		if !won {
+			log.Debug("verification fire claimed by another daemon", "fire_at", next)
+			continue
+		}
+		busy, err := s.runningElsewhere(ctx, sc.Name)
+		if err != nil {
+			busy = &BusyError{Trigger: sc.Name, RunID: "unknown", Instance: "unknown"}
+			log.Warn("cannot tell whether the previous run runs on another daemon; skipping the fire", "err", err)
+		}
+		if busy == nil {
+			_, err = s.begin(ctx, g, "schedule", sc.Name, runID, req)
+			errors.As(err, &busy)
+		}
+		if busy != nil {
+			s.skipped(ctx, "schedule", runID, busy, req)
 		}
 	}
 }
@@ -465,7 +524,7 @@ func (s *Service) scheduleLoop(ctx context.Context, g *errgroup.Group, sc Schedu
 // and runs the next.
 func (s *Service) continuousLoop(ctx context.Context, g *errgroup.Group) error {
 	for {
-		st, err := s.begin(ctx, g, TriggerContinuous, TriggerContinuous, Request{})
+		st, err := s.begin(ctx, g, TriggerContinuous, TriggerContinuous, "", Request{})
 		if err != nil {
 			return nil // only a busy trigger fails, and this loop is its one starter
 		}
@@ -574,7 +633,7 @@ func (s *Service) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := Stats{
-		Changefeed: s.cfg.Changefeed, Runs: sortedCounts(s.runs), RowsChecked: s.rows, Differences: s.diffs, DifferencesByClass: maps.Clone(s.diffsByClass),
+		Changefeed: s.cfg.Changefeed, Instance: s.cfg.Instance, Runs: sortedCounts(s.runs), RowsChecked: s.rows, Differences: s.diffs, DifferencesByClass: maps.Clone(s.diffsByClass),
 		Pairs: s.pairs, Rotations: s.rotations, BarrierPassed: s.passed, Pause: s.pause.clone(), Throttled: s.throttled,
 		Verified: s.covered > 0, CoveredTS: s.covered, CleanRunID: s.cleanID, AppliedTS: applied, LastError: s.lastErr,
 	}

@@ -112,6 +112,8 @@ type ActiveRun struct {
 // exports as metrics without this package knowing a metrics library.
 type Stats struct {
 	Changefeed string
+	// Instance is this daemon's verify.instance.
+	Instance string
 	// Runs counts finished (and skipped) runs by trigger and result since start.
 	Runs []RunCount
 	// RowsChecked and Differences total the rows compared and the differences found by

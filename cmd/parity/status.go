@@ -122,6 +122,9 @@ func printVerifyStatus(tw io.Writer, v *verifyStatus) {
 		running += fmt.Sprintf("; %s (%s) table %d/%d %s, %d rows", a.RunID, a.Trigger, a.TablesDone, a.Tables, a.Table, a.RowsChecked)
 	}
 	fmt.Fprintf(tw, "verification runs:\t%s\n", running)
+	if v.Instance != "" {
+		fmt.Fprintf(tw, "verification instance:\t%s\n", v.Instance)
+	}
 	if r := v.LastRun; r != nil {
 		note := ""
 		if r.Error != "" {

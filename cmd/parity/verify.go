@@ -48,6 +48,9 @@ type serveStatus struct {
 
 // verifyStatus is verification's part of /status.
 type verifyStatus struct {
+	// Instance is this daemon's verify.instance (the history names the daemon of each
+	// run).
+	Instance string `json:"instance"`
 	// FreshnessSeconds is the age of the oldest applied change not covered by a clean
 	// verification (an upper bound); null until a clean full run is known ("never").
 	FreshnessSeconds *float64 `json:"freshness_seconds"`
@@ -90,7 +93,7 @@ func verifyStatusOf(vs *verify.Service) *verifyStatus {
 	}
 	st := vs.Stats()
 	out := &verifyStatus{
-		Verified: st.Verified, CoveredTs: st.CoveredTS, CleanRunID: st.CleanRunID, Running: st.Running, LastRun: st.LastRun,
+		Instance: st.Instance, Verified: st.Verified, CoveredTs: st.CoveredTS, CleanRunID: st.CleanRunID, Running: st.Running, LastRun: st.LastRun,
 		Runs: st.Runs, RowsChecked: st.RowsChecked, Differences: st.Differences, Pairs: st.Pairs, Rotations: st.Rotations, Passed: st.BarrierPassed,
 		PauseCount: st.Pause.Count, PauseSum: st.Pause.Sum.Seconds(), Throttled: st.Throttled.Seconds(), LastError: st.LastError,
 	}
@@ -542,7 +545,7 @@ func printRun(w io.Writer, r verify.RunRecord) error {
 
 func printHistory(w io.Writer, runs []verify.RunRecord) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "RUN\tTRIGGER\tSCOPE\tRESULT\tSTARTED\tELAPSED\tPAIRS\tTABLES\tROWS\tDIFFERENCES\tMAX PAUSE\tNOTE")
+	fmt.Fprintln(tw, "RUN\tTRIGGER\tINSTANCE\tSCOPE\tRESULT\tSTARTED\tELAPSED\tPAIRS\tTABLES\tROWS\tDIFFERENCES\tMAX PAUSE\tNOTE")
 	for _, r := range runs {
 		elapsed := "-"
 		if !r.FinishedAt.IsZero() {
@@ -552,7 +555,11 @@ func printHistory(w io.Writer, runs []verify.RunRecord) error {
 		if res == "" {
 			res = r.State
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%v\t%s\n", r.RunID, r.Trigger, r.Scope, res,
+		inst := r.Instance
+		if inst == "" {
+			inst = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%v\t%s\n", r.RunID, r.Trigger, inst, r.Scope, res,
 			r.StartedAt.UTC().Format("2006-01-02 15:04:05"), elapsed, len(r.Pairs), r.TablesCompared, r.RowsChecked, r.Differences,
 			r.MaxPause.Round(time.Microsecond), r.Error)
 	}
