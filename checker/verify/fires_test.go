@@ -273,7 +273,9 @@ func TestScheduleOncePerMinuteAcrossDaemons(t *testing.T) {
 			t.Errorf("run %s by %s: %s %s %s", r.id, r.instance, r.state, r.result, r.err)
 		}
 	}
-	t.Logf("fires: %v", fires)
+	for _, fr := range fires {
+		t.Logf("fire %s: %s, run %s", fr.at.Format(time.DateTime), fr.instance, fr.run)
+	}
 }
 
 // TestScheduleBusyOnAnotherDaemon: a fire while the schedule's previous run is recorded

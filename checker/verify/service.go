@@ -507,7 +507,8 @@ func (s *Service) scheduleLoop(ctx context.Context, g *errgroup.Group, sc Schedu
 		}
 		busy, err := s.runningElsewhere(ctx, sc.Name)
 		if err != nil {
-			busy = &BusyError{Trigger: sc.Name, RunID: "unknown", Instance: "unknown"}
+			// Never start beside a run that may still run: skip, and say why.
+			busy = &BusyError{Trigger: sc.Name, RunID: "unknown: " + err.Error()}
 			log.Warn("cannot tell whether the previous run runs on another daemon; skipping the fire", "err", err)
 		}
 		if busy == nil {
