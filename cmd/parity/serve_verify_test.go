@@ -145,6 +145,10 @@ func TestServeVerifyUnderLoad(t *testing.T) {
 	manual, scheduled, skipped := 0, []verify.RunRecord{}, 0
 	var pauses []time.Duration
 	for _, r := range hist {
+		// The daemon that ran it: verify.instance, "<hostname>:<pid>" by default.
+		if r.Instance != verify.DefaultInstance() {
+			t.Fatalf("run %s by instance %q, want %q", r.RunID, r.Instance, verify.DefaultInstance())
+		}
 		switch {
 		case r.Trigger == verify.TriggerManual:
 			manual++
@@ -192,14 +196,15 @@ func TestServeVerifyUnderLoad(t *testing.T) {
 
 	// /status and parity status show it next to the lag.
 	st := status()
-	if st.Verify == nil || !st.Verify.Verified || st.Verify.FreshnessSeconds == nil || st.Verify.CleanRunID == "" || st.Verify.Pairs < 5 {
+	if st.Verify == nil || !st.Verify.Verified || st.Verify.FreshnessSeconds == nil || st.Verify.CleanRunID == "" || st.Verify.Pairs < 5 ||
+		st.Verify.Instance != verify.DefaultInstance() {
 		t.Fatalf("/status verify: %+v", st.Verify)
 	}
 	var out bytes.Buffer
 	if err := printStatus(&out, st); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"applied lag:", "verification freshness:", "last verification:"} {
+	for _, want := range []string{"applied lag:", "verification freshness:", "last verification:", "verification instance:", verify.DefaultInstance()} {
 		if !strings.Contains(out.String(), want) {
 			t.Fatalf("parity status lacks %q:\n%s", want, out.String())
 		}
