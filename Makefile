@@ -6,6 +6,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 COMMIT  ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 GO      ?= go
+PLATFORMS ?= linux/amd64 linux/arm64
 # Every test run reads the servers from var/env.sh (written by `scripts/env up`).
 ENV     := set -a; [ -f var/env.sh ] && . var/env.sh; set +a;
 FUZZTIME ?= 60s
@@ -24,9 +25,19 @@ env-down: ## stop exactly what env-up started
 env-status:
 	scripts/env status
 
+.PHONY: release
+release: ## static binaries for linux/amd64 and linux/arm64 in dist/, with SHA256SUMS
+	rm -rf dist && mkdir -p dist
+	for p in $(PLATFORMS); do \
+		CGO_ENABLED=0 GOOS=$${p%/*} GOARCH=$${p#*/} $(GO) build -trimpath -ldflags "$(LDFLAGS) -s -w" \
+			-o dist/parity-$(VERSION)-$${p%/*}-$${p#*/} ./cmd/parity || exit 1; \
+	done
+	cd dist && sha256sum parity-* > SHA256SUMS
+
 .PHONY: test
-test: env-up build check-generated ## the whole suite: environment up, generated code current, unit + integration tests with -race, fuzzing
+test: env-up build check-generated release ## the whole suite: environment up, generated code current, unit + integration tests with -race, fuzzing, deploy files
 	$(ENV) $(GO) test -race -count=1 -timeout 45m ./...
+	cd deploy && PARITY_BIN=../bin/parity PARITY_DIST=../dist $(GO) test -count=1 ./...
 	FUZZTIME=$(FUZZTIME) FUZZTIME_OTHERS=$(FUZZTIME_OTHERS) scripts/fuzz.sh
 
 .PHONY: test-unit
@@ -72,4 +83,4 @@ demo: env-up build ## start the environment and show parity at work
 
 .PHONY: clean
 clean:
-	rm -rf bin
+	rm -rf bin dist
