@@ -320,8 +320,8 @@ func TestK8sDeployment(t *testing.T) {
 	if ports["status"] != statusPort || ports["api"] != apiPort {
 		t.Errorf("container ports %v, want status=%d api=%d", ports, statusPort, apiPort)
 	}
-	if p := c.ReadinessProbe; p == nil || p.GRPC == nil || p.GRPC.Port != apiPort {
-		t.Errorf("readinessProbe %+v: want the gRPC health check on %d", p, apiPort)
+	if c.ReadinessProbe == nil {
+		t.Error("no readinessProbe (TestK8sConfigMapConfig checks which one fits the API's transport)")
 	}
 	for name, p := range map[string]*corev1.Probe{"livenessProbe": c.LivenessProbe, "startupProbe": c.StartupProbe} {
 		if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/healthz" || containerPort(t, c, p.HTTPGet.Port) != statusPort {
@@ -432,10 +432,28 @@ type effectiveConfig struct {
 	Status struct {
 		Addr string `toml:"addr"`
 	} `toml:"status"`
-	API *struct {
-		Addr       string `toml:"addr"`
-		TokensFile string `toml:"tokens-file"`
-	} `toml:"api"`
+	API *apiConfig `toml:"api"`
+}
+
+// apiConfig is serve's [api] table (api/README.md).
+type apiConfig struct {
+	Addr      string `toml:"addr"`
+	TokenFile string `toml:"token-file"`
+	Insecure  bool   `toml:"insecure"`
+	TLS       struct {
+		CertFile string `toml:"cert-file"`
+		KeyFile  string `toml:"key-file"`
+	} `toml:"tls"`
+}
+
+// tokenFile mirrors the API's token file (api/README.md, "The token file").
+type tokenFile struct {
+	Token []struct {
+		Name   string `toml:"name"`
+		Role   string `toml:"role"`
+		Token  string `toml:"token"`
+		SHA256 string `toml:"sha256"`
+	} `toml:"token"`
 }
 
 // checkConfig runs `parity serve --check-config` on file with only the given
@@ -461,13 +479,13 @@ func checkConfig(t *testing.T, file string, env map[string]string) (effectiveCon
 	return ec, stdout.String(), err
 }
 
-// withoutTable removes the TOML table [name] (header to the next header) from doc.
+// withoutTable removes the TOML table [name] and its sub-tables from doc.
 func withoutTable(doc, name string) string {
 	var out []string
 	skip := false
 	for _, line := range strings.Split(doc, "\n") {
 		if h := strings.TrimSpace(line); strings.HasPrefix(h, "[") {
-			skip = h == "["+name+"]"
+			skip = h == "["+name+"]" || strings.HasPrefix(h, "["+name+".") || strings.HasPrefix(h, "[["+name+".")
 		}
 		if !skip {
 			out = append(out, line)
@@ -577,24 +595,100 @@ func TestK8sConfigMapConfig(t *testing.T) {
 			lim.String(), heap, ec.Applier.MemoryBytes)
 	}
 
-	if !apiKnown {
-		return
+	if apiKnown {
+		if ec.API == nil {
+			t.Fatal("check-config printed no [api] table")
+		}
+	} else {
+		// Still check the [api] table against the Deployment, decoded from the ConfigMap.
+		var raw effectiveConfig
+		if _, err := toml.Decode(m.configMap.Data["parity.toml"], &raw); err != nil {
+			t.Fatal(err)
+		}
+		ec.API = raw.API
 	}
 	if ec.API == nil {
-		t.Fatal("check-config printed no [api] table")
+		t.Fatal("the ConfigMap's parity.toml has no [api] table")
 	}
-	listen("api.addr", ec.API.Addr, apiPort)
-	vm, ok := mountOf(ec.API.TokensFile)
-	if !ok || !vm.ReadOnly || vols[vm.Name].Secret == nil || vols[vm.Name].Secret.SecretName != m.secret.Name {
-		t.Fatalf("api.tokens-file %q is not in the mounted Secret %s", ec.API.TokensFile, m.secret.Name)
+	api := ec.API
+	listen("api.addr", api.Addr, apiPort)
+
+	// secretFile checks p is a file of a mounted Secret volume and returns that volume.
+	secretFile := func(key, p string) *corev1.SecretVolumeSource {
+		vm, ok := mountOf(p)
+		if !ok || !vm.ReadOnly || vols[vm.Name].Secret == nil {
+			t.Errorf("%s %q is not in a read-only Secret volume", key, p)
+			return nil
+		}
+		sv := vols[vm.Name].Secret
+		rel := strings.TrimPrefix(p, vm.MountPath+"/")
+		if !slices.ContainsFunc(sv.Items, func(it corev1.KeyToPath) bool { return it.Path == rel }) &&
+			!(len(sv.Items) == 0 && sv.SecretName == m.secret.Name && secretKeys(m.secret)[rel]) {
+			t.Errorf("%s %q: the Secret volume %s has no item at %q", key, p, vm.Name, rel)
+		}
+		return sv
 	}
-	keys := secretKeys(m.secret)
-	rel := strings.TrimPrefix(ec.API.TokensFile, vm.MountPath+"/")
-	found := false
-	for _, it := range vols[vm.Name].Secret.Items {
-		found = found || (it.Path == rel && keys[it.Key])
+
+	// The token file: from the Secret in these manifests, and a token file parity reads.
+	if api.TokenFile == "" {
+		t.Fatal("api.token-file is empty: the API on every interface needs authentication")
 	}
-	if !found && !(len(vols[vm.Name].Secret.Items) == 0 && keys[rel]) {
-		t.Errorf("api.tokens-file %q: the Secret volume has no item at %q", ec.API.TokensFile, rel)
+	if sv := secretFile("api.token-file", api.TokenFile); sv != nil {
+		if sv.SecretName != m.secret.Name {
+			t.Errorf("api.token-file is in Secret %s, want %s", sv.SecretName, m.secret.Name)
+		}
+		for _, it := range sv.Items {
+			if strings.HasSuffix(api.TokenFile, "/"+it.Path) {
+				checkTokenFile(t, m.secret.StringData[it.Key]+string(m.secret.Data[it.Key]))
+			}
+		}
+	}
+
+	// Tokens off loopback need TLS (or api.insecure). The kubelet's gRPC probe speaks
+	// plaintext (TLS only behind the alpha gate GRPCContainerProbeTLS), so it is the
+	// readiness probe only of a plaintext API; a TLS API is probed through /healthz.
+	rp := c.ReadinessProbe
+	switch {
+	case api.Insecure:
+		if rp == nil || rp.GRPC == nil || rp.GRPC.Port != apiPort || (rp.GRPC.Mode != nil && *rp.GRPC.Mode != corev1.GRPCProbeModePlaintext) {
+			t.Errorf("readinessProbe %+v: want the gRPC health check on %d (the API is plaintext)", rp, apiPort)
+		}
+	case api.TLS.CertFile == "" || api.TLS.KeyFile == "":
+		t.Error("[api.tls] cert-file and key-file are required: tokens on a non-loopback api.addr need TLS (or api.insecure)")
+	default:
+		secretFile("api.tls.cert-file", api.TLS.CertFile)
+		secretFile("api.tls.key-file", api.TLS.KeyFile)
+		if rp == nil || rp.HTTPGet == nil || rp.HTTPGet.Path != "/healthz" || containerPort(t, c, rp.HTTPGet.Port) != statusPort {
+			t.Errorf("readinessProbe %+v: want httpGet /healthz on %d (the kubelet's gRPC probe cannot reach a TLS API)", rp, statusPort)
+		}
+	}
+}
+
+// checkTokenFile decodes the Secret's API token file strictly and checks each entry as
+// api/README.md describes it.
+func checkTokenFile(t *testing.T, doc string) {
+	t.Helper()
+	var tf tokenFile
+	md, err := toml.Decode(doc, &tf)
+	if err != nil {
+		t.Fatalf("the Secret's api-tokens: %v", err)
+	}
+	if und := md.Undecoded(); len(und) > 0 {
+		t.Errorf("the Secret's api-tokens: unknown keys %v", und)
+	}
+	if len(tf.Token) == 0 {
+		t.Error("the Secret's api-tokens has no [[token]] entry")
+	}
+	for i, e := range tf.Token {
+		if !regexp.MustCompile(`^[A-Za-z0-9._-]+$`).MatchString(e.Name) {
+			t.Errorf("api-tokens entry %d: name %q", i+1, e.Name)
+		}
+		if !slices.Contains([]string{"read", "operate", "repair"}, e.Role) {
+			t.Errorf("api-tokens entry %d: role %q is not read, operate or repair", i+1, e.Role)
+		}
+		if (e.Token == "") == (e.SHA256 == "") || (e.SHA256 != "" && !regexp.MustCompile(`^[0-9a-f]{64}$`).MatchString(e.SHA256)) ||
+			(e.Token != "" && (len(e.Token) < 16 || strings.ContainsAny(e.Token, " \t"))) {
+			t.Errorf("api-tokens entry %d: want a token of 16+ bytes without spaces or a hex sha256, one of them", i+1)
+		}
 	}
 }
