@@ -66,6 +66,10 @@ bench: env-up build ## performance targets, each printed against its baseline (2
 	@echo "== diff: parity against reladiff and the bare checksum loop, 1,000,000 rows; then a cdc-scoped diff of 100,000 dirty keys (target <= 5 s, with its RSS)"
 	$(ENV) $(GO) run ./scripts/bench/diffbench -parity bin/parity -repeat 2
 
+.PHONY: dashboards
+dashboards: ## regenerate dashboards/*.json from dashboards/dashboards.go
+	$(GO) test -count=1 -run '^TestFilesAreGenerated$$' ./dashboards -update
+
 .PHONY: lint
 lint: ## go vet, gofmt
 	$(GO) vet ./...

@@ -115,7 +115,7 @@ type verifyCollector struct {
 	s *verify.Service
 
 	freshness, covered, runs, differences, rows, chunks, chunkTime, pairs, rotations, passed, pause, running, throttled *prometheus.Desc
-	lastEnd, lastResult, cleanAt, viewAge, scheduleNext                                                                 *prometheus.Desc
+	lastEnd, lastResult, cleanAt, viewAge, lastPair, scheduleNext                                                       *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*verifyCollector)(nil)
@@ -157,8 +157,9 @@ func newVerifyCollector(s *verify.Service) *verifyCollector {
 			"(schedule, continuous, manual, cutover-check); absent before one ended since start.", "trigger", "kind"),
 		lastResult: d("last_run_result", "Result of the newest run of a trigger: 1 for its result (equal, different, failed, cancelled, skipped), 0 for the others.",
 			"trigger", "kind", "result"),
-		cleanAt: d("last_clean_run_end_timestamp_seconds", "When the newest clean full verification over verify.tables ended (Unix seconds; 0: none known)."),
-		viewAge: d("pair_read_view_age_seconds", "Age of the oldest snapshot pair's read view open now (0 when none is): how long the fallback and TiDB keep its MVCC versions."),
+		cleanAt:  d("last_clean_run_end_timestamp_seconds", "When the newest clean full verification over verify.tables ended (Unix seconds; 0: none known)."),
+		viewAge:  d("pair_read_view_age_seconds", "Age of the oldest snapshot pair's read view open now (0 when none is): how long the fallback and TiDB keep its MVCC versions."),
+		lastPair: d("last_pair_ts_seconds", "Physical time of the newest snapshot pair's TSO (Unix seconds): an open pair's, or the newest ended run's last pair (0: none since start)."),
 		scheduleNext: d("schedule_next_run_timestamp_seconds", "When a schedule should next fire (Unix seconds): its cron's next time after its newest run started, or the service started; "+
 			"past by more than a few seconds with no run, the firing was missed.", "trigger"),
 	}
@@ -167,7 +168,7 @@ func newVerifyCollector(s *verify.Service) *verifyCollector {
 // Describe implements prometheus.Collector.
 func (c *verifyCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.freshness, c.covered, c.runs, c.differences, c.rows, c.chunks, c.chunkTime, c.pairs,
-		c.rotations, c.passed, c.pause, c.running, c.throttled, c.lastEnd, c.lastResult, c.cleanAt, c.viewAge, c.scheduleNext} {
+		c.rotations, c.passed, c.pause, c.running, c.throttled, c.lastEnd, c.lastResult, c.cleanAt, c.viewAge, c.lastPair, c.scheduleNext} {
 		ch <- d
 	}
 }
@@ -240,10 +241,15 @@ func (c *verifyCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	g(c.cleanAt, unix(st.CleanAt))
 	var age time.Duration
+	var pair uint64
+	if st.LastRun != nil {
+		pair = st.LastRun.LastTS
+	}
 	for _, a := range st.Active {
-		age = max(age, a.PairAge)
+		age, pair = max(age, a.PairAge), max(pair, a.PairTS)
 	}
 	g(c.viewAge, age.Seconds())
+	g(c.lastPair, tso.Seconds(pair))
 	for _, sc := range st.Schedules {
 		g(c.scheduleNext, unix(sc.Next), sc.Trigger)
 	}
