@@ -96,6 +96,9 @@ var migrations = []metaschema.Step{
 			PRIMARY KEY (changefeed, schedule, fire_at)
 		) ENGINE=InnoDB`,
 	}},
+	{Name: "verification run history: the run's differences by class", Stmts: []string{
+		`ALTER TABLE %s.` + RunsTable + ` ADD COLUMN differences_by_class VARCHAR(512) NOT NULL DEFAULT '' AFTER differences`,
+	}},
 }
 
 func init() {
@@ -275,9 +278,14 @@ func (h *history) finish(ctx context.Context, r *RunRecord) error {
 	if r.Error != "" {
 		msg = r.Error
 	}
-	err := h.exec(ctx, "UPDATE %s."+RunsTable+" SET state=?, result=?, finished_at=?, first_ts=?, last_ts=?, pairs=?, max_pause_us=?, tables_compared=?, rows_checked=?, differences=?, resolved=?, recheck_rounds=?, throttled_us=?, error=? WHERE run_id=?",
+	byClass := ""
+	if len(r.DifferencesByClass) > 0 {
+		b, _ := json.Marshal(r.DifferencesByClass)
+		byClass = string(b)
+	}
+	err := h.exec(ctx, "UPDATE %s."+RunsTable+" SET state=?, result=?, finished_at=?, first_ts=?, last_ts=?, pairs=?, max_pause_us=?, tables_compared=?, rows_checked=?, differences=?, differences_by_class=?, resolved=?, recheck_rounds=?, throttled_us=?, error=? WHERE run_id=?",
 		r.State, r.Result, r.FinishedAt.UTC(), r.FirstTS, r.LastTS, len(r.Pairs), usec(r.MaxPause), r.TablesCompared, r.RowsChecked,
-		r.Differences, r.Resolved, r.RecheckRounds, usec(r.Throttled), msg, r.RunID)
+		r.Differences, byClass, r.Resolved, r.RecheckRounds, usec(r.Throttled), msg, r.RunID)
 	if err != nil {
 		return fmt.Errorf("recording the end of verification run %s: %w", r.RunID, err)
 	}
@@ -313,7 +321,7 @@ func (h *history) list(ctx context.Context, limit int, runID string) ([]RunRecor
 		where, args = "run_id=?", []any{runID}
 	}
 	rows, err := h.db.QueryContext(qctx, h.q("SELECT run_id, changefeed, trigger_kind, trigger_name, instance, scope, tables, state, result, started_at, finished_at, "+
-		"first_ts, last_ts, max_pause_us, tables_compared, rows_checked, differences, resolved, recheck_rounds, throttled_us, COALESCE(error, '') FROM %s."+RunsTable+
+		"first_ts, last_ts, max_pause_us, tables_compared, rows_checked, differences, differences_by_class, resolved, recheck_rounds, throttled_us, COALESCE(error, '') FROM %s."+RunsTable+
 		" WHERE "+where+" ORDER BY started_at DESC, run_id DESC LIMIT ?"), append(args, limit)...)
 	if err != nil {
 		return nil, fmt.Errorf("reading the verification history: %w", err)
@@ -322,14 +330,19 @@ func (h *history) list(ctx context.Context, limit int, runID string) ([]RunRecor
 	var out []RunRecord
 	for rows.Next() {
 		var r RunRecord
-		var pats string
+		var pats, byClass string
 		var fin sql.NullTime
 		var pause, throttled int64
 		if err := rows.Scan(&r.RunID, &r.Changefeed, &r.TriggerKind, &r.Trigger, &r.Instance, &r.Scope, &pats, &r.State, &r.Result, &r.StartedAt, &fin,
-			&r.FirstTS, &r.LastTS, &pause, &r.TablesCompared, &r.RowsChecked, &r.Differences, &r.Resolved, &r.RecheckRounds, &throttled, &r.Error); err != nil {
+			&r.FirstTS, &r.LastTS, &pause, &r.TablesCompared, &r.RowsChecked, &r.Differences, &byClass, &r.Resolved, &r.RecheckRounds, &throttled, &r.Error); err != nil {
 			return nil, fmt.Errorf("reading the verification history: %w", err)
 		}
 		_ = json.Unmarshal([]byte(pats), &r.Patterns)
+		if byClass != "" {
+			if err := json.Unmarshal([]byte(byClass), &r.DifferencesByClass); err != nil {
+				return nil, fmt.Errorf("reading the verification history: run %s: differences_by_class %q: %w", r.RunID, byClass, err)
+			}
+		}
 		r.FinishedAt, r.MaxPause, r.Throttled = fin.Time, time.Duration(pause)*time.Microsecond, time.Duration(throttled)*time.Microsecond
 		out = append(out, r)
 	}

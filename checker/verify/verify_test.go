@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"strings"
 	"sync"
@@ -207,6 +208,7 @@ func TestManualRun(t *testing.T) {
 	}
 	serve(t, s)
 	rec := manual(t, s, Request{})
+	first := rec.RunID
 	if rec.Result != ResultEqual || rec.State != StateDone || rec.TablesCompared != 2 || rec.RowsChecked != 3500 || rec.Differences != 0 || rec.Resolved != 0 || rec.RecheckRounds != 0 {
 		t.Fatalf("run: %+v", rec)
 	}
@@ -255,6 +257,14 @@ func TestManualRun(t *testing.T) {
 	}
 	if st := s.Stats(); classified != 1 || st.DifferencesByClass[checker.ClassUnclassified] != rec.DifferencesByClass[checker.ClassUnclassified] {
 		t.Fatalf("classes of the run's difference: %v, stats %v", rec.DifferencesByClass, st.DifferencesByClass)
+	}
+	// The history holds them too (what `parity verify` and /verify/runs print); the
+	// clean run has none.
+	if h := recordOf(t, s, rec.RunID); !maps.Equal(h.DifferencesByClass, rec.DifferencesByClass) {
+		t.Fatalf("history of the different run: classes %v, want %v", h.DifferencesByClass, rec.DifferencesByClass)
+	}
+	if h := recordOf(t, s, first); h.DifferencesByClass != nil {
+		t.Fatalf("history of the clean run: classes %v", h.DifferencesByClass)
 	}
 	// A scope that is none is refused before anything starts.
 	if _, err := s.Trigger(context.Background(), Request{Scope: "changed"}); err == nil || !strings.Contains(err.Error(), `unknown scope "changed"`) {
