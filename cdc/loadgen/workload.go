@@ -90,6 +90,15 @@ func (g *Generator) runTxn(ctx context.Context, conn *sql.Conn, r *rand.Rand) (b
 		g.rollback(conn)
 		return false, nil
 	}
+	// A stopping run commits nothing more. This check also keeps the COMMIT off a dead
+	// connection: when ctx ends just as a statement above finishes, go-sql-driver's
+	// watcher may close the connection after that statement succeeded, and the COMMIT
+	// would then fail unsent with "bad connection" — an unknown outcome that ends the
+	// run without its final resolved ts. ctx still live here means the watcher did not.
+	if err := ctx.Err(); err != nil {
+		g.rollback(conn)
+		return false, err
+	}
 	// From here on the outcome must be known: COMMIT and reading its ts ignore
 	// cancellation (bounded), so a stopping run never loses a committed transaction.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
