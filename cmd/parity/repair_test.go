@@ -394,10 +394,11 @@ func TestRepairUnderLoad(t *testing.T) {
 	t.Logf("unknown run: %s", errs)
 }
 
-// verifyCLIExit runs `parity verify --json`, expecting exit status want.
-func verifyCLIExit(t *testing.T, addr string, want int) verify.RunRecord {
+// verifyCLIExit runs `parity verify --json` with args (e.g. --scope), expecting exit
+// status want.
+func verifyCLIExit(t *testing.T, addr string, want int, args ...string) verify.RunRecord {
 	t.Helper()
-	code, out, errs := runCLI(t, "verify", "--addr", addr, "--json", "--timeout", "2m")
+	code, out, errs := runCLI(t, append([]string{"verify", "--addr", addr, "--json", "--timeout", "2m"}, args...)...)
 	if code != want {
 		t.Fatalf("parity verify: exit %d (%s), want %d\n%s", code, errs, want, out)
 	}
