@@ -45,32 +45,27 @@ type StoredDifference struct {
 	Class string
 }
 
-// RunDifferences returns the stored differences of the checker run runID in the meta
-// schema metaSchema of db, in table and key order. tables, when not empty, keeps the
-// differences of the upstream tables matching one of its "schema.table" patterns (* and
-// ? wildcards as in the run's own table patterns); a pattern matching none of the run's
-// tables is an error that names the run's tables. An unknown run is ErrRunNotFound, one
-// still running ErrRunRunning. A
-// difference stored by a release before exact keys (no "rk") is an error: its typed
-// key cannot be recovered without the run's plan; verify again to store it anew.
-func RunDifferences(ctx context.Context, db *sql.DB, metaSchema, runID string, tables []string) ([]StoredDifference, error) {
+// finishedRun opens the stored state of the finished checker run runID and returns its
+// tables that match tables (all when empty): ErrRunNotFound, ErrRunRunning, or a pattern
+// matching none of the run's tables are errors (RunDifferences, RunFixSQL).
+func finishedRun(ctx context.Context, db *sql.DB, metaSchema, runID string, tables []string) (*store, []storedTable, error) {
 	s := &store{db: db, raw: metaSchema, schema: ident.Quote(metaSchema), runID: runID, tmo: time.Minute}
 	qctx, cancel := s.ctx(ctx)
 	var state string
 	err := db.QueryRowContext(qctx, s.q("SELECT state FROM %s.diff_runs WHERE run_id = ?"), runID).Scan(&state)
 	cancel()
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, fmt.Errorf("run %s in meta schema %s: %w", runID, metaSchema, ErrRunNotFound)
+		return nil, nil, fmt.Errorf("run %s in meta schema %s: %w", runID, metaSchema, ErrRunNotFound)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("read run %s: %w", runID, err)
+		return nil, nil, fmt.Errorf("read run %s: %w", runID, err)
 	}
 	if state == RunRunning {
-		return nil, fmt.Errorf("run %s: %w: its differences are not final until it ends (resume it if it was interrupted)", runID, ErrRunRunning)
+		return nil, nil, fmt.Errorf("run %s: %w: its differences are not final until it ends (resume it if it was interrupted)", runID, ErrRunRunning)
 	}
 	stored, err := s.tables(ctx)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	matched := make([]bool, len(tables))
 	var keep []storedTable
@@ -91,8 +86,24 @@ func RunDifferences(ctx context.Context, db *sql.DB, metaSchema, runID string, t
 			for j, t := range stored {
 				names[j] = t.upSchema + "." + t.upTable
 			}
-			return nil, fmt.Errorf("table %s is not among the tables of run %s (%s)", tables[i], runID, strings.Join(names, ", "))
+			return nil, nil, fmt.Errorf("table %s is not among the tables of run %s (%s)", tables[i], runID, strings.Join(names, ", "))
 		}
+	}
+	return s, keep, nil
+}
+
+// RunDifferences returns the stored differences of the checker run runID in the meta
+// schema metaSchema of db, in table and key order. tables, when not empty, keeps the
+// differences of the upstream tables matching one of its "schema.table" patterns (* and
+// ? wildcards as in the run's own table patterns); a pattern matching none of the run's
+// tables is an error that names the run's tables. An unknown run is ErrRunNotFound, one
+// still running ErrRunRunning. A
+// difference stored by a release before exact keys (no "rk") is an error: its typed
+// key cannot be recovered without the run's plan; verify again to store it anew.
+func RunDifferences(ctx context.Context, db *sql.DB, metaSchema, runID string, tables []string) ([]StoredDifference, error) {
+	s, keep, err := finishedRun(ctx, db, metaSchema, runID, tables)
+	if err != nil {
+		return nil, err
 	}
 	var out []StoredDifference
 	for _, t := range keep {

@@ -180,8 +180,9 @@ func (p *TablePlan) extra(row []Value, n int) Difference {
 	return d
 }
 
-// fixHeader starts a table's fix file.
-func (p *TablePlan) fixHeader(runID string) string {
+// fixHeader starts a table's fix SQL (a fix file, or RunFixSQL's first statements): down
+// and up are the quoted downstream and upstream table names.
+func fixHeader(runID, down, up string) string {
 	return fmt.Sprintf("-- parity diff run %s: make %s equal to upstream %s.\n"+
 		"-- Review before applying. Deletes come first. The rows are the upstream's as the run read them:\n"+
 		"-- apply while nothing else writes these rows (replication into the table caught up and paused),\n"+
@@ -191,5 +192,5 @@ func (p *TablePlan) fixHeader(runID string) string {
 		"SET SESSION time_zone = '+00:00';\n"+
 		"-- Zero dates are data here (the upstream holds them): allow them, and keep the rest of sql_mode.\n"+
 		"SET SESSION sql_mode = TRIM(BOTH ',' FROM REPLACE(REPLACE(CONCAT(',', @@SESSION.sql_mode, ','), ',NO_ZERO_DATE,', ','), ',NO_ZERO_IN_DATE,', ','));\n",
-		runID, p.table(Downstream), p.table(Upstream))
+		runID, down, up)
 }

@@ -295,11 +295,8 @@ func (tk *tracker) writeFix(ctx context.Context, t *target) (string, error) {
 		return "", fmt.Errorf("write fix sql: %w", err)
 	}
 	defer f.Close()
-	if _, err := f.WriteString(t.plan.fixHeader(tk.st.runID)); err != nil {
-		return "", fmt.Errorf("write fix sql %s: %w", full, err)
-	}
-	err = tk.st.differences(ctx, t.idx, -1, true, func(_ Difference, fix string) error {
-		_, err := f.WriteString(fix + "\n")
+	err = tk.st.fixSQL(ctx, t.stored, true, func(sql string) error {
+		_, err := f.WriteString(sql)
 		return err
 	})
 	if err != nil {
