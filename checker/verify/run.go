@@ -80,7 +80,7 @@ func (r *runner) run(ctx context.Context) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		if r.pair != nil && r.pair.Age() >= r.s.cfg.MaxViewAge/2 {
+		if r.pair != nil && r.pair.Age() >= r.st.maxViewAge/2 {
 			r.log.Debug("snapshot pair past half of verify.max-view-age; taking a new one", "resolved_ts", r.pair.TS, "age", r.pair.Age())
 			r.closePair(ctx)
 			r.s.mu.Lock()
@@ -119,7 +119,6 @@ func (r *runner) run(ctx context.Context) error {
 // compareTable compares one table at the current pair (opening one when there is
 // none), going on at fresh pairs while its pair's view expires.
 func (r *runner) compareTable(ctx context.Context, seq int, t [2]string) TableRecord {
-	cfg := r.s.cfg
 	tr := TableRecord{Seq: seq, Schema: t[0], Table: t[1]}
 	fail := func(err error) TableRecord {
 		tr.Result, tr.Error = ResultFailed, err.Error()
@@ -146,7 +145,7 @@ func (r *runner) compareTable(ctx context.Context, seq int, t [2]string) TableRe
 		d := checker.NewDiffWith(dc, src)
 		r.progress(func(st *runState) { st.diff = d })
 		tctx, cancel := context.WithCancelCause(ctx)
-		watchdog := time.AfterFunc(cfg.MaxViewAge-r.pair.Age(), func() { cancel(errViewExpired) })
+		watchdog := time.AfterFunc(r.st.maxViewAge-r.pair.Age(), func() { cancel(errViewExpired) })
 		rep, err := d.Run(tctx)
 		watchdog.Stop()
 		expired := errors.Is(context.Cause(tctx), errViewExpired)
@@ -159,7 +158,7 @@ func (r *runner) compareTable(ctx context.Context, seq int, t [2]string) TableRe
 			// The view is max-view-age old: never read it again. Finished chunks stay
 			// finished in the checker's run, which goes on at a fresh pair.
 			log.Info("snapshot pair reached verify.max-view-age during the table; resuming at a fresh pair",
-				"resolved_ts", r.pair.TS, "max_view_age", cfg.MaxViewAge, "diff_run_id", diffID, "chunks_done", stats.ChunksDone)
+				"resolved_ts", r.pair.TS, "max_view_age", r.st.maxViewAge, "diff_run_id", diffID, "chunks_done", stats.ChunksDone)
 			r.closePair(ctx)
 			r.s.mu.Lock()
 			r.s.rotations++
@@ -171,7 +170,7 @@ func (r *runner) compareTable(ctx context.Context, seq int, t [2]string) TableRe
 			}
 			lastDone = stats.ChunksDone
 			if stalls >= 2 {
-				return fail(fmt.Errorf("no chunk finished within verify.max-view-age (%v) at %d pairs in a row: raise it (or verify.max-rows-per-second)", cfg.MaxViewAge, stalls))
+				return fail(fmt.Errorf("no chunk finished within verify.max-view-age (%v) at %d pairs in a row: raise it (or verify.max-rows-per-second)", r.st.maxViewAge, stalls))
 			}
 			continue
 		}
@@ -196,6 +195,11 @@ func (r *runner) compareTable(ctx context.Context, seq int, t [2]string) TableRe
 			r.st.rec.DifferencesByClass[class] += n
 		}
 		r.st.rec.RecheckRounds += rep.RecheckRounds
+		r.progress(func(st *runState) {
+			st.chunksDone += stats.ChunksDone
+			st.chunks += stats.Chunks
+			st.diffs += tr.Differences
+		})
 		tr.Result = ResultEqual
 		if !equal {
 			tr.Result = ResultDifferent
@@ -212,7 +216,7 @@ func (r *runner) diffConfig(pattern, resume string, log *slog.Logger) checker.Co
 	c.Tables = []string{pattern}
 	c.MetaSchema = cfg.MetaSchema
 	c.Concurrency = cfg.MaxConnections
-	c.MaxRowsPerSecond = cfg.MaxRowsPerSecond
+	c.MaxRowsPerSecond = r.st.rate
 	c.MaxThreadsRunning = cfg.MaxThreadsRunning
 	c.QueryTimeout = cfg.QueryTimeout
 	c.Changefeed = checker.ChangefeedConfig{ID: cfg.Changefeed, MetaSchema: cfg.MetaSchema, MaxLag: cfg.MaxLag}
@@ -247,6 +251,11 @@ func (r *runner) openPair(ctx context.Context) error {
 		return err
 	}
 	quiet := slog.New(checkerLog{r.log.Handler()})
+	if len(rec.Pairs) == 0 && r.st.minTS > 0 {
+		if err := r.s.waitResolved(ctx, r.st.minTS, r.log); err != nil {
+			return err
+		}
+	}
 	var lastErr error
 	for attempt := 1; attempt <= pairAttempts; attempt++ {
 		early := attempt > resolvedAttempts
@@ -261,7 +270,7 @@ func (r *runner) openPair(ctx context.Context) error {
 		// the safe point (not tried again: later attempts are at newer TSOs).
 		if attempt == 1 {
 			if err := checker.CheckSnapshotGC(ctx, cfg.UpstreamDSN, ts, quiet); err != nil {
-				return fmt.Errorf("snapshot pair at %d (%s): %w", ts, tso.Format(ts), err)
+				return pastGC(fmt.Errorf("snapshot pair at %d (%s): %w", ts, tso.Format(ts), err))
 			}
 		}
 		var b checker.Barrierer = r.s.deps.Applier
@@ -365,7 +374,7 @@ func (r *runner) listTables(ctx context.Context, patterns []string) ([][2]string
 		if err := rows.Scan(&s, &t); err != nil {
 			return nil, fmt.Errorf("listing upstream tables: %w", err)
 		}
-		if systemSchemas[strings.ToLower(s)] || strings.EqualFold(s, cfg.MetaSchema) || !selected(patterns, cfg.Exclude, s, t) {
+		if !r.s.verifiable(patterns, s, t) {
 			continue
 		}
 		out = append(out, [2]string{s, t})
@@ -377,6 +386,12 @@ func (r *runner) listTables(ctx context.Context, patterns []string) ([][2]string
 		return nil, fmt.Errorf("no upstream table matches %s at TSO %d", strings.Join(patterns, ", "), r.pair.TS)
 	}
 	return out, nil
+}
+
+// verifiable reports whether patterns select the upstream table schema.table for
+// verification: not a system schema, not the meta schema, not in verify.exclude.
+func (s *Service) verifiable(patterns []string, schema, table string) bool {
+	return !systemSchemas[strings.ToLower(schema)] && !strings.EqualFold(schema, s.cfg.MetaSchema) && selected(patterns, s.cfg.Exclude, schema, table)
 }
 
 func selected(patterns, exclude []string, schema, table string) bool {
@@ -412,6 +427,25 @@ func (s *Service) pairTS(ctx context.Context) (uint64, error) {
 		}
 		if err := sleep(ctx, 100*time.Millisecond); err != nil {
 			return 0, err
+		}
+	}
+}
+
+// waitResolved waits until the applier's resolved ts (or checkpoint) reaches ts: a run's
+// first pair at or after a TSO (Request.MinTS).
+func (s *Service) waitResolved(ctx context.Context, ts uint64, log *slog.Logger) error {
+	logged := false
+	for {
+		applied, resolved := s.deps.Applier.Watermarks()
+		if max(applied, resolved) >= ts {
+			return nil
+		}
+		if !logged {
+			log.Info("waiting for the applier to resolve the run's first pair TSO", "min_ts", ts, "resolved_ts", resolved)
+			logged = true
+		}
+		if err := sleep(ctx, 100*time.Millisecond); err != nil {
+			return err
 		}
 	}
 }

@@ -50,6 +50,9 @@ type Applier interface {
 	// Watermarks returns the applied checkpoint and the global resolved ts (0 while
 	// unknown).
 	Watermarks() (applied, resolved uint64)
+	// WaitApplied returns once every change committed at or before ts is applied (the
+	// cutover check waits so), or ctx's error.
+	WaitApplied(ctx context.Context, ts uint64) error
 }
 
 // Deps are what New needs besides its Config.
@@ -68,11 +71,20 @@ type Deps struct {
 	Logger *slog.Logger
 }
 
-// Request is a run asked for (a manual trigger): zero fields take verify.scope and
-// verify.tables.
+// Request is a run asked for (a manual trigger): zero fields take verify.scope,
+// verify.tables and the service's limits.
 type Request struct {
 	Scope  string
 	Tables []string
+	// MaxViewAge is the oldest a pair's read view may be (see verify.max-view-age); at
+	// least 1s and at most verify.max-view-age. 0: verify.max-view-age.
+	MaxViewAge time.Duration
+	// MinTS: the run's first pair is at or after this TSO; the run waits (for the
+	// applier's resolved ts to reach it) before it opens one. 0: no bound.
+	MinTS uint64
+	// MaxRowsPerSecond caps the rows the run compares per second; at most
+	// verify.max-rows-per-second when that is set. 0: verify.max-rows-per-second.
+	MaxRowsPerSecond int64
 }
 
 // BusyError is returned when a trigger's previous run is still running: a trigger
@@ -151,8 +163,10 @@ type Service struct {
 }
 
 type manualReq struct {
-	req   Request
-	reply chan manualReply
+	req Request
+	// kind and name are the trigger's (TriggerManual when empty).
+	kind, name string
+	reply      chan manualReply
 }
 
 type manualReply struct {
@@ -166,6 +180,14 @@ type runState struct {
 	done chan struct{}
 	// final is rec as it ended, set before done is closed.
 	final RunRecord
+	// initial is rec as the run was created (immutable: Get reads it for a queued run).
+	initial RunRecord
+	// cancel ends the run (Cancel: errCancelled).
+	cancel context.CancelCauseFunc
+	// The request's options, with the service's defaults applied.
+	maxViewAge time.Duration
+	minTS      uint64
+	rate       int
 
 	// Progress, under Service.mu.
 	queued     bool
@@ -175,6 +197,11 @@ type runState struct {
 	rowsDone   int64
 	diff       *checker.Diff
 	pair       *checker.SnapshotPair
+	// Chunks of the tables done (the current diff's are added by activeOf) and the
+	// differences found so far; started is when the run left the queue.
+	chunksDone, chunks int
+	diffs              int64
+	started            time.Time
 }
 
 // New validates cfg and returns a Service.
@@ -252,7 +279,11 @@ func (s *Service) Run(ctx context.Context) error {
 			case <-gctx.Done():
 				return nil
 			case m := <-s.reqs:
-				st, err := s.begin(gctx, g, "manual", TriggerManual, "", m.req)
+				kind, name := m.kind, m.name
+				if kind == "" {
+					kind, name = TriggerManual, TriggerManual
+				}
+				st, err := s.begin(gctx, g, kind, name, "", m.req)
 				m.reply <- manualReply{started: st, err: err}
 			}
 		}
@@ -369,15 +400,13 @@ func (s *Service) setErr(err error) {
 // Trigger starts a manual run and returns it; a *BusyError when the previous manual run
 // is still running, ErrNotRunning when the service does not serve triggers.
 func (s *Service) Trigger(ctx context.Context, req Request) (*Started, error) {
-	if req.Scope != "" {
-		if err := CheckScope(req.Scope); err != nil {
-			return nil, err
-		}
-	}
-	for i, t := range req.Tables {
-		if err := checker.CheckTablePattern(t); err != nil {
-			return nil, fmt.Errorf("tables[%d]: %w", i, err)
-		}
+	return s.trigger(ctx, "", "", req)
+}
+
+// trigger starts a run of trigger name (kind; "" for manual) in Run's group.
+func (s *Service) trigger(ctx context.Context, kind, name string, req Request) (*Started, error) {
+	if err := s.checkRequest(req); err != nil {
+		return nil, err
 	}
 	select {
 	case <-s.ready:
@@ -386,7 +415,7 @@ func (s *Service) Trigger(ctx context.Context, req Request) (*Started, error) {
 	default:
 		return nil, ErrNotRunning
 	}
-	m := &manualReq{req: req, reply: make(chan manualReply, 1)}
+	m := &manualReq{req: req, kind: kind, name: name, reply: make(chan manualReply, 1)}
 	select {
 	case s.reqs <- m:
 	case <-s.done:
@@ -438,10 +467,15 @@ func (s *Service) begin(ctx context.Context, g *errgroup.Group, kind, name, runI
 		done:   make(chan struct{}),
 		queued: true,
 	}
+	s.options(st, req)
+	st.initial = *st.rec
+	rctx, cancel := context.WithCancelCause(ctx)
+	st.cancel = cancel
 	s.active[name] = st
 	s.mu.Unlock()
 	g.Go(func() error {
-		s.execute(ctx, st)
+		defer cancel(nil)
+		s.execute(rctx, st)
 		return nil
 	})
 	return &Started{RunID: st.rec.RunID, st: st}, nil
@@ -547,13 +581,22 @@ func (s *Service) execute(ctx context.Context, st *runState) {
 	case s.slots <- struct{}{}:
 	case <-ctx.Done():
 		rec.State, rec.Result, rec.Error, rec.FinishedAt = StateCancelled, ResultCancelled, "cancelled before it started", time.Now()
+		if errors.Is(context.Cause(ctx), errCancelled) {
+			// Asked for: recorded, as a run that never started.
+			rec.Error = "cancelled before it started: " + errCancelled.Error()
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			defer cancel()
+			if err := s.hist.start(rctx, rec); err != nil {
+				log.Warn("could not record a cancelled verification", "err", err)
+			}
+		}
 		return
 	}
 	defer func() { <-s.slots }()
-	s.mu.Lock()
-	st.queued = false
-	s.mu.Unlock()
 	rec.StartedAt = time.Now()
+	s.mu.Lock()
+	st.queued, st.started = false, rec.StartedAt
+	s.mu.Unlock()
 	err := ctx.Err()
 	if err == nil {
 		err = s.hist.start(ctx, rec)
@@ -580,6 +623,9 @@ func (s *Service) execute(ctx context.Context, st *runState) {
 		}
 	case ctx.Err() != nil:
 		rec.State, rec.Result, rec.Error = StateCancelled, ResultCancelled, err.Error()
+		if cause := context.Cause(ctx); errors.Is(cause, errCancelled) {
+			rec.Error = cause.Error()
+		}
 	default:
 		rec.State, rec.Result, rec.Error = StateFailed, ResultFailed, err.Error()
 	}
@@ -627,6 +673,24 @@ func (s *Service) ended(st *runState) {
 
 func samePatterns(a, b []string) bool { return patternsText(a) == patternsText(b) }
 
+// activeOf returns r's progress; under Service.mu.
+func (r *runState) activeOf() ActiveRun {
+	a := ActiveRun{RunID: r.initial.RunID, Trigger: r.initial.Trigger, Queued: r.queued, Table: r.table,
+		TablesDone: r.tablesDone, Tables: r.tables, RowsChecked: r.rowsDone, ChunksDone: r.chunksDone, ChunksTotal: r.chunks,
+		Differences: r.diffs, StartedAt: r.started}
+	if r.diff != nil {
+		ds := r.diff.Stats()
+		a.RowsChecked += ds.RowsChecked
+		a.ChunksDone += ds.ChunksDone
+		a.ChunksTotal += ds.Chunks
+		a.Differences += ds.Differences
+	}
+	if r.pair != nil {
+		a.PairTS, a.PairAge = r.pair.TS, r.pair.Age()
+	}
+	return a
+}
+
 // Stats returns the service's counters now.
 func (s *Service) Stats() Stats {
 	applied, _ := s.deps.Applier.Watermarks()
@@ -645,15 +709,7 @@ func (s *Service) Stats() Stats {
 	}
 	st.Freshness, _ = Freshness(now, applied, s.covered)
 	for _, r := range s.active {
-		a := ActiveRun{RunID: r.rec.RunID, Trigger: r.rec.Trigger, Queued: r.queued, Table: r.table,
-			TablesDone: r.tablesDone, Tables: r.tables, RowsChecked: r.rowsDone}
-		if r.diff != nil {
-			a.RowsChecked += r.diff.Stats().RowsChecked
-		}
-		if r.pair != nil {
-			a.PairTS, a.PairAge = r.pair.TS, r.pair.Age()
-		}
-		st.Active = append(st.Active, a)
+		st.Active = append(st.Active, r.activeOf())
 	}
 	st.Running = len(st.Active)
 	s.fillStats(&st, now)

@@ -106,6 +106,16 @@ type ActiveRun struct {
 	// PairTS is the current pair's TSO and PairAge its read view's age (0 between pairs).
 	PairTS  uint64
 	PairAge time.Duration
+	// ChunksDone counts the chunks compared, ChunksTotal those cut so far, over the
+	// tables done and the current one (a table's chunks are cut as it goes, so the total
+	// grows until the last table's are cut).
+	ChunksDone  int
+	ChunksTotal int
+	// Differences counts the differing rows found so far.
+	Differences int64
+	// StartedAt is when the run left the queue (zero while Queued): rows/s and an ETA
+	// are measured from it.
+	StartedAt time.Time
 }
 
 // Stats are the service's counters and gauges at one moment: a plain struct the daemon

@@ -46,6 +46,15 @@ func (a *stillApplier) Barrier(ctx context.Context, ts uint64, fn func(ctx conte
 
 func (a *stillApplier) Watermarks() (uint64, uint64) { return a.ts, a.ts }
 
+// WaitApplied: the fallback is at ts and never moves.
+func (a *stillApplier) WaitApplied(ctx context.Context, ts uint64) error {
+	if ts <= a.ts {
+		return nil
+	}
+	<-ctx.Done()
+	return ctx.Err()
+}
+
 var _ Applier = (*stillApplier)(nil)
 
 // fixture is a database of the same name on TiDB and the fallback with the same rows,

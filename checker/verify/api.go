@@ -1,0 +1,482 @@
+package verify
+
+// api.go owns what callers outside the service's own loops ask of it (the daemon's gRPC
+// API): a run by id and its cancellation, the history filtered and paged, snapshot
+// points, a run's differences and fix SQL, and the request options and error sentinels
+// they share. Runs are still started and driven by service.go and run.go; the cutover
+// check is cutover.go.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/tidb-parity/parity/checker"
+	"github.com/tidb-parity/parity/internal/position"
+	"github.com/tidb-parity/parity/internal/tso"
+)
+
+// ErrRunNotFound is returned (wrapped, with the id) for a verification run the history
+// does not hold.
+var ErrRunNotFound = errors.New("verification run not found")
+
+// ErrPastGC is matched (errors.Is) by an error about a TSO TiDB's GC has passed: its
+// row versions may be gone, so nothing reads at it. The error's text names the TSO and
+// the safe point.
+var ErrPastGC = errors.New("TSO is older than TiDB's GC safe point")
+
+// ErrInvalidRequest is matched (errors.Is) by an error about what was asked: a scope, a
+// table pattern, a request option or a filter that is none. The error's text names it.
+var ErrInvalidRequest = errors.New("invalid verification request")
+
+// errCancelled is the cause of a run ended by Cancel.
+var errCancelled = errors.New("cancelled on request")
+
+// sentinelError is err (its text) that also matches a sentinel.
+type sentinelError struct{ sentinel, err error }
+
+func (e *sentinelError) Error() string   { return e.err.Error() }
+func (e *sentinelError) Unwrap() []error { return []error{e.sentinel, e.err} }
+
+// checkerQuiet is log for the checker's own logs (checkerLog).
+func checkerQuiet(log *slog.Logger) *slog.Logger { return slog.New(checkerLog{log.Handler()}) }
+
+func pastGC(err error) error  { return &sentinelError{ErrPastGC, err} }
+func invalid(err error) error { return &sentinelError{ErrInvalidRequest, err} }
+
+// checkRequest checks a request's scope, tables and options against the service's
+// limits; the errors match ErrInvalidRequest.
+func (s *Service) checkRequest(req Request) error {
+	if req.Scope != "" {
+		if err := CheckScope(req.Scope); err != nil {
+			return invalid(err)
+		}
+	}
+	for i, t := range req.Tables {
+		if err := checker.CheckTablePattern(t); err != nil {
+			return invalid(fmt.Errorf("tables[%d]: %w", i, err))
+		}
+	}
+	switch v := req.MaxViewAge; {
+	case v < 0 || (v > 0 && v < time.Second):
+		return invalid(fmt.Errorf("max view age %v: want at least 1s", v))
+	case v > s.cfg.MaxViewAge:
+		return invalid(fmt.Errorf("max view age %v is above verify.max-view-age (%v)", v, s.cfg.MaxViewAge))
+	}
+	switch v := req.MaxRowsPerSecond; {
+	case v < 0:
+		return invalid(fmt.Errorf("max rows per second %d: must not be negative", v))
+	case s.cfg.MaxRowsPerSecond > 0 && v > int64(s.cfg.MaxRowsPerSecond):
+		return invalid(fmt.Errorf("max rows per second %d is above verify.max-rows-per-second (%d)", v, s.cfg.MaxRowsPerSecond))
+	}
+	if ts := req.MinTS; ts > 0 {
+		if at := tso.Time(ts); at.Year() < 2000 || at.After(time.Now().Add(24*time.Hour)) {
+			return invalid(fmt.Errorf("min ts %d is not a TiDB TSO of now or before (it would be %s)", ts, at.UTC().Format(time.RFC3339)))
+		}
+	}
+	return nil
+}
+
+// options sets st's options from req (checked) and the service's defaults.
+func (s *Service) options(st *runState, req Request) {
+	st.maxViewAge = s.cfg.MaxViewAge
+	if req.MaxViewAge > 0 {
+		st.maxViewAge = req.MaxViewAge
+	}
+	st.rate = s.cfg.MaxRowsPerSecond
+	if req.MaxRowsPerSecond > 0 {
+		st.rate = int(req.MaxRowsPerSecond)
+	}
+	st.minTS = req.MinTS
+}
+
+// serving returns ErrNotRunning unless Run serves (the pools and the history are open).
+func (s *Service) serving() error {
+	select {
+	case <-s.ready:
+	default:
+		return ErrNotRunning
+	}
+	select {
+	case <-s.done:
+		return ErrNotRunning
+	default:
+		return nil
+	}
+}
+
+// UpstreamTSO returns TiDB's current TSO.
+func (s *Service) UpstreamTSO(ctx context.Context) (uint64, error) {
+	if err := s.serving(); err != nil {
+		return 0, err
+	}
+	return s.upstreamTSO(ctx)
+}
+
+// activeByID returns the run runID while this service runs it (queued or running).
+func (s *Service) activeByID(runID string) (*runState, *ActiveRun) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, st := range s.active {
+		if st.initial.RunID == runID {
+			a := st.activeOf()
+			return st, &a
+		}
+	}
+	return nil, nil
+}
+
+// Get returns the run runID as the history holds it, with its pairs and tables, and
+// while this service runs it its progress (nil once it ended). The counts of a running
+// run's record are its progress so far. A queued run, not yet in the history, is
+// returned as it was asked for. Unknown: ErrRunNotFound.
+func (s *Service) Get(ctx context.Context, runID string) (RunRecord, *ActiveRun, error) {
+	if err := s.serving(); err != nil {
+		return RunRecord{}, nil, err
+	}
+	st, a := s.activeByID(runID)
+	runs, err := s.hist.list(ctx, 1, runID)
+	if err != nil {
+		return RunRecord{}, nil, err
+	}
+	if len(runs) == 0 {
+		if st != nil {
+			return st.initial, a, nil
+		}
+		if st, a := s.activeByID(runID); st != nil { // it left the queue meanwhile
+			return st.initial, a, nil
+		}
+		return RunRecord{}, nil, fmt.Errorf("run %s: %w", runID, ErrRunNotFound)
+	}
+	rec := runs[0]
+	if rec.State != StateRunning || a == nil {
+		return rec, nil, nil
+	}
+	rec.TablesCompared, rec.RowsChecked, rec.Differences = a.TablesDone, a.RowsChecked, a.Differences
+	return rec, a, nil
+}
+
+// Cancel stops the run runID, queued or running, and returns its record once it has
+// ended: state cancelled, recorded in the history. A run that has ended is returned
+// unchanged. Unknown: ErrRunNotFound; a run that another daemon runs is an error.
+func (s *Service) Cancel(ctx context.Context, runID string) (RunRecord, error) {
+	if err := s.serving(); err != nil {
+		return RunRecord{}, err
+	}
+	st, _ := s.activeByID(runID)
+	if st == nil {
+		rec, _, err := s.Get(ctx, runID)
+		if err == nil && rec.State == StateRunning {
+			return rec, fmt.Errorf("verification run %s is not run by this daemon: cancel it where it runs", runID)
+		}
+		return rec, err
+	}
+	s.log.Info("verification cancelled on request", "run_id", runID, "trigger", st.initial.Trigger)
+	st.cancel(errCancelled)
+	select {
+	case <-st.done:
+	case <-ctx.Done():
+		return RunRecord{}, ctx.Err()
+	}
+	rec, _, err := s.Get(ctx, runID)
+	if err != nil {
+		return st.final, nil
+	}
+	return rec, nil
+}
+
+// ListFilter selects runs of the history. Zero fields select all.
+type ListFilter struct {
+	// State and Trigger are a run's state (running, done, failed, cancelled, skipped)
+	// and trigger (a schedule's name, continuous, manual, cutover-check).
+	State, Trigger string
+	// StartedAfter and StartedBefore bound when runs started: at or after, before.
+	StartedAfter, StartedBefore time.Time
+	// Offset skips that many runs; Limit returns at most that many (0: 50; at most
+	// 1000).
+	Offset, Limit int
+}
+
+// ListLimit is the most runs List returns at once.
+const ListLimit = 1000
+
+// List returns the changefeed's runs that f selects, newest first (by start), with
+// their pairs and tables. Queued runs are not in the history yet (Stats().Active and
+// Get show them).
+func (s *Service) List(ctx context.Context, f ListFilter) ([]RunRecord, error) {
+	if err := s.serving(); err != nil {
+		return nil, err
+	}
+	switch {
+	case f.Offset < 0:
+		return nil, invalid(fmt.Errorf("offset %d: must not be negative", f.Offset))
+	case f.Limit < 0 || f.Limit > ListLimit:
+		return nil, invalid(fmt.Errorf("limit %d: want 1 to %d (0: 50)", f.Limit, ListLimit))
+	case f.Limit == 0:
+		f.Limit = 50
+	}
+	switch f.State {
+	case "", StateRunning, StateDone, StateFailed, StateCancelled, StateSkipped:
+	default:
+		return nil, invalid(fmt.Errorf("state %q: want running, done, failed, cancelled or skipped", f.State))
+	}
+	ids, err := s.hist.ids(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]RunRecord, 0, len(ids))
+	for _, id := range ids {
+		runs, err := s.hist.list(ctx, 1, id)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, runs...)
+	}
+	return out, nil
+}
+
+// ids returns the ids of the runs f selects, newest first.
+func (h *history) ids(ctx context.Context, f ListFilter) ([]string, error) {
+	where, args := []string{"changefeed=?"}, []any{h.changefeed}
+	if f.State != "" {
+		where, args = append(where, "state=?"), append(args, f.State)
+	}
+	if f.Trigger != "" {
+		where, args = append(where, "trigger_name=?"), append(args, f.Trigger)
+	}
+	if !f.StartedAfter.IsZero() {
+		where, args = append(where, "started_at>=?"), append(args, f.StartedAfter.UTC())
+	}
+	if !f.StartedBefore.IsZero() {
+		where, args = append(where, "started_at<?"), append(args, f.StartedBefore.UTC())
+	}
+	qctx, cancel := context.WithTimeout(ctx, h.timeout)
+	defer cancel()
+	rows, err := h.db.QueryContext(qctx, h.q("SELECT run_id FROM %s."+RunsTable+" WHERE "+strings.Join(where, " AND ")+
+		" ORDER BY started_at DESC, run_id DESC LIMIT ? OFFSET ?"), append(args, f.Limit, f.Offset)...)
+	if err != nil {
+		return nil, fmt.Errorf("reading the verification history: %w", err)
+	}
+	defer rows.Close()
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, fmt.Errorf("reading the verification history: %w", err)
+		}
+		ids = append(ids, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("reading the verification history: %w", err)
+	}
+	return ids, nil
+}
+
+// Point is the fallback held exactly at an upstream TSO: a snapshot point.
+type Point struct {
+	TS uint64
+	// Position is the fallback's position at TS as the ts-map and the history record it
+	// ("mariadb-gtid:<gtid_binlog_pos>", "mysql-gtid:<gtid_executed>",
+	// "binlog:<file>:<offset>"; "" without a binary log); Source names its kind
+	// (PositionSource).
+	Position, Source string
+	// Pause is how long replication waited for the point (the applier's barrier).
+	Pause     time.Duration
+	CreatedAt time.Time
+}
+
+// PositionSource splits a position as Point.Position and PairRecord.Position hold it
+// into the server's own value and its kind: gtid_binlog_pos (MariaDB), gtid_executed
+// (MySQL) or binlog_pos (file:offset); "" for an empty position.
+func PositionSource(pos string) (value, source string) {
+	for _, p := range [][2]string{{"mariadb-gtid:", "gtid_binlog_pos"}, {"mysql-gtid:", "gtid_executed"}, {"binlog:", "binlog_pos"}} {
+		if v, ok := strings.CutPrefix(pos, p[0]); ok {
+			return v, p[1]
+		}
+	}
+	return pos, ""
+}
+
+// tsMapSource is the ts-map's source of snapshot points.
+const tsMapSource = "snapshot-point"
+
+// SnapshotPoint holds the fallback exactly at atTS — 0: the applier's resolved ts
+// (tried again at newer ones, then at TiDB's current TSO, when the applier passes it
+// first, as a run's pairs are) — reads its position inside the barrier, records the
+// point in the ts-map (source "snapshot-point") and returns it; the pause is counted in
+// Stats().Pause. An atTS the applier has applied beyond fails with the applier's error
+// (Deps.BarrierPassed); one TiDB's GC has passed with ErrPastGC. It waits while the
+// changefeed has not resolved atTS yet.
+func (s *Service) SnapshotPoint(ctx context.Context, atTS uint64) (Point, error) {
+	if err := s.serving(); err != nil {
+		return Point{}, err
+	}
+	log := s.log.With("component", "snapshot-point")
+	if atTS != 0 {
+		if err := checker.CheckSnapshotGC(ctx, s.cfg.UpstreamDSN, atTS, checkerQuiet(log)); err != nil {
+			return Point{}, pastGC(fmt.Errorf("snapshot point at %d (%s): %w", atTS, tso.Format(atTS), err))
+		}
+	}
+	var lastErr error
+	for attempt := 1; attempt <= pairAttempts; attempt++ {
+		ts := atTS
+		if ts == 0 {
+			var err error
+			if attempt <= resolvedAttempts {
+				ts, err = s.pairTS(ctx)
+			} else {
+				ts, err = s.upstreamTSO(ctx)
+			}
+			if err != nil {
+				return Point{}, err
+			}
+		}
+		p, err := s.holdPoint(ctx, ts)
+		if err == nil {
+			if rt := s.deps.RecordTSMap; rt != nil {
+				if err := rt(ctx, p.TS, p.Position, tsMapSource); err != nil {
+					return Point{}, fmt.Errorf("snapshot point at %d: recording it in the ts-map: %w", ts, err)
+				}
+			}
+			s.mu.Lock()
+			s.pause.observe(p.Pause)
+			s.mu.Unlock()
+			log.Info("snapshot point", "resolved_ts", p.TS, "position", p.Position, "pause", p.Pause)
+			return p, nil
+		}
+		lastErr = fmt.Errorf("snapshot point at %d: %w", ts, err)
+		if atTS != 0 || ctx.Err() != nil || (s.deps.BarrierPassed != nil && !errors.Is(err, s.deps.BarrierPassed)) {
+			return Point{}, lastErr
+		}
+		s.mu.Lock()
+		s.passed++
+		s.mu.Unlock()
+	}
+	return Point{}, fmt.Errorf("no snapshot point in %d attempts: %w", pairAttempts, lastErr)
+}
+
+// holdPoint holds the fallback at ts and reads its position there, on a connection
+// taken before the barrier (so the pause is one query).
+func (s *Service) holdPoint(ctx context.Context, ts uint64) (Point, error) {
+	conn, err := s.kill.Conn(ctx)
+	if err != nil {
+		return Point{}, fmt.Errorf("downstream: %w", err)
+	}
+	defer conn.Close()
+	p := Point{TS: ts}
+	err = s.deps.Applier.Barrier(ctx, ts, func(bctx context.Context) error {
+		start := time.Now()
+		defer func() { p.Pause = time.Since(start) }()
+		qctx, cancel := context.WithTimeout(bctx, min(s.cfg.QueryTimeout, 30*time.Second))
+		defer cancel()
+		pos, err := position.Read(qctx, conn)
+		p.Position, p.CreatedAt = pos, time.Now()
+		return err
+	})
+	if err != nil {
+		return Point{}, err
+	}
+	_, p.Source = PositionSource(p.Position)
+	return p, nil
+}
+
+// finishedRecord returns the run runID from the history: ErrRunNotFound when unknown,
+// checker.ErrRunRunning while it runs.
+func (s *Service) finishedRecord(ctx context.Context, runID string) (RunRecord, error) {
+	if err := s.serving(); err != nil {
+		return RunRecord{}, err
+	}
+	runs, err := s.hist.list(ctx, 1, runID)
+	if err != nil {
+		return RunRecord{}, err
+	}
+	if len(runs) == 0 {
+		return RunRecord{}, fmt.Errorf("run %s: %w", runID, ErrRunNotFound)
+	}
+	if runs[0].State == StateRunning {
+		return RunRecord{}, fmt.Errorf("verification run %s: %w: its differences are not final until it ends", runID, checker.ErrRunRunning)
+	}
+	return runs[0], nil
+}
+
+// runTables returns the tables of rec that patterns select (all when empty) and whose
+// checker run stored differences; a pattern that is none, or matches none of the run's
+// tables, is an error (ErrInvalidRequest).
+func runTables(rec RunRecord, patterns []string) ([]TableRecord, error) {
+	matched := make([]bool, len(patterns))
+	for i, p := range patterns {
+		if err := checker.CheckTablePattern(p); err != nil {
+			return nil, invalid(fmt.Errorf("tables[%d]: %w", i, err))
+		}
+	}
+	var out []TableRecord
+	for _, t := range rec.Tables {
+		ok := len(patterns) == 0
+		for i, p := range patterns {
+			if checker.MatchTable(p, t.Schema, t.Table) {
+				matched[i], ok = true, true
+			}
+		}
+		if ok && t.DiffRunID != "" && t.Differences > 0 {
+			out = append(out, t)
+		}
+	}
+	for i, m := range matched {
+		if !m {
+			names := make([]string, len(rec.Tables))
+			for j, t := range rec.Tables {
+				names[j] = t.Schema + "." + t.Table
+			}
+			return nil, invalid(fmt.Errorf("table %s is not among the tables of verification run %s (%s)", patterns[i], rec.RunID, strings.Join(names, ", ")))
+		}
+	}
+	return out, nil
+}
+
+// Differences returns the differences the verification run runID stored, across its
+// tables' checker runs (TableRecord.DiffRunID), in the run's table order and each
+// table's key order; tables ("schema.table" patterns) keeps those tables' only.
+// Unknown: ErrRunNotFound; still running: checker.ErrRunRunning.
+func (s *Service) Differences(ctx context.Context, runID string, tables []string) ([]checker.StoredDifference, error) {
+	rec, err := s.finishedRecord(ctx, runID)
+	if err != nil {
+		return nil, err
+	}
+	ts, err := runTables(rec, tables)
+	if err != nil {
+		return nil, err
+	}
+	var out []checker.StoredDifference
+	for _, t := range ts {
+		ds, err := checker.RunDifferences(ctx, s.meta, s.cfg.MetaSchema, t.DiffRunID, nil)
+		if err != nil {
+			return nil, fmt.Errorf("table %s.%s of verification run %s: %w", t.Schema, t.Table, runID, err)
+		}
+		out = append(out, ds...)
+	}
+	return out, nil
+}
+
+// FixSQL streams the fix SQL of the verification run runID's differences — what
+// parity diff writes to its fix files (checker.RunFixSQL) — table by table: emit gets
+// the fallback's table ("schema.table") and whole statements ending in ";\n", a table's
+// header first. tables, errors: as Differences.
+func (s *Service) FixSQL(ctx context.Context, runID string, tables []string, emit func(table, sql string) error) error {
+	rec, err := s.finishedRecord(ctx, runID)
+	if err != nil {
+		return err
+	}
+	ts, err := runTables(rec, tables)
+	if err != nil {
+		return err
+	}
+	for _, t := range ts {
+		if err := checker.RunFixSQL(ctx, s.meta, s.cfg.MetaSchema, t.DiffRunID, nil, emit); err != nil {
+			return fmt.Errorf("table %s.%s of verification run %s: %w", t.Schema, t.Table, runID, err)
+		}
+	}
+	return nil
+}
