@@ -53,7 +53,10 @@ chunked, pushed-down checksums, drill down to the differing rows and write fix S
       --table shop.orders --table 'shop.user_*' --output ./diff-out
 
 Exit status: 0 when everything is equal, 1 when differences were found, 2 on error.
-A run is persisted in parity_meta on the downstream; resume a killed run with --resume RUN_ID.`,
+A run is persisted in parity_meta on the downstream; resume a killed run with --resume RUN_ID.
+
+The subcommands (start, get, watch, cancel, list, differences, fix-sql) drive the
+verification runs of a running parity serve over its gRPC API instead.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			code, err := runDiff(cmd, &f)
@@ -90,6 +93,8 @@ A run is persisted in parity_meta on the downstream; resume a killed run with --
 	fl.String("tidb-checksum", "", "where a TiDB side computes checksums: auto (default: pushdown on TiKV, tidb on unistore), pushdown or tidb")
 	fl.CountVarP(&f.verbose, "verbose", "v", "log progress details to stderr (-vv: also every mismatched chunk)")
 	fl.StringVar(&f.cpuProfile, "cpu-profile", "", "write a Go CPU profile of the run to this file (for `go tool pprof`)")
+	// The daemon's verification runs, over its gRPC API (client_diff.go).
+	cmd.AddCommand(newDiffAPICommands()...)
 	return cmd
 }
 

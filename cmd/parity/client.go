@@ -1,0 +1,335 @@
+package main
+
+// client.go is what the commands that talk to a running `parity serve` over its gRPC API
+// (api/parity/v1) share: the connection flags (--addr, --token-file, TLS, --timeout,
+// --json), dialing, bearer tokens, printing protobuf answers as JSON for scripts, and
+// the exit codes a runbook branches on: 0 pass / equal / done, 1 differences or a
+// failed check, 2 an error (bad flags, an unreachable daemon, a gRPC error, printed with
+// its code and google.rpc.ErrorInfo reason).
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"golang.org/x/term"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	parityv1 "github.com/tidb-parity/parity/api/parity/v1"
+)
+
+// Environment variables that default the connection flags (a runbook sets them once).
+const (
+	envAPIAddr      = "PARITY_API_ADDR"
+	envAPITokenFile = "PARITY_API_TOKEN_FILE"
+)
+
+// defaultAPIAddr is api.addr's default.
+const defaultAPIAddr = "127.0.0.1:8391"
+
+// clientFlags are the flags of every command that calls the API.
+type clientFlags struct {
+	addr          string
+	tokenFile     string
+	tlsCA         string
+	tlsCert       string
+	tlsKey        string
+	tlsServerName string
+	timeout       time.Duration
+	json          bool
+}
+
+// register adds the flags to fs; timeout is the command's default deadline (0: none).
+func (f *clientFlags) register(fs *pflag.FlagSet, timeout time.Duration) {
+	addr := os.Getenv(envAPIAddr)
+	if addr == "" {
+		addr = defaultAPIAddr
+	}
+	fs.StringVar(&f.addr, "addr", addr, "gRPC address of parity serve (api.addr; env "+envAPIAddr+")")
+	fs.StringVar(&f.tokenFile, "token-file", os.Getenv(envAPITokenFile), "file holding the bearer token to present (env "+envAPITokenFile+")")
+	fs.StringVar(&f.tlsCA, "tls-ca", "", "CA certificate (PEM) to verify the daemon's certificate with; any --tls-* flag turns TLS on")
+	fs.StringVar(&f.tlsCert, "tls-cert", "", "client certificate (PEM) for mutual TLS")
+	fs.StringVar(&f.tlsKey, "tls-key", "", "client certificate's key (PEM)")
+	fs.StringVar(&f.tlsServerName, "tls-server-name", "", "name to verify the daemon's certificate against (default: the host of --addr)")
+	fs.DurationVar(&f.timeout, "timeout", timeout, "give up after this long (0: never)")
+	fs.BoolVar(&f.json, "json", false, "print the answer as JSON (protojson; a stream prints one object a line)")
+}
+
+// useTLS reports whether any TLS flag is set.
+func (f *clientFlags) useTLS() bool {
+	return f.tlsCA != "" || f.tlsCert != "" || f.tlsKey != "" || f.tlsServerName != ""
+}
+
+// context is the command's context with the --timeout deadline, plus extra (the server
+// answers a wait that ran out before the caller's own deadline cuts the call).
+func (f *clientFlags) context(cmd *cobra.Command, extra time.Duration) (context.Context, context.CancelFunc) {
+	ctx := cmd.Context()
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	if f.timeout <= 0 {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, f.timeout+extra)
+}
+
+// dial connects to the daemon (lazily: an unreachable daemon fails the first call).
+func (f *clientFlags) dial() (*grpc.ClientConn, parityv1.ParityClient, error) {
+	if f.addr == "" {
+		return nil, nil, usageErr(errors.New("--addr: the daemon's gRPC address is required"))
+	}
+	host, _, err := net.SplitHostPort(f.addr)
+	if err != nil {
+		return nil, nil, usageErr(fmt.Errorf("--addr: want host:port, got %q", f.addr))
+	}
+	var opts []grpc.DialOption
+	if f.useTLS() {
+		cfg, err := clientTLS(f.tlsCA, f.tlsCert, f.tlsKey, f.tlsServerName)
+		if err != nil {
+			return nil, nil, usageErr(err)
+		}
+		opts = append(opts, grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
+	} else {
+		opts = append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	}
+	if f.tokenFile != "" {
+		tok, err := readToken(f.tokenFile)
+		if err != nil {
+			return nil, nil, usageErr(err)
+		}
+		if !f.useTLS() && !isLoopbackHost(host) {
+			return nil, nil, usageErr(fmt.Errorf("--token-file: refusing to send a bearer token in clear to %s (not loopback); use TLS (--tls-ca)", f.addr))
+		}
+		opts = append(opts, grpc.WithPerRPCCredentials(bearer{token: tok, tls: f.useTLS()}))
+	}
+	conn, err := grpc.NewClient(f.addr, opts...)
+	if err != nil {
+		return nil, nil, usageErr(fmt.Errorf("--addr %s: %w", f.addr, err))
+	}
+	return conn, parityv1.NewParityClient(conn), nil
+}
+
+func isLoopbackHost(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// readToken reads the one bearer token a file holds (surrounding space is not part of it).
+func readToken(path string) (string, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("--token-file: %w", err)
+	}
+	tok := strings.TrimSpace(string(raw))
+	if tok == "" {
+		return "", fmt.Errorf("--token-file %s: the file is empty (want one bearer token)", path)
+	}
+	if strings.ContainsAny(tok, " \t\r\n") {
+		return "", fmt.Errorf("--token-file %s: want one bearer token, found several words or lines", path)
+	}
+	return tok, nil
+}
+
+// bearer presents the token as "authorization: Bearer <token>" on every call.
+type bearer struct {
+	token string
+	tls   bool
+}
+
+var _ credentials.PerRPCCredentials = bearer{}
+
+func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + b.token}, nil
+}
+
+// RequireTransportSecurity is false for a loopback daemon without TLS (dial refuses a
+// token in clear to any other address).
+func (b bearer) RequireTransportSecurity() bool { return b.tls }
+
+// clientTLS is the client's TLS configuration: the daemon verified against caFile (the
+// system roots without it), the client certificate presented for mutual TLS.
+func clientTLS(caFile, certFile, keyFile, serverName string) (*tls.Config, error) {
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: serverName}
+	if caFile != "" {
+		pem, err := os.ReadFile(caFile)
+		if err != nil {
+			return nil, fmt.Errorf("--tls-ca: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--tls-ca %s: no PEM certificate in it", caFile)
+		}
+		cfg.RootCAs = pool
+	}
+	switch {
+	case certFile != "" && keyFile != "":
+		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+		if err != nil {
+			return nil, fmt.Errorf("--tls-cert/--tls-key: %w", err)
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	case certFile != "" || keyFile != "":
+		return nil, errors.New("--tls-cert and --tls-key go together")
+	}
+	return cfg, nil
+}
+
+// usageErr is a problem with the command line: exit 2.
+func usageErr(err error) error { return &exitError{code: 2, err: err} }
+
+// callErr turns a failed call into exit 2 with the gRPC code and the ErrorInfo reason
+// (and its metadata) in the message, e.g.
+//
+//	GetDiff: NotFound DIFF_NOT_FOUND (name=diffs/x): verification run not found: x
+func callErr(rpc string, err error) error {
+	return &exitError{code: 2, err: errors.New(describeCallErr(rpc, err))}
+}
+
+func describeCallErr(rpc string, err error) string {
+	st, ok := status.FromError(err)
+	if !ok {
+		return fmt.Sprintf("%s: %v", rpc, err)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: %s", rpc, st.Code())
+	if info := errorInfo(st); info != nil {
+		b.WriteString(" " + info.GetReason())
+		if md := info.GetMetadata(); len(md) > 0 {
+			keys := make([]string, 0, len(md))
+			for k := range md {
+				keys = append(keys, k)
+			}
+			sort.Strings(keys)
+			parts := make([]string, len(keys))
+			for i, k := range keys {
+				parts[i] = k + "=" + md[k]
+			}
+			b.WriteString(" (" + strings.Join(parts, ", ") + ")")
+		}
+	}
+	if m := st.Message(); m != "" {
+		b.WriteString(": " + m)
+	}
+	if st.Code() == codes.Unavailable && strings.Contains(st.Message(), "connect") {
+		b.WriteString(" (is parity serve running with api.addr set?)")
+	}
+	return b.String()
+}
+
+// errorInfo is the status's google.rpc.ErrorInfo detail, or nil.
+func errorInfo(st *status.Status) *errdetails.ErrorInfo {
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok {
+			return info
+		}
+	}
+	return nil
+}
+
+// errorReason is the ErrorInfo reason of a call's error ("" without one).
+func errorReason(err error) string {
+	st, ok := status.FromError(err)
+	if !ok {
+		return ""
+	}
+	if info := errorInfo(st); info != nil {
+		return info.GetReason()
+	}
+	return ""
+}
+
+var (
+	jsonOut     = protojson.MarshalOptions{Multiline: true, Indent: "  ", EmitUnpopulated: true}
+	jsonOutLine = protojson.MarshalOptions{EmitUnpopulated: true}
+)
+
+// printJSON prints m as indented JSON (with every field, so scripts see false and 0).
+func printJSON(w io.Writer, m proto.Message) error {
+	raw, err := jsonOut.Marshal(m)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "%s\n", raw)
+	return err
+}
+
+// printJSONLine prints m as one line of JSON (a stream's message).
+func printJSONLine(w io.Writer, m proto.Message) error {
+	raw, err := jsonOutLine.Marshal(m)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "%s\n", raw)
+	return err
+}
+
+// isTerminal reports whether w is a terminal (live progress instead of plain lines).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(interface{ Fd() uintptr })
+	return ok && term.IsTerminal(int(f.Fd()))
+}
+
+// fmtTime renders a timestamp in UTC, "-" when unset.
+func fmtTime(t *timestamppb.Timestamp) string {
+	if t == nil {
+		return "-"
+	}
+	return t.AsTime().UTC().Format("2006-01-02 15:04:05.000 UTC")
+}
+
+// fmtDur renders a duration rounded for people, "-" when unset.
+func fmtDur(d *durationpb.Duration) string {
+	if d == nil {
+		return "-"
+	}
+	v := d.AsDuration()
+	switch {
+	case v >= time.Minute:
+		return v.Round(time.Second).String()
+	case v >= time.Second:
+		return v.Round(time.Millisecond).String()
+	default:
+		return v.Round(time.Microsecond).String()
+	}
+}
+
+// durOrNil is d as a protobuf duration, nil for 0 (the server's default).
+func durOrNil(d time.Duration) *durationpb.Duration {
+	if d <= 0 {
+		return nil
+	}
+	return durationpb.New(d)
+}
+
+// diffName is "diffs/{run_id}" for a run id or a name.
+func diffName(s string) string {
+	if strings.HasPrefix(s, "diffs/") {
+		return s
+	}
+	return "diffs/" + s
+}
+
+// runIDOf is the run id of "diffs/{run_id}".
+func runIDOf(name string) string { return strings.TrimPrefix(name, "diffs/") }
