@@ -9,8 +9,6 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -34,6 +32,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/tidb-parity/parity/api"
 	parityv1 "github.com/tidb-parity/parity/api/parity/v1"
 )
 
@@ -103,9 +102,9 @@ func (f *clientFlags) dial() (*grpc.ClientConn, parityv1.ParityClient, error) {
 	}
 	var opts []grpc.DialOption
 	if f.useTLS() {
-		cfg, err := clientTLS(f.tlsCA, f.tlsCert, f.tlsKey, f.tlsServerName)
+		cfg, err := api.ClientTLS(f.tlsCA, f.tlsCert, f.tlsKey, f.tlsServerName)
 		if err != nil {
-			return nil, nil, usageErr(err)
+			return nil, nil, usageErr(fmt.Errorf("--tls-ca/--tls-cert/--tls-key: %w", err))
 		}
 		opts = append(opts, grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
 	} else {
@@ -167,34 +166,6 @@ func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]strin
 // RequireTransportSecurity is false for a loopback daemon without TLS (dial refuses a
 // token in clear to any other address).
 func (b bearer) RequireTransportSecurity() bool { return b.tls }
-
-// clientTLS is the client's TLS configuration: the daemon verified against caFile (the
-// system roots without it), the client certificate presented for mutual TLS.
-func clientTLS(caFile, certFile, keyFile, serverName string) (*tls.Config, error) {
-	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: serverName}
-	if caFile != "" {
-		pem, err := os.ReadFile(caFile)
-		if err != nil {
-			return nil, fmt.Errorf("--tls-ca: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("--tls-ca %s: no PEM certificate in it", caFile)
-		}
-		cfg.RootCAs = pool
-	}
-	switch {
-	case certFile != "" && keyFile != "":
-		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
-		if err != nil {
-			return nil, fmt.Errorf("--tls-cert/--tls-key: %w", err)
-		}
-		cfg.Certificates = []tls.Certificate{cert}
-	case certFile != "" || keyFile != "":
-		return nil, errors.New("--tls-cert and --tls-key go together")
-	}
-	return cfg, nil
-}
 
 // usageErr is a problem with the command line: exit 2.
 func usageErr(err error) error { return &exitError{code: 2, err: err} }

@@ -296,7 +296,7 @@ func TestClientFlags(t *testing.T) {
 		want string
 	}{
 		{"token in clear beyond loopback", []string{"--addr", "10.1.2.3:8391", "--token-file", good}, "in clear"},
-		{"cert without key", []string{"--tls-cert", good}, "--tls-cert and --tls-key go together"},
+		{"cert without key", []string{"--tls-cert", good}, "needs both its certificate and its key"},
 		{"CA that is no PEM", []string{"--tls-ca", good}, "no PEM certificate"},
 		{"bad addr", []string{"--addr", "nohostport"}, "--addr: want host:port"},
 		{"empty token file", []string{"--token-file", empty}, "empty"},
