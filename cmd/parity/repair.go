@@ -22,12 +22,14 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"text/tabwriter"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/spf13/cobra"
 
+	"github.com/tidb-parity/parity/api"
 	"github.com/tidb-parity/parity/cdc"
 	"github.com/tidb-parity/parity/checker"
 	"github.com/tidb-parity/parity/checker/verify"
@@ -47,16 +49,51 @@ type repairResponse struct {
 	Error    string            `json:"error,omitempty"`
 }
 
-// repairError is an error with the HTTP status it answers.
-type repairError struct {
-	code int
-	err  error
+// repairer repairs runs' differences for POST /repair and the API's Repair: one repair
+// at a time (a second is refused while one runs, as *verify.BusyError with trigger
+// "repair").
+type repairer struct {
+	r  *cdc.Replicator
+	vs *verify.Service
+
+	mu      sync.Mutex // held while a repair runs
+	current atomic.Value
 }
 
-func (e *repairError) Error() string { return e.err.Error() }
-func (e *repairError) Unwrap() error { return e.err }
+func newRepairer(r *cdc.Replicator, vs *verify.Service) *repairer { return &repairer{r: r, vs: vs} }
 
-func httpErr(code int, err error) error { return &repairError{code: code, err: err} }
+// Repair repairs runID's differences (of tables, all when empty) and re-verifies their
+// tables (see repair). Errors match checker.ErrRunNotFound (an unknown run),
+// checker.ErrRunRunning (still running), *api.FieldError (a table not in the run),
+// *verify.BusyError (a repair under way), cdc.ErrStopped or verify.ErrNotRunning.
+func (rp *repairer) Repair(ctx context.Context, runID string, tables []string, dry bool) (*repairResponse, error) {
+	if !rp.mu.TryLock() {
+		cur, _ := rp.current.Load().(string)
+		return nil, &verify.BusyError{Trigger: "repair", RunID: cur}
+	}
+	defer rp.mu.Unlock()
+	rp.current.Store(runID)
+	return repair(ctx, rp.r, rp.vs, runID, tables, dry)
+}
+
+// repairHTTPCode is the HTTP status of a repair's error.
+func repairHTTPCode(err error) int {
+	var (
+		fe   *api.FieldError
+		busy *verify.BusyError
+	)
+	switch {
+	case errors.As(err, &fe):
+		return http.StatusBadRequest
+	case errors.Is(err, checker.ErrRunNotFound):
+		return http.StatusNotFound
+	case errors.Is(err, checker.ErrRunRunning), errors.As(err, &busy):
+		return http.StatusConflict
+	case errors.Is(err, cdc.ErrStopped), errors.Is(err, verify.ErrNotRunning):
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError
+}
 
 // repairHandler is POST /repair?run=ID[&table=schema.table...][&dry-run=1]: it repairs
 // the run's differences and answers the result (200), with the re-verification's run
@@ -64,8 +101,7 @@ func httpErr(code int, err error) error { return &repairError{code: code, err: e
 // run, 409 while the run (or another repair) is running, 503 when the replicator or the
 // verification service does not run, 500 when the repair failed part-way (what was done
 // is in the body and in the meta schema).
-func repairHandler(r *cdc.Replicator, vs *verify.Service) http.HandlerFunc {
-	var busy sync.Mutex
+func repairHandler(rp *repairer) http.HandlerFunc {
 	return func(w http.ResponseWriter, req *http.Request) {
 		q := req.URL.Query()
 		runID := strings.TrimSpace(q.Get("run"))
@@ -94,20 +130,15 @@ func repairHandler(r *cdc.Replicator, vs *verify.Service) http.HandlerFunc {
 				}
 			}
 		}
-		if !busy.TryLock() {
-			writeJSON(w, http.StatusConflict, verifyError{Error: "another repair is running; try again when it ended"})
-			return
-		}
-		defer busy.Unlock()
-		resp, err := repair(req.Context(), r, vs, runID, tables, dry)
+		resp, err := rp.Repair(req.Context(), runID, tables, dry)
 		if err != nil {
-			code := http.StatusInternalServerError
-			var he *repairError
-			switch {
-			case errors.As(err, &he):
-				code = he.code
-			case errors.Is(err, cdc.ErrStopped), errors.Is(err, verify.ErrNotRunning):
-				code = http.StatusServiceUnavailable
+			var busy *verify.BusyError
+			if errors.As(err, &busy) {
+				err = errors.New("another repair is running; try again when it ended")
+			}
+			code := repairHTTPCode(err)
+			if busy != nil {
+				code = http.StatusConflict
 			}
 			if resp == nil {
 				writeJSON(w, code, verifyError{Error: err.Error()})
@@ -194,17 +225,15 @@ func runDifferences(ctx context.Context, r *cdc.Replicator, vs *verify.Service, 
 		diffs, err := checker.RunDifferences(ctx, db, schema, runID, tables)
 		switch {
 		case errors.Is(err, checker.ErrRunNotFound):
-			return nil, httpErr(http.StatusNotFound, fmt.Errorf("run %s not found: neither a verification run (parity verify history) nor a diff run in meta schema %s", runID, schema))
-		case errors.Is(err, checker.ErrRunRunning):
-			return nil, httpErr(http.StatusConflict, err)
+			return nil, fmt.Errorf("run %s not found: neither a verification run (parity verify history) nor a diff run in meta schema %s: %w", runID, schema, checker.ErrRunNotFound)
 		case err != nil && strings.Contains(err.Error(), "is not among the tables"):
-			return nil, httpErr(http.StatusBadRequest, err)
+			return nil, &api.FieldError{Field: "tables", Err: err}
 		}
 		return diffs, err
 	}
 	run := runs[0]
 	if run.State == verify.StateRunning {
-		return nil, httpErr(http.StatusConflict, fmt.Errorf("verification run %s is still running: repair its differences once it ended", runID))
+		return nil, fmt.Errorf("verification run %s: %w: repair its differences once it ended", runID, checker.ErrRunRunning)
 	}
 	matched := make([]bool, len(tables))
 	var out []checker.StoredDifference
@@ -230,7 +259,7 @@ func runDifferences(ctx context.Context, r *cdc.Replicator, vs *verify.Service, 
 			for j, t := range run.Tables {
 				names[j] = t.Schema + "." + t.Table
 			}
-			return nil, httpErr(http.StatusBadRequest, fmt.Errorf("table %s is not among the tables of verification run %s (%s)", tables[i], runID, strings.Join(names, ", ")))
+			return nil, &api.FieldError{Field: "tables", Err: fmt.Errorf("table %s is not among the tables of verification run %s (%s)", tables[i], runID, strings.Join(names, ", "))}
 		}
 	}
 	return out, nil

@@ -23,6 +23,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/tidb-parity/parity/api"
 	"github.com/tidb-parity/parity/cdc"
 	"github.com/tidb-parity/parity/checker/verify"
 	"github.com/tidb-parity/parity/internal/config"
@@ -44,6 +45,8 @@ type serveConfig struct {
 	Status     statusConfig         `toml:"status"`
 	// Verify runs verification beside the applier (checker/verify, docs/verify.md).
 	Verify verify.Config `toml:"verify"`
+	// API is the gRPC API (api/README.md).
+	API api.Config `toml:"api"`
 }
 
 type logConfig struct {
@@ -76,6 +79,7 @@ func defaultServeConfig() serveConfig {
 		Log:        logConfig{Level: "info", Format: "text"},
 		Status:     statusConfig{Addr: "127.0.0.1:8390"},
 		Verify:     verify.DefaultConfig(),
+		API:        api.DefaultConfig(),
 	}
 }
 
@@ -100,6 +104,9 @@ func (c serveConfig) Validate() error {
 		errs = append(errs, err)
 	}
 	if err := c.verify().Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.API.Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if _, err := parseLevel(c.Log.Level); err != nil {
@@ -166,6 +173,7 @@ var serveBindings = []config.Binding{
 	{Flag: "dead-letter", Key: "applier.dead-letter"},
 	{Flag: "status-addr", Key: "status.addr"},
 	{Flag: "pprof", Key: "status.pprof"},
+	{Flag: "api-addr", Key: "api.addr"},
 	{Flag: "verify", Key: "verify.enabled"},
 	{Flag: "verify-tables", Key: "verify.tables"},
 	{Flag: "log-level", Key: "log.level"},
@@ -216,7 +224,13 @@ func newServeCommand() (*cobra.Command, *serveFlags) {
 fallback MySQL in commit-ts order, exactly once, recording its progress in the meta
 schema of the downstream. Settings come from --config (TOML), then the environment
 (PARITY_UPSTREAM_DSN, PARITY_DOWNSTREAM_DSN), then flags. SIGTERM or SIGINT finishes the
-round being applied and exits 0; a second signal exits at once.
+round being applied and exits 0; a second signal exits at once. SIGHUP reads
+api.token-file again.
+
+The gRPC API (api.addr, api/README.md) serves status, waits, snapshot points, diff runs,
+their differences, fix SQL, repair and the cutover check; it refuses to start on a
+non-loopback address without authentication (api.token-file or TLS client
+certificates) unless api.insecure.
 
 With verify.enabled, verification runs beside the applier (docs/verify.md): snapshot
 pairs, scheduled and continuous runs, their history in the meta schema, and freshness in
@@ -255,6 +269,7 @@ Exit status: 0 after a signal, 1 when replication failed, 2 for a configuration 
 	fl.Bool("dead-letter", false, "applier.dead-letter")
 	fl.String("status-addr", "", "status.addr (empty disables)")
 	fl.Bool("pprof", false, "status.pprof: serve /debug/pprof/ on the status server")
+	fl.String("api-addr", "", "api.addr: the gRPC API's address (empty disables)")
 	fl.Bool("verify", false, "verify.enabled: run verification beside the applier")
 	fl.StringSlice("verify-tables", nil, "verify.tables (comma separated schema.table patterns)")
 	fl.String("log-level", "", "log.level")
@@ -291,8 +306,33 @@ func runServe(parent context.Context, cfg serveConfig) error {
 		}
 	}
 
-	// One group owns the replicator, the verification service and the status server:
-	// stop is cancel (a signal, or one of them failing), then wait for all.
+	// The API's listener and authentication are checked before anything starts.
+	var (
+		apiSrv *api.Server
+		apiLn  net.Listener
+		auth   *api.Authenticator
+	)
+	rp := newRepairer(r, vs)
+	if cfg.API.Addr != "" {
+		if auth, err = api.NewAuthenticator(cfg.API.TokenFile, cfg.API.TLS, log); err != nil {
+			return &exitError{code: 2, err: err}
+		}
+		if err := api.CheckExposure(cfg.API.Addr, cfg.API.Insecure, auth); err != nil {
+			return &exitError{code: 2, err: err}
+		}
+		backend, closeBackend := apiBackend(cfg, r, vs, rp)
+		defer closeBackend()
+		if apiSrv, err = api.New(cfg.API, backend, api.Options{Logger: log, Auth: auth}); err != nil {
+			return &exitError{code: 2, err: err}
+		}
+		if apiLn, err = net.Listen("tcp", cfg.API.Addr); err != nil {
+			return &exitError{code: 2, err: fmt.Errorf("api.addr: %w", err)}
+		}
+		defer apiLn.Close()
+	}
+
+	// One group owns the replicator, the verification service, the status server and
+	// the API: stop is cancel (a signal, or one of them failing), then wait for all.
 	g, gctx := errgroup.WithContext(ctx)
 	var srv *http.Server
 	if cfg.Status.Addr != "" {
@@ -300,7 +340,11 @@ func runServe(parent context.Context, cfg serveConfig) error {
 		if err != nil {
 			return &exitError{code: 2, err: fmt.Errorf("status.addr: %w", err)}
 		}
-		srv = &http.Server{Handler: statusHandler(r, vs, cfg.Status.Pprof), ReadHeaderTimeout: 5 * time.Second}
+		var extra []prometheus.Collector
+		if apiSrv != nil {
+			extra = append(extra, apiSrv.Metrics())
+		}
+		srv = &http.Server{Handler: statusMux(r, vs, rp, cfg.Status.Pprof, extra...), ReadHeaderTimeout: 5 * time.Second}
 		log.Info("status server listening", "addr", ln.Addr().String())
 		g.Go(func() error {
 			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -308,6 +352,11 @@ func runServe(parent context.Context, cfg serveConfig) error {
 			}
 			return nil
 		})
+	}
+	if apiSrv != nil {
+		log.Info("api server listening", "addr", apiLn.Addr().String(), "authentication", auth.Enabled())
+		g.Go(func() error { return apiSrv.Run(gctx, apiLn) })
+		g.Go(func() error { return auth.ReloadOnSignal(gctx, syscall.SIGHUP) })
 	}
 	g.Go(func() error {
 		defer func() {
@@ -331,9 +380,16 @@ func runServe(parent context.Context, cfg serveConfig) error {
 
 // statusHandler serves the status address; vs is nil without verification.
 func statusHandler(r *cdc.Replicator, vs *verify.Service, pprofOn bool) http.Handler {
+	return statusMux(r, vs, newRepairer(r, vs), pprofOn)
+}
+
+// statusMux is statusHandler with the daemon's repairer (shared with the API) and more
+// collectors for /metrics (the API's).
+func statusMux(r *cdc.Replicator, vs *verify.Service, rp *repairer, pprofOn bool, extra ...prometheus.Collector) http.Handler {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		cdc.NewCollector(r))
+	reg.MustRegister(extra...)
 	if vs != nil {
 		reg.MustRegister(newVerifyCollector(vs))
 	}
@@ -359,7 +415,7 @@ func statusHandler(r *cdc.Replicator, vs *verify.Service, pprofOn bool) http.Han
 	if vs != nil {
 		mux.HandleFunc("POST /verify/run", loopbackOnly(verifyRunHandler(vs)))
 		mux.HandleFunc("GET /verify/runs", loopbackOnly(verifyRunsHandler(vs)))
-		mux.HandleFunc("POST /repair", loopbackOnly(repairHandler(r, vs)))
+		mux.HandleFunc("POST /repair", loopbackOnly(repairHandler(rp)))
 	}
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		st := r.Status()

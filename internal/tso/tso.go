@@ -76,3 +76,23 @@ func At(ctx context.Context, conn *sql.Conn, ts uint64) (release func(), err err
 		}
 	}, nil
 }
+
+// Current returns TiDB's current TSO: the start ts of a new transaction on db (TiDB's
+// @@tidb_current_ts), within timeout.
+func Current(ctx context.Context, db *sql.DB, timeout time.Duration) (uint64, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	tx, err := db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return 0, fmt.Errorf("reading TiDB's current TSO: %w", err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	var ts uint64
+	if err := tx.QueryRowContext(ctx, "SELECT @@tidb_current_ts").Scan(&ts); err != nil {
+		return 0, fmt.Errorf("reading TiDB's current TSO: %w", err)
+	}
+	if ts == 0 {
+		return 0, errors.New("reading TiDB's current TSO: @@tidb_current_ts is 0 (is upstream.dsn TiDB?)")
+	}
+	return ts, nil
+}

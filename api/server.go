@@ -1,0 +1,732 @@
+package api
+
+// server.go is the gRPC server: its setup (interceptors, health, reflection, keepalive,
+// graceful stop) and every RPC of parity.v1.Parity. Conversions to the proto's messages
+// are in convert.go, page tokens in page.go.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/reflection"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	parityv1 "github.com/tidb-parity/parity/api/parity/v1"
+	"github.com/tidb-parity/parity/checker"
+	"github.com/tidb-parity/parity/checker/verify"
+)
+
+// Limits of the requests (the proto's comments).
+const (
+	watchStatusDefault = 5 * time.Second
+	watchStatusMin     = time.Second
+	watchStatusMax     = 5 * time.Minute
+	watchDiffDefault   = time.Second
+	watchDiffMin       = 200 * time.Millisecond
+	watchDiffMax       = time.Minute
+	waitDefault        = 10 * time.Minute
+	cutoverAgeDefault  = 7 * 24 * time.Hour
+	listDiffsDefault   = 50
+	listDiffsMax       = 1000
+	listDiffsDefault2  = 100 // ListDifferences
+	cutoverDiffsMax    = 1000
+	fixChunkBytes      = 64 << 10
+	healthPoll         = 500 * time.Millisecond
+)
+
+// ServiceName is the gRPC service's full name (health checks name it).
+const ServiceName = "parity.v1.Parity"
+
+// Options are what New needs besides the Config and the Backend.
+type Options struct {
+	// Logger receives the request log. Default: slog.Default().
+	Logger *slog.Logger
+	// Registerer registers the call metrics (parity_grpc_server_*). nil: not
+	// registered.
+	Registerer prometheus.Registerer
+	// Auth authenticates and authorizes calls and its TLS config serves TLS; nil: no
+	// authentication (tests, or a daemon CheckExposure allowed without it).
+	Auth *Authenticator
+}
+
+// Server is the API's gRPC server. Create it with New, serve with Run.
+type Server struct {
+	parityv1.UnimplementedParityServer
+
+	cfg     Config
+	b       Backend
+	log     *slog.Logger
+	srv     *grpc.Server
+	health  *health.Server
+	metrics *Metrics
+
+	// stopCtx ends when the server begins to stop: watch streams end with OK and
+	// waits fail UNAVAILABLE, so the graceful stop need not wait for them.
+	stopCtx  context.Context
+	stopNow  context.CancelFunc
+	stopOnce sync.Once
+}
+
+var _ parityv1.ParityServer = (*Server)(nil)
+
+// errStopping is a call cut short because the daemon stops.
+var errStopping = errors.New("the daemon is stopping")
+
+// New builds the server (it does not listen yet).
+func New(cfg Config, b Backend, o Options) (*Server, error) {
+	if b.Replication == nil {
+		return nil, errors.New("api: a replication backend is required")
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	s := &Server{cfg: cfg, b: b, log: o.Logger.With("component", "api"), health: health.NewServer(), metrics: NewMetrics()}
+	s.stopCtx, s.stopNow = context.WithCancel(context.Background())
+
+	// Outermost first: metrics and the log see the final code; the authenticator
+	// rejects before the handler; the innermost notes the caller and maps errors.
+	unary := []grpc.UnaryServerInterceptor{s.metrics.unary(), logUnary(s.log)}
+	stream := []grpc.StreamServerInterceptor{s.metrics.stream(), logStream(s.log)}
+	if o.Auth != nil {
+		unary = append(unary, o.Auth.UnaryInterceptor())
+		stream = append(stream, o.Auth.StreamInterceptor())
+	}
+	unary = append(unary, innerUnary())
+	stream = append(stream, innerStream())
+	opts := []grpc.ServerOption{
+		grpc.ChainUnaryInterceptor(unary...),
+		grpc.ChainStreamInterceptor(stream...),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: cfg.KeepaliveTime, Timeout: cfg.KeepaliveTimeout,
+			MaxConnectionIdle: cfg.MaxConnectionIdle}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: cfg.MinClientPingInterval, PermitWithoutStream: true}),
+		grpc.MaxConcurrentStreams(cfg.MaxConcurrentStreams),
+	}
+	tc, err := cfg.TLS.ServerTLS()
+	if err != nil {
+		return nil, err
+	}
+	if tc != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(tc)))
+	}
+	s.srv = grpc.NewServer(opts...)
+	parityv1.RegisterParityServer(s.srv, s)
+	healthpb.RegisterHealthServer(s.srv, s.health)
+	reflection.Register(s.srv)
+	s.metrics.init(s.srv)
+	if o.Registerer != nil {
+		if err := o.Registerer.Register(s.metrics); err != nil {
+			return nil, fmt.Errorf("api: registering metrics: %w", err)
+		}
+	}
+	s.setHealth()
+	return s, nil
+}
+
+// Metrics returns the server's call metrics (to register elsewhere).
+func (s *Server) Metrics() *Metrics { return s.metrics }
+
+// Run serves on ln until ctx ends, then stops gracefully: watch streams end with OK,
+// calls under way get api.stop-timeout to finish, then every connection is closed.
+// It returns once the server stopped; an error only when serving failed.
+func (s *Server) Run(ctx context.Context, ln net.Listener) error {
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			return fmt.Errorf("api server: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		t := time.NewTicker(healthPoll)
+		defer t.Stop()
+		for {
+			select {
+			case <-gctx.Done():
+				s.stop()
+				return nil
+			case <-t.C:
+				s.setHealth()
+			}
+		}
+	})
+	return g.Wait()
+}
+
+// stop stops the server: graceful, bounded by api.stop-timeout, then forced.
+func (s *Server) stop() {
+	s.stopOnce.Do(func() {
+		s.stopNow()
+		s.health.Shutdown()
+		done := make(chan struct{})
+		go func() {
+			s.srv.GracefulStop()
+			close(done)
+		}()
+		t := time.NewTimer(s.cfg.StopTimeout)
+		defer t.Stop()
+		select {
+		case <-done:
+		case <-t.C:
+			s.log.Warn("api calls still under way after the stop timeout; closing their connections", "stop_timeout", s.cfg.StopTimeout)
+			s.srv.Stop()
+			<-done
+		}
+	})
+}
+
+// setHealth reports SERVING while the applier runs, NOT_SERVING otherwise.
+func (s *Server) setHealth() {
+	st := healthpb.HealthCheckResponse_NOT_SERVING
+	if s.b.Replication.Status().State == "running" {
+		st = healthpb.HealthCheckResponse_SERVING
+	}
+	s.health.SetServingStatus("", st)
+	s.health.SetServingStatus(ServiceName, st)
+}
+
+// callCtx is ctx, also cancelled (cause errStopping) when the server stops.
+func (s *Server) callCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	cctx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(s.stopCtx, func() { cancel(errStopping) })
+	return cctx, func() { stop(); cancel(nil) }
+}
+
+// verification returns the verification backend or ErrVerificationDisabled.
+func (s *Server) verification() (Verification, error) {
+	if s.b.Verification == nil {
+		return nil, ErrVerificationDisabled
+	}
+	return s.b.Verification, nil
+}
+
+// GetStatus implements parityv1.ParityServer.
+func (s *Server) GetStatus(ctx context.Context, _ *parityv1.GetStatusRequest) (*parityv1.Status, error) {
+	return s.status(), nil
+}
+
+func (s *Server) status() *parityv1.Status {
+	var stats *verify.Stats
+	if s.b.Verification != nil {
+		st := s.b.Verification.Stats()
+		stats = &st
+	}
+	return statusProto(s.b.Replication.Status(), stats, s.b.Instance)
+}
+
+// WatchStatus implements parityv1.ParityServer.
+func (s *Server) WatchStatus(req *parityv1.WatchStatusRequest, stream parityv1.Parity_WatchStatusServer) error {
+	every, err := interval("interval", req.GetInterval(), watchStatusDefault, watchStatusMin, watchStatusMax)
+	if err != nil {
+		return err
+	}
+	return s.every(stream.Context(), every, func() (bool, error) {
+		return false, stream.Send(s.status())
+	})
+}
+
+// every calls send at once and then every interval until it reports the end, ctx ends
+// (its error) or the server stops (nil: the stream ends with OK).
+func (s *Server) every(ctx context.Context, every time.Duration, send func() (end bool, err error)) error {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		end, err := send()
+		if err != nil || end {
+			return err
+		}
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-s.stopCtx.Done():
+			return nil
+		}
+	}
+}
+
+// interval validates an optional duration field against its bounds.
+func interval(field string, d *durationpb.Duration, def, lo, hi time.Duration) (time.Duration, error) {
+	if d == nil {
+		return def, nil
+	}
+	if err := d.CheckValid(); err != nil {
+		return 0, fieldErr(field, "%v", err)
+	}
+	v := d.AsDuration()
+	if v < lo || v > hi {
+		return 0, fieldErr(field, "want %v to %v, got %v", lo, hi, v)
+	}
+	return v, nil
+}
+
+// positive validates an optional duration field that must be positive when set.
+func positive(field string, d *durationpb.Duration, def time.Duration) (time.Duration, error) {
+	if d == nil {
+		return def, nil
+	}
+	if err := d.CheckValid(); err != nil {
+		return 0, fieldErr(field, "%v", err)
+	}
+	if v := d.AsDuration(); v > 0 {
+		return v, nil
+	}
+	return 0, fieldErr(field, "must be positive, got %v", d.AsDuration())
+}
+
+// waitBound is how long a wait may take: the field, else the call's deadline, else
+// 10 min.
+func waitBound(ctx context.Context, field string, d *durationpb.Duration) (time.Duration, error) {
+	def := waitDefault
+	if dl, ok := ctx.Deadline(); ok {
+		def = time.Until(dl)
+	}
+	return positive(field, d, def)
+}
+
+// WaitForApplied implements parityv1.ParityServer.
+func (s *Server) WaitForApplied(ctx context.Context, req *parityv1.WaitForAppliedRequest) (*parityv1.WaitForAppliedResponse, error) {
+	start := time.Now()
+	timeout, err := waitBound(ctx, "timeout", req.GetTimeout())
+	if err != nil {
+		return nil, err
+	}
+	var target uint64
+	switch t := req.GetTarget().(type) {
+	case *parityv1.WaitForAppliedRequest_Ts:
+		if t.Ts == 0 {
+			return nil, fieldErr("ts", "must be a TSO, got 0")
+		}
+		target = t.Ts
+	case *parityv1.WaitForAppliedRequest_Now:
+		if !t.Now {
+			return nil, fieldErr("now", "must be true when set (or set ts)")
+		}
+		if target, err = s.b.Replication.UpstreamTSO(ctx); err != nil {
+			return nil, err
+		}
+	default:
+		return nil, fieldErr("target", "set ts or now")
+	}
+	if st := s.b.Replication.Status(); st.State == "stopped" || st.State == "failed" {
+		return nil, fmt.Errorf("waiting for ts %d: %w (%s)", target, ErrApplierNotRunning, st.State)
+	}
+	cctx, cancel := s.callCtx(ctx)
+	defer cancel()
+	wctx, wcancel := context.WithTimeout(cctx, timeout)
+	defer wcancel()
+	if err := s.b.Replication.WaitApplied(wctx, target); err != nil {
+		switch {
+		case context.Cause(cctx) == errStopping:
+			return nil, errStopping
+		case ctx.Err() != nil:
+			return nil, ctx.Err()
+		case errors.Is(err, context.DeadlineExceeded):
+			return nil, fmt.Errorf("ts %d not applied after %v (applied ts %d): %w", target, timeout.Round(time.Millisecond),
+				s.b.Replication.Status().AppliedTs, ErrDeadline)
+		}
+		return nil, err
+	}
+	applied := s.b.Replication.Status().AppliedTs
+	return &parityv1.WaitForAppliedResponse{TargetTs: target, AppliedTs: applied, AppliedTime: tsTime(applied),
+		Waited: durationpb.New(time.Since(start))}, nil
+}
+
+// CreateSnapshotPoint implements parityv1.ParityServer.
+func (s *Server) CreateSnapshotPoint(ctx context.Context, req *parityv1.CreateSnapshotPointRequest) (*parityv1.SnapshotPoint, error) {
+	v, err := s.verification()
+	if err != nil {
+		return nil, err
+	}
+	var at uint64
+	if req.AtTs != nil {
+		if *req.AtTs == 0 {
+			return nil, fieldErr("at_ts", "must be a TSO, got 0 (leave it unset for the resolved ts)")
+		}
+		at = *req.AtTs
+	}
+	cctx, cancel := s.callCtx(ctx)
+	defer cancel()
+	p, err := v.SnapshotPoint(cctx, at)
+	if err != nil {
+		return nil, stopped(cctx, err)
+	}
+	return pointProto(p), nil
+}
+
+// stopped returns errStopping for a call cut short by the server's stop, else err.
+func stopped(cctx context.Context, err error) error {
+	if context.Cause(cctx) == errStopping {
+		return fmt.Errorf("%w: %w", errStopping, err)
+	}
+	return err
+}
+
+// StartDiff implements parityv1.ParityServer.
+func (s *Server) StartDiff(ctx context.Context, req *parityv1.StartDiffRequest) (*parityv1.Diff, error) {
+	v, err := s.verification()
+	if err != nil {
+		return nil, err
+	}
+	dr := DiffRequest{Scope: strings.TrimSpace(req.GetScope())}
+	if dr.Scope != "" {
+		if err := verify.CheckScope(dr.Scope); err != nil {
+			return nil, &FieldError{Field: "scope", Err: err}
+		}
+	}
+	if dr.Tables, err = patterns("tables", req.GetTables()); err != nil {
+		return nil, err
+	}
+	if p := req.GetSnapshotPolicy(); p != nil {
+		if p.MaxViewAge != nil {
+			if dr.MaxViewAge, err = positive("snapshot_policy.max_view_age", p.MaxViewAge, 0); err != nil {
+				return nil, err
+			}
+		}
+		dr.MinTS = p.GetMinTs()
+	}
+	if o := req.GetOptions(); o != nil {
+		if o.MaxRowsPerSecond < 0 {
+			return nil, fieldErr("options.max_rows_per_second", "must not be negative, got %d", o.MaxRowsPerSecond)
+		}
+		dr.MaxRowsPerSecond = o.MaxRowsPerSecond
+	}
+	id, err := v.Start(ctx, dr)
+	if err != nil {
+		return nil, err
+	}
+	rec, active, err := v.Get(ctx, id)
+	if err != nil {
+		return nil, withRun(id, err)
+	}
+	return diffProto(rec, active, s.b.Instance), nil
+}
+
+// patterns validates schema.table patterns of field.
+func patterns(field string, ps []string) ([]string, error) {
+	var out []string
+	for i, p := range ps {
+		p = strings.TrimSpace(p)
+		if err := checker.CheckTablePattern(p); err != nil {
+			return nil, &FieldError{Field: fmt.Sprintf("%s[%d]", field, i), Err: err}
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// runID returns the run id of a "diffs/{run_id}" name (a bare id too).
+func runID(field, name string) (string, error) {
+	name = strings.TrimSpace(name)
+	id := strings.TrimPrefix(name, "diffs/")
+	switch {
+	case name == "":
+		return "", fieldErr(field, `required: "diffs/{run_id}"`)
+	case id == "" || strings.ContainsAny(id, "/ \t"):
+		return "", fieldErr(field, `want "diffs/{run_id}", got %q`, name)
+	}
+	return id, nil
+}
+
+// GetDiff implements parityv1.ParityServer.
+func (s *Server) GetDiff(ctx context.Context, req *parityv1.GetDiffRequest) (*parityv1.Diff, error) {
+	v, err := s.verification()
+	if err != nil {
+		return nil, err
+	}
+	id, err := runID("name", req.GetName())
+	if err != nil {
+		return nil, err
+	}
+	rec, active, err := v.Get(ctx, id)
+	if err != nil {
+		return nil, withRun(id, err)
+	}
+	return diffProto(rec, active, s.b.Instance), nil
+}
+
+// WatchDiff implements parityv1.ParityServer.
+func (s *Server) WatchDiff(req *parityv1.WatchDiffRequest, stream parityv1.Parity_WatchDiffServer) error {
+	v, err := s.verification()
+	if err != nil {
+		return err
+	}
+	id, err := runID("name", req.GetName())
+	if err != nil {
+		return err
+	}
+	every, err := interval("interval", req.GetInterval(), watchDiffDefault, watchDiffMin, watchDiffMax)
+	if err != nil {
+		return err
+	}
+	ctx := stream.Context()
+	return s.every(ctx, every, func() (bool, error) {
+		rec, active, err := v.Get(ctx, id)
+		if err != nil {
+			return false, withRun(id, err)
+		}
+		if err := stream.Send(diffProto(rec, active, s.b.Instance)); err != nil {
+			return false, err
+		}
+		return active == nil && rec.State != verify.StateRunning, nil
+	})
+}
+
+// CancelDiff implements parityv1.ParityServer.
+func (s *Server) CancelDiff(ctx context.Context, req *parityv1.CancelDiffRequest) (*parityv1.Diff, error) {
+	v, err := s.verification()
+	if err != nil {
+		return nil, err
+	}
+	id, err := runID("name", req.GetName())
+	if err != nil {
+		return nil, err
+	}
+	rec, err := v.Cancel(ctx, id)
+	if err != nil {
+		return nil, withRun(id, err)
+	}
+	return diffProto(rec, nil, s.b.Instance), nil
+}
+
+// pageSize returns the page size of a request: def when 0, at most hi.
+func pageSize(n int32, def, hi int) (int, error) {
+	switch {
+	case n < 0:
+		return 0, fieldErr("page_size", "must not be negative, got %d", n)
+	case n == 0:
+		return def, nil
+	}
+	return min(int(n), hi), nil
+}
+
+// ListDiffs implements parityv1.ParityServer.
+func (s *Server) ListDiffs(ctx context.Context, req *parityv1.ListDiffsRequest) (*parityv1.ListDiffsResponse, error) {
+	v, err := s.verification()
+	if err != nil {
+		return nil, err
+	}
+	size, err := pageSize(req.GetPageSize(), listDiffsDefault, listDiffsMax)
+	if err != nil {
+		return nil, err
+	}
+	f := RunFilter{Trigger: strings.TrimSpace(req.GetTrigger())}
+	if req.GetState() != parityv1.DiffState_DIFF_STATE_UNSPECIFIED {
+		if f.State = stateName(req.GetState()); f.State == "" {
+			return nil, fieldErr("state", "%s is not a state runs are listed by (queued runs are listed as DIFF_STATE_RUNNING)", req.GetState())
+		}
+	}
+	for _, t := range []struct {
+		field string
+		dst   *time.Time
+		ts    interface {
+			CheckValid() error
+			AsTime() time.Time
+		}
+		set bool
+	}{
+		{"start_time_after", &f.StartedAfter, req.GetStartTimeAfter(), req.GetStartTimeAfter() != nil},
+		{"start_time_before", &f.StartedBefore, req.GetStartTimeBefore(), req.GetStartTimeBefore() != nil},
+	} {
+		if !t.set {
+			continue
+		}
+		if err := t.ts.CheckValid(); err != nil {
+			return nil, fieldErr(t.field, "%v", err)
+		}
+		*t.dst = t.ts.AsTime()
+	}
+	filter := filterKey("diffs", req.GetState().String(), f.Trigger, fmtTime(f.StartedAfter), fmtTime(f.StartedBefore))
+	offset, err := decodePageToken(req.GetPageToken(), filter)
+	if err != nil {
+		return nil, err
+	}
+	f.Offset, f.Limit = offset, size+1
+	recs, err := v.List(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	resp := &parityv1.ListDiffsResponse{}
+	if len(recs) > size {
+		recs = recs[:size]
+		resp.NextPageToken = encodePageToken(offset+size, filter)
+	}
+	for _, r := range recs {
+		resp.Diffs = append(resp.Diffs, diffProto(r, nil, s.b.Instance))
+	}
+	return resp, nil
+}
+
+// ListDifferences implements parityv1.ParityServer.
+func (s *Server) ListDifferences(ctx context.Context, req *parityv1.ListDifferencesRequest) (*parityv1.ListDifferencesResponse, error) {
+	v, err := s.verification()
+	if err != nil {
+		return nil, err
+	}
+	id, err := runID("parent", req.GetParent())
+	if err != nil {
+		return nil, err
+	}
+	size, err := pageSize(req.GetPageSize(), listDiffsDefault2, listDiffsMax)
+	if err != nil {
+		return nil, err
+	}
+	var tables []string
+	if t := strings.TrimSpace(req.GetTable()); t != "" {
+		if err := checker.CheckTablePattern(t); err != nil {
+			return nil, &FieldError{Field: "table", Err: err}
+		}
+		tables = []string{t}
+	}
+	var kind checker.DiffKind
+	if k := req.GetKind(); k != parityv1.DifferenceKind_DIFFERENCE_KIND_UNSPECIFIED {
+		if kind = kindName(k); kind == "" {
+			return nil, fieldErr("kind", "unknown kind %d", k)
+		}
+	}
+	class := strings.TrimSpace(req.GetClass())
+	filter := filterKey("differences", id, strings.Join(tables, ","), string(kind), class)
+	offset, err := decodePageToken(req.GetPageToken(), filter)
+	if err != nil {
+		return nil, err
+	}
+	all, err := v.Differences(ctx, id, tables)
+	if err != nil {
+		return nil, withRun(id, err)
+	}
+	var match []checker.StoredDifference
+	for _, d := range all {
+		if (kind == "" || d.Kind == kind) && (class == "" || d.Class == class) {
+			match = append(match, d)
+		}
+	}
+	resp := &parityv1.ListDifferencesResponse{TotalSize: int64(len(match))}
+	if offset < len(match) {
+		page := match[offset:]
+		if len(page) > size {
+			page = page[:size]
+			resp.NextPageToken = encodePageToken(offset+size, filter)
+		}
+		for _, d := range page {
+			resp.Differences = append(resp.Differences, differenceProto(d))
+		}
+	}
+	return resp, nil
+}
+
+// GetFixSQL implements parityv1.ParityServer.
+func (s *Server) GetFixSQL(req *parityv1.GetFixSQLRequest, stream parityv1.Parity_GetFixSQLServer) error {
+	v, err := s.verification()
+	if err != nil {
+		return err
+	}
+	id, err := runID("parent", req.GetParent())
+	if err != nil {
+		return err
+	}
+	var tables []string
+	if t := strings.TrimSpace(req.GetTable()); t != "" {
+		if err := checker.CheckTablePattern(t); err != nil {
+			return &FieldError{Field: "table", Err: err}
+		}
+		tables = []string{t}
+	}
+	// Statements of one table are sent together, in chunks of about 64 KiB.
+	var (
+		table string
+		buf   strings.Builder
+	)
+	flush := func() error {
+		if buf.Len() == 0 {
+			return nil
+		}
+		err := stream.Send(&parityv1.FixSQLChunk{Table: table, Sql: buf.String()})
+		buf.Reset()
+		return err
+	}
+	err = v.FixSQL(stream.Context(), id, tables, func(t, sql string) error {
+		if t != table || buf.Len()+len(sql) > fixChunkBytes {
+			if err := flush(); err != nil {
+				return err
+			}
+			table = t
+		}
+		buf.WriteString(sql)
+		return nil
+	})
+	if err != nil {
+		return withRun(id, err)
+	}
+	return flush()
+}
+
+// Repair implements parityv1.ParityServer.
+func (s *Server) Repair(ctx context.Context, req *parityv1.RepairRequest) (*parityv1.RepairResponse, error) {
+	if s.b.Repairer == nil {
+		return nil, ErrVerificationDisabled
+	}
+	id, err := runID("diff", req.GetDiff())
+	if err != nil {
+		return nil, err
+	}
+	tables, err := patterns("tables", req.GetTables())
+	if err != nil {
+		return nil, err
+	}
+	res, err := s.b.Repairer.Repair(ctx, id, tables, req.GetDryRun())
+	if err != nil {
+		return nil, withRun(id, err)
+	}
+	return repairProto(res), nil
+}
+
+// CutoverCheck implements parityv1.ParityServer.
+func (s *Server) CutoverCheck(ctx context.Context, req *parityv1.CutoverCheckRequest) (*parityv1.CutoverCheckResponse, error) {
+	v, err := s.verification()
+	if err != nil {
+		return nil, err
+	}
+	var cr CutoverRequest
+	switch u := req.GetUpstream().(type) {
+	case *parityv1.CutoverCheckRequest_UpstreamTs:
+		if u.UpstreamTs == 0 {
+			return nil, fieldErr("upstream_ts", "must be a TSO, got 0")
+		}
+		cr.UpstreamTS = u.UpstreamTs
+	case *parityv1.CutoverCheckRequest_Now:
+		if !u.Now {
+			return nil, fieldErr("now", "must be true when set (or set upstream_ts)")
+		}
+		cr.Now = true
+	default:
+		return nil, fieldErr("upstream", "set upstream_ts or now")
+	}
+	if cr.MaxFullAge, err = positive("max_full_diff_age", req.GetMaxFullDiffAge(), cutoverAgeDefault); err != nil {
+		return nil, err
+	}
+	if cr.WaitTimeout, err = waitBound(ctx, "wait_timeout", req.GetWaitTimeout()); err != nil {
+		return nil, err
+	}
+	if cr.Tables, err = patterns("tables", req.GetTables()); err != nil {
+		return nil, err
+	}
+	cctx, cancel := s.callCtx(ctx)
+	defer cancel()
+	res, err := v.CutoverCheck(cctx, cr)
+	if err != nil {
+		return nil, stopped(cctx, err)
+	}
+	return cutoverProto(res), nil
+}
