@@ -7,6 +7,7 @@ package main
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -76,7 +77,8 @@ func (a *apiReplication) UpstreamTSO(ctx context.Context) (uint64, error) {
 		return 0, a.err
 	}
 	ts, err := tso.Current(ctx, a.db, 30*time.Second)
-	if err != nil && ctx.Err() == nil {
+	var me *mysql.MySQLError
+	if err != nil && ctx.Err() == nil && !errors.As(err, &me) { // not reached, rather than refused
 		return 0, &api.ServerError{Server: "upstream", Err: err}
 	}
 	return ts, err

@@ -82,7 +82,7 @@ func At(ctx context.Context, conn *sql.Conn, ts uint64) (release func(), err err
 func Current(ctx context.Context, db *sql.DB, timeout time.Duration) (uint64, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	tx, err := db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return 0, fmt.Errorf("reading TiDB's current TSO: %w", err)
 	}
