@@ -5,7 +5,6 @@ package api
 
 import (
 	"maps"
-	"strings"
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -69,7 +68,7 @@ func statusProto(st cdc.Status, vs *verify.Stats, instance string) *parityv1.Sta
 		if a.Queued {
 			d.State = parityv1.DiffState_DIFF_STATE_QUEUED
 		}
-		d.Progress = progressProto(&a, time.Time{})
+		d.Progress = progressProto(&a)
 		v.Running = append(v.Running, d)
 	}
 	if vs.LastRun != nil {
@@ -104,19 +103,6 @@ var diffResults = map[string]parityv1.DiffResult{
 	verify.ResultSkipped:   parityv1.DiffResult_DIFF_RESULT_SKIPPED,
 }
 
-// positionSource names the kind of a fallback position (internal/position's prefixes).
-func positionSource(pos string) string {
-	switch {
-	case strings.HasPrefix(pos, "mariadb-gtid:"):
-		return "gtid_binlog_pos"
-	case strings.HasPrefix(pos, "mysql-gtid:"):
-		return "gtid_executed"
-	case pos != "":
-		return "binlog_pos"
-	}
-	return ""
-}
-
 func diffProto(r verify.RunRecord, active *verify.ActiveRun, instance string) *parityv1.Diff {
 	d := &parityv1.Diff{
 		Name: diffName(r.RunID), RunId: r.RunID, Trigger: r.Trigger, TriggerKind: r.TriggerKind, Instance: instance,
@@ -128,8 +114,9 @@ func diffProto(r verify.RunRecord, active *verify.ActiveRun, instance string) *p
 	index := map[int]int32{}
 	for i, p := range r.Pairs {
 		index[p.Seq] = int32(i)
-		d.Pairs = append(d.Pairs, &parityv1.SnapshotPoint{Ts: p.TS, TsTime: tsTime(p.TS), DownstreamPosition: p.Position,
-			PositionSource: positionSource(p.Position), Pause: durationpb.New(p.Pause), CreateTime: timeProto(p.OpenedAt)})
+		pos, src := verify.PositionSource(p.Position)
+		d.Pairs = append(d.Pairs, &parityv1.SnapshotPoint{Ts: p.TS, TsTime: tsTime(p.TS), DownstreamPosition: pos,
+			PositionSource: src, Pause: durationpb.New(p.Pause), CreateTime: timeProto(p.OpenedAt)})
 	}
 	for _, t := range r.Tables {
 		tr := &parityv1.TableResult{Table: t.Schema + "." + t.Table, Result: t.Result, RowsChecked: t.RowsChecked,
@@ -145,25 +132,33 @@ func diffProto(r verify.RunRecord, active *verify.ActiveRun, instance string) *p
 		if active.Queued {
 			d.State = parityv1.DiffState_DIFF_STATE_QUEUED
 		}
-		d.Progress = progressProto(active, r.StartedAt)
+		d.Progress = progressProto(active)
 	}
 	return d
 }
 
-func progressProto(a *verify.ActiveRun, started time.Time) *parityv1.DiffProgress {
+func progressProto(a *verify.ActiveRun) *parityv1.DiffProgress {
 	p := &parityv1.DiffProgress{TablesDone: int32(a.TablesDone), TablesTotal: int32(a.Tables), CurrentTable: a.Table,
-		RowsChecked: a.RowsChecked, PairTs: a.PairTS}
+		ChunksDone: int64(a.ChunksDone), ChunksTotal: int64(a.ChunksTotal), RowsChecked: a.RowsChecked,
+		Differences: a.Differences, PairTs: a.PairTS}
 	if a.PairAge > 0 {
 		p.PairAge = durationpb.New(a.PairAge)
 	}
-	if !started.IsZero() && !a.Queued {
-		if el := time.Since(started); el > 0 {
-			p.RowsPerSecond = float64(a.RowsChecked) / el.Seconds()
-			// The ETA from the tables left, the only measure of the whole a run knows.
-			if a.TablesDone > 0 && a.Tables > a.TablesDone {
-				p.Eta = durationpb.New(el * time.Duration(a.Tables-a.TablesDone) / time.Duration(a.TablesDone))
-			}
-		}
+	if a.Queued || a.StartedAt.IsZero() {
+		return p
+	}
+	el := time.Since(a.StartedAt)
+	if el <= 0 {
+		return p
+	}
+	p.RowsPerSecond = float64(a.RowsChecked) / el.Seconds()
+	// The ETA from what is left: the chunks once the last table's are being cut (before,
+	// the total grows as tables are cut), else the tables.
+	switch {
+	case a.Tables > 0 && a.TablesDone == a.Tables-1 && a.ChunksDone > 0 && a.ChunksTotal > a.ChunksDone:
+		p.Eta = durationpb.New(el * time.Duration(a.ChunksTotal-a.ChunksDone) / time.Duration(a.ChunksDone))
+	case a.TablesDone > 0 && a.Tables > a.TablesDone:
+		p.Eta = durationpb.New(el * time.Duration(a.Tables-a.TablesDone) / time.Duration(a.TablesDone))
 	}
 	return p
 }
@@ -190,11 +185,11 @@ func differenceProto(d checker.StoredDifference) *parityv1.Difference {
 }
 
 func pointProto(p Point) *parityv1.SnapshotPoint {
-	src := p.Source
-	if src == "" {
-		src = positionSource(p.Position)
+	pos, src := verify.PositionSource(p.Position)
+	if p.Source != "" {
+		src = p.Source
 	}
-	return &parityv1.SnapshotPoint{Ts: p.TS, TsTime: tsTime(p.TS), DownstreamPosition: p.Position, PositionSource: src,
+	return &parityv1.SnapshotPoint{Ts: p.TS, TsTime: tsTime(p.TS), DownstreamPosition: pos, PositionSource: src,
 		Pause: durationpb.New(p.Pause), CreateTime: timeProto(p.CreatedAt)}
 }
 

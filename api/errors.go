@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
 
 	"github.com/go-sql-driver/mysql"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -73,9 +74,10 @@ var (
 )
 
 // runErr names the run an error is about (metadata["name"] of DIFF_NOT_FOUND,
-// metadata["run_id"] of DIFF_RUNNING).
+// metadata["run_id"] of DIFF_RUNNING) or the TSO (metadata["ts"] of TSO_PAST_GC).
 type runErr struct {
 	runID string
+	ts    uint64
 	err   error
 }
 
@@ -89,8 +91,15 @@ func withRun(runID string, err error) error {
 	return &runErr{runID: runID, err: err}
 }
 
+func withTS(ts uint64, err error) error {
+	if err == nil || ts == 0 {
+		return err
+	}
+	return &runErr{ts: ts, err: err}
+}
+
 // notFoundErrs are the sentinels of an unknown run.
-var notFoundErrs = []error{ErrRunNotFound, checker.ErrRunNotFound}
+var notFoundErrs = []error{ErrRunNotFound, verify.ErrRunNotFound, checker.ErrRunNotFound}
 
 // ToStatus returns err as a gRPC status error with an ErrorInfo detail (nil for nil; a
 // status error as it is).
@@ -127,13 +136,19 @@ func classify(err error) (codes.Code, parityv1.ErrorReason, map[string]string) {
 		se    *ServerError
 		re    *runErr
 		runID string
+		gcMD  map[string]string
 	)
 	if errors.As(err, &re) {
 		runID = re.runID
+		if re.ts != 0 {
+			gcMD = map[string]string{"ts": strconv.FormatUint(re.ts, 10)}
+		}
 	}
 	switch {
 	case errors.As(err, &fe):
 		return codes.InvalidArgument, parityv1.ErrorReason_INVALID_ARGUMENT, map[string]string{"field": fe.Field}
+	case errors.Is(err, verify.ErrInvalidRequest):
+		return codes.InvalidArgument, parityv1.ErrorReason_INVALID_ARGUMENT, nil
 	case isAny(err, notFoundErrs...):
 		return codes.NotFound, parityv1.ErrorReason_DIFF_NOT_FOUND, map[string]string{"name": diffName(runID)}
 	case errors.Is(err, checker.ErrRunRunning):
@@ -144,8 +159,8 @@ func classify(err error) (codes.Code, parityv1.ErrorReason, map[string]string) {
 		return codes.FailedPrecondition, parityv1.ErrorReason_VERIFICATION_DISABLED, nil
 	case errors.Is(err, ErrApplierNotRunning), errors.Is(err, cdc.ErrStopped), errors.Is(err, verify.ErrNotRunning):
 		return codes.FailedPrecondition, parityv1.ErrorReason_APPLIER_NOT_RUNNING, nil
-	case tso.IsGCSafePoint(err):
-		return codes.FailedPrecondition, parityv1.ErrorReason_TSO_PAST_GC, nil
+	case errors.Is(err, verify.ErrPastGC), tso.IsGCSafePoint(err):
+		return codes.FailedPrecondition, parityv1.ErrorReason_TSO_PAST_GC, gcMD
 	case errors.Is(err, errStopping):
 		return codes.Unavailable, parityv1.ErrorReason_SERVER_UNAVAILABLE, map[string]string{"server": "parity"}
 	case errors.Is(err, ErrDeadline), errors.Is(err, context.DeadlineExceeded):

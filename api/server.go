@@ -361,7 +361,7 @@ func (s *Server) CreateSnapshotPoint(ctx context.Context, req *parityv1.CreateSn
 	defer cancel()
 	p, err := v.SnapshotPoint(cctx, at)
 	if err != nil {
-		return nil, stopped(cctx, err)
+		return nil, withTS(at, stopped(cctx, err))
 	}
 	return pointProto(p), nil
 }
@@ -553,15 +553,21 @@ func (s *Server) ListDiffs(ctx context.Context, req *parityv1.ListDiffsRequest) 
 	if err != nil {
 		return nil, err
 	}
-	f.Offset, f.Limit = offset, size+1
+	f.Offset, f.Limit = offset, size
 	recs, err := v.List(ctx, f)
 	if err != nil {
 		return nil, err
 	}
 	resp := &parityv1.ListDiffsResponse{}
-	if len(recs) > size {
-		recs = recs[:size]
-		resp.NextPageToken = encodePageToken(offset+size, filter)
+	if len(recs) == size { // a next page when a run follows
+		f.Offset, f.Limit = offset+size, 1
+		more, err := v.List(ctx, f)
+		if err != nil {
+			return nil, err
+		}
+		if len(more) > 0 {
+			resp.NextPageToken = encodePageToken(offset+size, filter)
+		}
 	}
 	for _, r := range recs {
 		resp.Diffs = append(resp.Diffs, diffProto(r, nil, s.b.Instance))
@@ -726,7 +732,7 @@ func (s *Server) CutoverCheck(ctx context.Context, req *parityv1.CutoverCheckReq
 	defer cancel()
 	res, err := v.CutoverCheck(cctx, cr)
 	if err != nil {
-		return nil, stopped(cctx, err)
+		return nil, withTS(cr.UpstreamTS, stopped(cctx, err))
 	}
 	return cutoverProto(res), nil
 }

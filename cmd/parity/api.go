@@ -9,8 +9,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"os"
-	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -27,8 +26,11 @@ import (
 // verification); close releases its upstream connection.
 func apiBackend(cfg serveConfig, r *cdc.Replicator, vs *verify.Service, rp *repairer) (b api.Backend, close func()) {
 	rep := &apiReplication{r: r, dsn: cfg.Upstream.DSN}
-	host, _ := os.Hostname()
-	b = api.Backend{Replication: rep, Instance: host}
+	inst := cfg.Verify.Instance
+	if inst == "" {
+		inst = verify.DefaultInstance()
+	}
+	b = api.Backend{Replication: rep, Instance: inst}
 	if vs != nil {
 		b.Verification = &apiVerification{vs: vs, r: r}
 		b.Repairer = apiRepairer{rp}
@@ -101,78 +103,56 @@ var _ api.Verification = (*apiVerification)(nil)
 func (a *apiVerification) Stats() verify.Stats { return a.vs.Stats() }
 
 func (a *apiVerification) Start(ctx context.Context, req api.DiffRequest) (string, error) {
-	switch {
-	case req.MaxViewAge > 0:
-		return "", &api.FieldError{Field: "snapshot_policy.max_view_age", Err: api.ErrUnimplemented}
-	case req.MinTS > 0:
-		return "", &api.FieldError{Field: "snapshot_policy.min_ts", Err: api.ErrUnimplemented}
-	case req.MaxRowsPerSecond > 0:
-		return "", &api.FieldError{Field: "options.max_rows_per_second", Err: api.ErrUnimplemented}
-	}
-	st, err := a.vs.Trigger(ctx, verify.Request{Scope: req.Scope, Tables: req.Tables})
+	st, err := a.vs.Trigger(ctx, verify.Request{Scope: req.Scope, Tables: req.Tables, MaxViewAge: req.MaxViewAge,
+		MinTS: req.MinTS, MaxRowsPerSecond: req.MaxRowsPerSecond})
 	if err != nil {
-		return "", err
+		return "", requestField(err)
 	}
 	return st.RunID, nil
 }
 
-// active returns the run runID's progress while it is queued or running.
-func (a *apiVerification) active(runID string) *verify.ActiveRun {
-	for _, r := range a.vs.Stats().Active {
-		if r.RunID == runID {
-			return &r
+// requestFields are the request fields verify's option errors are about, by the
+// phrase its errors start with (verify.checkRequest).
+var requestFields = []struct{ prefix, field string }{
+	{"max view age", "snapshot_policy.max_view_age"},
+	{"min ts", "snapshot_policy.min_ts"},
+	{"max rows per second", "options.max_rows_per_second"},
+	{"tables", "tables"},
+	{"scope", "scope"},
+}
+
+// requestField names the request field of a verify.ErrInvalidRequest error.
+func requestField(err error) error {
+	if !errors.Is(err, verify.ErrInvalidRequest) {
+		return err
+	}
+	for _, f := range requestFields {
+		if strings.HasPrefix(err.Error(), f.prefix) {
+			return &api.FieldError{Field: f.field, Err: err}
 		}
 	}
-	return nil
+	return err
 }
 
 func (a *apiVerification) Get(ctx context.Context, runID string) (verify.RunRecord, *verify.ActiveRun, error) {
-	act := a.active(runID)
-	runs, err := a.vs.History(ctx, 1, runID)
-	if err != nil {
-		return verify.RunRecord{}, nil, err
-	}
-	if len(runs) == 0 {
-		if act != nil { // queued: not in the history yet
-			return verify.RunRecord{RunID: runID, Trigger: act.Trigger, State: verify.StateRunning}, act, nil
-		}
-		return verify.RunRecord{}, nil, fmt.Errorf("verification run %s: %w", runID, api.ErrRunNotFound)
-	}
-	if runs[0].State != verify.StateRunning {
-		act = nil
-	}
-	return runs[0], act, nil
+	return a.vs.Get(ctx, runID)
 }
 
 func (a *apiVerification) Cancel(ctx context.Context, runID string) (verify.RunRecord, error) {
-	return verify.RunRecord{}, fmt.Errorf("cancelling a run: %w", api.ErrUnimplemented)
+	return a.vs.Cancel(ctx, runID)
 }
 
-// listScan bounds the history read to filter runs.
-const listScan = 10000
-
 func (a *apiVerification) List(ctx context.Context, f api.RunFilter) ([]verify.RunRecord, error) {
-	runs, err := a.vs.History(ctx, listScan, "")
-	if err != nil {
-		return nil, err
-	}
-	runs = slices.DeleteFunc(runs, func(r verify.RunRecord) bool {
-		return (f.State != "" && r.State != f.State) || (f.Trigger != "" && r.Trigger != f.Trigger) ||
-			(!f.StartedAfter.IsZero() && r.StartedAt.Before(f.StartedAfter)) ||
-			(!f.StartedBefore.IsZero() && !r.StartedAt.Before(f.StartedBefore))
-	})
-	if f.Offset >= len(runs) {
-		return nil, nil
-	}
-	runs = runs[f.Offset:]
-	if f.Limit > 0 && len(runs) > f.Limit {
-		runs = runs[:f.Limit]
-	}
-	return runs, nil
+	return a.vs.List(ctx, verify.ListFilter{State: f.State, Trigger: f.Trigger, StartedAfter: f.StartedAfter,
+		StartedBefore: f.StartedBefore, Offset: f.Offset, Limit: f.Limit})
 }
 
 func (a *apiVerification) SnapshotPoint(ctx context.Context, atTS uint64) (api.Point, error) {
-	return api.Point{}, fmt.Errorf("snapshot points: %w", api.ErrUnimplemented)
+	p, err := a.vs.SnapshotPoint(ctx, atTS)
+	if err != nil {
+		return api.Point{}, err
+	}
+	return api.Point{TS: p.TS, Position: p.Position, Source: p.Source, Pause: p.Pause, CreatedAt: p.CreatedAt}, nil
 }
 
 func (a *apiVerification) CutoverCheck(ctx context.Context, req api.CutoverRequest) (api.CutoverResult, error) {
@@ -180,11 +160,21 @@ func (a *apiVerification) CutoverCheck(ctx context.Context, req api.CutoverReque
 }
 
 func (a *apiVerification) Differences(ctx context.Context, runID string, tables []string) ([]checker.StoredDifference, error) {
-	return runDifferences(ctx, a.r, a.vs, runID, tables)
+	ds, err := a.vs.Differences(ctx, runID, tables)
+	return ds, tablesField(err)
 }
 
 func (a *apiVerification) FixSQL(ctx context.Context, runID string, tables []string, emit func(table, sql string) error) error {
-	return fmt.Errorf("fix SQL: %w", api.ErrUnimplemented)
+	return tablesField(a.vs.FixSQL(ctx, runID, tables, emit))
+}
+
+// tablesField names the table filter in an invalid request to Differences and FixSQL
+// (the API's single table field).
+func tablesField(err error) error {
+	if errors.Is(err, verify.ErrInvalidRequest) {
+		return &api.FieldError{Field: "table", Err: err}
+	}
+	return err
 }
 
 // apiRepairer is the API's view of the repairer.

@@ -59,9 +59,10 @@ func apiErr(t *testing.T, what string, err error, code codes.Code, reason string
 // free loopback port. A Go client: health is SERVING while it replicates, reflection
 // lists parity.v1.Parity; GetStatus, WatchStatus (three messages, the checkpoint moving
 // on), WaitForApplied(now); after divergences injected into the fallback, StartDiff full
-// → WatchDiff to its end (DIFFERENT) → GetDiff, ListDiffs paged (a token reused with
-// another filter is INVALID_ARGUMENT), ListDifferences filtered by kind and paged,
-// Repair (dry run, then for real: re-verified EQUAL); errors: an unknown run NOT_FOUND
+// → WatchDiff to its end (DIFFERENT) → GetDiff, CreateSnapshotPoint (and one past GC:
+// TSO_PAST_GC), ListDiffs paged (a token reused with another filter is
+// INVALID_ARGUMENT), ListDifferences filtered by kind and paged, GetFixSQL, Repair (dry
+// run, then for real: re-verified EQUAL), CancelDiff; errors: an unknown run NOT_FOUND
 // with DIFF_NOT_FOUND naming it, a bad scope and table pattern INVALID_ARGUMENT naming
 // the field, a WaitForApplied timeout DEADLINE_EXCEEDED; the calls counted in /metrics.
 func TestAPIUnderLoad(t *testing.T) {
@@ -195,6 +196,19 @@ func TestAPIUnderLoad(t *testing.T) {
 		Timeout: durationpb.New(300 * time.Millisecond)})
 	apiErr(t, "WaitForApplied beyond", err, codes.DeadlineExceeded, "DEADLINE", nil)
 
+	// CreateSnapshotPoint: at the resolved ts, and refused at a TSO GC has passed.
+	sp, err := c.CreateSnapshotPoint(ctx, &parityv1.CreateSnapshotPointRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sp.Ts < w.TargetTs || sp.PositionSource != "gtid_binlog_pos" || sp.DownstreamPosition == "" || strings.Contains(sp.DownstreamPosition, "mariadb") ||
+		sp.Pause == nil || sp.CreateTime == nil || sp.TsTime == nil {
+		t.Fatalf("snapshot point: %v", sp)
+	}
+	old := uint64(1) << 18
+	_, err = c.CreateSnapshotPoint(ctx, &parityv1.CreateSnapshotPointRequest{AtTs: &old})
+	apiErr(t, "a snapshot point past GC", err, codes.FailedPrecondition, "TSO_PAST_GC", map[string]string{"ts": "262144"})
+
 	// StartDiff full, watched to its end.
 	d, err := c.StartDiff(ctx, &parityv1.StartDiffRequest{Scope: "full"})
 	if err != nil {
@@ -323,6 +337,35 @@ func TestAPIUnderLoad(t *testing.T) {
 		t.Fatalf("paged through %v, want %d", paged, len(all.Differences))
 	}
 
+	// GetFixSQL: per table, the statements that make the fallback equal.
+	fs, err := c.GetFixSQL(ctx, &parityv1.GetFixSQLRequest{Parent: d.Name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fix := map[string]string{}
+	for {
+		m, err := fs.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasSuffix(m.Sql, ";\n") {
+			t.Errorf("fix chunk of %s does not end a statement: %q", m.Table, m.Sql)
+		}
+		fix[m.Table] += m.Sql
+	}
+	if len(fix) != 2 || !strings.Contains(fix[db+".sbtest1"], "DELETE") || !strings.Contains(fix[db+".sbtest1"], "50000010") ||
+		!strings.Contains(fix[db+".sbtest2"], "50000001") {
+		t.Fatalf("fix SQL: %v", fix)
+	}
+	fs, err = c.GetFixSQL(ctx, &parityv1.GetFixSQLRequest{Parent: d.Name, Table: db + ".nosuch"})
+	if err == nil {
+		_, err = fs.Recv()
+	}
+	apiErr(t, "GetFixSQL of a table not in the run", err, codes.InvalidArgument, "INVALID_ARGUMENT", map[string]string{"field": "table"})
+
 	// Repair: a dry run, then for real, re-verified.
 	dry, err := c.Repair(ctx, &parityv1.RepairRequest{Diff: d.Name, DryRun: true})
 	if err != nil {
@@ -338,6 +381,22 @@ func TestAPIUnderLoad(t *testing.T) {
 	if rep.RepairId == "" || rep.Deleted != 1 || rep.Upserted != 2 || rep.VerifyResult != parityv1.DiffResult_DIFF_RESULT_EQUAL ||
 		!strings.HasPrefix(rep.VerifyDiff, "diffs/") {
 		t.Fatalf("repair: %v", rep)
+	}
+
+	// CancelDiff: a run cancelled at once ends cancelled.
+	d3, err := c.StartDiff(ctx, &parityv1.StartDiffRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cd, err := c.CancelDiff(ctx, &parityv1.CancelDiffRequest{Name: d3.Name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cd.State != parityv1.DiffState_DIFF_STATE_CANCELLED || cd.Result != parityv1.DiffResult_DIFF_RESULT_CANCELLED || cd.EndTime == nil {
+		t.Fatalf("cancelled run: %v", cd)
+	}
+	if again, err := c.CancelDiff(ctx, &parityv1.CancelDiffRequest{Name: d3.Name}); err != nil || again.State != cd.State {
+		t.Fatalf("cancelling an ended run: %v, %v", again, err)
 	}
 
 	// Errors.
@@ -360,7 +419,7 @@ func TestAPIUnderLoad(t *testing.T) {
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	for _, want := range []string{
-		`parity_grpc_server_handled_total{grpc_code="OK",grpc_method="StartDiff",grpc_service="parity.v1.Parity"} 2`,
+		`parity_grpc_server_handled_total{grpc_code="OK",grpc_method="StartDiff",grpc_service="parity.v1.Parity"} 3`,
 		`parity_grpc_server_handled_total{grpc_code="NotFound",grpc_method="GetDiff",grpc_service="parity.v1.Parity"} 1`,
 		`parity_grpc_server_started_total{grpc_method="WatchDiff",grpc_service="parity.v1.Parity"} 1`,
 		`parity_grpc_server_handling_seconds_count{grpc_method="Repair",grpc_service="parity.v1.Parity"} 3`,
