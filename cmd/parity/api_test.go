@@ -383,10 +383,23 @@ func TestAPIUnderLoad(t *testing.T) {
 		t.Fatalf("repair: %v", rep)
 	}
 
-	// CancelDiff: a run cancelled at once ends cancelled.
+	// CancelDiff: a run cancelled while it compares ends cancelled.
 	d3, err := c.StartDiff(ctx, &parityv1.StartDiffRequest{})
 	if err != nil {
 		t.Fatal(err)
+	}
+	for {
+		g3, err := c.GetDiff(ctx, &parityv1.GetDiffRequest{Name: d3.Name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g3.State != parityv1.DiffState_DIFF_STATE_QUEUED && g3.State != parityv1.DiffState_DIFF_STATE_RUNNING {
+			t.Fatalf("the run to cancel ended first: %v", g3)
+		}
+		if g3.GetProgress().GetTablesTotal() > 0 {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 	cd, err := c.CancelDiff(ctx, &parityv1.CancelDiffRequest{Name: d3.Name})
 	if err != nil {
