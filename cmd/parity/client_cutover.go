@@ -20,6 +20,7 @@ import (
 
 func init() {
 	addCommand(newCutoverCheckCommand)
+	addCommand(newRepairCommand)
 }
 
 func newCutoverCheckCommand() *cobra.Command {
@@ -176,7 +177,7 @@ func printCutover(w io.Writer, r *parityv1.CutoverCheckResponse) error {
 	return nil
 }
 
-func newRepairAPICommand() *cobra.Command {
+func newRepairCommand() *cobra.Command {
 	var (
 		cf     clientFlags
 		runID  string
@@ -239,6 +240,9 @@ change), 1 when differences remain (a dry run: keys to repair), 2 on error.`,
 	fl.Lookup("timeout").Usage = "give up waiting after this long (0: wait for the end; interrupting stops the repair between statements, what was done is recorded)"
 	return cmd
 }
+
+// repairKeysShown bounds the keys printed (all are in --json and the meta schema).
+const repairKeysShown = 20
 
 // apiRepairExit is the exit status of a repair (see the command's help).
 func apiRepairExit(r *parityv1.RepairResponse) error {

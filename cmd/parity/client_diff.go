@@ -29,6 +29,10 @@ func newDiffAPICommands() []*cobra.Command {
 	}
 }
 
+func init() {
+	addCommand(func() *cobra.Command { return newDiffStartCommand("verify", true) })
+}
+
 const diffExitHelp = `Exit status: 0 equal (or, without waiting, started), 1 differences found, 2 when the
 run failed, was cancelled or skipped, or on error.`
 

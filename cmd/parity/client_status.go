@@ -21,11 +21,12 @@ import (
 )
 
 func init() {
+	addCommand(newStatusCommand)
 	addCommand(newWaitAppliedCommand)
 	addCommand(newSnapshotCommand)
 }
 
-func newStatusAPICommand() *cobra.Command {
+func newStatusCommand() *cobra.Command {
 	var (
 		cf       clientFlags
 		watch    bool

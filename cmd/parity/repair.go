@@ -6,28 +6,24 @@ package main
 // tables each name their checker run), repairs their keys with cdc.Replicator.Repair
 // (inside the applier's barrier, with its sessions and statements), then re-verifies
 // the repaired tables with a full run of the verification service at a new snapshot
-// pair; and `parity repair`, the CLI that calls it. cdc and checker do not know each
-// other: the differences become cdc.RepairKeys here.
+// pair. `parity repair` calls the gRPC API's Repair (client_cutover.go), served by the
+// same code. cdc and checker do not know each other: the differences become
+// cdc.RepairKeys here.
 
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"net/url"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"text/tabwriter"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
-	"github.com/spf13/cobra"
 
 	"github.com/tidb-parity/parity/api"
 	"github.com/tidb-parity/parity/cdc"
@@ -301,154 +297,4 @@ func reverify(ctx context.Context, vs *verify.Service, tables []string) (verify.
 		}
 		return rec, nil
 	}
-}
-
-func init() {
-	addCommand(newRepairCommand)
-}
-
-func newRepairCommand() *cobra.Command {
-	var (
-		addr    string
-		runID   string
-		tables  []string
-		dry     bool
-		asJSON  bool
-		timeout time.Duration
-	)
-	cmd := &cobra.Command{
-		Use:   "repair --run ID",
-		Short: "Repair a run's differences through a running `parity serve`'s apply stream, then verify again",
-		Long: `repair asks a running parity serve (verify.enabled), through its status address
-(loopback only), to repair the differences a run stored: a verification run's (parity
-verify history) or a parity diff run's in the daemon's meta schema. Inside the applier's
-barrier at its applied checkpoint T, each key's row is read from TiDB at T and written
-to the fallback with the applier's own statements (REPLACE, or a delete by key when TiDB
-has no row), so no replicated change can race the fix; tables without a primary or
-NOT NULL unique key are refused. Every key is recorded in the meta schema's repairs
-table. Then the repaired tables are verified again at a new snapshot pair.
-
---dry-run examines every key the same way and prints what it would do, writing nothing.
-
-Exit status: 0 when the re-verification found the tables equal (a dry run: nothing to
-change), 1 when differences remain (a dry run: keys to repair), 2 on error.`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if runID == "" {
-				return &exitError{code: 2, err: errors.New("--run: the run whose differences to repair is required")}
-			}
-			ctx := cmd.Context()
-			if ctx == nil {
-				ctx = context.Background()
-			}
-			if timeout > 0 {
-				var cancel context.CancelFunc
-				ctx, cancel = context.WithTimeout(ctx, timeout)
-				defer cancel()
-			}
-			v := url.Values{"run": {runID}}
-			for _, t := range tables {
-				v.Add("table", t)
-			}
-			if dry {
-				v.Set("dry-run", "1")
-			}
-			raw, _, err := verifyCall(ctx, http.MethodPost, addr, "/repair?"+v.Encode())
-			if err != nil {
-				return &exitError{code: 2, err: err}
-			}
-			var resp repairResponse
-			if err := json.Unmarshal(raw, &resp); err != nil {
-				return &exitError{code: 2, err: fmt.Errorf("decoding the repair from %s: %w", addr, err)}
-			}
-			if asJSON {
-				_, err = cmd.OutOrStdout().Write(raw)
-			} else {
-				err = printRepair(cmd.OutOrStdout(), resp)
-			}
-			if err != nil {
-				return err
-			}
-			return repairExit(resp)
-		},
-	}
-	fl := cmd.Flags()
-	fl.StringVar(&addr, "addr", "127.0.0.1:8390", "status address of parity serve (status.addr)")
-	fl.StringVar(&runID, "run", "", "the verification run (or parity diff run) whose differences to repair")
-	fl.StringArrayVar(&tables, "table", nil, "repair only this upstream schema.table (repeatable; * and ? wildcards)")
-	fl.BoolVar(&dry, "dry-run", false, "print what the repair would do; write nothing")
-	fl.BoolVar(&asJSON, "json", false, "print the result as JSON")
-	fl.DurationVar(&timeout, "timeout", 0, "give up waiting after this long (0: wait for the end; interrupting stops the repair between statements, what was done is recorded)")
-	return cmd
-}
-
-// repairExit is the exit status of a repair's response (see the command's help).
-func repairExit(resp repairResponse) error {
-	if resp.DryRun {
-		if resp.Upserted+resp.Deleted+resp.Refused > 0 {
-			return &exitError{code: 1}
-		}
-		return nil
-	}
-	if resp.Reverify == nil {
-		if len(resp.Outcomes) == 0 {
-			return nil // nothing to repair
-		}
-		return &exitError{code: 2, err: errors.New("the repaired tables were not verified again")}
-	}
-	switch resp.Reverify.Result {
-	case verify.ResultEqual:
-		return nil
-	case verify.ResultDifferent:
-		return &exitError{code: 1}
-	}
-	return &exitError{code: 2, err: fmt.Errorf("re-verification run %s %s: %s", resp.Reverify.RunID, resp.Reverify.Result, resp.Reverify.Error)}
-}
-
-// repairKeysShown bounds the keys printed (all are in --json and the meta schema).
-const repairKeysShown = 20
-
-func printRepair(w io.Writer, r repairResponse) error {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "repair:\t%s\n", r.ID)
-	fmt.Fprintf(tw, "run:\t%s\n", r.RunID)
-	if r.DryRun {
-		fmt.Fprintf(tw, "dry run:\tyes (nothing was written)\n")
-	}
-	fmt.Fprintf(tw, "differences:\t%d in %s\n", r.Differences, strings.Join(r.Tables, ", "))
-	verb := ""
-	if r.DryRun {
-		verb = "would be "
-	}
-	fmt.Fprintf(tw, "keys:\t%d: %d %supserted, %d %sdeleted, %d unchanged, %d refused\n", len(r.Outcomes),
-		r.Upserted, verb, r.Deleted, verb, r.Unchanged, r.Refused)
-	if r.Barriers > 0 {
-		fmt.Fprintf(tw, "applier held:\t%d time(s), longest %v\n", r.Barriers, r.MaxPause.Round(time.Microsecond))
-	}
-	switch {
-	case r.Reverify != nil:
-		v := r.Reverify
-		fmt.Fprintf(tw, "re-verification:\t%s %s: %d table(s), %d rows, %d differences, at %s\n", v.RunID, v.Result,
-			v.TablesCompared, v.RowsChecked, v.Differences, fmtTS(v.FirstTS))
-	case r.DryRun:
-	case len(r.Outcomes) == 0:
-		fmt.Fprintf(tw, "re-verification:\tnone (nothing to repair)\n")
-	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	if len(r.Outcomes) == 0 {
-		return nil
-	}
-	fmt.Fprintln(w)
-	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TABLE\tKEY\tACTION\tREPAIR TS\tREASON")
-	for i, o := range r.Outcomes {
-		if i == repairKeysShown {
-			fmt.Fprintf(tw, "... %d more (--json prints every key)\n", len(r.Outcomes)-i)
-			break
-		}
-		fmt.Fprintf(tw, "%s.%s\t%s\t%s\t%d\t%s\n", o.Key.Schema, o.Key.Table, o.Key.Text, o.Action, o.TS, o.Reason)
-	}
-	return tw.Flush()
 }

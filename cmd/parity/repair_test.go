@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -22,10 +21,11 @@ import (
 	"github.com/tidb-parity/parity/internal/testenv"
 )
 
-// repairCLI runs `parity repair --json` with args and decodes its answer.
+// repairCLI asks the daemon's POST /repair with `parity repair`'s args (the CLI calls the
+// gRPC API, which the same repairer serves) and decodes its answer.
 func repairCLI(t *testing.T, addr string, want int, args ...string) repairResponse {
 	t.Helper()
-	code, out, errs := runCLI(t, append([]string{"repair", "--addr", addr, "--json", "--timeout", "3m"}, args...)...)
+	code, out, errs := runRepairHTTP(t, addr, args...)
 	if code != want {
 		t.Fatalf("parity repair %v: exit %d (%s), want %d\n%s", args, code, errs, want, out)
 	}
@@ -291,7 +291,7 @@ func TestRepairUnderLoad(t *testing.T) {
 	if r := fallbackRow("sbtest1", 50000001); r != "diverged/p1" {
 		t.Fatalf("repair --table sbtest2 changed sbtest1: %q", r)
 	}
-	if code, _, errs := runCLI(t, "repair", "--addr", addr, "--run", found.RunID, "--table", db+".nosuch"); code != 2 || !strings.Contains(errs, "not among the tables") {
+	if code, _, errs := runRepairHTTP(t, addr, "--run", found.RunID, "--table", db+".nosuch"); code != 2 || !strings.Contains(errs, "not among the tables") {
 		t.Fatalf("repair --table of a table not in the run: exit %d, %s", code, errs)
 	}
 
@@ -387,18 +387,18 @@ func TestRepairUnderLoad(t *testing.T) {
 	}
 
 	// A run that does not exist.
-	code, out, errs := runCLI(t, "repair", "--addr", addr, "--run", "v20000101T000000-00000000")
+	code, out, errs := runRepairHTTP(t, addr, "--run", "v20000101T000000-00000000")
 	if code != 2 || !strings.Contains(errs, "run v20000101T000000-00000000 not found") {
 		t.Fatalf("repair of an unknown run: exit %d, %s\n%s", code, errs, out)
 	}
 	t.Logf("unknown run: %s", errs)
 }
 
-// verifyCLIExit runs `parity verify --json` with args (e.g. --scope), expecting exit
-// status want.
+// verifyCLIExit asks the daemon's POST /verify/run with `parity verify`'s args (e.g.
+// --scope), expecting its exit status want (the CLI calls the gRPC API).
 func verifyCLIExit(t *testing.T, addr string, want int, args ...string) verify.RunRecord {
 	t.Helper()
-	code, out, errs := runCLI(t, append([]string{"verify", "--addr", addr, "--json", "--timeout", "2m"}, args...)...)
+	code, out, errs := runVerifyHTTP(t, addr, args...)
 	if code != want {
 		t.Fatalf("parity verify: exit %d (%s), want %d\n%s", code, errs, want, out)
 	}
@@ -447,45 +447,11 @@ func TestRepairEndpointGuards(t *testing.T) {
 	}
 	srv := httptest.NewServer(statusHandler(r, nil, false))
 	defer srv.Close()
-	code, _, errs := runCLI(t, "repair", "--addr", strings.TrimPrefix(srv.URL, "http://"), "--run", "x")
+	code, _, errs := runRepairHTTP(t, strings.TrimPrefix(srv.URL, "http://"), "--run", "x")
 	if code != 2 || !strings.Contains(errs, "verify.enabled") {
-		t.Fatalf("parity repair against a daemon without verification: exit %d, %s", code, errs)
+		t.Fatalf("POST /repair to a daemon without verification: exit %d, %s", code, errs)
 	}
-	if code, _, errs := runCLI(t, "repair", "--addr", strings.TrimPrefix(srv.URL, "http://")); code != 2 || !strings.Contains(errs, "--run") {
+	if code, _, errs := runCLI(t, "repair"); code != 2 || !strings.Contains(errs, "--run") {
 		t.Fatalf("parity repair without --run: exit %d, %s", code, errs)
-	}
-}
-
-// printRepair prints the summary a DBA reads: counts, the re-verification and the keys.
-func TestPrintRepair(t *testing.T) {
-	resp := repairResponse{Differences: 2, Tables: []string{"app.t"}}
-	resp.ID, resp.RunID, resp.Upserted, resp.Refused, resp.Barriers, resp.MaxPause = "r1", "v1", 1, 1, 1, 1500*time.Microsecond
-	resp.Outcomes = []cdc.RepairOutcome{
-		{Key: cdc.RepairKey{Schema: "app", Table: "t", Text: "id=1"}, Action: cdc.RepairUpsert, TS: 42},
-		{Key: cdc.RepairKey{Schema: "app", Table: "k", Text: "a=1"}, Action: cdc.RepairRefused, TS: 42, Reason: "no key"},
-	}
-	resp.Reverify = &verify.RunRecord{RunID: "v2", Result: verify.ResultDifferent, TablesCompared: 1, RowsChecked: 10, Differences: 1}
-	var out bytes.Buffer
-	if err := printRepair(&out, resp); err != nil {
-		t.Fatal(err)
-	}
-	for _, want := range []string{"keys:", "2: 1 upserted, 0 deleted, 0 unchanged, 1 refused", "v2 different: 1 table(s), 10 rows, 1 differences",
-		"app.t", "id=1", "upsert", "no key", "1.5ms"} {
-		if !strings.Contains(out.String(), want) {
-			t.Errorf("output lacks %q:\n%s", want, out.String())
-		}
-	}
-	var ee *exitError
-	if err := repairExit(resp); !errors.As(err, &ee) || ee.code != 1 {
-		t.Errorf("exit for remaining differences: %v", err)
-	}
-	resp.Reverify.Result = verify.ResultEqual
-	if err := repairExit(resp); err != nil {
-		t.Errorf("exit for a clean re-verification: %v", err)
-	}
-	resp.Reverify = nil
-	resp.DryRun = true
-	if err := repairExit(resp); !errors.As(err, &ee) || ee.code != 1 {
-		t.Errorf("exit for a dry run with keys to repair: %v", err)
 	}
 }

@@ -228,35 +228,30 @@ func TestServeVerifyUnderLoad(t *testing.T) {
 		rate, t1.Sub(t0).Round(time.Second), len(hist)-skipped, len(scheduled), skipped, len(pauses), st.Verify.Passed, pct(0.5), pct(0.99), pauses[len(pauses)-1])
 }
 
-// verifyCLI runs `parity verify --json` against addr and returns the run.
+// verifyCLI asks the daemon's POST /verify/run (what `parity verify` asked before it
+// called the gRPC API) and returns the run; a run that failed fails the test.
 func verifyCLI(t *testing.T, addr string, args ...string) verify.RunRecord {
 	t.Helper()
-	root := newRoot()
-	var out bytes.Buffer
-	root.SetOut(&out)
-	root.SetArgs(append([]string{"verify", "--addr", addr, "--json", "--timeout", "2m"}, args...))
-	if err := root.Execute(); err != nil {
-		t.Fatalf("parity verify: %v\n%s", err, out.String())
+	code, out, errs := runVerifyHTTP(t, addr, args...)
+	if code == 2 {
+		t.Fatalf("POST /verify/run: %s\n%s", errs, out)
 	}
 	var rec verify.RunRecord
-	if err := json.Unmarshal(out.Bytes(), &rec); err != nil {
-		t.Fatalf("parity verify output: %v\n%s", err, out.String())
+	if err := json.Unmarshal([]byte(out), &rec); err != nil {
+		t.Fatalf("POST /verify/run: %v\n%s", err, out)
 	}
 	return rec
 }
 
 func verifyHistory(t *testing.T, addr string) []verify.RunRecord {
 	t.Helper()
-	root := newRoot()
-	var out bytes.Buffer
-	root.SetOut(&out)
-	root.SetArgs([]string{"verify", "history", "--addr", addr, "--json", "--limit", "1000"})
-	if err := root.Execute(); err != nil {
-		t.Fatalf("parity verify history: %v", err)
+	raw, _, err := verifyCall(t.Context(), http.MethodGet, addr, "/verify/runs?limit=1000")
+	if err != nil {
+		t.Fatalf("GET /verify/runs: %v", err)
 	}
 	var runs []verify.RunRecord
-	if err := json.Unmarshal(out.Bytes(), &runs); err != nil {
-		t.Fatalf("parity verify history output: %v\n%s", err, out.String())
+	if err := json.Unmarshal(raw, &runs); err != nil {
+		t.Fatalf("GET /verify/runs: %v\n%s", err, raw)
 	}
 	return runs
 }

@@ -2,27 +2,21 @@ package main
 
 // verify.go wires the verification service (checker/verify) into parity serve: the
 // adapter through which cdc.Replicator is its applier, its Prometheus collector, its
-// part of /status, the loopback-only endpoints that start a run and list the history,
-// and `parity verify`, the CLI that calls them (the gRPC API replaces them later).
+// part of /status and the loopback-only endpoints that start a run and list the history
+// (`parity verify` calls the gRPC API: client_diff.go).
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"net"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/spf13/cobra"
 
 	"github.com/tidb-parity/parity/cdc"
 	"github.com/tidb-parity/parity/checker"
@@ -354,220 +348,9 @@ func verifyRunsHandler(vs *verify.Service) http.HandlerFunc {
 	}
 }
 
-func init() {
-	addCommand(newVerifyCommand)
-}
-
-func newVerifyCommand() *cobra.Command {
-	var (
-		addr    string
-		scope   string
-		tables  []string
-		noWait  bool
-		asJSON  bool
-		timeout time.Duration
-	)
-	cmd := &cobra.Command{
-		Use:   "verify",
-		Short: "Ask a running `parity serve` (verify.enabled) for a verification run and print its result",
-		Long: `verify asks the verification service of a running parity serve, through its status
-address (loopback only), for a manual run at snapshot pairs, waits for it and prints it.
-The run is in the daemon's history (` + "`parity verify history`" + `) with trigger "manual".
-
-Exit status: 0 equal, 1 differences found, 2 when the run failed or could not start.`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx := cmd.Context()
-			if timeout > 0 {
-				var cancel context.CancelFunc
-				ctx, cancel = context.WithTimeout(ctx, timeout)
-				defer cancel()
-			}
-			v := url.Values{}
-			if scope != "" {
-				v.Set("scope", scope)
-			}
-			for _, t := range tables {
-				v.Add("table", t)
-			}
-			v.Set("wait", strconv.FormatBool(!noWait))
-			raw, code, err := verifyCall(ctx, http.MethodPost, addr, "/verify/run?"+v.Encode())
-			if err != nil {
-				return &exitError{code: 2, err: err}
-			}
-			if code == http.StatusAccepted {
-				_, err := cmd.OutOrStdout().Write(raw)
-				return err
-			}
-			var rec verify.RunRecord
-			if err := json.Unmarshal(raw, &rec); err != nil {
-				return &exitError{code: 2, err: fmt.Errorf("decoding the run from %s: %w", addr, err)}
-			}
-			if asJSON {
-				_, err = cmd.OutOrStdout().Write(raw)
-			} else {
-				err = printRun(cmd.OutOrStdout(), rec)
-			}
-			if err != nil {
-				return err
-			}
-			switch rec.Result {
-			case verify.ResultEqual:
-				return nil
-			case verify.ResultDifferent:
-				return &exitError{code: 1}
-			}
-			return &exitError{code: 2, err: fmt.Errorf("run %s %s: %s", rec.RunID, rec.Result, rec.Error)}
-		},
-	}
-	fl := cmd.Flags()
-	fl.StringVar(&addr, "addr", "127.0.0.1:8390", "status address of parity serve (status.addr)")
-	fl.StringVar(&scope, "scope", "", "scope of the run: full, cdc (keys changed since each table's last clean verification) or since:<TSO|RFC 3339 time> (default: verify.scope)")
-	fl.StringArrayVar(&tables, "table", nil, "schema.table pattern to verify (repeatable; default: verify.tables)")
-	fl.BoolVar(&noWait, "no-wait", false, "print the run id and return once the run started")
-	fl.BoolVar(&asJSON, "json", false, "print the run as JSON")
-	fl.DurationVar(&timeout, "timeout", 0, "give up waiting after this long (0: wait for the run's end)")
-
-	var limit int
-	history := &cobra.Command{
-		Use:   "history",
-		Short: "Print the verification history of a running `parity serve`, newest first",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
-			defer cancel()
-			raw, _, err := verifyCall(ctx, http.MethodGet, addr, "/verify/runs?limit="+strconv.Itoa(limit))
-			if err != nil {
-				return &exitError{code: 2, err: err}
-			}
-			if asJSON {
-				_, err := cmd.OutOrStdout().Write(raw)
-				return err
-			}
-			var runs []verify.RunRecord
-			if err := json.Unmarshal(raw, &runs); err != nil {
-				return &exitError{code: 2, err: fmt.Errorf("decoding the history from %s: %w", addr, err)}
-			}
-			return printHistory(cmd.OutOrStdout(), runs)
-		},
-	}
-	history.Flags().IntVar(&limit, "limit", 20, "runs to print")
-	history.Flags().StringVar(&addr, "addr", "127.0.0.1:8390", "status address of parity serve (status.addr)")
-	history.Flags().BoolVar(&asJSON, "json", false, "print the runs as JSON")
-	cmd.AddCommand(history)
-	return cmd
-}
-
-// verifyCall calls a verification endpoint and returns the body of a 2xx answer.
-func verifyCall(ctx context.Context, method, addr, path string) ([]byte, int, error) {
-	req, err := http.NewRequestWithContext(ctx, method, "http://"+addr+path, nil)
-	if err != nil {
-		return nil, 0, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, 0, fmt.Errorf("calling parity serve at %s: %w", addr, err)
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
-	if err != nil {
-		return nil, 0, fmt.Errorf("calling parity serve at %s: %w", addr, err)
-	}
-	if resp.StatusCode/100 != 2 {
-		var e verifyError
-		if json.Unmarshal(raw, &e) == nil && e.Error != "" {
-			return nil, resp.StatusCode, fmt.Errorf("parity serve at %s: %s", addr, e.Error)
-		}
-		if resp.StatusCode == http.StatusNotFound {
-			return nil, resp.StatusCode, fmt.Errorf("parity serve at %s has no verification endpoints: is verify.enabled set?", addr)
-		}
-		return nil, resp.StatusCode, fmt.Errorf("parity serve at %s: HTTP %s: %s", addr, resp.Status, bytes.TrimSpace(raw))
-	}
-	return raw, resp.StatusCode, nil
-}
-
 func fmtTS(ts uint64) string {
 	if ts == 0 {
 		return "-"
 	}
 	return fmt.Sprintf("%d (%s)", ts, tso.Format(ts))
-}
-
-func printRun(w io.Writer, r verify.RunRecord) error {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "run:\t%s\n", r.RunID)
-	fmt.Fprintf(tw, "trigger:\t%s (%s)\n", r.Trigger, r.TriggerKind)
-	fmt.Fprintf(tw, "scope:\t%s over %s\n", r.Scope, strings.Join(r.Patterns, ", "))
-	fmt.Fprintf(tw, "result:\t%s\n", r.Result)
-	if r.Error != "" {
-		fmt.Fprintf(tw, "error:\t%s\n", r.Error)
-	}
-	fmt.Fprintf(tw, "started:\t%s\n", r.StartedAt.UTC().Format(time.RFC3339Nano))
-	if !r.FinishedAt.IsZero() {
-		fmt.Fprintf(tw, "finished:\t%s (%v)\n", r.FinishedAt.UTC().Format(time.RFC3339Nano), r.FinishedAt.Sub(r.StartedAt).Round(time.Millisecond))
-	}
-	fmt.Fprintf(tw, "tables compared:\t%d\n", r.TablesCompared)
-	fmt.Fprintf(tw, "rows checked:\t%d\n", r.RowsChecked)
-	fmt.Fprintf(tw, "differences:\t%d\n", r.Differences)
-	fmt.Fprintf(tw, "resolved by re-check:\t%d (%d rounds)\n", r.Resolved, r.RecheckRounds)
-	fmt.Fprintf(tw, "covers changes up to:\t%s\n", fmtTS(r.FirstTS))
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	if len(r.Pairs) > 0 {
-		fmt.Fprintln(w)
-		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "PAIR\tUPSTREAM TS\tDOWNSTREAM POSITION\tPAUSE\tVIEW OPEN")
-		for _, p := range r.Pairs {
-			open := "-"
-			if !p.ClosedAt.IsZero() {
-				open = p.ClosedAt.Sub(p.OpenedAt).Round(time.Millisecond).String()
-			}
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%v\t%s\n", p.Seq, fmtTS(p.TS), p.Position, p.Pause.Round(time.Microsecond), open)
-		}
-		if err := tw.Flush(); err != nil {
-			return err
-		}
-	}
-	if len(r.Tables) > 0 {
-		fmt.Fprintln(w)
-		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "TABLE\tRESULT\tROWS\tDIFFERENCES\tPAIRS\tDIFF RUN")
-		for _, t := range r.Tables {
-			pairs := make([]string, len(t.Pairs))
-			for i, p := range t.Pairs {
-				pairs[i] = strconv.Itoa(p)
-			}
-			res := t.Result
-			if t.Error != "" {
-				res += ": " + t.Error
-			}
-			fmt.Fprintf(tw, "%s.%s\t%s\t%d\t%d\t%s\t%s\n", t.Schema, t.Table, res, t.RowsChecked, t.Differences, strings.Join(pairs, ","), t.DiffRunID)
-		}
-		return tw.Flush()
-	}
-	return nil
-}
-
-func printHistory(w io.Writer, runs []verify.RunRecord) error {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "RUN\tTRIGGER\tINSTANCE\tSCOPE\tRESULT\tSTARTED\tELAPSED\tPAIRS\tTABLES\tROWS\tDIFFERENCES\tMAX PAUSE\tNOTE")
-	for _, r := range runs {
-		elapsed := "-"
-		if !r.FinishedAt.IsZero() {
-			elapsed = r.FinishedAt.Sub(r.StartedAt).Round(time.Millisecond).String()
-		}
-		res := r.Result
-		if res == "" {
-			res = r.State
-		}
-		inst := r.Instance
-		if inst == "" {
-			inst = "-"
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%v\t%s\n", r.RunID, r.Trigger, inst, r.Scope, res,
-			r.StartedAt.UTC().Format("2006-01-02 15:04:05"), elapsed, len(r.Pairs), r.TablesCompared, r.RowsChecked, r.Differences,
-			r.MaxPause.Round(time.Microsecond), r.Error)
-	}
-	return tw.Flush()
 }
