@@ -16,8 +16,9 @@
 // Files: service.go (the service: triggers, the run bound, the loops that own every
 // goroutine), run.go (one run: pairs, rotation, a diff per table), history.go (the
 // meta schema tables), fires.go (several daemons on one changefeed: the instance lock
-// and the claims that run each schedule fire once), stats.go (Stats and freshness),
-// config.go.
+// and the claims that run each schedule fire once), api.go (runs by id, cancel, list,
+// snapshot points, differences and fix SQL, request options: what the gRPC API asks),
+// cutover.go (the cutover check), stats.go (Stats and freshness), config.go.
 package verify
 
 import (

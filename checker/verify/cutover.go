@@ -1,0 +1,341 @@
+package verify
+
+// cutover.go owns the cutover check: the gate a runbook calls before (or after) it
+// moves traffic. It waits until the fallback has applied an upstream TSO, finds each
+// table's last clean full verification in the history, and verifies in one run, at a
+// snapshot pair at or after that TSO, every key the changefeed changed since the oldest
+// of them; the result is the evidence. The run is an ordinary run of the service
+// (trigger "cutover-check"), recorded in the history and counted in Stats like the
+// others. It must not compare anything itself.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/tidb-parity/parity/checker"
+	"github.com/tidb-parity/parity/internal/tso"
+)
+
+// TriggerCutoverCheck is the trigger (and trigger kind) of a cutover check's run.
+const TriggerCutoverCheck = "cutover-check"
+
+// Cutover check defaults and bounds.
+const (
+	// DefaultMaxFullAge is CutoverRequest.MaxFullAge's default.
+	DefaultMaxFullAge = 7 * 24 * time.Hour
+	// DefaultCutoverWait bounds the wait for the TSO to be applied when neither
+	// CutoverRequest.WaitTimeout nor the context's deadline does.
+	DefaultCutoverWait = 10 * time.Minute
+	// CutoverMaxDifferences bounds CutoverResult.Differences (the run has them all).
+	CutoverMaxDifferences = 1000
+)
+
+// A table's result in a cutover check besides the run's (equal, different, failed).
+const (
+	// CutoverNoFullDiff: no clean full verification of the table is recorded.
+	CutoverNoFullDiff = "no-full-diff"
+	// CutoverFullDiffTooOld: its last clean full verification is older than MaxFullAge.
+	CutoverFullDiffTooOld = "full-diff-too-old"
+	// CutoverNotVerified: the table was selected but the run did not verify it (it no
+	// longer exists upstream at the pair, or the run ended first).
+	CutoverNotVerified = "not-verified"
+)
+
+// CutoverRequest asks for a cutover check.
+type CutoverRequest struct {
+	// UpstreamTS is the upstream TSO the fallback must have applied; with Now, TiDB's
+	// current TSO instead (the quiescent point once writes have stopped). Exactly one.
+	UpstreamTS uint64
+	Now        bool
+	// MaxFullAge is the oldest a table's last clean full verification may be (its first
+	// pair's time). 0: DefaultMaxFullAge.
+	MaxFullAge time.Duration
+	// Tables are schema.table patterns. Default: verify.tables.
+	Tables []string
+	// WaitTimeout bounds the wait for UpstreamTS to be applied. 0: the context's
+	// deadline, else DefaultCutoverWait.
+	WaitTimeout time.Duration
+}
+
+// CutoverResult is a cutover check's evidence. Passed is whether the fallback is proven
+// equal to TiDB at Pair.TS for every selected table: each has a clean full verification
+// no older than MaxFullAge, and every key changed since (the oldest of them) was found
+// equal at Pair.
+type CutoverResult struct {
+	Passed bool
+	// Failures say why it did not pass, one line each.
+	Failures []string
+	// UpstreamTS is the TSO waited for; Waited how long that took.
+	UpstreamTS uint64
+	Waited     time.Duration
+	// Pair is the run's first snapshot pair (zero when no run was made); RunID the run.
+	Pair  Point
+	RunID string
+	// Tables are each selected table's evidence, in name order.
+	Tables []CutoverTable
+	// KeysVerified counts the rows the run compared; Differences are the differences
+	// it found (at most CutoverMaxDifferences), with their class, and ByClass counts
+	// them all by class.
+	KeysVerified int64
+	Differences  []checker.StoredDifference
+	ByClass      map[string]int64
+}
+
+// CutoverTable is one table's evidence in a cutover check.
+type CutoverTable struct {
+	// Table is schema.table (upstream names).
+	Table string
+	// LastFullRunID is its last clean full verification ("" when none), LastFullAge
+	// that run's age (from its first pair's TSO) when the check started.
+	LastFullRunID string
+	LastFullAge   time.Duration
+	// SinceTS is that run's first pair TSO: every change at or before it was verified
+	// equal then. The check's run verifies the keys changed after the oldest SinceTS of
+	// all tables (a superset for each).
+	SinceTS      uint64
+	KeysVerified int64
+	Differences  int64
+	// Result is equal, different or failed (the run's), or no-full-diff,
+	// full-diff-too-old or not-verified.
+	Result string
+}
+
+// CutoverCheck runs a cutover check (see CutoverRequest and CutoverResult). A check that
+// does not pass is a result, not an error; errors are a wait that timed out
+// (context.DeadlineExceeded), a request that is none (ErrInvalidRequest), a cutover
+// check already running (*BusyError), the service not running (ErrNotRunning), or the
+// history or TiDB unreachable. Tables without a recent clean full verification fail the
+// check before anything is verified (run a full verification first).
+func (s *Service) CutoverCheck(ctx context.Context, req CutoverRequest) (CutoverResult, error) {
+	if err := s.serving(); err != nil {
+		return CutoverResult{}, err
+	}
+	switch {
+	case req.Now == (req.UpstreamTS != 0):
+		return CutoverResult{}, invalid(errors.New("cutover check: give either an upstream TSO or now"))
+	case req.MaxFullAge < 0:
+		return CutoverResult{}, invalid(fmt.Errorf("cutover check: max full age %v: must not be negative", req.MaxFullAge))
+	case req.WaitTimeout < 0:
+		return CutoverResult{}, invalid(fmt.Errorf("cutover check: wait timeout %v: must not be negative", req.WaitTimeout))
+	}
+	patterns := req.Tables
+	if len(patterns) == 0 {
+		patterns = s.cfg.Tables
+	}
+	if err := s.checkRequest(Request{Tables: patterns}); err != nil {
+		return CutoverResult{}, err
+	}
+	maxAge := req.MaxFullAge
+	if maxAge == 0 {
+		maxAge = DefaultMaxFullAge
+	}
+	ts := req.UpstreamTS
+	if req.Now {
+		var err error
+		if ts, err = s.upstreamTSO(ctx); err != nil {
+			return CutoverResult{}, err
+		}
+	}
+	log := s.log.With("trigger", TriggerCutoverCheck, "upstream_ts", ts)
+	res := CutoverResult{UpstreamTS: ts}
+
+	// The fallback has applied ts.
+	wait := req.WaitTimeout
+	if _, ok := ctx.Deadline(); !ok && wait == 0 {
+		wait = DefaultCutoverWait
+	}
+	wctx, cancel := ctx, context.CancelFunc(func() {})
+	if wait > 0 {
+		wctx, cancel = context.WithTimeout(ctx, wait)
+	}
+	start := time.Now()
+	err := s.deps.Applier.WaitApplied(wctx, ts)
+	cancel()
+	res.Waited = time.Since(start)
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			applied, _ := s.deps.Applier.Watermarks()
+			return res, fmt.Errorf("cutover check: TSO %d (%s) not applied within %v (applied: %d, %s): %w",
+				ts, tso.Format(ts), res.Waited.Round(time.Millisecond), applied, tso.Format(applied), err)
+		}
+		return res, fmt.Errorf("cutover check: waiting for TSO %d to be applied: %w", ts, err)
+	}
+	log.Info("cutover check: upstream TSO applied", "waited", res.Waited.Round(time.Millisecond))
+
+	// Each table's last clean full verification.
+	tables, err := s.upstreamTables(ctx, patterns)
+	if err != nil {
+		return res, err
+	}
+	full, err := s.hist.lastFull(ctx)
+	if err != nil {
+		return res, err
+	}
+	now := time.Now()
+	var since uint64
+	byName := map[string]int{}
+	for _, name := range tables {
+		ct := CutoverTable{Table: name}
+		if f, ok := full[name]; !ok {
+			ct.Result = CutoverNoFullDiff
+			res.Failures = append(res.Failures, name+": no clean full verification recorded: run a full verification first")
+		} else {
+			ct.LastFullRunID, ct.SinceTS, ct.LastFullAge = f.runID, f.firstTS, max(0, now.Sub(tso.Time(f.firstTS)))
+			if ct.LastFullAge > maxAge {
+				ct.Result = CutoverFullDiffTooOld
+				res.Failures = append(res.Failures, fmt.Sprintf("%s: the last clean full verification (%s) is %v old, more than %v: run a full verification",
+					name, f.runID, ct.LastFullAge.Round(time.Second), maxAge))
+			}
+			if since == 0 || f.firstTS < since {
+				since = f.firstTS
+			}
+		}
+		byName[name] = len(res.Tables)
+		res.Tables = append(res.Tables, ct)
+	}
+	if len(res.Failures) > 0 {
+		log.Warn("cutover check failed before verifying", "failures", len(res.Failures))
+		return res, nil
+	}
+
+	// One run: the keys changed since the oldest of them, at a pair at or after ts.
+	started, err := s.trigger(ctx, TriggerCutoverCheck, TriggerCutoverCheck,
+		Request{Scope: fmt.Sprintf("%s:%d", checker.ScopeSince, since), Tables: patterns, MinTS: ts})
+	if err != nil {
+		return res, err
+	}
+	res.RunID = started.RunID
+	rec, err := started.Wait(ctx)
+	if err != nil {
+		// The caller is gone: the check's run is of no use to anyone.
+		started.st.cancel(errCancelled)
+		return res, err
+	}
+	if len(rec.Pairs) > 0 {
+		p := rec.Pairs[0]
+		res.Pair = Point{TS: p.TS, Position: p.Position, Pause: p.Pause, CreatedAt: p.OpenedAt}
+		_, res.Pair.Source = PositionSource(p.Position)
+	}
+	res.KeysVerified = rec.RowsChecked
+	res.ByClass = rec.DifferencesByClass
+	for _, tr := range rec.Tables {
+		name := tr.Schema + "." + tr.Table
+		i, ok := byName[name]
+		if !ok { // created upstream after the tables were listed: no full verification known
+			res.Failures = append(res.Failures, name+": no clean full verification recorded: run a full verification first")
+			byName[name] = len(res.Tables)
+			res.Tables = append(res.Tables, CutoverTable{Table: name, Result: CutoverNoFullDiff, KeysVerified: tr.RowsChecked, Differences: tr.Differences})
+			continue
+		}
+		ct := &res.Tables[i]
+		ct.KeysVerified, ct.Differences, ct.Result = tr.RowsChecked, tr.Differences, tr.Result
+		switch tr.Result {
+		case ResultDifferent:
+			res.Failures = append(res.Failures, fmt.Sprintf("%s: %d differences", name, tr.Differences))
+		case ResultFailed:
+			res.Failures = append(res.Failures, fmt.Sprintf("%s: not verified: %s", name, tr.Error))
+		}
+	}
+	for i := range res.Tables {
+		if res.Tables[i].Result == "" {
+			res.Tables[i].Result = CutoverNotVerified
+			res.Failures = append(res.Failures, res.Tables[i].Table+": not verified by the run")
+		}
+	}
+	sort.Slice(res.Tables, func(i, j int) bool { return res.Tables[i].Table < res.Tables[j].Table })
+	switch rec.Result {
+	case ResultEqual:
+	case ResultDifferent:
+		if rec.Differences > 0 {
+			if res.Differences, err = s.Differences(ctx, rec.RunID, nil); err != nil {
+				return res, err
+			}
+			res.Differences = res.Differences[:min(len(res.Differences), CutoverMaxDifferences)]
+		}
+	default:
+		msg := "the verification run " + rec.RunID + " ended " + rec.Result
+		if rec.Error != "" {
+			msg += ": " + rec.Error
+		}
+		res.Failures = append(res.Failures, msg)
+	}
+	res.Passed = rec.Result == ResultEqual && len(res.Failures) == 0
+	attrs := []any{"run_id", rec.RunID, "passed", res.Passed, "pair_ts", res.Pair.TS, "since_ts", since,
+		"keys", res.KeysVerified, "differences", rec.Differences, "waited", res.Waited.Round(time.Millisecond)}
+	if res.Passed {
+		log.Info("cutover check passed", attrs...)
+	} else {
+		log.Warn("cutover check failed", append(attrs, "failures", strings.Join(res.Failures, "; "))...)
+	}
+	return res, nil
+}
+
+// upstreamTables lists TiDB's tables now that patterns select for verification, as
+// "schema.table", in name order.
+func (s *Service) upstreamTables(ctx context.Context, patterns []string) ([]string, error) {
+	qctx, cancel := context.WithTimeout(ctx, min(s.cfg.QueryTimeout, time.Minute))
+	defer cancel()
+	rows, err := s.up.QueryContext(qctx, "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE TABLE_TYPE = 'BASE TABLE' ORDER BY TABLE_SCHEMA, TABLE_NAME")
+	if err != nil {
+		return nil, fmt.Errorf("listing upstream tables: %w", err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var sc, t string
+		if err := rows.Scan(&sc, &t); err != nil {
+			return nil, fmt.Errorf("listing upstream tables: %w", err)
+		}
+		if s.verifiable(patterns, sc, t) {
+			out = append(out, sc+"."+t)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("listing upstream tables: %w", err)
+	}
+	if len(out) == 0 {
+		return nil, invalid(fmt.Errorf("no upstream table matches %s", strings.Join(patterns, ", ")))
+	}
+	return out, nil
+}
+
+// fullRun is a table's last clean full verification.
+type fullRun struct {
+	runID   string
+	firstTS uint64
+}
+
+// lastFull returns, by "schema.table", each table's newest clean full verification:
+// the full run with the newest first pair in which the table was equal (whatever the
+// run's other tables were). Runs that never recorded their end (interrupted) are not
+// counted.
+func (h *history) lastFull(ctx context.Context) (map[string]fullRun, error) {
+	qctx, cancel := context.WithTimeout(ctx, h.timeout)
+	defer cancel()
+	rows, err := h.db.QueryContext(qctx, h.q("SELECT t.schema_name, t.table_name, r.run_id, r.first_ts FROM %s."+TablesTable+" t JOIN %s."+RunsTable+
+		" r ON r.run_id = t.run_id WHERE r.changefeed=? AND r.scope=? AND t.result=? AND r.first_ts > 0 ORDER BY r.first_ts DESC"),
+		h.changefeed, ScopeFull, ResultEqual)
+	if err != nil {
+		return nil, fmt.Errorf("reading the last full verifications: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]fullRun{}
+	for rows.Next() {
+		var sc, t string
+		var f fullRun
+		if err := rows.Scan(&sc, &t, &f.runID, &f.firstTS); err != nil {
+			return nil, fmt.Errorf("reading the last full verifications: %w", err)
+		}
+		if _, ok := out[sc+"."+t]; !ok {
+			out[sc+"."+t] = f
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("reading the last full verifications: %w", err)
+	}
+	return out, nil
+}
