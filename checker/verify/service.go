@@ -581,16 +581,7 @@ func (s *Service) execute(ctx context.Context, st *runState) {
 	select {
 	case s.slots <- struct{}{}:
 	case <-ctx.Done():
-		rec.State, rec.Result, rec.Error, rec.FinishedAt = StateCancelled, ResultCancelled, "cancelled before it started", time.Now()
-		if errors.Is(context.Cause(ctx), errCancelled) {
-			// Asked for: recorded, as a run that never started.
-			rec.Error = "cancelled before it started: " + errCancelled.Error()
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-			defer cancel()
-			if err := s.hist.start(rctx, rec); err != nil {
-				log.Warn("could not record a cancelled verification", "err", err)
-			}
-		}
+		s.cancelledBeforeStart(ctx, rec, log)
 		return
 	}
 	defer func() { <-s.slots }()
@@ -605,7 +596,7 @@ func (s *Service) execute(ctx context.Context, st *runState) {
 	if err != nil {
 		rec.State, rec.Result, rec.Error, rec.FinishedAt = StateFailed, ResultFailed, err.Error(), time.Now()
 		if ctx.Err() != nil {
-			rec.State, rec.Result, rec.Error = StateCancelled, ResultCancelled, "cancelled before it started"
+			s.cancelledBeforeStart(ctx, rec, log)
 			return
 		}
 		log.Error("verification run failed", "err", err)
@@ -644,6 +635,24 @@ func (s *Service) execute(ctx context.Context, st *runState) {
 		log.Warn("verification found differences", attrs...)
 	default:
 		log.Info("verification finished", attrs...)
+	}
+}
+
+// cancelledBeforeStart ends rec, which never started, as cancelled; one cancelled on
+// request (Cancel) is recorded in the history (the service stopping records nothing).
+func (s *Service) cancelledBeforeStart(ctx context.Context, rec *RunRecord, log *slog.Logger) {
+	rec.State, rec.Result, rec.Error, rec.FinishedAt = StateCancelled, ResultCancelled, "cancelled before it started", time.Now()
+	if !errors.Is(context.Cause(ctx), errCancelled) {
+		return
+	}
+	rec.Error += ": " + errCancelled.Error()
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	// A new row; or, when its start was being recorded as it was cancelled, that row.
+	if err := s.hist.start(rctx, rec); err != nil {
+		if err := s.hist.finish(rctx, rec); err != nil {
+			log.Warn("could not record a cancelled verification", "err", err)
+		}
 	}
 }
 
