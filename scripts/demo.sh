@@ -32,6 +32,7 @@ topic="parity-demo-$run"
 db="parity_demo"
 dir="$root/var/demo"
 status_addr="127.0.0.1:$((18390 + ${PARITY_PORT_OFFSET:-0}))"
+api_addr="127.0.0.1:$((18490 + ${PARITY_PORT_OFFSET:-0}))"
 duration="${DEMO_DURATION:-40s}"
 rate="${DEMO_RATE:-300}"
 import_rows="${DEMO_IMPORT_ROWS:-20000}"
@@ -93,19 +94,23 @@ level = "warn"
 
 [status]
 addr = "$status_addr"
+
+[api]
+addr = "$api_addr"
 TOML
 
 backlog="${DEMO_BACKLOG_SECONDS:-15}"
 say "the workload runs; parity serve is not running yet, so a backlog builds up for ${backlog}s"
 sleep "$backlog"
 
-say "parity serve --config var/demo/parity.toml (status on $status_addr)"
+say "parity serve --config var/demo/parity.toml (metrics on $status_addr, API on $api_addr)"
 "$bin" serve --config "$dir/parity.toml" >"$dir/serve.log" 2>&1 &
 serve_pid=$!
 
-# field NAME: a number from the status JSON (one field per line; no jq needed).
-field() { sed -n "s/^ *\"$1\": *\([-0-9.e+]*\).*/\1/p" <<<"$status" | head -1; }
-kafka_lag() { sed -n 's/^ *"lag": *\([0-9]*\).*/\1/p' <<<"$status" | awk '{s+=$1} END {print s+0}'; }
+# field NAME: a number from `parity status --json` (protojson: one field per line, 64-bit
+# integers quoted; no jq needed).
+field() { sed -n "s/^ *\"$1\": *\"\{0,1\}\([-0-9.e+]*\).*/\1/p" <<<"$status" | head -1; }
+kafka_lag() { sed -n 's/^ *"lag": *"\{0,1\}\([0-9]*\).*/\1/p' <<<"$status" | awk '{s+=$1} END {print s+0}'; }
 
 final=""
 n=0
@@ -119,11 +124,11 @@ while true; do
     tail -20 "$dir/serve.log" >&2
     exit 1
   fi
-  status=$("$bin" status --addr "$status_addr" --json 2>/dev/null) || continue
-  applied=$(field applied_ts)
+  status=$("$bin" status --addr "$api_addr" --json 2>/dev/null) || continue
+  applied=$(field appliedTs)
   printf '%-15s %-20s %-14s %-14s %-13s %s\n' "$(date +%T.%3N)" "$applied" \
-    "$(printf '%.2fs' "$(field applied_lag_seconds)")" "$(printf '%.2fs' "$(field resolved_lag_seconds)")" \
-    "$(field rows_applied)" "$(kafka_lag)"
+    "$(printf '%.2fs' "$(field appliedLagSeconds)")" "$(printf '%.2fs' "$(field resolvedLagSeconds)")" \
+    "$(field rowsApplied)" "$(kafka_lag)"
   if [[ -z $final ]] && ! kill -0 "$lg_pid" 2>/dev/null; then
     wait "$lg_pid" || { echo "demo: loadgen failed:" >&2; cat "$dir/loadgen.log" >&2; exit 1; }
     final=$(sed -n 's/^resolved_ts=//p' "$dir/loadgen.out")
