@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -144,13 +145,17 @@ func parseLevel(s string) (slog.Level, error) {
 	return l, err
 }
 
-// loadServeConfig decodes path strictly (unknown keys are errors) over the defaults.
-func loadServeConfig(path string) (serveConfig, error) {
+// loadServeConfig decodes path strictly (unknown keys are errors) over the defaults,
+// writing config.Load's warnings (a file with secrets that others can read) to warn.
+func loadServeConfig(path string, warn io.Writer) (serveConfig, error) {
 	cfg := defaultServeConfig()
 	if path == "" {
 		return cfg, nil
 	}
-	_, err := config.Load(path, &cfg, config.Options{})
+	warnings, err := config.Load(path, &cfg, config.Options{})
+	for _, w := range warnings {
+		fmt.Fprintln(warn, "warning:", w)
+	}
 	return cfg, err
 }
 
@@ -188,7 +193,7 @@ type serveFlags struct {
 
 // resolveServeConfig builds the effective config: defaults < file < env < flags.
 func resolveServeConfig(cmd *cobra.Command, f *serveFlags) (serveConfig, error) {
-	cfg, err := loadServeConfig(f.config)
+	cfg, err := loadServeConfig(f.config, cmd.ErrOrStderr())
 	if err != nil {
 		return cfg, err
 	}

@@ -1,8 +1,8 @@
 package main
 
 import (
+	"io"
 	"os"
-
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -15,7 +15,7 @@ import (
 // The example config documents every key with its default: it must decode strictly and,
 // apart from the required placeholders, equal the defaults.
 func TestExampleConfigIsValidAndDefault(t *testing.T) {
-	cfg, err := loadServeConfig(filepath.Join("..", "..", "deploy", "parity.example.toml"))
+	cfg, err := loadServeConfig(filepath.Join("..", "..", "deploy", "parity.example.toml"), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +40,7 @@ func TestConfigRejectsUnknownKeysAndReportsEveryProblem(t *testing.T) {
 	if err := os.WriteFile(p, []byte("[changefeed]\nbrokers=[\"k:9092\"]\ntopix=[\"x\"]\n[applier]\nworkers=1\nbogus=2\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_, err := loadServeConfig(p)
+	_, err := loadServeConfig(p, io.Discard)
 	if err == nil {
 		t.Fatal("unknown keys accepted")
 	}
@@ -137,7 +137,7 @@ func TestServeCheckConfig(t *testing.T) {
 	if err := os.WriteFile(p, []byte(out.String()), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := loadServeConfig(p)
+	cfg, err := loadServeConfig(p, io.Discard)
 	if err != nil {
 		t.Fatalf("printed config does not decode: %v\n%s", err, out.String())
 	}

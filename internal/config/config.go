@@ -18,14 +18,18 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"os"
 	"reflect"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/BurntSushi/toml"
+	"github.com/go-sql-driver/mysql"
 	"github.com/spf13/pflag"
 )
 
@@ -37,9 +41,19 @@ type Options struct {
 
 // Load decodes the TOML file at path over dst (a pointer to a struct with toml tags;
 // what the file does not set keeps dst's values). It returns a warning for each legacy
-// key it accepted.
+// key it accepted, and one when the file holds a secret (see Secrets) and is readable by
+// its group or by others.
 func Load(path string, dst any, o Options) (warnings []string, err error) {
-	data, err := os.ReadFile(path)
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	data, err := io.ReadAll(f)
 	if err != nil {
 		return nil, fmt.Errorf("config %s: %w", path, err)
 	}
@@ -47,7 +61,90 @@ func Load(path string, dst any, o Options) (warnings []string, err error) {
 	if err != nil {
 		return warnings, fmt.Errorf("config %s: %w", path, err)
 	}
+	if w := permissionWarning(path, st.Mode(), data); w != "" {
+		warnings = append(warnings, w)
+	}
 	return warnings, nil
+}
+
+// permissionWarning is Load's warning for a file with secrets that its group or others
+// can read ("" when there is none to give).
+func permissionWarning(path string, mode fs.FileMode, data []byte) string {
+	if mode.Perm()&0o044 == 0 {
+		return ""
+	}
+	keys := Secrets(data)
+	if len(keys) == 0 {
+		return ""
+	}
+	who := "its group"
+	switch {
+	case mode.Perm()&0o004 != 0 && mode.Perm()&0o040 != 0:
+		who = "its group and others"
+	case mode.Perm()&0o004 != 0:
+		who = "others"
+	}
+	return fmt.Sprintf("config file %s holds secrets (%s) and is readable by %s (mode %04o): chmod 600 it, or take them from the environment",
+		path, strings.Join(keys, ", "), who, mode.Perm())
+}
+
+// Secrets returns the key paths of the settings in a TOML document that hold a secret: a
+// DSN with a password (a key named dsn or ending in -dsn, as go-sql-driver/mysql reads
+// it), or a non-empty value of a key named or ending in password, passwd, secret or
+// token. It never returns the values. A document that does not parse holds none.
+func Secrets(data []byte) []string {
+	var raw map[string]any
+	if _, err := toml.Decode(string(data), &raw); err != nil {
+		return nil
+	}
+	var out []string
+	var walk func(prefix string, v any)
+	walk = func(prefix string, v any) {
+		switch v := v.(type) {
+		case map[string]any:
+			for k, e := range v {
+				walk(joinKey(prefix, k), e)
+			}
+		case []map[string]any:
+			for _, e := range v {
+				walk(prefix, e)
+			}
+		case []any:
+			for _, e := range v {
+				walk(prefix, e)
+			}
+		case string:
+			if v != "" && secretKey(prefix, v) && !slices.Contains(out, prefix) {
+				out = append(out, prefix)
+			}
+		}
+	}
+	walk("", raw)
+	sort.Strings(out)
+	return out
+}
+
+func joinKey(prefix, k string) string {
+	if prefix == "" {
+		return k
+	}
+	return prefix + "." + k
+}
+
+// secretKey tells whether the string value v at key path path is a secret.
+func secretKey(path, v string) bool {
+	name := strings.ToLower(path[strings.LastIndex(path, ".")+1:])
+	name = strings.ReplaceAll(name, "_", "-")
+	for _, s := range []string{"password", "passwd", "secret", "token"} {
+		if name == s || strings.HasSuffix(name, "-"+s) {
+			return true
+		}
+	}
+	if name == "dsn" || strings.HasSuffix(name, "-dsn") {
+		mc, err := mysql.ParseDSN(v)
+		return err == nil && mc.Passwd != ""
+	}
+	return false
 }
 
 // Decode is Load on the file's contents.
