@@ -215,7 +215,7 @@ var randomDDLTypes = map[string]int{"create schema": 1, "drop schema": 2, "creat
 
 // corpusDDLs returns the DDL events of ../shared/ticdc-corpus (set "corpus", in commit-ts
 // order, classic and new architecture) and of each ../shared/ticdc-random changefeed.
-func corpusDDLs(t *testing.T) map[string][]corpusDDL {
+func corpusDDLs(t testing.TB) map[string][]corpusDDL {
 	t.Helper()
 	dir := corpus.Dir(t)
 	sets := map[string][]corpusDDL{}
