@@ -156,7 +156,19 @@ func (a *apiVerification) SnapshotPoint(ctx context.Context, atTS uint64) (api.P
 }
 
 func (a *apiVerification) CutoverCheck(ctx context.Context, req api.CutoverRequest) (api.CutoverResult, error) {
-	return api.CutoverResult{}, fmt.Errorf("cutover check: %w", api.ErrUnimplemented)
+	r, err := a.vs.CutoverCheck(ctx, verify.CutoverRequest{UpstreamTS: req.UpstreamTS, Now: req.Now, MaxFullAge: req.MaxFullAge,
+		Tables: req.Tables, WaitTimeout: req.WaitTimeout})
+	if err != nil {
+		return api.CutoverResult{}, requestField(err)
+	}
+	out := api.CutoverResult{Passed: r.Passed, Failures: r.Failures, UpstreamTS: r.UpstreamTS, RunID: r.RunID,
+		Pair:         api.Point{TS: r.Pair.TS, Position: r.Pair.Position, Source: r.Pair.Source, Pause: r.Pair.Pause, CreatedAt: r.Pair.CreatedAt},
+		KeysVerified: r.KeysVerified, Differences: r.Differences, ByClass: r.ByClass, Waited: r.Waited}
+	for _, t := range r.Tables {
+		out.Tables = append(out.Tables, api.CutoverTable{Table: t.Table, LastFullRunID: t.LastFullRunID, LastFullAge: t.LastFullAge,
+			SinceTS: t.SinceTS, KeysVerified: t.KeysVerified, Differences: t.Differences, Result: t.Result})
+	}
+	return out, nil
 }
 
 func (a *apiVerification) Differences(ctx context.Context, runID string, tables []string) ([]checker.StoredDifference, error) {

@@ -62,9 +62,10 @@ func apiErr(t *testing.T, what string, err error, code codes.Code, reason string
 // → WatchDiff to its end (DIFFERENT) → GetDiff, CreateSnapshotPoint (and one past GC:
 // TSO_PAST_GC), ListDiffs paged (a token reused with another filter is
 // INVALID_ARGUMENT), ListDifferences filtered by kind and paged, GetFixSQL, Repair (dry
-// run, then for real: re-verified EQUAL), CancelDiff; errors: an unknown run NOT_FOUND
-// with DIFF_NOT_FOUND naming it, a bad scope and table pattern INVALID_ARGUMENT naming
-// the field, a WaitForApplied timeout DEADLINE_EXCEEDED; the calls counted in /metrics.
+// run, then for real: re-verified EQUAL), CutoverCheck (passing, and failing on age),
+// CancelDiff; errors: an unknown run NOT_FOUND with DIFF_NOT_FOUND naming it, a bad
+// scope and table pattern INVALID_ARGUMENT naming the field, a WaitForApplied timeout
+// DEADLINE_EXCEEDED; the calls counted in /metrics.
 func TestAPIUnderLoad(t *testing.T) {
 	upDSN := testenv.Require(t, testenv.EnvUpstream)
 	down := testenv.Downstream(t)
@@ -382,6 +383,34 @@ func TestAPIUnderLoad(t *testing.T) {
 		!strings.HasPrefix(rep.VerifyDiff, "diffs/") {
 		t.Fatalf("repair: %v", rep)
 	}
+
+	// CutoverCheck: every table has a clean full run (the first run's equal tables, the
+	// repair's re-verification), so the check at TiDB's current TSO passes; with a
+	// maximum age no run meets, it fails naming the tables.
+	cc, err := c.CutoverCheck(ctx, &parityv1.CutoverCheckRequest{Upstream: &parityv1.CutoverCheckRequest_Now{Now: true},
+		WaitTimeout: durationpb.New(time.Minute)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cc.Passed || len(cc.Failures) != 0 || len(cc.Tables) != 4 || cc.Pair == nil || cc.Pair.Ts < cc.UpstreamTs || cc.UpstreamTs < rep.Keys[0].Ts ||
+		!strings.HasPrefix(cc.Diff, "diffs/") || cc.Waited == nil {
+		t.Fatalf("cutover check: %v", cc)
+	}
+	for _, ct := range cc.Tables {
+		if ct.Result != "equal" || !strings.HasPrefix(ct.LastFullDiff, "diffs/") || ct.SinceTs == 0 {
+			t.Errorf("cutover check table: %v", ct)
+		}
+	}
+	stale, err := c.CutoverCheck(ctx, &parityv1.CutoverCheckRequest{Upstream: &parityv1.CutoverCheckRequest_Now{Now: true},
+		MaxFullDiffAge: durationpb.New(time.Millisecond)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stale.Passed || len(stale.Failures) == 0 || len(stale.Tables) != 4 || stale.Tables[0].Result != "full-diff-too-old" {
+		t.Fatalf("cutover check with a 1ms maximum age: %v", stale)
+	}
+	_, err = c.CutoverCheck(ctx, &parityv1.CutoverCheckRequest{})
+	apiErr(t, "CutoverCheck without a TSO", err, codes.InvalidArgument, "INVALID_ARGUMENT", map[string]string{"field": "upstream"})
 
 	// CancelDiff: a run cancelled while it compares ends cancelled.
 	d3, err := c.StartDiff(ctx, &parityv1.StartDiffRequest{})
