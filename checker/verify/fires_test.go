@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"errors"
+	"fmt"
 	"sort"
 	"strings"
 	"testing"
@@ -346,5 +347,45 @@ func TestScheduleBusyOnAnotherDaemon(t *testing.T) {
 	}
 	if n := instancesOf(fires)["daemon-a"]; n != len(fires) || n < 4 {
 		t.Fatalf("fires: %v", fires)
+	}
+}
+
+// TestScheduleClaimedElsewhereIsNotMissed: a fire another daemon claimed is not a fire
+// this daemon missed — the next fire it reports (parity_verify_schedule_next_run_
+// timestamp_seconds, which the missed-schedule alert reads) moves on with the claims,
+// not only with its own runs. It stayed at its own last run and the alert fired on
+// every daemon that lost the claims.
+func TestScheduleClaimedElsewhereIsNotMissed(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, 100)
+	cfg := f.config()
+	cfg.Changefeed = "verify-test-elsewhere"
+	cfg.Schedules = []Schedule{{Name: "every-second", Cron: "* * * * * *"}}
+	s := daemons(t, f, cfg, "daemon-b")[0]
+	db := historyDB(t, f)
+	stop := runUntilStopped(t, s)
+	defer stop()
+	// daemon-a claims the next ten fires before daemon-b can.
+	first := time.Now().UTC().Truncate(time.Second).Add(time.Second)
+	for i := range 10 {
+		if _, err := db.Exec("INSERT INTO "+metaschema.Table(f.meta, FiresTable)+" (changefeed, schedule, fire_at, instance, run_id) VALUES (?,?,?,?,?)",
+			cfg.Changefeed, "every-second", first.Add(time.Duration(i)*time.Second), "daemon-a", fmt.Sprintf("velsewhere%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(time.Until(first.Add(3500 * time.Millisecond)))
+	now := time.Now()
+	st := s.Stats()
+	if len(st.Schedules) != 1 {
+		t.Fatalf("schedules: %+v", st.Schedules)
+	}
+	if next := st.Schedules[0].Next; next.Before(now.Add(-time.Second)) {
+		t.Fatalf("next fire %s is %s in the past while daemon-a claims every fire: it would be reported missed", next.Format(time.RFC3339Nano), now.Sub(next))
+	}
+	_, runs := firesAndRuns(t, f, db, cfg.Changefeed, "every-second")
+	for _, r := range runs {
+		if r.started.After(first) {
+			t.Fatalf("daemon-b ran a fire daemon-a claimed: %+v", r)
+		}
 	}
 }

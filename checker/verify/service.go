@@ -538,6 +538,9 @@ func (s *Service) scheduleLoop(ctx context.Context, g *errgroup.Group, sc Schedu
 		}
 		if !won {
 			log.Debug("verification fire claimed by another daemon", "fire_at", next)
+			s.mu.Lock()
+			s.obs.firedElsewhere(sc.Name, next)
+			s.mu.Unlock()
 			continue
 		}
 		busy, err := s.runningElsewhere(ctx, sc.Name)

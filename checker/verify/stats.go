@@ -71,7 +71,8 @@ type LastRun struct {
 }
 
 // ScheduleNext is when a schedule should next fire: its cron's next time after its
-// newest run started (or the service started, before any). Past it by more than the
+// newest run started or the newest fire another daemon claimed (or the service started,
+// before either). Past it by more than the
 // scheduler's jitter with no run started, the firing was missed.
 type ScheduleNext struct {
 	Trigger string
@@ -214,7 +215,20 @@ type observed struct {
 	chunkTime Histogram
 	byKind    map[[2]string]int64 // (kind, class) → rows
 	last      map[string]LastRun  // by trigger
+	// elsewhere is, by schedule, the newest fire another daemon claimed (fires.go): a
+	// fire this daemon did not run because another one has it is not missed.
+	elsewhere map[string]time.Time
 	cleanAt   time.Time
+}
+
+// firedElsewhere records that another daemon claimed schedule's fire at.
+func (o *observed) firedElsewhere(schedule string, at time.Time) {
+	if o.elsewhere == nil {
+		o.elsewhere = map[string]time.Time{}
+	}
+	if at.After(o.elsewhere[schedule]) {
+		o.elsewhere[schedule] = at
+	}
 }
 
 // ended records how rec's trigger's newest run ended.
@@ -301,6 +315,9 @@ func (s *Service) fillStats(st *Stats, now time.Time) {
 			base := o.since
 			if l, ok := o.last[sc.Name]; ok && l.StartedAt.After(base) {
 				base = l.StartedAt
+			}
+			if at := o.elsewhere[sc.Name]; at.After(base) {
+				base = at
 			}
 			next = s.crons[i].Next(base)
 		}
