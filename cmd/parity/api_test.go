@@ -123,10 +123,15 @@ func TestAPIUnderLoad(t *testing.T) {
 		t.Fatalf("status: %v", st)
 	}
 
-	// Health and reflection.
-	hr, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: api.ServiceName})
-	if err != nil || hr.Status != healthpb.HealthCheckResponse_SERVING {
-		t.Fatalf("health while replicating: %v, %v", hr, err)
+	// Health (it follows the applier's state within half a second) and reflection.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		hr, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: api.ServiceName})
+		if err == nil && hr.Status == healthpb.HealthCheckResponse_SERVING {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("health while replicating: %v, %v", hr, err)
+		}
 	}
 	rc, err := rpb.NewServerReflectionClient(conn).ServerReflectionInfo(ctx)
 	if err != nil {
