@@ -14,6 +14,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/tidb-parity/parity/cdc/open"
+	"github.com/tidb-parity/parity/internal/tlsauth"
 )
 
 // Config configures a Replicator: where the changefeed comes from, where it is applied
@@ -72,6 +73,14 @@ type ChangefeedConfig struct {
 	// MaxMessageBytes bounds one decompressed payload (a defence against corrupt input).
 	// Default: 0 (the codec's default)
 	MaxMessageBytes int `toml:"max-message-bytes"`
+	// TLS encrypts every connection to the brokers ([changefeed.tls]: ca-file,
+	// cert-file, key-file, server-name, insecure-skip-verify; docs/security.md).
+	// Default: off (plaintext)
+	TLS tlsauth.TLS `toml:"tls"`
+	// SASL authenticates every connection to the brokers ([changefeed.sasl]: mechanism
+	// plain, scram-sha-256 or scram-sha-512, username, password or password-file).
+	// Default: off (no authentication)
+	SASL tlsauth.SASL `toml:"sasl"`
 }
 
 // UpstreamConfig is the upstream TiDB.
@@ -85,6 +94,10 @@ type UpstreamConfig struct {
 	// `parity serve`.
 	// Default: "" (a handle-key-only insert or update stops the applier)
 	DSN string `toml:"dsn"`
+	// TLS encrypts the connections to the upstream ([upstream.tls]: ca-file, cert-file,
+	// key-file, server-name, insecure-skip-verify; docs/security.md).
+	// Default: off (the DSN's own tls parameter, if any)
+	TLS tlsauth.TLS `toml:"tls"`
 }
 
 // DownstreamConfig is the fallback MySQL.
@@ -93,6 +106,10 @@ type DownstreamConfig struct {
 	// ignored; the env var PARITY_DOWNSTREAM_DSN overrides it in `parity serve`.
 	// Default: none (required)
 	DSN string `toml:"dsn"`
+	// TLS encrypts the connections to the fallback ([downstream.tls]: ca-file,
+	// cert-file, key-file, server-name, insecure-skip-verify; docs/security.md).
+	// Default: off (the DSN's own tls parameter, if any)
+	TLS tlsauth.TLS `toml:"tls"`
 }
 
 // ApplierConfig tunes how the changefeed is buffered and applied.
@@ -279,16 +296,32 @@ func (c Config) Validate() error {
 	if cf.MaxMessageBytes < 0 {
 		bad("changefeed.max-message-bytes", "must not be negative")
 	}
+	if err := cf.TLS.Validate("changefeed.tls"); err != nil {
+		errs = append(errs, err)
+	}
+	if err := cf.SASL.Validate("changefeed.sasl", cf.TLS.On()); err != nil {
+		errs = append(errs, err)
+	}
 
 	if c.Upstream.DSN != "" {
 		if _, err := mysql.ParseDSN(c.Upstream.DSN); err != nil {
 			bad("upstream.dsn", "%v", err)
 		}
+	} else if c.Upstream.TLS.On() {
+		bad("upstream.tls", "needs upstream.dsn")
 	}
 	if c.Downstream.DSN == "" {
 		bad("downstream.dsn", "required")
 	} else if _, err := mysql.ParseDSN(c.Downstream.DSN); err != nil {
 		bad("downstream.dsn", "%v", err)
+	}
+	for _, e := range []error{
+		c.Upstream.TLS.Validate("upstream.tls"), c.Upstream.TLS.ValidateDSN("upstream.tls", c.Upstream.DSN),
+		c.Downstream.TLS.Validate("downstream.tls"), c.Downstream.TLS.ValidateDSN("downstream.tls", c.Downstream.DSN),
+	} {
+		if e != nil {
+			errs = append(errs, e)
+		}
 	}
 
 	a := c.Applier
@@ -358,6 +391,33 @@ func (c Config) Validate() error {
 
 // gcLimit is the soft memory limit set with GCPercent: 2 × memory-bytes + 32 MiB, at
 // least 128 MiB.
+// WithTLS returns c with [upstream.tls] and [downstream.tls] applied to their DSNs
+// (tlsauth.DSN: a TLS config registered with the driver and named in the DSN) and those
+// tables cleared, so whatever opens the returned DSNs (the applier, verification,
+// repair, the API) connects with TLS. The certificate files are read now.
+func (c Config) WithTLS() (Config, error) {
+	var err error
+	if c.Upstream.DSN != "" {
+		if c.Upstream.DSN, err = tlsauth.DSN(c.Upstream.DSN, c.Upstream.TLS, "upstream.tls"); err != nil {
+			return c, err
+		}
+	}
+	if c.Downstream.DSN, err = tlsauth.DSN(c.Downstream.DSN, c.Downstream.TLS, "downstream.tls"); err != nil {
+		return c, err
+	}
+	c.Upstream.TLS, c.Downstream.TLS = tlsauth.TLS{}, tlsauth.TLS{}
+	return c, nil
+}
+
+// TLSWarnings are the warnings of c's TLS settings (certificates not verified).
+func (c Config) TLSWarnings() []string {
+	var w []string
+	w = append(w, c.Changefeed.TLS.Warnings("changefeed.tls")...)
+	w = append(w, c.Upstream.TLS.Warnings("upstream.tls")...)
+	w = append(w, c.Downstream.TLS.Warnings("downstream.tls")...)
+	return w
+}
+
 func (c Config) gcLimit() int64 {
 	return max(2*c.Applier.MemoryBytes+32<<20, 128<<20)
 }

@@ -10,19 +10,22 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+
+	"github.com/tidb-parity/parity/internal/tlsauth"
 )
 
 // partitionWatch lists the partitions of the changefeed's topics with a fresh metadata
 // request each time (kafka-go's Transport would answer from a cache refreshed every few
 // seconds), over one connection kept between listings.
 type partitionWatch struct {
-	cf   ChangefeedConfig
-	re   *regexp.Regexp
-	conn *kafka.Conn
+	cf    ChangefeedConfig
+	kafka *tlsauth.Kafka
+	re    *regexp.Regexp
+	conn  *kafka.Conn
 }
 
-func newPartitionWatch(cf ChangefeedConfig) *partitionWatch {
-	w := &partitionWatch{cf: cf}
+func newPartitionWatch(cf ChangefeedConfig, k *tlsauth.Kafka) *partitionWatch {
+	w := &partitionWatch{cf: cf, kafka: k}
 	if cf.TopicRegex != "" {
 		w.re = regexp.MustCompile("^(?:" + cf.TopicRegex + ")$")
 	}
@@ -44,8 +47,7 @@ func (w *partitionWatch) list(ctx context.Context) ([]partKey, error) {
 	for attempt := 0; attempt <= len(w.cf.Brokers); attempt++ {
 		if w.conn == nil {
 			b := w.cf.Brokers[attempt%len(w.cf.Brokers)]
-			d := kafka.Dialer{Timeout: 10 * time.Second}
-			conn, err := d.DialContext(ctx, "tcp", b)
+			conn, err := w.kafka.Dialer(10*time.Second).DialContext(ctx, "tcp", b)
 			if err != nil {
 				lastErr = err
 				continue
@@ -75,7 +77,7 @@ func (w *partitionWatch) list(ctx context.Context) ([]partKey, error) {
 		return nil, fmt.Errorf("listing partitions of topics %v: %w: %w", w.cf.Topics, lastErr, errNoPartitions)
 	}
 	if lastErr != nil {
-		return nil, fmt.Errorf("listing changefeed partitions: %w", lastErr)
+		return nil, fmt.Errorf("listing changefeed partitions: %w", w.kafka.Explain(lastErr))
 	}
 	var out []partKey
 	seen := map[string]bool{}

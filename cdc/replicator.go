@@ -22,6 +22,7 @@ import (
 	"github.com/tidb-parity/parity/cdc/open"
 	"github.com/tidb-parity/parity/internal/ident"
 	"github.com/tidb-parity/parity/internal/position"
+	"github.com/tidb-parity/parity/internal/tlsauth"
 	"github.com/tidb-parity/parity/internal/tso"
 )
 
@@ -60,8 +61,9 @@ type Replicator struct {
 	running chan struct{} // closed when Run started serving requests
 	done    chan struct{} // closed when Run returned
 
-	rows *rowFetcher // nil without upstream.dsn
-	ctr  counters    // Status's counters, since New
+	rows  *rowFetcher    // nil without upstream.dsn
+	ctr   counters       // Status's counters, since New
+	kafka *tlsauth.Kafka // TLS and SASL of every broker connection
 
 	mu      sync.Mutex
 	status  Status
@@ -96,8 +98,17 @@ func New(cfg Config, logger *slog.Logger) (*Replicator, error) {
 	if logger == nil {
 		logger = slog.Default()
 	}
+	cfg, err := cfg.WithTLS()
+	if err != nil {
+		return nil, err
+	}
+	k, err := tlsauth.NewKafka("changefeed", cfg.Changefeed.TLS, cfg.Changefeed.SASL)
+	if err != nil {
+		return nil, err
+	}
 	return &Replicator{
 		cfg:     cfg,
+		kafka:   k,
 		log:     logger.With("changefeed", cfg.Changefeed.ID),
 		reqs:    make(chan *barrierReq),
 		running: make(chan struct{}),
@@ -389,7 +400,7 @@ func (r *Replicator) runOnce(ctx context.Context, started func()) error {
 		}
 		defer r.rows.close()
 	}
-	watch := newPartitionWatch(cfg.Changefeed)
+	watch := newPartitionWatch(cfg.Changefeed, r.kafka)
 	defer watch.close()
 	parts, err := watch.list(ctx)
 	if err != nil {
@@ -512,6 +523,7 @@ func claimCheckLoader(dir string) func(string) ([]byte, error) {
 func (r *Replicator) consume(ctx context.Context, dec *open.Decoder, idx int, pk partKey, start int64, out chan<- record) error {
 	rd := kafka.NewReader(kafka.ReaderConfig{
 		Brokers:         r.cfg.Changefeed.Brokers,
+		Dialer:          r.kafka.Dialer(10 * time.Second),
 		Topic:           pk.Topic,
 		Partition:       pk.Partition,
 		MinBytes:        1,
@@ -540,7 +552,7 @@ func (r *Replicator) consume(ctx context.Context, dec *open.Decoder, idx int, pk
 			if ctx.Err() != nil {
 				return nil
 			}
-			return fmt.Errorf("reading %s: %w", pk, err)
+			return fmt.Errorf("reading %s: %w", pk, r.kafka.Explain(err))
 		}
 		rec := record{part: idx, offset: msg.Offset, hw: msg.HighWaterMark}
 		rec.events, err = dec.Decode(msg.Key, msg.Value)

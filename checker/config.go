@@ -8,6 +8,8 @@ import (
 	"path"
 	"strings"
 	"time"
+
+	"github.com/tidb-parity/parity/internal/tlsauth"
 )
 
 // SourceConfig says how to reach one side.
@@ -21,6 +23,12 @@ type SourceConfig struct {
 	// Concurrency caps the connections (and so the concurrent queries) on this side.
 	// Default: 0, meaning Config.Concurrency.
 	Concurrency int `toml:"concurrency" json:"concurrency,omitempty"`
+	// TLS encrypts the connections to this side ([upstream.tls], [downstream.tls]:
+	// ca-file, cert-file, key-file, server-name, insecure-skip-verify;
+	// docs/security.md). The downstream's also serves the meta database when it is the
+	// downstream (meta-dsn unset).
+	// Default: off (the DSN's own tls parameter, if any)
+	TLS tlsauth.TLS `toml:"tls" json:"-"`
 }
 
 // Route maps upstream tables to downstream names. From is "schema" or "schema.table"
@@ -214,10 +222,44 @@ func DefaultConfig() Config {
 }
 
 // Validate reports every problem with its key path.
+// ApplyTLS applies [upstream.tls] and [downstream.tls] to their DSNs (tlsauth.DSN: a
+// TLS config registered with the driver and named in the DSN) and clears them, so every
+// connection opened from the DSNs (sources, the meta database, the changefeed's lag)
+// uses TLS. The certificate files are read now.
+func (c *Config) ApplyTLS() error {
+	for _, s := range []struct {
+		sc  *SourceConfig
+		key string
+	}{{&c.Upstream, "upstream.tls"}, {&c.Downstream, "downstream.tls"}} {
+		if s.sc.DSN == "" {
+			continue
+		}
+		dsn, err := tlsauth.DSN(s.sc.DSN, s.sc.TLS, s.key)
+		if err != nil {
+			return err
+		}
+		s.sc.DSN, s.sc.TLS = dsn, tlsauth.TLS{}
+	}
+	return nil
+}
+
+// TLSWarnings are the warnings of c's TLS settings (certificates not verified).
+func (c *Config) TLSWarnings() []string {
+	return append(c.Upstream.TLS.Warnings("upstream.tls"), c.Downstream.TLS.Warnings("downstream.tls")...)
+}
+
 func (c *Config) Validate() error {
 	var errs []error
 	bad := func(key, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%s: %s", key, fmt.Sprintf(format, args...)))
+	}
+	for _, e := range []error{
+		c.Upstream.TLS.Validate("upstream.tls"), c.Upstream.TLS.ValidateDSN("upstream.tls", c.Upstream.DSN),
+		c.Downstream.TLS.Validate("downstream.tls"), c.Downstream.TLS.ValidateDSN("downstream.tls", c.Downstream.DSN),
+	} {
+		if e != nil {
+			errs = append(errs, e)
+		}
 	}
 	if len(c.Tables) == 0 {
 		bad("tables", "at least one table pattern is required")

@@ -233,6 +233,13 @@ func openDSNSources(ctx context.Context, cfg *Config, log *slog.Logger) (src Sou
 	if cfg.Upstream.DSN == "" || cfg.Downstream.DSN == "" {
 		return Sources{}, nil, errors.New("invalid config: upstream.dsn and downstream.dsn are required")
 	}
+	if cfg.Upstream.TLS.On() || cfg.Downstream.TLS.On() {
+		c := *cfg
+		if err := c.ApplyTLS(); err != nil {
+			return Sources{}, nil, err
+		}
+		cfg = &c
+	}
 	var closers []func() error
 	closeOpened := func() {
 		for i := len(closers) - 1; i >= 0; i-- {

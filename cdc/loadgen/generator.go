@@ -18,6 +18,7 @@ import (
 	"github.com/tidb-parity/parity/cdc/upstream"
 	"github.com/tidb-parity/parity/internal/ident"
 	"github.com/tidb-parity/parity/internal/retry"
+	"github.com/tidb-parity/parity/internal/tlsauth"
 	"github.com/tidb-parity/parity/internal/tso"
 )
 
@@ -407,6 +408,15 @@ func writeFileAtomic(path string, data []byte) error {
 // the first resolved ts at the changefeed's start. closeSetUp releases what it opened.
 func (g *Generator) setUp(ctx context.Context) (res Result, err error) {
 	cfg := &g.cfg
+	if cfg.Upstream, err = tlsauth.DSN(cfg.Upstream, cfg.UpstreamTLS, "upstream-tls"); err != nil {
+		return res, err
+	}
+	if cfg.Downstream != "" {
+		if cfg.Downstream, err = tlsauth.DSN(cfg.Downstream, cfg.DownstreamTLS, "downstream-tls"); err != nil {
+			return res, err
+		}
+	}
+	cfg.UpstreamTLS, cfg.DownstreamTLS = tlsauth.TLS{}, tlsauth.TLS{}
 	rootDSN, err := sessionDSN(cfg.Upstream, "", cfg.TimeZone, true)
 	if err != nil {
 		return res, fmt.Errorf("upstream dsn: %w", err)

@@ -25,6 +25,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/tidb-parity/parity/cdc/open"
+	"github.com/tidb-parity/parity/internal/tlsauth"
 )
 
 // Config configures a Generator.
@@ -33,8 +34,14 @@ type Config struct {
 	Upstream string
 	// Downstream is the fallback MySQL DSN; used only by the import. Default: "".
 	Downstream string
+	// UpstreamTLS and DownstreamTLS are the TLS of the connections to Upstream and
+	// Downstream (applied to their DSNs, tlsauth.DSN). Default: off.
+	UpstreamTLS, DownstreamTLS tlsauth.TLS
 	// Brokers are Kafka bootstrap addresses. Default: ["127.0.0.1:9092"].
 	Brokers []string
+	// KafkaTLS and KafkaSASL secure the connections to Brokers. Default: off.
+	KafkaTLS  tlsauth.TLS
+	KafkaSASL tlsauth.SASL
 	// Topic receives the changefeed. Default: "parity".
 	Topic string
 	// Partitions is the partition count loadgen creates Topic with when it does not exist
@@ -155,6 +162,12 @@ func (c *Config) Validate() error {
 	}
 	if len(c.Brokers) == 0 {
 		bad("brokers", "at least one broker is required")
+	}
+	for _, e := range []error{c.UpstreamTLS.Validate("upstream-tls"), c.DownstreamTLS.Validate("downstream-tls"),
+		c.KafkaTLS.Validate("kafka-tls"), c.KafkaSASL.Validate("kafka-sasl", c.KafkaTLS.On())} {
+		if e != nil {
+			errs = append(errs, e)
+		}
 	}
 	if c.Topic == "" {
 		bad("topic", "required")

@@ -15,6 +15,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/tidb-parity/parity/cdc/open"
+	"github.com/tidb-parity/parity/internal/tlsauth"
 )
 
 // txn is one committed upstream transaction waiting to be published.
@@ -138,7 +139,12 @@ var partitionBalancer = kafka.BalancerFunc(func(m kafka.Message, _ ...int) int {
 
 // TopicPartitions returns the number of partitions of a topic.
 func TopicPartitions(ctx context.Context, brokers []string, topic string) (int, error) {
-	var d kafka.Dialer
+	return topicPartitions(ctx, nil, brokers, topic)
+}
+
+// topicPartitions is TopicPartitions over k's TLS and SASL (nil: neither).
+func topicPartitions(ctx context.Context, k *tlsauth.Kafka, brokers []string, topic string) (int, error) {
+	d := k.Dialer(10 * time.Second)
 	var lastErr error
 	for _, b := range brokers {
 		conn, err := d.DialContext(ctx, "tcp", b)
@@ -149,23 +155,28 @@ func TopicPartitions(ctx context.Context, brokers []string, topic string) (int, 
 		parts, err := conn.ReadPartitions(topic)
 		conn.Close()
 		if err != nil {
-			return 0, fmt.Errorf("read partitions of topic %s: %w", topic, err)
+			return 0, fmt.Errorf("read partitions of topic %s: %w", topic, k.Explain(err))
 		}
 		if len(parts) == 0 {
 			return 0, fmt.Errorf("topic %s has no partitions", topic)
 		}
 		return len(parts), nil
 	}
-	return 0, fmt.Errorf("dial kafka %v: %w", brokers, lastErr)
+	return 0, fmt.Errorf("dial kafka %v: %w", brokers, k.Explain(lastErr))
 }
 
 // CreateTopic creates a topic with the given partitions (replication factor 1) and
 // waits until every partition has a leader.
 func CreateTopic(ctx context.Context, brokers []string, topic string, partitions int) error {
-	var d kafka.Dialer
+	return createTopic(ctx, nil, brokers, topic, partitions)
+}
+
+// createTopic is CreateTopic over k's TLS and SASL (nil: neither).
+func createTopic(ctx context.Context, k *tlsauth.Kafka, brokers []string, topic string, partitions int) error {
+	d := k.Dialer(10 * time.Second)
 	conn, err := d.DialContext(ctx, "tcp", brokers[0])
 	if err != nil {
-		return fmt.Errorf("dial kafka %s: %w", brokers[0], err)
+		return fmt.Errorf("dial kafka %s: %w", brokers[0], k.Explain(err))
 	}
 	defer conn.Close()
 	ctrl, err := conn.Controller()
@@ -205,13 +216,17 @@ func CreateTopic(ctx context.Context, brokers []string, topic string, partitions
 }
 
 func newProducer(ctx context.Context, cfg *Config) (*producer, error) {
-	n, err := TopicPartitions(ctx, cfg.Brokers, cfg.Topic)
+	k, err := tlsauth.NewKafka("kafka", cfg.KafkaTLS, cfg.KafkaSASL)
+	if err != nil {
+		return nil, err
+	}
+	n, err := topicPartitions(ctx, k, cfg.Brokers, cfg.Topic)
 	if errors.Is(err, kafka.UnknownTopicOrPartition) && cfg.Partitions > 0 {
 		cctx, cancel := context.WithTimeout(ctx, time.Minute)
-		err = CreateTopic(cctx, cfg.Brokers, cfg.Topic, cfg.Partitions)
+		err = createTopic(cctx, k, cfg.Brokers, cfg.Topic, cfg.Partitions)
 		cancel()
 		if err == nil {
-			n, err = TopicPartitions(ctx, cfg.Brokers, cfg.Topic)
+			n, err = topicPartitions(ctx, k, cfg.Brokers, cfg.Topic)
 		}
 	}
 	if err != nil {
@@ -229,7 +244,7 @@ func newProducer(ctx context.Context, cfg *Config) (*producer, error) {
 	if maxBytes == 0 {
 		maxBytes = open.DefaultEncoderConfig().MaxMessageBytes
 	}
-	transport := &kafka.Transport{Dial: (&net.Dialer{Timeout: 10 * time.Second}).DialContext}
+	transport := k.Transport(10 * time.Second)
 	w := &kafka.Writer{
 		Addr:         kafka.TCP(cfg.Brokers...),
 		Topic:        cfg.Topic,

@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tidb-parity/parity/cdc/open"
+	"github.com/tidb-parity/parity/internal/tlsauth"
 )
 
 // Exit codes of `parity decode`.
@@ -38,6 +39,8 @@ type decodeOptions struct {
 	offset    string
 	limit     int
 	timeout   time.Duration
+	tls       tlsauth.TLS
+	sasl      tlsauth.SASL
 }
 
 func init() {
@@ -65,6 +68,7 @@ error names the record and where in it), 2 on bad flags or I/O errors.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
 			defer stop()
+			saslPasswordFromEnv(&o.sasl)
 			return runDecode(ctx, o, cmd.OutOrStdout())
 		},
 	}
@@ -79,6 +83,8 @@ error names the record and where in it), 2 on bad flags or I/O errors.`,
 	f.StringVar(&o.offset, "offset", "first", "offset to start at in each partition: first, or a number")
 	f.IntVar(&o.limit, "limit", 0, "stop after this many records (0: read to the end)")
 	f.DurationVar(&o.timeout, "timeout", 30*time.Second, "timeout for each Kafka request")
+	addTLSFlags(f, "kafka", "Kafka", &o.tls)
+	addSASLFlags(f, &o.sasl)
 	return cmd
 }
 
@@ -103,6 +109,12 @@ func (o decodeOptions) validate() error {
 	}
 	if err := open.Compression(o.compression).Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("--compression: %w", err))
+	}
+	if err := o.tls.Validate("kafka-tls"); err != nil {
+		errs = append(errs, err)
+	}
+	if err := o.sasl.Validate("kafka-sasl", o.tls.On()); err != nil {
+		errs = append(errs, err)
 	}
 	if o.offset != "first" {
 		if n, err := strconv.ParseInt(o.offset, 10, 64); err != nil || n < 0 {
@@ -194,12 +206,15 @@ func writeEvents(w *bufio.Writer, evs []open.Event, rec *open.RecordRef) error {
 // high watermark it had when the command started, and prints every event. The first
 // record that does not decode stops the command with its coordinates.
 func decodeTopic(ctx context.Context, dec *open.Decoder, o decodeOptions, w *bufio.Writer) error {
-	dialer := &kafka.Dialer{Timeout: o.timeout}
+	k, err := tlsauth.NewKafka("kafka", o.tls, o.sasl)
+	if err != nil {
+		return &exitError{decodeExitUsage, err}
+	}
+	dialer := k.Dialer(o.timeout)
 	brokers := strings.Split(o.brokers, ",")
 	var (
 		conn   *kafka.Conn
 		broker string
-		err    error
 	)
 	for _, b := range brokers {
 		broker = strings.TrimSpace(b)
@@ -208,7 +223,7 @@ func decodeTopic(ctx context.Context, dec *open.Decoder, o decodeOptions, w *buf
 		}
 	}
 	if err != nil {
-		return &exitError{decodeExitUsage, fmt.Errorf("dial kafka %s: %w", o.brokers, err)}
+		return &exitError{decodeExitUsage, fmt.Errorf("dial kafka %s: %w", o.brokers, k.Explain(err))}
 	}
 	parts, err := conn.ReadPartitions(o.topic)
 	conn.Close()

@@ -169,6 +169,12 @@ func runDiff(cmd *cobra.Command, f *diffFlags) (int, error) {
 		return 2, err
 	}
 	stderr := cmd.ErrOrStderr()
+	for _, w := range cfg.TLSWarnings() {
+		fmt.Fprintln(stderr, "warning:", w)
+	}
+	if err := cfg.ApplyTLS(); err != nil {
+		return 2, err
+	}
 	level := slog.LevelWarn
 	switch {
 	case f.verbose >= 2:

@@ -65,6 +65,7 @@ commit_ts=<ts> (the big transaction's commit ts).`,
 				return &exitError{code: 2, err: fmt.Errorf("log-level: %w", err)}
 			}
 			cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+			saslPasswordFromEnv(&cfg.KafkaSASL)
 			validate := cfg.Validate
 			if cmd.Flags().Changed("big-transaction-rows") {
 				validate = func() error { return cfg.ValidateBigTransaction(bigRows) }
@@ -109,6 +110,10 @@ commit_ts=<ts> (the big transaction's commit ts).`,
 	fl.StringVar(&cfg.Downstream, "downstream-dsn", cfg.Downstream, "downstream MySQL DSN (for --import-rows)")
 	fl.StringSliceVar(&cfg.Brokers, "brokers", cfg.Brokers, "Kafka bootstrap addresses")
 	fl.StringVar(&cfg.Topic, "topic", cfg.Topic, "Kafka topic of the changefeed")
+	addTLSFlags(fl, "upstream", "the upstream", &cfg.UpstreamTLS)
+	addTLSFlags(fl, "downstream", "the downstream", &cfg.DownstreamTLS)
+	addTLSFlags(fl, "kafka", "Kafka", &cfg.KafkaTLS)
+	addSASLFlags(fl, &cfg.KafkaSASL)
 	fl.IntVar(&cfg.Partitions, "partitions", cfg.Partitions, "partitions of the topic when loadgen creates it (0: it must exist)")
 	fl.BoolVar(&cfg.Reset, "reset", cfg.Reset, "drop the database on both sides first")
 	fl.StringVar(&cfg.Database, "database", cfg.Database, "schema of the tables, on both sides")

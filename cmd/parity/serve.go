@@ -32,8 +32,9 @@ import (
 
 // Environment variables that override the config file (flags override both).
 const (
-	envUpstreamDSN   = "PARITY_UPSTREAM_DSN"
-	envDownstreamDSN = "PARITY_DOWNSTREAM_DSN"
+	envUpstreamDSN       = "PARITY_UPSTREAM_DSN"
+	envDownstreamDSN     = "PARITY_DOWNSTREAM_DSN"
+	envKafkaSASLPassword = "PARITY_KAFKA_SASL_PASSWORD"
 )
 
 // serveConfig is the `parity serve` configuration file.
@@ -124,7 +125,7 @@ func (c serveConfig) Validate() error {
 	return errors.Join(errs...)
 }
 
-// redacted returns c with the passwords of its DSNs replaced.
+// redacted returns c with the passwords of its DSNs and of changefeed.sasl replaced.
 func (c serveConfig) redacted() serveConfig {
 	red := func(dsn string) string {
 		mc, err := mysql.ParseDSN(dsn)
@@ -136,7 +137,22 @@ func (c serveConfig) redacted() serveConfig {
 	}
 	c.Upstream.DSN = red(c.Upstream.DSN)
 	c.Downstream.DSN = red(c.Downstream.DSN)
+	if c.Changefeed.SASL.Password != "" {
+		c.Changefeed.SASL.Password = "REDACTED"
+	}
 	return c
+}
+
+// withTLS returns c with [upstream.tls] and [downstream.tls] applied to their DSNs
+// (cdc.Config.WithTLS), so the applier, verification, repair and the API all connect
+// with TLS.
+func (c serveConfig) withTLS() (serveConfig, error) {
+	cc, err := c.cdc().WithTLS()
+	if err != nil {
+		return c, err
+	}
+	c.Upstream, c.Downstream = cc.Upstream, cc.Downstream
+	return c, nil
 }
 
 func parseLevel(s string) (slog.Level, error) {
@@ -170,6 +186,7 @@ var serveBindings = []config.Binding{
 	{Flag: "start-ts", Key: "changefeed.start-ts"},
 	{Flag: "upstream-dsn", Env: envUpstreamDSN, Key: "upstream.dsn"},
 	{Flag: "downstream-dsn", Env: envDownstreamDSN, Key: "downstream.dsn"},
+	{Env: envKafkaSASLPassword, Key: "changefeed.sasl.password"},
 	{Flag: "workers", Key: "applier.workers"},
 	{Flag: "batch-rows", Key: "applier.batch-rows"},
 	{Flag: "memory-bytes", Key: "applier.memory-bytes"},
@@ -200,6 +217,9 @@ func resolveServeConfig(cmd *cobra.Command, f *serveFlags) (serveConfig, error) 
 	if err := config.Apply(&cfg, cmd.Flags(), serveBindings); err != nil {
 		return cfg, err
 	}
+	for _, w := range cfg.cdc().TLSWarnings() {
+		fmt.Fprintln(cmd.ErrOrStderr(), "warning:", w)
+	}
 	return cfg, cfg.Validate()
 }
 
@@ -228,7 +248,9 @@ func newServeCommand() (*cobra.Command, *serveFlags) {
 		Long: `serve consumes a TiCDC open-protocol changefeed from Kafka and applies it to the
 fallback MySQL in commit-ts order, exactly once, recording its progress in the meta
 schema of the downstream. Settings come from --config (TOML), then the environment
-(PARITY_UPSTREAM_DSN, PARITY_DOWNSTREAM_DSN), then flags. SIGTERM or SIGINT finishes the
+(PARITY_UPSTREAM_DSN, PARITY_DOWNSTREAM_DSN, PARITY_KAFKA_SASL_PASSWORD), then flags.
+TLS to each server and SASL to Kafka are set in the config file ([upstream.tls],
+[downstream.tls], [changefeed.tls], [changefeed.sasl]; docs/security.md). SIGTERM or SIGINT finishes the
 round being applied and exits 0; a second signal exits at once. SIGHUP reads
 api.token-file again.
 
@@ -287,6 +309,13 @@ func runServe(parent context.Context, cfg serveConfig) error {
 		parent = context.Background()
 	}
 	log := newLogger(cfg.Log)
+	for _, w := range cfg.cdc().TLSWarnings() {
+		log.Warn(w)
+	}
+	cfg, err := cfg.withTLS()
+	if err != nil {
+		return &exitError{code: 2, err: err}
+	}
 	r, err := cdc.New(cfg.cdc(), log)
 	if err != nil {
 		return &exitError{code: 2, err: err}

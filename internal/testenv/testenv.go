@@ -36,6 +36,17 @@ const (
 	// EnvTiDBOldCollation is a TiDB bootstrapped without new collations: it compares every
 	// string as binary bytes (NO PAD), whatever collation a column declares.
 	EnvTiDBOldCollation = "PARITY_TEST_TIDB_OLDCOLL_DSN"
+
+	// The TLS and SASL targets (scripts/env's fallback-tls, tidb-tls and kafka-tls): none
+	// answers without TLS. EnvTLSDir holds ca.pem, client.pem and client-key.pem.
+	EnvTLSDir           = "PARITY_TEST_TLS_DIR"
+	EnvTLSMySQL         = "PARITY_TEST_TLS_MYSQL_DSN"      // MariaDB, REQUIRE SSL
+	EnvTLSMySQLX509     = "PARITY_TEST_TLS_MYSQL_X509_DSN" // MariaDB, REQUIRE X509
+	EnvTLSTiDB          = "PARITY_TEST_TLS_TIDB_DSN"
+	EnvTLSKafkaSSL      = "PARITY_TEST_TLS_KAFKA_SSL"      // client certificate required
+	EnvTLSKafkaSASLSSL  = "PARITY_TEST_TLS_KAFKA_SASL_SSL" // PLAIN, SCRAM-SHA-256, SCRAM-SHA-512
+	EnvTLSKafkaUser     = "PARITY_TEST_TLS_KAFKA_SASL_USER"
+	EnvTLSKafkaPassword = "PARITY_TEST_TLS_KAFKA_SASL_PASSWORD"
 )
 
 // Lookup returns the value of an environment variable, falling back to var/env.sh at the
