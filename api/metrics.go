@@ -23,16 +23,18 @@ type Metrics struct {
 
 var _ prometheus.Collector = (*Metrics)(nil)
 
-// NewMetrics returns the call metrics; register them (they are a prometheus.Collector).
-func NewMetrics() *Metrics {
+// NewMetrics returns the call metrics of the daemon applying changefeed (their changefeed
+// label); register them (they are a prometheus.Collector).
+func NewMetrics(changefeed string) *Metrics {
 	l := []string{"grpc_service", "grpc_method"}
+	cl := prometheus.Labels{"changefeed": changefeed}
 	return &Metrics{
 		started: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "parity_grpc_server_started_total",
-			Help: "gRPC calls started on the API server."}, l),
+			Help: "gRPC calls started on the API server.", ConstLabels: cl}, l),
 		handled: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "parity_grpc_server_handled_total",
-			Help: "gRPC calls completed on the API server, by status code."}, append(l, "grpc_code")),
+			Help: "gRPC calls completed on the API server, by status code.", ConstLabels: cl}, append(l, "grpc_code")),
 		handling: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "parity_grpc_server_handling_seconds",
-			Help:    "Time the API server took to complete a call (streams: their whole life).",
+			Help: "Time the API server took to complete a call (streams: their whole life).", ConstLabels: cl,
 			Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300}}, l),
 	}
 }

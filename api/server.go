@@ -57,6 +57,9 @@ type Options struct {
 	// Registerer registers the call metrics (parity_grpc_server_*). nil: not
 	// registered.
 	Registerer prometheus.Registerer
+	// Changefeed labels the call metrics (the changefeed label every parity metric
+	// carries). Default: "".
+	Changefeed string
 	// Auth authenticates and authorizes calls and its TLS config serves TLS; nil: no
 	// authentication (tests, or a daemon CheckExposure allowed without it).
 	Auth *Authenticator
@@ -93,7 +96,7 @@ func New(cfg Config, b Backend, o Options) (*Server, error) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	s := &Server{cfg: cfg, b: b, log: o.Logger.With("component", "api"), health: health.NewServer(), metrics: NewMetrics()}
+	s := &Server{cfg: cfg, b: b, log: o.Logger.With("component", "api"), health: health.NewServer(), metrics: NewMetrics(o.Changefeed)}
 	s.stopCtx, s.stopNow = context.WithCancel(context.Background())
 
 	// Outermost first: metrics and the log see the final code; the authenticator

@@ -239,7 +239,11 @@ level = %q
 
 [status]
 addr = %q
-%s`, e.meta, e.broker, e.topic, tz, extraChangefeed, upstream, e.downDSN, e.meta, spillDir, extraApplier, logLevel, e.statusAddr, extraStatus)
+%s
+# The gRPC API is off: tests run several daemons at once, and its default port is one.
+[api]
+addr = ""
+`, e.meta, e.broker, e.topic, tz, extraChangefeed, upstream, e.downDSN, e.meta, spillDir, extraApplier, logLevel, e.statusAddr, extraStatus)
 }
 
 func (e *env) open(dsn, db string) *sql.DB {

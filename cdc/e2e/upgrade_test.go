@@ -244,10 +244,14 @@ func previousBinary(t *testing.T, commit string) string {
 // flags, which both the old and the new release read the same way, logging to e.logPath.
 func (e *env) startServeBin(bin, spillDir string) *serve {
 	e.t.Helper()
-	return e.startServeCmd(exec.Command(bin, "serve",
+	args := []string{"serve",
 		"--changefeed-id", e.meta, "--brokers", e.broker, "--topics", e.topic, "--time-zone", "+00:00",
 		"--downstream-dsn", e.downDSN, "--meta-schema", e.meta, "--spill-dir", spillDir,
-		"--status-addr", e.statusAddr, "--log-level", "info", "--workers", "4"))
+		"--status-addr", e.statusAddr, "--log-level", "info", "--workers", "4"}
+	if bin == parityBin { // the release before the gRPC API has no --api-addr
+		args = append(args, "--api-addr", "")
+	}
+	return e.startServeCmd(exec.Command(bin, args...))
 }
 
 // waitAppliedPast waits up to timeout for serve's checkpoint to move beyond ts, so that

@@ -466,10 +466,10 @@ func TestAPIUnderLoad(t *testing.T) {
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	for _, want := range []string{
-		`parity_grpc_server_handled_total{grpc_code="OK",grpc_method="StartDiff",grpc_service="parity.v1.Parity"} 3`,
-		`parity_grpc_server_handled_total{grpc_code="NotFound",grpc_method="GetDiff",grpc_service="parity.v1.Parity"} 1`,
-		`parity_grpc_server_started_total{grpc_method="WatchDiff",grpc_service="parity.v1.Parity"} 1`,
-		`parity_grpc_server_handling_seconds_count{grpc_method="Repair",grpc_service="parity.v1.Parity"} 3`,
+		`parity_grpc_server_handled_total{changefeed="api-load",grpc_code="OK",grpc_method="StartDiff",grpc_service="parity.v1.Parity"} 3`,
+		`parity_grpc_server_handled_total{changefeed="api-load",grpc_code="NotFound",grpc_method="GetDiff",grpc_service="parity.v1.Parity"} 1`,
+		`parity_grpc_server_started_total{changefeed="api-load",grpc_method="WatchDiff",grpc_service="parity.v1.Parity"} 1`,
+		`parity_grpc_server_handling_seconds_count{changefeed="api-load",grpc_method="Repair",grpc_service="parity.v1.Parity"} 3`,
 	} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("/metrics lacks %s", want)

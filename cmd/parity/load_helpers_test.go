@@ -80,8 +80,8 @@ func (l *testLoad) Stop() (loadgen.Result, error) {
 
 // verifyServeConfig is `parity serve`'s configuration for a test: changefeed id applying
 // topic from importTs into the fallback, a meta schema of its own (dropped when the test
-// ends), the status server on a free loopback port, warnings only in the log, and
-// verification of db's tables on.
+// ends), the status server on a free loopback port, the gRPC API off, warnings only in
+// the log, and verification of db's tables on.
 func verifyServeConfig(tb testing.TB, id, upDSN string, down *testenv.DB, broker, topic, db string, importTs uint64) serveConfig {
 	tb.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -98,6 +98,7 @@ func verifyServeConfig(tb testing.TB, id, upDSN string, down *testenv.DB, broker
 	cfg.Applier.MetaSchema = testenv.UniqueName("pm")
 	cfg.Applier.SpillDir = tb.TempDir()
 	cfg.Status.Addr = addr
+	cfg.API.Addr = "" // tests that call the API set a free port: the default is shared
 	cfg.Log.Level = "warn"
 	cfg.Verify.Enabled = true
 	cfg.Verify.Tables = []string{db + ".*"}

@@ -356,7 +356,7 @@ func runServe(parent context.Context, cfg serveConfig) error {
 		}
 		backend, closeBackend := apiBackend(cfg, r, vs, rp)
 		defer closeBackend()
-		if apiSrv, err = api.New(cfg.API, backend, api.Options{Logger: log, Auth: auth}); err != nil {
+		if apiSrv, err = api.New(cfg.API, backend, api.Options{Logger: log, Auth: auth, Changefeed: cfg.Changefeed.ID}); err != nil {
 			return &exitError{code: 2, err: err}
 		}
 		if apiLn, err = net.Listen("tcp", cfg.API.Addr); err != nil {

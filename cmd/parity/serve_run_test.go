@@ -66,6 +66,7 @@ func TestServeAppliesReportsStatusAndDrainsOnSIGTERM(t *testing.T) {
 	cfg.Applier.MetaSchema = testenv.UniqueName("pm")
 	cfg.Applier.SpillDir = t.TempDir()
 	cfg.Status.Addr = addr
+	cfg.API.Addr = ""
 	cfg.Log.Level = "warn"
 	t.Cleanup(func() { _, _ = down.Exec("DROP DATABASE IF EXISTS `" + cfg.Applier.MetaSchema + "`") })
 	if err := cfg.Validate(); err != nil {
