@@ -176,7 +176,7 @@ func (v verifier) verify(cs tls.ConnectionState) error {
 	)
 	switch {
 	case errors.As(err, &he):
-		from := fmt.Sprintf("%s.server-name", v.key)
+		from := fmt.Sprintf("as %s.server-name says", v.key)
 		if !v.nameSet {
 			from = fmt.Sprintf("the host dialed; set %s.server-name to a name the certificate holds", v.key)
 		}
