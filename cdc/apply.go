@@ -131,7 +131,7 @@ func (a *applier) applyRows(ctx context.Context, buf *buffer, target uint64) ([]
 	for i := range chans {
 		ch := chans[i]
 		g.Go(func() error {
-			err := a.worker(gctx, ch)
+			err := a.worker(gctx, ch, workerNames[i%len(workerNames)])
 			if err != nil {
 				for range ch { // let the producer finish
 				}
@@ -453,7 +453,17 @@ type batch struct {
 
 const maxStatementBytes = 4 << 20
 
-func (a *applier) worker(ctx context.Context, ch <-chan []op) error {
+// workerNames are the apply workers' writers in the marker table (bypasslog): one row
+// per worker, so concurrent workers never wait for each other's marker.
+var workerNames = func() []string {
+	n := make([]string, 256)
+	for i := range n {
+		n[i] = fmt.Sprintf("apply-%d", i)
+	}
+	return n
+}()
+
+func (a *applier) worker(ctx context.Context, ch <-chan []op, writer string) error {
 	// One statement under construction per table: ops of tables produced concurrently
 	// interleave on the channel without cutting each other's statements short. Within a
 	// table, a change of kind (delete/upsert, columns) flushes first, so the versions of
@@ -472,8 +482,7 @@ func (a *applier) worker(ctx context.Context, ch <-chan []op) error {
 			q, args = buildUpsert(b.schema, b.table, b.rows, b.mode)
 		}
 		err := a.retry(ctx, ident.Table(b.schema, b.table), func(ctx context.Context) error {
-			_, err := a.db.ExecContext(ctx, q, args...)
-			return err
+			return a.meta.execMarked(ctx, a.db, writer, q, args)
 		})
 		if err != nil {
 			return err
@@ -505,7 +514,7 @@ func (a *applier) worker(ctx context.Context, ch <-chan []op) error {
 			if err := flushAll(); err != nil {
 				return err
 			}
-			return a.applyKeyless(ctx, o.unit)
+			return a.applyKeyless(ctx, o.unit, writer)
 		}
 		b := last
 		if b == nil || b.table != o.table || b.schema != o.schema {
@@ -546,7 +555,7 @@ func (a *applier) worker(ctx context.Context, ch <-chan []op) error {
 
 // applyKeyless applies a table without a handle: inserts append, deletes remove exactly
 // one equal row, updates do both; all in one transaction with the table's progress.
-func (a *applier) applyKeyless(ctx context.Context, u *keylessUnit) error {
+func (a *applier) applyKeyless(ctx context.Context, u *keylessUnit, writer string) error {
 	k := u.tb.key
 	if u.target <= a.progressOf(k) {
 		// Applied before a restart, beyond the checkpoint: the restart's first rounds
@@ -574,6 +583,9 @@ func (a *applier) applyKeyless(ctx context.Context, u *keylessUnit) error {
 		done = max(done, a.progressOf(k))
 		if u.target <= done {
 			return nil
+		}
+		if err := a.meta.mark(ctx, tx, writer); err != nil {
+			return err
 		}
 		var ins [][]open.Column
 		insBytes := 0

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tidb-parity/parity/internal/bypasslog"
 	"github.com/tidb-parity/parity/internal/ident"
 	"github.com/tidb-parity/parity/internal/ledger"
 	"github.com/tidb-parity/parity/internal/metaschema"
@@ -99,6 +100,17 @@ var migrations = []metaschema.Step{
 			updated_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6) ON UPDATE CURRENT_TIMESTAMP(6)
 		) ENGINE=InnoDB`,
 	}},
+	// The marker of parity's own transactions in the fallback's binlog (internal/bypasslog's
+	// contract with the bypass detector): one row per writer, upserted in every
+	// transaction that writes replicated rows.
+	{Name: "write_marker: parity's transactions in the binlog", Stmts: []string{
+		`CREATE TABLE IF NOT EXISTS %s.` + bypasslog.MarkerTable + ` (
+			changefeed VARCHAR(128) NOT NULL,
+			writer VARCHAR(64) NOT NULL,
+			writes BIGINT UNSIGNED NOT NULL,
+			PRIMARY KEY (changefeed, writer)
+		) ENGINE=InnoDB`,
+	}},
 }
 
 // meta reads and writes the meta schema.
@@ -130,7 +142,7 @@ func init() {
 			) ENGINE=InnoDB`,
 			`INSERT IGNORE INTO %s.schema_migrations (version, name) VALUES (%v, 'superseded by parity_migrations: run a parity that has it')`,
 		},
-		Tables: []string{"checkpoint", "partition_offset", "table_progress", "ddl_applied", "dead_letter", ledger.Table, ledger.RangeTable, "ts_map"},
+		Tables: []string{"checkpoint", "partition_offset", "table_progress", "ddl_applied", "dead_letter", ledger.Table, ledger.RangeTable, "ts_map", bypasslog.MarkerTable},
 		Steps:  migrations,
 	})
 }
@@ -318,6 +330,32 @@ func (m *meta) deadLetter(ctx context.Context, p partKey, offset int64, key, val
 		return fmt.Errorf("writing dead letter: %w", err)
 	}
 	return nil
+}
+
+// mark upserts writer's marker row inside tx, so that the bypass detector knows the
+// transaction for parity's (internal/bypasslog). It is the transaction's first write:
+// the detector then knows it before the rows.
+func (m *meta) mark(ctx context.Context, tx *sql.Tx, writer string) error {
+	if _, err := tx.ExecContext(ctx, m.q(bypasslog.MarkSQL), m.changefeed, writer); err != nil {
+		return fmt.Errorf("writing the marker of %s: %w", writer, err)
+	}
+	return nil
+}
+
+// execMarked runs one statement in a transaction that writer's marker opens.
+func (m *meta) execMarked(ctx context.Context, db *sql.DB, writer, q string, args []any) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback() //nolint:errcheck // no-op after commit
+	if err := m.mark(ctx, tx, writer); err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, q, args...); err != nil {
+		return err
+	}
+	return tx.Commit()
 }
 
 // tableProgressSQL is executed inside the transaction that applies a keyless table's

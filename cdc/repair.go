@@ -398,8 +398,7 @@ func (r *Replicator) repairKey(ctx context.Context, a *applier, up *sql.Conn, t 
 		if !dry {
 			q, args := buildDeleteByHandle(downSchema, downTable, [][]open.Column{key})
 			if err := a.retry(ctx, target, func(ctx context.Context) error {
-				_, err := a.db.ExecContext(ctx, q, args...)
-				return err
+				return a.meta.execMarked(ctx, a.db, "repair", q, args)
 			}); err != nil {
 				return "", "", err
 			}
@@ -423,8 +422,7 @@ func (r *Replicator) repairKey(ctx context.Context, a *applier, up *sql.Conn, t 
 		// key's value, and rewrites a key column a collation held equal ('ABC' for 'abc').
 		q, args := buildUpsert(downSchema, downTable, [][]open.Column{cols}, modeReplace)
 		if err := a.retry(ctx, target, func(ctx context.Context) error {
-			_, err := a.db.ExecContext(ctx, q, args...)
-			return err
+			return a.meta.execMarked(ctx, a.db, "repair", q, args)
 		}); err != nil {
 			return "", "", err
 		}
