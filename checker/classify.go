@@ -12,8 +12,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
+	"time"
 
+	"github.com/tidb-parity/parity/internal/bypasslog"
 	"github.com/tidb-parity/parity/internal/ledger"
 	"github.com/tidb-parity/parity/internal/rowkey"
 	"github.com/tidb-parity/parity/internal/tso"
@@ -37,6 +40,11 @@ const (
 	// ClassDiverged: the sides were not read at a snapshot pair and the difference was
 	// still there when the re-check read it again.
 	ClassDiverged = "diverged"
+	// ClassBypass: a write that bypassed parity changed the key: a transaction on the
+	// fallback that parity's applier did not write, recorded by the bypass detector
+	// (cdc/bypass, the contract in internal/bypasslog) before the differences were
+	// classified. It wins over every other class for that key.
+	ClassBypass = "bypass"
 	// ClassUnclassified: the run could not tell (Classification.Notes says why): at a
 	// snapshot pair without a changefeed ledger, in a keyless table (not in the ledger),
 	// or without a re-check when not at a snapshot pair.
@@ -75,6 +83,15 @@ type classRef struct {
 // their classes and counts them in the tracker. Errors of the meta schema (storing the
 // classes) fail the run; what the ledger cannot tell is classified unclassified.
 func (r *runner) classify(ctx context.Context) (*Classification, error) {
+	cl, err := r.classifyBase(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return r.classifyBypass(ctx, cl)
+}
+
+// classifyBase classifies by the ledger or the re-check (every class but bypass).
+func (r *runner) classifyBase(ctx context.Context) (*Classification, error) {
 	cl := &Classification{}
 	pending, _ := r.track.pending()
 	if len(pending) == 0 {
@@ -389,5 +406,124 @@ func (s *store) setClass(ctx context.Context, table int, class string, refs []di
 			return fmt.Errorf("store the class of differences of table %d: %w", table, err)
 		}
 	}
+	return nil
+}
+
+// classifyBypass gives the differences whose key a write that bypassed parity changed
+// (bypasslog: recorded in the applier's meta schema, with a commit time up to now)
+// the class bypass, whatever class they had. Without the table (no detector ever ran)
+// nothing changes; what cannot be read is a note, not a failed run.
+func (r *runner) classifyBypass(ctx context.Context, cl *Classification) (*Classification, error) {
+	if r.cfg.Changefeed.ID == "" || r.cfg.Changefeed.MetaSchema == "" {
+		return cl, nil
+	}
+	pending, _ := r.track.pending()
+	until := time.Now()
+	for _, t := range pending {
+		if t.plan == nil {
+			continue
+		}
+		ws, err := r.readBypass(ctx, t, until)
+		if errors.Is(err, bypasslog.ErrNoTable) {
+			return cl, nil
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, err
+			}
+			r.log.Warn("classification: the writes that bypassed parity cannot be read", "table", t.name, "err", err)
+			if cl == nil {
+				cl = &Classification{}
+			}
+			cl.note("%s: %v: writes that bypassed parity are not classified", t.name, err)
+			continue
+		}
+		if len(ws) == 0 {
+			continue
+		}
+		if err := r.classifyBypassTable(ctx, t, ws); err != nil {
+			return nil, fmt.Errorf("classify the differences of %s: %w", t.name, err)
+		}
+	}
+	return cl, nil
+}
+
+// readBypass reads the recorded bypass writes of t's downstream table: through the
+// meta database when the applier's meta schema is there (it sees the newest
+// detections), else through the downstream.
+func (r *runner) readBypass(ctx context.Context, t *target, until time.Time) ([]bypasslog.Write, error) {
+	read := func(ctx context.Context, q Querier) ([]bypasslog.Write, error) {
+		qctx, cancel := context.WithTimeout(ctx, r.cfg.QueryTimeout)
+		defer cancel()
+		return bypasslog.Read(qctx, q, r.cfg.Changefeed.MetaSchema, r.cfg.Changefeed.ID, t.stored.downSchema, t.stored.downName, until)
+	}
+	if r.st != nil && r.st.db != nil {
+		ws, err := read(ctx, r.st.db)
+		if !errors.Is(err, bypasslog.ErrNoTable) {
+			return ws, err
+		}
+	}
+	var ws []bypasslog.Write
+	err := r.pair.withSide(ctx, Downstream, func(ctx context.Context, q Querier) error {
+		var err error
+		ws, err = read(ctx, q)
+		return err
+	})
+	return ws, err
+}
+
+// classifyBypassTable moves the stored differences of t whose key is one of ws's to
+// the class bypass, and their rows in the tracker's counts.
+func (r *runner) classifyBypassTable(ctx context.Context, t *target, ws []bypasslog.Write) error {
+	p := t.plan
+	idx := p.diffKeyColumns()
+	forms := map[string]bool{}
+	for _, w := range ws {
+		if len(w.Columns) != len(idx) || len(w.Values) != len(w.Columns) {
+			continue // no key, or another key than the one compared
+		}
+		vals := make([]any, len(idx))
+		ok := true
+		for i, c := range idx {
+			j := slices.IndexFunc(w.Columns, func(n string) bool { return strings.EqualFold(n, p.Columns[c].Name) })
+			if j < 0 {
+				ok = false
+				break
+			}
+			v := NullValue
+			if w.Values[j] != nil {
+				v = Value{Bytes: w.Values[j]}
+			}
+			vals[i] = keyValue(p.Columns[c], v)
+		}
+		if ok {
+			forms[p.matchForm(vals)] = true
+		}
+	}
+	if len(forms) == 0 {
+		return nil
+	}
+	var refs []diffRef
+	moved := map[string]int64{}
+	limit := -1
+	err := r.st.scanDifferences(ctx, t.idx, "", -1, -1, &limit, func(seq, n int64, d Difference, _ string) error {
+		if d.Class == ClassBypass {
+			return nil
+		}
+		vals, err := p.keyValues(d)
+		if err != nil || !forms[p.matchForm(vals)] {
+			return nil
+		}
+		refs = append(refs, diffRef{seq: int(seq), n: int(n)})
+		moved[d.Class] += int64(max(1, d.Count))
+		return nil
+	})
+	if err != nil || len(refs) == 0 {
+		return err
+	}
+	if err := r.st.setClass(ctx, t.idx, ClassBypass, refs); err != nil {
+		return err
+	}
+	r.track.reclassified(t.idx, moved, ClassBypass)
 	return nil
 }

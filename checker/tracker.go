@@ -274,6 +274,29 @@ func (tk *tracker) classified(table int, counts map[string]int64) {
 	tk.classes[table] = m
 }
 
+// reclassified moves a table's rows counted in the classes of moved (class → rows) to
+// class to.
+func (tk *tracker) reclassified(table int, moved map[string]int64, to string) {
+	tk.mu.Lock()
+	defer tk.mu.Unlock()
+	if tk.classes == nil {
+		tk.classes = map[int]map[string]int64{}
+	}
+	m := tk.classes[table]
+	if m == nil {
+		m = map[string]int64{}
+		tk.classes[table] = m
+	}
+	for c, n := range moved {
+		if c != "" {
+			if m[c] -= n; m[c] <= 0 {
+				delete(m, c)
+			}
+		}
+		m[to] += n
+	}
+}
+
 // rechecked counts a finished re-check round.
 func (tk *tracker) rechecked(round int) {
 	tk.mu.Lock()

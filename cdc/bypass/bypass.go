@@ -90,15 +90,14 @@ const recentKept = 20
 
 // Detection is one recorded change (Status).
 type Detection struct {
-	Table     string    `json:"table"` // schema.table in the fallback
-	Kind      string    `json:"kind"`
-	Key       string    `json:"key"`
-	GTID      string    `json:"gtid,omitempty"`
-	Position  string    `json:"position"` // binlog file:pos where the transaction ends
-	ServerID  uint32    `json:"server_id"`
-	Time      time.Time `json:"time"` // the binlog's commit time
-	Detected  time.Time `json:"detected_at"`
-	truncated bool
+	Table    string    `json:"table"` // schema.table in the fallback
+	Kind     string    `json:"kind"`
+	Key      string    `json:"key"`
+	GTID     string    `json:"gtid,omitempty"`
+	Position string    `json:"position"` // binlog file:pos where the transaction ends
+	ServerID uint32    `json:"server_id"`
+	Time     time.Time `json:"time"` // the binlog's commit time
+	Detected time.Time `json:"detected_at"`
 }
 
 // Status is the detector's state for /status.

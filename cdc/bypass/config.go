@@ -53,6 +53,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		ServerID:         4231,
+		Schemas:          []string{},
 		Retention:        720 * time.Hour,
 		SaveInterval:     time.Second,
 		QueryTimeout:     30 * time.Second,

@@ -352,7 +352,7 @@ func printSummary(w io.Writer, rep *checker.Report, outDir string) {
 		}
 		if len(t.DifferencesByClass) > 0 {
 			var cs []string
-			for _, c := range []string{checker.ClassImported, checker.ClassPostImport, checker.ClassCDC, checker.ClassDiverged, checker.ClassUnclassified, checker.ClassInFlight} {
+			for _, c := range []string{checker.ClassBypass, checker.ClassImported, checker.ClassPostImport, checker.ClassCDC, checker.ClassDiverged, checker.ClassUnclassified, checker.ClassInFlight} {
 				if n := t.DifferencesByClass[c]; n > 0 {
 					cs = append(cs, fmt.Sprintf("%d %s", n, c))
 				}

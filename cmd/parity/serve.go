@@ -26,6 +26,7 @@ import (
 
 	"github.com/tidb-parity/parity/api"
 	"github.com/tidb-parity/parity/cdc"
+	"github.com/tidb-parity/parity/cdc/bypass"
 	"github.com/tidb-parity/parity/checker/verify"
 	"github.com/tidb-parity/parity/internal/config"
 )
@@ -49,6 +50,9 @@ type serveConfig struct {
 	Verify verify.Config `toml:"verify"`
 	// API is the gRPC API (api/README.md).
 	API api.Config `toml:"api"`
+	// Bypass detects writes to the fallback that bypass parity (cdc/bypass,
+	// docs/reliability.md).
+	Bypass bypass.Config `toml:"bypass"`
 }
 
 type logConfig struct {
@@ -82,7 +86,15 @@ func defaultServeConfig() serveConfig {
 		Status:     statusConfig{Addr: "127.0.0.1:8390"},
 		Verify:     verify.DefaultConfig(),
 		API:        api.DefaultConfig(),
+		Bypass:     bypass.DefaultConfig(),
 	}
+}
+
+// bypass is the bypass detector's config: [bypass] and what it shares with the applier.
+func (c serveConfig) bypass() bypass.Config {
+	b := c.Bypass
+	b.DSN, b.MetaSchema, b.Changefeed = c.Downstream.DSN, c.Applier.MetaSchema, c.Changefeed.ID
+	return b
 }
 
 func (c serveConfig) cdc() cdc.Config {
@@ -109,6 +121,9 @@ func (c serveConfig) Validate() error {
 		errs = append(errs, err)
 	}
 	if err := c.API.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.bypass().Validate("bypass."); err != nil {
 		errs = append(errs, err)
 	}
 	if _, err := parseLevel(c.Log.Level); err != nil {
@@ -340,6 +355,13 @@ func runServe(parent context.Context, cfg serveConfig) error {
 		}
 	}
 
+	var bd *bypass.Detector
+	if cfg.Bypass.Enabled {
+		if bd, err = bypass.New(cfg.bypass(), log); err != nil {
+			return &exitError{code: 2, err: err}
+		}
+	}
+
 	// The API's listener and authentication are checked before anything starts.
 	var (
 		apiSrv *api.Server
@@ -378,7 +400,7 @@ func runServe(parent context.Context, cfg serveConfig) error {
 		if apiSrv != nil {
 			extra = append(extra, apiSrv.Metrics())
 		}
-		srv = &http.Server{Handler: statusMux(r, vs, rp, cfg.Status.Pprof, extra...), ReadHeaderTimeout: 5 * time.Second}
+		srv = &http.Server{Handler: statusMux(r, vs, rp, bd, cfg.Status.Pprof, extra...), ReadHeaderTimeout: 5 * time.Second}
 		log.Info("status server listening", "addr", ln.Addr().String())
 		g.Go(func() error {
 			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -405,6 +427,9 @@ func runServe(parent context.Context, cfg serveConfig) error {
 	if vs != nil {
 		g.Go(func() error { return vs.Run(gctx) })
 	}
+	if bd != nil {
+		g.Go(func() error { return bd.Run(gctx) })
+	}
 	if err := g.Wait(); err != nil {
 		log.Error("serve failed", "err", err)
 		return &exitError{code: 1, err: err}
@@ -414,16 +439,19 @@ func runServe(parent context.Context, cfg serveConfig) error {
 
 // statusHandler serves the status address; vs is nil without verification.
 func statusHandler(r *cdc.Replicator, vs *verify.Service, pprofOn bool) http.Handler {
-	return statusMux(r, vs, newRepairer(r, vs), pprofOn)
+	return statusMux(r, vs, newRepairer(r, vs), nil, pprofOn)
 }
 
-// statusMux is statusHandler with the daemon's repairer (shared with the API) and more
-// collectors for /metrics (the API's).
-func statusMux(r *cdc.Replicator, vs *verify.Service, rp *repairer, pprofOn bool, extra ...prometheus.Collector) http.Handler {
+// statusMux is statusHandler with the daemon's repairer (shared with the API), the bypass
+// detector (nil when off) and more collectors for /metrics (the API's).
+func statusMux(r *cdc.Replicator, vs *verify.Service, rp *repairer, bd *bypass.Detector, pprofOn bool, extra ...prometheus.Collector) http.Handler {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		cdc.NewCollector(r))
 	reg.MustRegister(extra...)
+	if bd != nil {
+		reg.MustRegister(bypass.NewCollector(bd))
+	}
 	if vs != nil {
 		reg.MustRegister(newVerifyCollector(vs))
 	}
@@ -444,7 +472,12 @@ func statusMux(r *cdc.Replicator, vs *verify.Service, rp *repairer, pprofOn bool
 		w.Header().Set("Content-Type", "application/json")
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
-		_ = enc.Encode(serveStatus{Status: r.Status(), Verify: verifyStatusOf(vs)})
+		st := serveStatus{Status: r.Status(), Verify: verifyStatusOf(vs)}
+		if bd != nil {
+			b := bd.Status()
+			st.Bypass = &b
+		}
+		_ = enc.Encode(st)
 	})
 	if vs != nil {
 		mux.HandleFunc("POST /verify/run", loopbackOnly(verifyRunHandler(vs)))

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tidb-parity/parity/cdc"
+	"github.com/tidb-parity/parity/cdc/bypass"
 	"github.com/tidb-parity/parity/checker"
 	"github.com/tidb-parity/parity/checker/verify"
 	"github.com/tidb-parity/parity/internal/tso"
@@ -38,6 +39,8 @@ func (a replicatorApplier) Watermarks() (applied, resolved uint64) {
 type serveStatus struct {
 	cdc.Status
 	Verify *verifyStatus `json:"verify,omitempty"`
+	// Bypass is the bypass detector's state (bypass.enabled).
+	Bypass *bypass.Status `json:"bypass,omitempty"`
 }
 
 // verifyStatus is verification's part of /status.
@@ -121,7 +124,7 @@ var verifyResults = []string{verify.ResultEqual, verify.ResultDifferent, verify.
 // diffKinds and diffClasses are the kind and class labels of differences_total.
 var (
 	diffKinds   = []string{string(checker.Missing), string(checker.Extra), string(checker.Differing), "unlisted"}
-	diffClasses = []string{checker.ClassImported, checker.ClassPostImport, checker.ClassCDC, checker.ClassDiverged, checker.ClassUnclassified}
+	diffClasses = []string{checker.ClassBypass, checker.ClassImported, checker.ClassPostImport, checker.ClassCDC, checker.ClassDiverged, checker.ClassUnclassified}
 )
 
 func newVerifyCollector(s *verify.Service) *verifyCollector {
