@@ -33,6 +33,8 @@ func FuzzConfigLoad(f *testing.F) {
 		"[applier]\ntype-map = { vector = \"NOT A TYPE\" }\n[changefeed]\nschema-map = { a = \"b\" }\ntopic-regex = \"(\"\n",
 		"[[table-configs]]\ntable = \"*.*\"\nwhere = \"1=1\"\n[verify]\nenabled = true\n[[verify.schedules]]\nname = \"x\"\ncron = \"bad\"\n",
 		"downstream.dsn = 1\nchunk_target_time = \"1s\"\nmeta_schema = \"m\"\n",
+		"[changefeed]\nbrokers = [\"b:1\"]\ntopics = [\"t\"]\n[changefeed.tls]\nca-file = \"/nonexistent/ca.pem\"\ninsecure-skip-verify = true\n[changefeed.sasl]\nmechanism = \"plain\"\nusername = \"u\"\npassword = \"S3cr3t-sasl\"\n[downstream]\ndsn = \"u:S3cr3t-d@tcp(h:1)/?tls=true\"\n[downstream.tls]\ncert-file = \"c\"\n[upstream.tls]\nserver-name = \"a b\"\n",
+		"[changefeed.sasl]\nmechanism = \"scram-sha-256\"\nusername = \"u\"\npassword = \"S3cr3t-scram\"\n[changefeed]\nbrokers = [\"b:1\"]\ntopics = [\"t\"]\n[downstream]\ndsn = \"u@tcp(h:1)/\"\n",
 	} {
 		f.Add([]byte(s))
 	}
@@ -79,7 +81,8 @@ type discard struct{}
 
 func (discard) Write(p []byte) (int, error) { return len(p), nil }
 
-// dsnPasswords returns the passwords of the DSN-looking strings in data: as
+// dsnPasswords returns the values of keys named password (at least 6 bytes, found once
+// in data) and the passwords of the DSN-looking strings in data: as
 // go-sql-driver/mysql reads them, and the text between the first ':' and the last '@'
 // of every TOML string value under a key ending in dsn, when at least 6 bytes long and
 // found once in the DSN (else it could appear by chance).
@@ -101,6 +104,10 @@ func dsnPasswords(data []byte) []string {
 				walk(key, e)
 			}
 		case string:
+			// changefeed.sasl.password (never printed, never in an error)
+			if strings.EqualFold(key, "password") && len(v) >= 6 && strings.Count(string(data), v) == 1 {
+				out = append(out, v)
+			}
 			if !strings.HasSuffix(strings.ToLower(key), "dsn") {
 				return
 			}
