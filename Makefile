@@ -43,6 +43,8 @@ test: env-up build check-generated release ## the whole suite: environment up, g
 .PHONY: test-unit
 test-unit: ## unit tests only (integration tests skip without the environment)
 	env -u CI -u PARITY_TEST_UPSTREAM_DSN -u PARITY_TEST_DOWNSTREAM_DSN -u PARITY_TEST_MYSQL_DSN -u PARITY_TEST_KAFKA \
+		-u PARITY_TEST_TLS_DIR -u PARITY_TEST_TLS_MYSQL_DSN -u PARITY_TEST_TLS_MYSQL_X509_DSN -u PARITY_TEST_TLS_TIDB_DSN \
+		-u PARITY_TEST_TLS_KAFKA_SSL -u PARITY_TEST_TLS_KAFKA_SASL_SSL \
 		PARITY_TEST_NO_ENV_FILE=1 $(GO) test -race -count=1 ./...
 
 .PHONY: fuzz
