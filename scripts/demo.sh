@@ -193,7 +193,7 @@ status_line() {
   if [[ -n $fresh ]]; then fresh=$(printf '%.1fs' "$fresh"); else fresh="never verified"; fi
   kafka=$(sed -n 's/^ *"lag": *"\{0,1\}\([0-9]*\).*/\1/p' <<<"$status" | awk '{s+=$1} END {print s+0}')
   local resolved="     —" # no resolved ts read from Kafka yet
-  [[ -z $(field resolvedTs) ]] || resolved=$(printf '%5.2fs' "$(num resolvedLagSeconds)")
+  [[ -z $(field resolvedLagSeconds) ]] || resolved=$(printf '%5.2fs' "$(num resolvedLagSeconds)")
   line=$(printf '%s  applied lag %6.2fs · resolved lag %s · freshness %-14s · %7d rows applied · Kafka lag %6d records' \
     "$(date +%T)" "$(num appliedLagSeconds)" "$resolved" "$fresh" "$(num rowsApplied)" "$kafka")
 }
