@@ -247,7 +247,8 @@ func (d *Detector) Run(ctx context.Context) error {
 			backoff = d.cfg.ReconnectBackoff
 		}
 		d.setState("reconnecting", err)
-		d.log.Warn("bypass: reading the binlog failed, reconnecting", "changefeed", d.cfg.Changefeed, "position", pos.String(), "backoff", backoff, "err", err)
+		// err.Error(): go-mysql's errors print their stack under %+v, which slog uses.
+		d.log.Warn("bypass: reading the binlog failed, reconnecting", "changefeed", d.cfg.Changefeed, "position", pos.String(), "backoff", backoff, "err", err.Error())
 		select {
 		case <-ctx.Done():
 			continue

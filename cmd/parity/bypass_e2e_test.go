@@ -35,9 +35,9 @@ import (
 //     the applier's (keyed, keyless) or the repair's writes is ever flagged;
 //   - /metrics counts them (parity_bypass_writes_total by table) and lints clean.
 //
-// A restart of the fallback itself is not exercised here (the shared fallback serves
-// every test at once); the detector's reconnect path is the one a broken connection
-// takes (docs/reliability.md).
+// A restart of the fallback itself is exercised by cdc/bypass's
+// TestDetectsAcrossFallbackRestart on a private MariaDB (the shared fallback serves every
+// test at once and must not be restarted).
 func TestBypassWritesUnderLiveLoad(t *testing.T) {
 	upDSN := testenv.Require(t, testenv.EnvUpstream)
 	down := testenv.Downstream(t)
