@@ -554,13 +554,40 @@ func TestK8sConfigMapConfig(t *testing.T) {
 		t.Logf("this parity has no [api] table yet: checking parity.toml without it")
 		doc = withoutTable(doc, "api")
 	}
+	// The files the config names under /etc/parity come from the pod's Secret volumes:
+	// --check-config wants them to exist, so they are staged under a root of the
+	// test's (the token file with the Secret's content, the certificates empty: only
+	// their presence is checked).
+	root := t.TempDir()
+	for _, ref := range regexp.MustCompile(`"(/etc/parity/[^"]+)"`).FindAllStringSubmatch(doc, -1) {
+		staged := filepath.Join(root, ref[1])
+		if err := os.MkdirAll(filepath.Dir(staged), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		content := []byte{}
+		if path.Base(ref[1]) == "api-tokens" {
+			content = []byte(m.secret.StringData["api-tokens"])
+			if v, ok := m.secret.Data["api-tokens"]; ok {
+				content = v
+			}
+		}
+		if err := os.WriteFile(staged, content, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	doc = strings.ReplaceAll(doc, `"/etc/parity/`, `"`+root+`/etc/parity/`)
 	file := filepath.Join(t.TempDir(), "parity.toml")
 	if err := os.WriteFile(file, []byte(doc), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	ec, _, err := checkConfig(t, file, env)
+	ec, out, err := checkConfig(t, file, env)
 	if err != nil {
 		t.Fatalf("the ConfigMap's parity.toml is not a valid serve config: %v", err)
+	}
+	// The effective config with the pod's paths again.
+	ec = effectiveConfig{}
+	if _, err := toml.Decode(strings.ReplaceAll(out, `"`+root+`/etc/parity/`, `"/etc/parity/`), &ec); err != nil {
+		t.Fatal(err)
 	}
 
 	listen := func(key, addr string, port int) {
