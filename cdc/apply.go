@@ -574,6 +574,9 @@ func (a *applier) applyKeyless(ctx context.Context, u *keylessUnit, writer strin
 			return err
 		}
 		defer tx.Rollback() //nolint:errcheck // no-op after commit
+		if err := a.meta.fence(ctx, tx); err != nil {
+			return err
+		}
 		// The durable progress, read under the row lock: an earlier attempt whose
 		// COMMIT failed on the wire may have committed (or be committing) after all.
 		done, err = a.meta.tableProgress(ctx, tx, k)

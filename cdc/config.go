@@ -30,6 +30,9 @@ type Config struct {
 	Downstream DownstreamConfig `toml:"downstream"`
 	// Applier tunes buffering, spilling and applying.
 	Applier ApplierConfig `toml:"applier"`
+	// HA runs the replicator as the active or a standby one of several daemons
+	// configured for the same changefeed and fallback (see ha.go).
+	HA HAConfig `toml:"ha"`
 }
 
 // ChangefeedConfig describes the Kafka side of the changefeed.
@@ -232,6 +235,7 @@ func DefaultConfig() Config {
 			LedgerRetention: 7 * 24 * time.Hour,
 			TSMapInterval:   time.Minute,
 		},
+		HA: DefaultHAConfig(),
 	}
 }
 
@@ -386,6 +390,7 @@ func (c Config) Validate() error {
 			}
 		}
 	}
+	errs = append(errs, c.HA.validate()...)
 	return errors.Join(errs...)
 }
 

@@ -111,6 +111,8 @@ var migrations = []metaschema.Step{
 			PRIMARY KEY (changefeed, writer)
 		) ENGINE=InnoDB`,
 	}},
+	// Standby daemons: the lease, its takeovers, and each checkpoint's epoch (ha.go).
+	haMigration,
 }
 
 // meta reads and writes the meta schema.
@@ -120,6 +122,9 @@ type meta struct {
 	schema     string // quoted
 	changefeed string
 	timeout    time.Duration
+	// epoch is the lease this daemon applies under (ha.go): every write transaction
+	// checks it (fence). 0 without ha: no check.
+	epoch uint64
 }
 
 func newMeta(db *sql.DB, schema, changefeed string, timeout time.Duration) *meta {
@@ -142,7 +147,7 @@ func init() {
 			) ENGINE=InnoDB`,
 			`INSERT IGNORE INTO %s.schema_migrations (version, name) VALUES (%v, 'superseded by parity_migrations: run a parity that has it')`,
 		},
-		Tables: []string{"checkpoint", "partition_offset", "table_progress", "ddl_applied", "dead_letter", ledger.Table, ledger.RangeTable, "ts_map", bypasslog.MarkerTable},
+		Tables: []string{"checkpoint", "partition_offset", "table_progress", "ddl_applied", "dead_letter", ledger.Table, ledger.RangeTable, "ts_map", bypasslog.MarkerTable, "ha_lease", "ha_epochs"},
 		Steps:  migrations,
 	})
 }
@@ -264,8 +269,11 @@ func (m *meta) saveCheckpoint(ctx context.Context, appliedTs uint64, offsets map
 		return fmt.Errorf("saving checkpoint: %w", err)
 	}
 	defer tx.Rollback() //nolint:errcheck // no-op after commit
-	if _, err := tx.ExecContext(ctx, m.q(`INSERT INTO %s.checkpoint (changefeed, applied_ts) VALUES (?, ?)
-		ON DUPLICATE KEY UPDATE applied_ts=VALUES(applied_ts)`), m.changefeed, appliedTs); err != nil {
+	if err := m.fence(ctx, tx); err != nil {
+		return fmt.Errorf("saving checkpoint: %w", err)
+	}
+	if _, err := tx.ExecContext(ctx, m.q(`INSERT INTO %s.checkpoint (changefeed, applied_ts, epoch) VALUES (?, ?, ?)
+		ON DUPLICATE KEY UPDATE applied_ts=VALUES(applied_ts), epoch=VALUES(epoch)`), m.changefeed, appliedTs, m.epoch); err != nil {
 		return fmt.Errorf("saving checkpoint: %w", err)
 	}
 	if len(offsets) > 0 {
@@ -300,7 +308,7 @@ func (m *meta) saveCheckpoint(ctx context.Context, appliedTs uint64, offsets map
 func (m *meta) recordDDL(ctx context.Context, k ddlKey, query, executed, skipped string) error {
 	ctx, cancel := context.WithTimeout(ctx, m.timeout)
 	defer cancel()
-	_, err := m.db.ExecContext(ctx, m.q("INSERT IGNORE INTO %s.ddl_applied (changefeed, commit_ts, query_hash, query, executed, skipped) VALUES (?,?,?,?,?,?)"),
+	err := m.execFenced(ctx, m.db, m.q("INSERT IGNORE INTO %s.ddl_applied (changefeed, commit_ts, query_hash, query, executed, skipped) VALUES (?,?,?,?,?,?)"),
 		m.changefeed, k.ts, k.hash, query, executed, truncate(skipped, 1024))
 	if err != nil {
 		return fmt.Errorf("recording DDL: %w", err)
@@ -323,7 +331,7 @@ func truncate(s string, n int) string {
 func (m *meta) deadLetter(ctx context.Context, p partKey, offset int64, key, value []byte, cause error) error {
 	ctx, cancel := context.WithTimeout(ctx, m.timeout)
 	defer cancel()
-	_, err := m.db.ExecContext(ctx, m.q(`INSERT IGNORE INTO %s.dead_letter
+	err := m.execFenced(ctx, m.db, m.q(`INSERT IGNORE INTO %s.dead_letter
 		(changefeed, topic, kafka_partition, kafka_offset, record_key, record_value, error) VALUES (?,?,?,?,?,?,?)`),
 		m.changefeed, p.Topic, p.Partition, offset, key, value, cause.Error())
 	if err != nil {
@@ -342,13 +350,18 @@ func (m *meta) mark(ctx context.Context, tx *sql.Tx, writer string) error {
 	return nil
 }
 
-// execMarked runs one statement in a transaction that writer's marker opens.
+// execMarked runs one statement in a transaction that writer's marker opens (after the
+// lease's fence with ha).
 func (m *meta) execMarked(ctx context.Context, db *sql.DB, writer, q string, args []any) error {
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback() //nolint:errcheck // no-op after commit
+	// The lease first (ha.go), then the marker.
+	if err := m.fence(ctx, tx); err != nil {
+		return err
+	}
 	if err := m.mark(ctx, tx, writer); err != nil {
 		return err
 	}
@@ -459,7 +472,9 @@ func (m *meta) prune(ctx context.Context, horizon uint64) (int64, error) {
 
 // recordTSMap records that the fallback, at its position pos, holds the upstream at ts.
 func (m *meta) recordTSMap(ctx context.Context, ts uint64, pos, source string, at time.Time) error {
-	err := m.exec(ctx, m.q("INSERT INTO %s.ts_map (changefeed, upstream_ts, downstream_pos, wall_time, source) VALUES (?,?,?,?,?) ON DUPLICATE KEY UPDATE downstream_pos=VALUES(downstream_pos), wall_time=VALUES(wall_time), source=VALUES(source)"),
+	ctx, cancel := context.WithTimeout(ctx, m.timeout)
+	defer cancel()
+	err := m.execFenced(ctx, m.db, m.q("INSERT INTO %s.ts_map (changefeed, upstream_ts, downstream_pos, wall_time, source) VALUES (?,?,?,?,?) ON DUPLICATE KEY UPDATE downstream_pos=VALUES(downstream_pos), wall_time=VALUES(wall_time), source=VALUES(source)"),
 		m.changefeed, ts, pos, at.UTC(), source)
 	if err != nil {
 		return fmt.Errorf("recording the ts-map: %w", err)

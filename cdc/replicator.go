@@ -76,6 +76,12 @@ type Replicator struct {
 	// apply is the running replicator's applier (nil when not running), for Repair: it
 	// writes with the applier's sessions and statements, inside a barrier.
 	apply atomic.Pointer[applier]
+
+	// With ha.enabled (ha.go): this daemon's name, its role and lease, and whether it
+	// stands by (Barrier refuses then).
+	instance string
+	ha       haState
+	standby  atomic.Bool
 }
 
 type waiter struct {
@@ -106,14 +112,19 @@ func New(cfg Config, logger *slog.Logger) (*Replicator, error) {
 	if err != nil {
 		return nil, err
 	}
+	instance := cfg.HA.Instance
+	if instance == "" {
+		instance = DefaultInstance()
+	}
 	return &Replicator{
-		cfg:     cfg,
-		kafka:   k,
-		log:     logger.With("changefeed", cfg.Changefeed.ID),
-		reqs:    make(chan *barrierReq),
-		running: make(chan struct{}),
-		done:    make(chan struct{}),
-		status:  Status{Changefeed: cfg.Changefeed.ID, State: "starting"},
+		cfg:      cfg,
+		kafka:    k,
+		instance: instance,
+		log:      logger.With("changefeed", cfg.Changefeed.ID),
+		reqs:     make(chan *barrierReq),
+		running:  make(chan struct{}),
+		done:     make(chan struct{}),
+		status:   Status{Changefeed: cfg.Changefeed.ID, State: "starting"},
 	}, nil
 }
 
@@ -149,6 +160,9 @@ func (r *Replicator) WaitApplied(ctx context.Context, ts uint64) error {
 // the barrier.
 func (r *Replicator) Barrier(ctx context.Context, ts uint64, fn func(ctx context.Context) error) error {
 	req := &barrierReq{ctx: ctx, ts: ts, fn: fn, result: make(chan error, 1)}
+	if r.standby.Load() {
+		return ErrStandby
+	}
 	select {
 	case <-r.running:
 	case <-r.done:
@@ -337,8 +351,18 @@ func (r *Replicator) Run(ctx context.Context) (err error) {
 	}()
 	defer tuneGC(r.cfg, r.log)()
 	var running sync.Once
+	started := func() { running.Do(func() { close(r.running) }) }
+	if r.cfg.HA.Enabled {
+		return r.runHA(ctx, started)
+	}
+	return r.runEpoch(ctx, 0, started)
+}
+
+// runEpoch runs the replicator until ctx ends or an error stops it, restarting it when
+// the changefeed's partitions change; epoch is the lease it applies under (ha; 0: none).
+func (r *Replicator) runEpoch(ctx context.Context, epoch uint64, started func()) error {
 	for {
-		err = r.runOnce(ctx, func() { running.Do(func() { close(r.running) }) })
+		err := r.runOnce(ctx, epoch, started)
 		var pc *partitionsChanged
 		if !errors.As(err, &pc) {
 			return err
@@ -352,7 +376,7 @@ func (r *Replicator) Run(ctx context.Context) (err error) {
 // runOnce runs the replicator on the partitions listed at its start, until ctx ends, an
 // error stops it, or the partitions change (*partitionsChanged). started is called once
 // it serves requests.
-func (r *Replicator) runOnce(ctx context.Context, started func()) error {
+func (r *Replicator) runOnce(ctx context.Context, epoch uint64, started func()) error {
 	cfg := r.cfg
 	tz, _ := sessionTimeZone(cfg.Changefeed.TimeZone)
 	session := map[string]string{
@@ -362,23 +386,31 @@ func (r *Replicator) runOnce(ctx context.Context, started func()) error {
 	if cfg.Applier.SQLMode != "" {
 		session["sql_mode"] = "'" + cfg.Applier.SQLMode + "'"
 	}
+	var metaSession map[string]string
+	if epoch != 0 {
+		metaSession = cfg.HA.session(nil)
+		cfg.HA.session(session)
+	}
 	applyDB, err := openDB("downstream", cfg.Downstream.DSN, session, cfg.Applier.Workers+2)
 	if err != nil {
 		return err
 	}
 	defer applyDB.Close()
+	cfg.HA.pool(applyDB)
 	pctx, cancel := context.WithTimeout(ctx, cfg.Applier.QueryTimeout)
 	err = applyDB.PingContext(pctx)
 	cancel()
 	if err != nil {
 		return fmt.Errorf("connecting to the downstream with time_zone %s (changefeed.time-zone), sql_mode %q (applier.sql-mode): %w", tz, cfg.Applier.SQLMode, err)
 	}
-	metaDB, err := openDB("downstream", cfg.Downstream.DSN, nil, 4)
+	metaDB, err := openDB("downstream", cfg.Downstream.DSN, metaSession, 4)
 	if err != nil {
 		return err
 	}
 	defer metaDB.Close()
+	cfg.HA.pool(metaDB)
 	m := newMeta(metaDB, cfg.Applier.MetaSchema, cfg.Changefeed.ID, cfg.Applier.QueryTimeout)
+	m.epoch = epoch
 	if err := m.migrate(ctx); err != nil {
 		return err
 	}
@@ -945,6 +977,10 @@ func (c *coordinator) execDDL(ctx context.Context, d *pendingDDL) error {
 			if _, err := conn.ExecContext(ctx, "USE "+ident.Quote(schema)); err != nil {
 				return err
 			}
+		}
+		// A DDL commits implicitly: the lease is checked just before (ha.go).
+		if err := c.meta.fence(ctx, conn); err != nil {
+			return err
 		}
 		_, err = conn.ExecContext(ctx, tr.SQL)
 		if err != nil && (attempt > 1 || d.ev.CommitTs == c.startTs) && alreadyApplied(err) {

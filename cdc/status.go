@@ -19,7 +19,7 @@ import (
 // all read it.
 type Status struct {
 	Changefeed string `json:"changefeed"`
-	State      string `json:"state"` // starting, running, stopped, failed
+	State      string `json:"state"` // starting, standby, running, stopped, failed
 	Error      string `json:"error,omitempty"`
 
 	// AppliedTs is the applied checkpoint: every event with commit ts <= AppliedTs is
@@ -63,6 +63,9 @@ type Status struct {
 
 	Partitions []PartitionStatus `json:"partitions"`
 	UpdatedAt  time.Time         `json:"updated_at"`
+
+	// HA is the daemon's role and lease with ha.enabled (nil without).
+	HA *HAStatus `json:"ha,omitempty"`
 }
 
 // PartitionStatus is one Kafka partition's progress.
@@ -84,6 +87,10 @@ func (r *Replicator) Status() Status {
 	st.AppliedTs = r.applied
 	r.mu.Unlock()
 	r.ctr.fill(&st)
+	if r.cfg.HA.Enabled {
+		ha := r.ha.get()
+		st.HA = &ha
+	}
 	now := time.Now()
 	if st.AppliedTs > 0 {
 		st.AppliedTime = tso.Time(st.AppliedTs)
@@ -97,7 +104,7 @@ func (r *Replicator) Status() Status {
 }
 
 // States are the values of Status.State.
-var States = []string{"starting", "running", "stopped", "failed"}
+var States = []string{"starting", "standby", "running", "stopped", "failed"}
 
 // RoundBuckets are the upper bounds of Status.Rounds' buckets, in seconds.
 var RoundBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}
@@ -164,6 +171,7 @@ type Collector struct {
 	buffered, spilled, bufferedBytes, pendingDDLs    *prometheus.Desc
 	rows, ddls, deadLetters, decodeErrors, retries   *prometheus.Desc
 	fetched, state, rounds                           *prometheus.Desc
+	haActive, haTakeovers, haEpoch                   *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*Collector)(nil)
@@ -195,6 +203,12 @@ func NewCollector(r *Replicator) *Collector {
 		fetched:       d("upstream_rows_fetched_total", "Handle-key-only row events completed by reading the row from the upstream TiDB since start.", l),
 		state:         d("applier_state", "The replicator's state: 1 for the current one of starting, running, stopped, failed; 0 for the others.", []string{"changefeed", "state"}),
 		rounds:        d("apply_round_duration_seconds", "How long each apply round took: the rows up to a resolved ts (and the DDLs due) applied and the checkpoint recorded.", l),
+		haActive: prometheus.NewDesc("parity_ha_active", "With ha.enabled: 1 while this daemon holds the changefeed's lease and applies, 0 while it stands by.",
+			[]string{"changefeed", "instance"}, nil),
+		haTakeovers: prometheus.NewDesc("parity_ha_takeovers_total", "With ha.enabled: leases this daemon acquired since start (its first one included).",
+			[]string{"changefeed", "instance"}, nil),
+		haEpoch: prometheus.NewDesc("parity_ha_lease_epoch", "With ha.enabled: the lease's epoch, this daemon's while active, the holder's as last read while standing by.",
+			[]string{"changefeed", "instance"}, nil),
 	}
 }
 
@@ -202,7 +216,7 @@ func NewCollector(r *Replicator) *Collector {
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.checkpoint, c.checkpointLag, c.resolved, c.resolvedLag, c.partResolved,
 		c.partLag, c.buffered, c.spilled, c.bufferedBytes, c.pendingDDLs, c.rows, c.ddls, c.deadLetters, c.decodeErrors,
-		c.retries, c.fetched, c.state, c.rounds} {
+		c.retries, c.fetched, c.state, c.rounds, c.haActive, c.haTakeovers, c.haEpoch} {
 		ch <- d
 	}
 }
@@ -251,6 +265,15 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		buckets[b] = st.Rounds.Counts[i]
 	}
 	ch <- prometheus.MustNewConstHistogram(c.rounds, st.Rounds.Count, st.Rounds.Sum, buckets, cf)
+	if ha := st.HA; ha != nil {
+		active := 0.0
+		if ha.Role == "active" {
+			active = 1
+		}
+		g(c.haActive, active, ha.Instance)
+		ctr(c.haTakeovers, ha.Takeovers, ha.Instance)
+		g(c.haEpoch, float64(ha.Epoch), ha.Instance)
+	}
 }
 
 // CheckpointLag reads a changefeed's applied checkpoint from its meta schema on the

@@ -213,6 +213,15 @@ func TestCollectorMetricsLint(t *testing.T) {
 	if !slices.Equal(names, want) {
 		t.Fatalf("metric families:\n got %q\nwant %q", names, want)
 	}
+	// With ha: parity_ha_active, parity_ha_takeovers_total and parity_ha_lease_epoch.
+	r.cfg.HA.Enabled = true
+	r.ha.update(func(s *HAStatus) { s.Instance, s.Role = "a", "standby" })
+	if problems, err := testutil.CollectAndLint(NewCollector(r)); err != nil || len(problems) > 0 {
+		t.Fatalf("lint with ha: %v %v", problems, err)
+	}
+	if n := testutil.CollectAndCount(NewCollector(r), "parity_ha_active", "parity_ha_takeovers_total", "parity_ha_lease_epoch"); n != 3 {
+		t.Fatalf("%d ha metrics, want 3", n)
+	}
 }
 
 // The spill decoder never panics on corrupt input (a truncated or damaged spill file).

@@ -227,6 +227,11 @@ func (be *benchEnv) writeConfig(tb testing.TB) {
 	cfg := be.configTOML(filepath.Join(filepath.Dir(be.configPath), "spill"), level, "",
 		fmt.Sprintf("workers = %d\nbatch-rows = %d\nledger = %t\n", benchWorkers, benchBatchRows, !be.noLedger),
 		fmt.Sprintf("pprof = %t\n", os.Getenv("PARITY_BENCH_PPROF") != ""))
+	if os.Getenv("PARITY_BENCH_HA") != "" {
+		// The applier fenced by a lease (docs/reliability.md): every write transaction
+		// checks it; measures the fence's cost.
+		cfg += "\n[ha]\nenabled = true\n"
+	}
 	if err := os.WriteFile(be.configPath, []byte(cfg), 0o644); err != nil {
 		tb.Fatal(err)
 	}

@@ -26,7 +26,7 @@ import (
 // verification); close releases its upstream connection.
 func apiBackend(cfg serveConfig, r *cdc.Replicator, vs *verify.Service, rp *repairer) (b api.Backend, close func()) {
 	rep := &apiReplication{r: r, dsn: cfg.Upstream.DSN}
-	inst := cfg.Verify.Instance
+	inst := cfg.instance()
 	if inst == "" {
 		inst = verify.DefaultInstance()
 	}

@@ -53,6 +53,9 @@ type serveConfig struct {
 	// Bypass detects writes to the fallback that bypass parity (cdc/bypass,
 	// docs/reliability.md).
 	Bypass bypass.Config `toml:"bypass"`
+	// HA makes the daemon the active or a standby one of several configured for the
+	// same changefeed and fallback (docs/reliability.md).
+	HA cdc.HAConfig `toml:"ha"`
 }
 
 type logConfig struct {
@@ -87,6 +90,7 @@ func defaultServeConfig() serveConfig {
 		Verify:     verify.DefaultConfig(),
 		API:        api.DefaultConfig(),
 		Bypass:     bypass.DefaultConfig(),
+		HA:         c.HA,
 	}
 }
 
@@ -100,7 +104,19 @@ func (c serveConfig) bypass() bypass.Config {
 func (c serveConfig) cdc() cdc.Config {
 	a := c.Applier
 	a.TSMapInterval = c.Verify.TSMapInterval
-	return cdc.Config{Changefeed: c.Changefeed, Upstream: c.Upstream, Downstream: c.Downstream, Applier: a}
+	ha := c.HA
+	ha.Instance = c.instance()
+	return cdc.Config{Changefeed: c.Changefeed, Upstream: c.Upstream, Downstream: c.Downstream, Applier: a, HA: ha}
+}
+
+// instance is the daemon's one name, in the lease and in verification's history:
+// ha.instance, or verify.instance when only that is set ("": both default to
+// "<hostname>:<pid>").
+func (c serveConfig) instance() string {
+	if c.HA.Instance != "" {
+		return c.HA.Instance
+	}
+	return c.Verify.Instance
 }
 
 // verify is the verification service's config: [verify] and what it shares with the
@@ -108,6 +124,7 @@ func (c serveConfig) cdc() cdc.Config {
 func (c serveConfig) verify() verify.Config {
 	v := c.Verify
 	v.Changefeed, v.UpstreamDSN, v.DownstreamDSN, v.MetaSchema = c.Changefeed.ID, c.Upstream.DSN, c.Downstream.DSN, c.Applier.MetaSchema
+	v.Instance = c.instance()
 	return v
 }
 
@@ -125,6 +142,9 @@ func (c serveConfig) Validate() error {
 	}
 	if err := c.bypass().Validate("bypass."); err != nil {
 		errs = append(errs, err)
+	}
+	if c.HA.Instance != "" && c.Verify.Instance != "" && c.HA.Instance != c.Verify.Instance {
+		errs = append(errs, fmt.Errorf("ha.instance: %q differs from verify.instance %q: a daemon has one name (set one of them)", c.HA.Instance, c.Verify.Instance))
 	}
 	if _, err := parseLevel(c.Log.Level); err != nil {
 		errs = append(errs, fmt.Errorf("log.level: %w", err))

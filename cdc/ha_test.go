@@ -1,0 +1,184 @@
+package cdc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tidb-parity/parity/cdc/open"
+	"github.com/tidb-parity/parity/internal/ident"
+	"github.com/tidb-parity/parity/internal/testenv"
+)
+
+func TestHAConfigValidate(t *testing.T) {
+	for _, tc := range []struct {
+		edit func(*HAConfig)
+		want string
+	}{
+		{func(c *HAConfig) {}, ""},
+		{func(c *HAConfig) { c.Enabled, c.Takeover, c.RenewInterval = true, 3*time.Second, time.Second }, ""},
+		{func(c *HAConfig) { c.Takeover = 2 * time.Second }, "ha.takeover: must be between 3s and 1h, got 2s"},
+		{func(c *HAConfig) { c.RenewInterval = 6 * time.Second }, "ha.renew-interval: must be 0 (takeover / 5) or between 100ms and takeover / 3 (5s), got 6s"},
+		{func(c *HAConfig) { c.RenewInterval = -time.Second }, "ha.renew-interval: must be 0"},
+		{func(c *HAConfig) { c.Instance = strings.Repeat("x", 129) }, "ha.instance: longer than 128 bytes"},
+	} {
+		c := DefaultHAConfig()
+		tc.edit(&c)
+		err := errors.Join(c.validate()...)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%+v: %v", c, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%+v: %v, want %q", c, err, tc.want)
+		}
+	}
+	c := DefaultHAConfig()
+	if c.ttl() != 10*time.Second || c.renew() != 3*time.Second || c.poll() != time.Second {
+		t.Fatalf("default lease %v, renew %v, poll %v", c.ttl(), c.renew(), c.poll())
+	}
+}
+
+// TestHAStandbyFenceAndTakeover runs two replicators (instances a and b) for one
+// changefeed: a applies, b stands by (its Barrier refuses, it follows the checkpoint);
+// the lease taken away from a makes a's next write fail its fence (nothing of the round
+// lands) and a stand by; once that lease ends one of them takes over and applies the
+// round exactly once; a stopped active daemon releases the lease and the other one takes
+// over at its next read; ha_epochs and the checkpoint's epoch record who applied.
+func TestHAStandbyFenceAndTakeover(t *testing.T) {
+	down := testenv.Downstream(t)
+	f := newFeed(t, 2)
+	s := down.Name
+	exec(t, down.DB, "CREATE TABLE kv (id BIGINT PRIMARY KEY, v VARCHAR(32))")
+	exec(t, down.DB, "CREATE TABLE nk (a BIGINT, b VARCHAR(32))")
+	cfg := testConfig(t, f, down)
+	// Renewals far apart: the fence, not a renewal, is what finds the lease gone.
+	cfg.HA = HAConfig{Enabled: true, Takeover: 6 * time.Second, RenewInterval: 2 * time.Second}
+	meta := ident.Quote(cfg.Applier.MetaSchema)
+	lease := func() (holder string, epoch uint64) {
+		t.Helper()
+		if err := down.QueryRow("SELECT holder, epoch FROM "+meta+".ha_lease WHERE changefeed='test'").Scan(&holder, &epoch); err != nil {
+			t.Fatal(err)
+		}
+		return holder, epoch
+	}
+	checkpoint := func() (ts, epoch uint64) {
+		t.Helper()
+		if err := down.QueryRow("SELECT applied_ts, epoch FROM "+meta+".checkpoint WHERE changefeed='test'").Scan(&ts, &epoch); err != nil {
+			t.Fatal(err)
+		}
+		return ts, epoch
+	}
+	waitFor := func(what string, d time.Duration, ok func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(d)
+		for !ok() {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not within %v", what, d)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	role := func(run *running) string {
+		if ha := run.r.Status().HA; ha != nil {
+			return ha.Role
+		}
+		return ""
+	}
+
+	t1 := f.next()
+	f.rows(0, ins(t1, s, "kv", ci("id", 1, pk), cs("v", "a")))
+	f.rows(1, ins(t1, s, "nk", ci("a", 1, 0), cs("b", "x")))
+	f.resolved(t1)
+	ca, cb := cfg, cfg
+	ca.HA.Instance, cb.HA.Instance = "a", "b"
+	a := start(t, ca, nil)
+	a.wait(t, t1)
+	if h, e := lease(); h != "a" || e != 1 {
+		t.Fatalf("lease %s at epoch %d, want a at 1", h, e)
+	}
+	if _, e := checkpoint(); e != 1 {
+		t.Fatalf("checkpoint written at epoch %d, want 1", e)
+	}
+	b := start(t, cb, nil)
+	waitFor("b stands by", 10*time.Second, func() bool {
+		st := b.r.Status()
+		return st.State == "standby" && st.HA != nil && st.HA.Holder == "a" && st.HA.Epoch == 1
+	})
+	b.wait(t, t1) // the standby follows the active daemon's checkpoint
+	if err := b.r.Barrier(context.Background(), t1, func(context.Context) error { return nil }); !errors.Is(err, ErrStandby) || !errors.Is(err, ErrStopped) {
+		t.Fatalf("a standby's barrier: %v", err)
+	}
+	if st := a.r.Status(); st.State != "running" || st.HA.Role != "active" || st.HA.Takeovers != 1 || st.HA.Instance != "a" {
+		t.Fatalf("a: %+v %+v", st, st.HA)
+	}
+
+	// The lease taken from a (an intruder at epoch 2, for 60 s): a's next writes fail
+	// their fence and a stands by; nothing of the round lands.
+	exec(t, down.DB, "UPDATE "+meta+".ha_lease SET holder='intruder', epoch=epoch+1, expires_at=UTC_TIMESTAMP(6) + INTERVAL 60 SECOND")
+	t2 := f.next()
+	f.rows(0, ins(t2, s, "kv", ci("id", 2, pk), cs("v", "b")), upd(t2, s, "kv", []open.Column{ci("id", 1, pk), cs("v", "a")}, []open.Column{ci("id", 1, pk), cs("v", "a2")}))
+	f.rows(1, ins(t2, s, "nk", ci("a", 2, 0), cs("b", "y")))
+	f.resolved(t2)
+	waitFor("a stands by after its fence failed", 10*time.Second, func() bool { return role(a) == "standby" })
+	lost := a.r.Status().HA.LostReason
+	if !strings.Contains(lost, "lease lost: this daemon applies at epoch 1, the lease is at epoch 2 held by intruder") ||
+		!strings.Contains(lost, "applying to") {
+		t.Fatalf("a's reason for standing by: %q (want a write's fence)", lost)
+	}
+	equal(t, "kv while the intruder holds the lease", dump(t, down.DB, s, "kv"), []string{"1|a"})
+	equal(t, "nk while the intruder holds the lease", dump(t, down.DB, s, "nk"), []string{"1|x"})
+	if ts, e := checkpoint(); ts != t1 || e != 1 {
+		t.Fatalf("checkpoint %d at epoch %d, want %d at 1", ts, e, t1)
+	}
+
+	// The intruder's lease ends: a or b takes over (epoch 3) and applies t2 once.
+	exec(t, down.DB, "UPDATE "+meta+".ha_lease SET expires_at=UTC_TIMESTAMP(6)")
+	waitFor("a takeover", 10*time.Second, func() bool { _, e := lease(); return e == 3 })
+	holder, _ := lease()
+	active, standby := a, b
+	if holder == "b" {
+		active, standby = b, a
+	}
+	active.wait(t, t2)
+	equal(t, "kv after the takeover", dump(t, down.DB, s, "kv"), []string{"1|a2", "2|b"})
+	equal(t, "nk after the takeover", dump(t, down.DB, s, "nk"), []string{"1|x", "2|y"})
+	if _, e := checkpoint(); e != 3 {
+		t.Fatalf("checkpoint written at epoch %d, want 3", e)
+	}
+
+	// A clean stop releases the lease: the standby takes over at its next read.
+	stopped := time.Now()
+	if err := active.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("the standby takes over a released lease", 3*time.Second, func() bool { return role(standby) == "active" })
+	t.Logf("released lease taken over in %v", time.Since(stopped).Round(time.Millisecond))
+	t3 := f.next()
+	f.rows(1, ins(t3, s, "nk", ci("a", 3, 0), cs("b", "z")))
+	f.resolved(t3)
+	standby.wait(t, t3)
+	equal(t, "nk at the end", dump(t, down.DB, s, "nk"), []string{"1|x", "2|y", "3|z"})
+
+	rows, err := down.Query("SELECT epoch, holder, previous_holder, applied_ts FROM " + meta + ".ha_epochs WHERE changefeed='test' ORDER BY epoch")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var got []string
+	for rows.Next() {
+		var e, ts uint64
+		var h, p string
+		if err := rows.Scan(&e, &h, &p, &ts); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, fmt.Sprintf("%d %s<-%s %t", e, h, p, ts == t1 && e == 3 || ts == t2 && e == 4 || e == 1))
+	}
+	other := "a"
+	if holder == "a" {
+		other = "b"
+	}
+	equal(t, "ha_epochs", got, []string{"1 a<- true", "3 " + holder + "<-intruder true", "4 " + other + "<-" + holder + " true"})
+}
