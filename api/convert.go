@@ -36,6 +36,7 @@ var applierStates = map[string]parityv1.ApplierState{
 	"running":  parityv1.ApplierState_APPLIER_STATE_RUNNING,
 	"stopped":  parityv1.ApplierState_APPLIER_STATE_STOPPED,
 	"failed":   parityv1.ApplierState_APPLIER_STATE_FAILED,
+	"standby":  parityv1.ApplierState_APPLIER_STATE_STANDBY,
 }
 
 func statusProto(st cdc.Status, vs *verify.Stats, instance string) *parityv1.Status {

@@ -359,19 +359,31 @@ func (l *lease) release(ctx context.Context, epoch uint64) error {
 // lease is taken by another daemon, or no renewal succeeded for the lease's duration
 // (both ErrLeaseLost: by then a standby may have taken it).
 func (l *lease) keep(ctx context.Context, epoch uint64, lastOK time.Time, onRenew func()) error {
+	ttl := l.cfg.ttl()
 	t := time.NewTimer(l.cfg.renew())
 	defer t.Stop()
+	// The lease may have expired once ttl passed since the last renewal that succeeded
+	// was sent (the fallback's expiry is later): stop then, whatever a renewal in flight
+	// is doing.
+	deadline := time.NewTimer(ttl - time.Since(lastOK))
+	defer deadline.Stop()
+	var lastErr error
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-deadline.C:
+			return fmt.Errorf("%w: not renewed for %v (ha.takeover %v): %v", ErrLeaseLost, time.Since(lastOK).Round(time.Millisecond), l.cfg.Takeover, lastErr)
 		case <-t.C:
 		}
 		sent := time.Now()
-		err := l.renew(ctx, epoch)
+		rctx, cancel := context.WithDeadline(ctx, lastOK.Add(ttl))
+		err := l.renew(rctx, epoch)
+		cancel()
 		switch {
 		case err == nil:
 			lastOK = sent
+			deadline.Reset(ttl - time.Since(sent))
 			onRenew()
 			t.Reset(l.cfg.renew())
 			continue
@@ -380,12 +392,24 @@ func (l *lease) keep(ctx context.Context, epoch uint64, lastOK time.Time, onRene
 		case ctx.Err() != nil:
 			return nil
 		}
-		if since := time.Since(lastOK); since >= l.cfg.ttl() {
-			return fmt.Errorf("%w: not renewed for %v (ha.takeover %v): %v", ErrLeaseLost, since.Round(time.Millisecond), l.cfg.Takeover, err)
-		}
+		lastErr = err
 		l.log.Warn("could not renew the lease, retrying", "epoch", epoch, "err", err)
 		t.Reset(l.cfg.renew() / 3)
 	}
+}
+
+// roundContext is the context of an apply round: a started round finishes when ctx
+// ends (SIGTERM drains), unless ctx ended because the lease was lost: the round's writes
+// would all fail their fence, and its retries (the fallback out of reach) must not keep
+// the daemon from standing by.
+func roundContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	rctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, func() {
+		if cause := context.Cause(ctx); errors.Is(cause, ErrLeaseLost) {
+			cancel(cause)
+		}
+	})
+	return rctx, func() { stop(); cancel(nil) }
 }
 
 // HAStatus is the standby state of a daemon with ha.enabled.
@@ -468,6 +492,7 @@ func (r *Replicator) runHA(ctx context.Context, started func()) error {
 // retried: a standby waits as long as it is asked to.
 func (r *Replicator) standBy(ctx context.Context, l *lease) (epoch uint64, sent time.Time, err error) {
 	r.standby.Store(true)
+	r.ha.update(func(s *HAStatus) { s.Role = "standby" })
 	r.mu.Lock()
 	r.status.State, r.status.Error = "standby", ""
 	r.status.UpdatedAt = time.Now()
@@ -521,7 +546,8 @@ func (r *Replicator) standBy(ctx context.Context, l *lease) (epoch uint64, sent 
 }
 
 // runActive applies while the lease at epoch is this daemon's: the replicator fenced at
-// epoch, the lease renewed beside it. It returns when ctx ends (nil), the replicator
+// epoch, the lease renewed beside it. A lost lease cancels the replicator's context with
+// an ErrLeaseLost cause, which also ends the round in progress (see roundContext). It returns when ctx ends (nil), the replicator
 // fails, or the lease is lost (ErrLeaseLost, from the renewals or a fence).
 func (r *Replicator) runActive(ctx context.Context, l *lease, epoch uint64, acquired time.Time, started func()) error {
 	actx, cancel := context.WithCancelCause(ctx)
@@ -541,8 +567,14 @@ func (r *Replicator) runActive(ctx context.Context, l *lease, epoch uint64, acqu
 	err := r.runEpoch(actx, epoch, started)
 	cancel(nil)
 	wg.Wait()
-	if err == nil && keepErr != nil {
-		err = keepErr
+	switch {
+	case keepErr == nil:
+		return err
+	case err == nil || errors.Is(err, ErrLeaseLost):
+		return keepErr
+	default:
+		// The lease is gone; what stopped the round (typically the fallback out of
+		// reach, as for the renewals) does not stop the daemon: it stands by.
+		return fmt.Errorf("%w (the applier stopped with: %v)", keepErr, err)
 	}
-	return err
 }

@@ -4,9 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/go-sql-driver/mysql"
 
 	"github.com/tidb-parity/parity/cdc/open"
 	"github.com/tidb-parity/parity/internal/ident"
@@ -181,4 +186,157 @@ func TestHAStandbyFenceAndTakeover(t *testing.T) {
 		other = "b"
 	}
 	equal(t, "ha_epochs", got, []string{"1 a<- true", "3 " + holder + "<-intruder true", "4 " + other + "<-" + holder + " true"})
+}
+
+// cutProxy forwards TCP connections to a server until cut: then it closes every
+// connection and refuses new ones, until restored.
+type cutProxy struct {
+	ln     net.Listener
+	target string
+	mu     sync.Mutex
+	cut    bool
+	conns  []net.Conn
+	wg     sync.WaitGroup
+}
+
+func newCutProxy(t *testing.T, target string) *cutProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &cutProxy{ln: ln, target: target}
+	p.wg.Add(1)
+	go p.accept()
+	t.Cleanup(func() {
+		ln.Close()
+		p.setCut(true)
+		p.wg.Wait()
+	})
+	return p
+}
+
+func (p *cutProxy) accept() {
+	defer p.wg.Done()
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		p.mu.Lock()
+		if p.cut {
+			p.mu.Unlock()
+			c.Close()
+			continue
+		}
+		s, err := net.Dial("tcp", p.target)
+		if err != nil {
+			p.mu.Unlock()
+			c.Close()
+			continue
+		}
+		p.conns = append(p.conns, c, s)
+		p.mu.Unlock()
+		p.wg.Add(2)
+		go func() { defer p.wg.Done(); _, _ = io.Copy(s, c); s.Close() }()
+		go func() { defer p.wg.Done(); _, _ = io.Copy(c, s); c.Close() }()
+	}
+}
+
+func (p *cutProxy) setCut(cut bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cut = cut
+	if cut {
+		for _, c := range p.conns {
+			c.Close()
+		}
+		p.conns = nil
+	}
+}
+
+// TestHALostFallback: the active daemon loses the fallback (its connections cut, new
+// ones refused) while the standby still reaches it: the active one stops applying once
+// its lease could have expired, the standby takes over when it has and applies, and the
+// old one, reconnected, stays a standby.
+func TestHALostFallback(t *testing.T) {
+	down := testenv.Downstream(t)
+	f := newFeed(t, 1)
+	s := down.Name
+	exec(t, down.DB, "CREATE TABLE kv (id BIGINT PRIMARY KEY, v VARCHAR(32))")
+	cfg := testConfig(t, f, down)
+	cfg.HA = HAConfig{Enabled: true, Takeover: 3 * time.Second}
+	mc, err := mysql.ParseDSN(cfg.Downstream.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := newCutProxy(t, mc.Addr)
+	ca, cb := cfg, cfg
+	ca.HA.Instance, cb.HA.Instance = "a", "b"
+	mc.Addr = proxy.ln.Addr().String()
+	ca.Downstream.DSN = mc.FormatDSN()
+
+	t1 := f.next()
+	f.rows(0, ins(t1, s, "kv", ci("id", 1, pk), cs("v", "a")))
+	f.resolved(t1)
+	a := start(t, ca, nil)
+	a.wait(t, t1)
+	b := start(t, cb, nil)
+	role := func(run *running) (string, string) {
+		st := run.r.Status()
+		if st.HA == nil {
+			return "", ""
+		}
+		return st.HA.Role, st.HA.LostReason
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for r, _ := role(b); r != "standby"; r, _ = role(b) {
+		if time.Now().After(deadline) {
+			t.Fatal("b does not stand by")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cut := time.Now()
+	proxy.setCut(true)
+	t2 := f.next()
+	f.rows(0, ins(t2, s, "kv", ci("id", 2, pk), cs("v", "b")))
+	f.resolved(t2)
+	var aStood, bActive time.Duration
+	deadline = time.Now().Add(30 * time.Second)
+	for aStood == 0 || bActive == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("after the cut: a stood by after %v, b active after %v", aStood, bActive)
+		}
+		if r, _ := role(a); r == "standby" && aStood == 0 {
+			aStood = time.Since(cut)
+		}
+		if r, _ := role(b); r == "active" && bActive == 0 {
+			bActive = time.Since(cut)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	b.wait(t, t2)
+	applied := time.Since(cut)
+	t.Logf("fallback cut from a: a stood by after %v, b took the lease after %v and applied after %v (ha.takeover %v)",
+		aStood.Round(time.Millisecond), bActive.Round(time.Millisecond), applied.Round(time.Millisecond), cfg.HA.Takeover)
+	// a stops once its lease may have expired (2/3 of ha.takeover after its last
+	// renewal), at about the time b may take it; its writes could not land anyway.
+	if aStood > cfg.HA.Takeover {
+		t.Errorf("a stood by %v after the cut, more than ha.takeover %v", aStood, cfg.HA.Takeover)
+	}
+	if applied > cfg.HA.Takeover+time.Second {
+		t.Errorf("b applied %v after the cut, more than ha.takeover %v", applied, cfg.HA.Takeover)
+	}
+	if _, lost := role(a); !strings.Contains(lost, "lease lost: not renewed for") {
+		t.Fatalf("a's reason: %q", lost)
+	}
+	equal(t, "kv", dump(t, down.DB, s, "kv"), []string{"1|a", "2|b"})
+	proxy.setCut(false)
+	time.Sleep(2 * cfg.HA.Takeover / 3)
+	if r, _ := role(a); r != "standby" {
+		t.Fatalf("a reconnected is %q", r)
+	}
+	if r, _ := role(b); r != "active" {
+		t.Fatalf("b is %q", r)
+	}
 }

@@ -747,8 +747,10 @@ func (c *coordinator) ddlDue(target uint64) bool {
 
 // round applies everything up to target: rows up to each due DDL, the DDL, then the rest.
 func (c *coordinator) round(ctx context.Context, target uint64) error {
-	// A started round finishes even when ctx ends (SIGTERM drains).
-	actx := context.WithoutCancel(ctx)
+	// A started round finishes even when ctx ends (SIGTERM drains), unless the lease
+	// was lost (ha.go).
+	actx, cancel := roundContext(ctx)
+	defer cancel()
 	sort.SliceStable(c.ddls, func(i, j int) bool {
 		if c.ddls[i].ev.CommitTs != c.ddls[j].ev.CommitTs {
 			return c.ddls[i].ev.CommitTs < c.ddls[j].ev.CommitTs

@@ -22,6 +22,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/tidb-parity/parity/api"
+	parityv1 "github.com/tidb-parity/parity/api/parity/v1"
 	"github.com/tidb-parity/parity/cdc/loadgen"
 	"github.com/tidb-parity/parity/internal/ident"
 	"github.com/tidb-parity/parity/internal/testenv"
@@ -380,6 +381,23 @@ func (e *haEnv) health(p *haProc) healthpb.HealthCheckResponse_ServingStatus {
 	return hr.Status
 }
 
+// apiStatus is the daemon's GetStatus over the gRPC API.
+func (e *haEnv) apiStatus(p *haProc) *parityv1.Status {
+	e.t.Helper()
+	conn, err := grpc.NewClient(p.apiAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := parityv1.NewParityClient(conn).GetStatus(ctx, &parityv1.GetStatusRequest{})
+	if err != nil {
+		e.t.Fatalf("%s GetStatus: %v", p.name, err)
+	}
+	return st
+}
+
 func haLoad(lg *loadgen.Config) {
 	lg.Tables, lg.Workers, lg.ImportRows = 3, 4, 2000
 	lg.Rate, lg.RowsPerTxn = 150, 8
@@ -411,6 +429,9 @@ func TestStandbyTakeoverUnderLoad(t *testing.T) {
 			e.waitFor("the active daemon's health SERVING", 10*time.Second, func() bool { return e.health(active) == healthpb.HealthCheckResponse_SERVING })
 			if s := e.health(standby); s != healthpb.HealthCheckResponse_NOT_SERVING {
 				t.Fatalf("the standby's health: %v", s)
+			}
+			if st := e.apiStatus(standby); st.GetApplierState() != parityv1.ApplierState_APPLIER_STATE_STANDBY || st.GetInstance() != "d2" {
+				t.Fatalf("the standby's GetStatus: %v, instance %q", st.GetApplierState(), st.GetInstance())
 			}
 			m := httpGet(t, "http://"+standby.statusAddr+"/metrics")
 			if !strings.Contains(m, `parity_ha_active{changefeed="ha",instance="d2"} 0`) ||

@@ -136,6 +136,9 @@ const (
 	ApplierState_APPLIER_STATE_RUNNING     ApplierState = 2
 	ApplierState_APPLIER_STATE_STOPPED     ApplierState = 3
 	ApplierState_APPLIER_STATE_FAILED      ApplierState = 4
+	// A standby daemon ([ha]): another daemon holds the changefeed's lease and applies;
+	// this one takes over when that lease expires. Its health is NOT_SERVING.
+	ApplierState_APPLIER_STATE_STANDBY ApplierState = 5
 )
 
 // Enum value maps for ApplierState.
@@ -146,6 +149,7 @@ var (
 		2: "APPLIER_STATE_RUNNING",
 		3: "APPLIER_STATE_STOPPED",
 		4: "APPLIER_STATE_FAILED",
+		5: "APPLIER_STATE_STANDBY",
 	}
 	ApplierState_value = map[string]int32{
 		"APPLIER_STATE_UNSPECIFIED": 0,
@@ -153,6 +157,7 @@ var (
 		"APPLIER_STATE_RUNNING":     2,
 		"APPLIER_STATE_STOPPED":     3,
 		"APPLIER_STATE_FAILED":      4,
+		"APPLIER_STATE_STANDBY":     5,
 	}
 )
 
@@ -3271,13 +3276,14 @@ const file_parity_v1_parity_proto_rawDesc = "" +
 	"\fDIFF_RUNNING\x10\t\x12\x13\n" +
 	"\x0fUNAUTHENTICATED\x10\n" +
 	"\x12\x15\n" +
-	"\x11PERMISSION_DENIED\x10\v*\x99\x01\n" +
+	"\x11PERMISSION_DENIED\x10\v*\xb4\x01\n" +
 	"\fApplierState\x12\x1d\n" +
 	"\x19APPLIER_STATE_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16APPLIER_STATE_STARTING\x10\x01\x12\x19\n" +
 	"\x15APPLIER_STATE_RUNNING\x10\x02\x12\x19\n" +
 	"\x15APPLIER_STATE_STOPPED\x10\x03\x12\x18\n" +
-	"\x14APPLIER_STATE_FAILED\x10\x04*\xb4\x01\n" +
+	"\x14APPLIER_STATE_FAILED\x10\x04\x12\x19\n" +
+	"\x15APPLIER_STATE_STANDBY\x10\x05*\xb4\x01\n" +
 	"\tDiffState\x12\x1a\n" +
 	"\x16DIFF_STATE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11DIFF_STATE_QUEUED\x10\x01\x12\x16\n" +
