@@ -84,6 +84,13 @@ type ChangefeedConfig struct {
 	// plain, scram-sha-256 or scram-sha-512, username, password or password-file).
 	// Default: off (no authentication)
 	SASL tlsauth.SASL `toml:"sasl"`
+	// RetryTimeout is how long reading a partition may keep failing with transient
+	// errors (the broker unreachable, restarting or resetting connections) before the
+	// applier stops with an error; until then the reader reconnects with backoff and
+	// continues from the next offset. A protocol error (an offset out of range) stops
+	// it at once.
+	// Default: 2m
+	RetryTimeout time.Duration `toml:"retry-timeout"`
 }
 
 // UpstreamConfig is the upstream TiDB.
@@ -215,10 +222,11 @@ type SkipDDL struct {
 func DefaultConfig() Config {
 	return Config{
 		Changefeed: ChangefeedConfig{
-			ID:          "default",
-			Compression: "none",
-			TimeZone:    "UTC",
-			SchemaMap:   map[string]string{},
+			ID:           "default",
+			Compression:  "none",
+			TimeZone:     "UTC",
+			SchemaMap:    map[string]string{},
+			RetryTimeout: 2 * time.Minute,
 		},
 		Applier: ApplierConfig{
 			Workers:         8,
@@ -296,6 +304,9 @@ func (c Config) Validate() error {
 		if up == "" || down == "" {
 			bad("changefeed.schema-map", "empty schema name in %q = %q", up, down)
 		}
+	}
+	if cf.RetryTimeout < 0 {
+		bad("changefeed.retry-timeout", "must not be negative")
 	}
 	if cf.MaxMessageBytes < 0 {
 		bad("changefeed.max-message-bytes", "must not be negative")

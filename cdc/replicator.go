@@ -2,6 +2,8 @@ package cdc
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"database/sql"
 	"errors"
 	"fmt"
@@ -22,6 +24,7 @@ import (
 	"github.com/tidb-parity/parity/cdc/open"
 	"github.com/tidb-parity/parity/internal/ident"
 	"github.com/tidb-parity/parity/internal/position"
+	"github.com/tidb-parity/parity/internal/retry"
 	"github.com/tidb-parity/parity/internal/tlsauth"
 	"github.com/tidb-parity/parity/internal/tso"
 )
@@ -577,15 +580,32 @@ func (r *Replicator) consume(ctx context.Context, dec *open.Decoder, idx int, pk
 	if err := rd.SetOffset(start); err != nil {
 		return fmt.Errorf("seeking %s to %d: %w", pk, start, err)
 	}
-	tables := tableCache{} // upstream tables of this partition's handle-key-only events
+	tables := tableCache{}     // upstream tables of this partition's handle-key-only events
+	var failingSince time.Time // the first of consecutive transient read errors
 	for {
 		msg, err := rd.FetchMessage(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
+			// kafka-go's reader reconnects by itself (with backoff, from the next offset)
+			// but reports the errors of its attempts: transient ones are waited out for
+			// changefeed.retry-timeout.
+			if kafkaTransient(err) {
+				now := time.Now()
+				if failingSince.IsZero() {
+					failingSince = now
+				}
+				if d := now.Sub(failingSince); d < r.cfg.Changefeed.RetryTimeout {
+					r.log.Warn("kafka unavailable; reconnecting", "partition", pk.String(), "failing_for", d.Round(time.Millisecond), "err", err)
+					continue
+				}
+				return fmt.Errorf("reading %s: kafka unavailable for %v (changefeed.retry-timeout %v): %w",
+					pk, now.Sub(failingSince).Round(time.Second), r.cfg.Changefeed.RetryTimeout, r.kafka.Explain(err))
+			}
 			return fmt.Errorf("reading %s: %w", pk, r.kafka.Explain(err))
 		}
+		failingSince = time.Time{}
 		rec := record{part: idx, offset: msg.Offset, hw: msg.HighWaterMark}
 		rec.events, err = dec.Decode(msg.Key, msg.Value)
 		if err == nil {
@@ -611,6 +631,28 @@ func (r *Replicator) consume(ctx context.Context, dec *open.Decoder, idx int, pk
 			return nil
 		}
 	}
+}
+
+// kafkaTransient reports whether a read error is worth waiting out: a broker's
+// retriable error code, or the network (refused, reset, timed out, closed). Other Kafka
+// errors (an offset out of range: records deleted by retention) are not.
+func kafkaTransient(err error) bool {
+	var (
+		cv *tls.CertificateVerificationError
+		ua x509.UnknownAuthorityError
+		hn x509.HostnameError
+		ci x509.CertificateInvalidError
+		al tls.AlertError
+		ra *tls.RecordHeaderError
+	)
+	if errors.As(err, &cv) || errors.As(err, &ua) || errors.As(err, &hn) || errors.As(err, &ci) || errors.As(err, &al) || errors.As(err, &ra) {
+		return false // TLS refused: waiting does not help
+	}
+	var ke kafka.Error
+	if errors.As(err, &ke) {
+		return ke.Temporary()
+	}
+	return retry.Classify(err) == retry.Connection
 }
 
 // checkEvents rejects events the applier cannot apply correctly. fetch says whether
