@@ -195,7 +195,11 @@ func Kafka(t testing.TB) string { return Require(t, EnvKafka) }
 // when the test ends.
 func NewTopic(t testing.TB, prefix string, partitions int) string {
 	t.Helper()
-	broker := Kafka(t)
+	return newTopicOn(t, Kafka(t), prefix, partitions)
+}
+
+func newTopicOn(t testing.TB, broker, prefix string, partitions int) string {
+	t.Helper()
 	topic := strings.ReplaceAll(UniqueName(prefix), "_", "-")
 	conn, err := kafka.Dial("tcp", broker)
 	if err != nil {
