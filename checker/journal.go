@@ -8,6 +8,8 @@ package checker
 import (
 	"context"
 	"time"
+
+	"github.com/tidb-parity/parity/internal/retry"
 )
 
 // journal writes the chunk state transitions (pending → running → done) of a run in
@@ -152,7 +154,11 @@ func (j *journal) commit(ctx context.Context, batch []journalEntry) error {
 			delete(checkpoints, t)
 		}
 	}
-	if err := j.st.commitChunks(ctx, updates, checkpoints); err != nil {
+	// A lost connection to the meta database is retried as a chunk is (the statements
+	// are upserts and GREATEST: storing a batch twice only counts one more attempt,
+	// which at worst makes a resumed run drop and redo that chunk's differences).
+	policy := retry.Policy{MaxRetries: chunkRetries, Backoff: chunkBackoff, MaxBackoff: chunkRetries * chunkBackoff}
+	if err := policy.Do(ctx, func(ctx context.Context) error { return j.st.commitChunks(ctx, updates, checkpoints) }, nil); err != nil {
 		return err
 	}
 	for t, cp := range checkpoints {
