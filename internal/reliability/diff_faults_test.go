@@ -255,5 +255,3 @@ func TestDiffFaults(t *testing.T) {
 		})
 	}
 }
-
-
