@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"iter"
 	"math"
 	"os"
@@ -92,7 +93,7 @@ type runMark struct {
 }
 
 func newBuffer(dir string, limit int64) (*buffer, error) {
-	if err := os.RemoveAll(dir); err != nil {
+	if err := clearDir(dir); err != nil {
 		return nil, fmt.Errorf("clearing spill dir: %w", err)
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -101,8 +102,30 @@ func newBuffer(dir string, limit int64) (*buffer, error) {
 	return &buffer{dir: dir, limit: limit, tables: map[tableKey]*tableBuf{}}, nil
 }
 
-// close removes the spill files.
-func (b *buffer) close() error { return os.RemoveAll(b.dir) }
+// clearDir removes what dir holds, not dir itself: the spill directory may be a mount
+// point (a volume of its own), which cannot be removed.
+func clearDir(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// close removes the spill files, and the directory unless it is a mount point.
+func (b *buffer) close() error {
+	err := clearDir(b.dir)
+	_ = os.Remove(b.dir)
+	return err
+}
 
 func (b *buffer) add(ev *open.Event, seq uint64) error {
 	k := tableKey{ev.Schema, ev.Table}
