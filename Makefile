@@ -12,6 +12,7 @@ ENV     := set -a; [ -f var/env.sh ] && . var/env.sh; set +a;
 FUZZTIME ?= 60s
 FUZZTIME_OTHERS ?= 10s
 SEEDS ?= 300
+SOAK_DURATION ?= 30m
 
 .PHONY: build
 build: ## build bin/parity
@@ -52,8 +53,13 @@ fuzz: ## every fuzz target: the decoder for FUZZTIME, the others for FUZZTIME_OT
 	FUZZTIME=$(FUZZTIME) FUZZTIME_OTHERS=$(FUZZTIME_OTHERS) scripts/fuzz.sh
 
 .PHONY: soak
-soak: env-up ## the randomized differential diff test over many seeds (SEEDS=300 by default; make test runs 6)
+soak: env-up ## the randomized differential diff test over many seeds (SEEDS=300 by default; make test runs 6), then soak-serve
 	$(ENV) PARITY_RANDOM_SEEDS=$(SEEDS) $(GO) test -count=1 -timeout 3h -run '^TestRandomDiff' ./checker/
+	$(MAKE) soak-serve
+
+.PHONY: soak-serve
+soak-serve: env-up ## parity serve with continuous verification at a steady load for SOAK_DURATION (30m): RSS, goroutines, fds, connections and lag every minute; fails on unbounded growth (make test runs 3 minutes)
+	set -o pipefail; $(ENV) PARITY_SOAK_DURATION=$(SOAK_DURATION) $(GO) test -count=1 -timeout 0 -v -run '^TestSoakServe$$' ./internal/reliability/ | grep -E 'soak_test|^(---|ok|FAIL|PASS)'
 
 .PHONY: bench
 bench: env-up build ## performance targets, each printed against its baseline (20-30 minutes)
