@@ -64,6 +64,7 @@ var applyFaults = []applyFault{
 // the fault until the applier has applied everything committed before that moment is
 // logged (docs/reliability.md).
 func TestApplierFaults(t *testing.T) {
+	t.Parallel()
 	upDSN := testenv.Require(t, testenv.EnvUpstream)
 	downDSN := testenv.Require(t, testenv.EnvDownstream)
 	up := openSchema(t, upDSN, "")

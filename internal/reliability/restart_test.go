@@ -19,6 +19,7 @@ import (
 // applier's spill directory. Each ends with the fallback equal to TiDB at the final
 // resolved ts (the applier), or with exactly the known differences (a diff).
 func TestRestarts(t *testing.T) {
+	t.Parallel()
 	upDSN := testenv.Require(t, testenv.EnvUpstream)
 	downDSN := testenv.Require(t, testenv.EnvDownstream)
 
@@ -101,8 +102,8 @@ func TestRestarts(t *testing.T) {
 		})
 	})
 
-	// The spill directory is a 256 KiB tmpfs and the applier's memory bound 16 KiB, with
-	// resolved ts every 3 s: spilling fills the disk, and the applier stops with an error
+	// The spill directory is a 64 KiB tmpfs and the applier's memory bound 1 KiB, with
+	// resolved ts every 5 s: spilling fills the disk, and the applier stops with an error
 	// naming the table and ENOSPC; nothing is applied beyond the checkpoint. With space
 	// back (the tmpfs remounted larger), a new applier empties the directory and resumes.
 	t.Run("spill-dir-full", func(t *testing.T) {
@@ -111,17 +112,17 @@ func TestRestarts(t *testing.T) {
 		if err := os.Mkdir(dir, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", dir).CombinedOutput(); err != nil {
+		if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", dir).CombinedOutput(); err != nil {
 			t.Skipf("cannot mount a tmpfs for a full spill directory (needs root or CAP_SYS_ADMIN): %v %s", err, out)
 		}
 		t.Cleanup(func() { _ = exec.Command("umount", "-l", dir).Run() })
 		topic := testenv.NewTopic(t, "rel", 3)
 		lc := loadConfig(t, upDSN, downDSN, testenv.Kafka(t), topic, 100, 23)
-		lc.ResolvedInterval = 3 * time.Second
+		lc.ResolvedInterval = 5 * time.Second
 		l, importTs := startLoad(t, lc)
 		cfg := replicatorConfig(t, testenv.Kafka(t), topic, downDSN, downDSN, importTs)
 		cfg.Applier.SpillDir = dir
-		cfg.Applier.MemoryBytes = 16 << 10
+		cfg.Applier.MemoryBytes = 1024 // the least Validate allows: nearly every row spills
 		r := startReplicator(t, cfg)
 		select {
 		case <-r.done:
