@@ -90,15 +90,8 @@ func TestAPIUnderLoad(t *testing.T) {
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	sctx, stopServe := context.WithCancel(ctx)
-	serveDone := make(chan error, 1)
-	go func() { serveDone <- runServe(sctx, cfg) }()
-	defer func() {
-		stopServe()
-		if err := <-serveDone; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	}()
+	srv := runServeInTest(t, ctx, cfg)
+	defer srv.Close()
 
 	conn, err := grpc.NewClient(cfg.API.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {

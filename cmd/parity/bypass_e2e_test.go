@@ -9,7 +9,6 @@ import (
 	"maps"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -63,32 +62,14 @@ func TestBypassWritesUnderLiveLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	serve := func() (stop func()) {
-		sctx, cancel := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() { done <- runServe(sctx, cfg) }()
-		var once sync.Once
-		var serveErr error
-		wait := func() error {
-			once.Do(func() { serveErr = <-done })
-			return serveErr
-		}
-		stop = func() {
-			cancel()
-			if err := wait(); err != nil {
-				t.Errorf("serve: %v", err)
-			}
-		}
-		t.Cleanup(stop)
+		srv := runServeInTest(t, ctx, cfg)
 		for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
 			st, _, err := fetchStatus(ctx, addr)
 			if err == nil && st.AppliedTs > load.ImportTs && st.AppliedLagSeconds < 2 && st.Bypass != nil && st.Bypass.State == "reading" {
-				return stop
+				return srv.Close
 			}
-			select {
-			case err := <-done:
-				once.Do(func() { serveErr = err })
+			if ended, err := srv.Ended(); ended {
 				t.Fatalf("serve ended: %v", err)
-			default:
 			}
 			if ended, err := load.Ended(); ended {
 				t.Fatalf("loadgen ended: %v", err)

@@ -256,34 +256,9 @@ func TestHostileIdentifiersEndToEnd(t *testing.T) {
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	sctx, stopServe := context.WithCancel(ctx)
-	serveDone := make(chan error, 1)
-	go func() { serveDone <- runServe(sctx, cfg) }()
-	defer func() {
-		stopServe()
-		if err := <-serveDone; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	}()
-	deadline := time.Now().Add(90 * time.Second)
-	for {
-		c, cancel := context.WithTimeout(ctx, 2*time.Second)
-		st, _, err := fetchStatus(c, cfg.Status.Addr)
-		cancel()
-		if err == nil && st.AppliedTs >= endTs {
-			break
-		}
-		select {
-		case err := <-serveDone:
-			serveDone <- err
-			t.Fatalf("serve ended: %v", err)
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("serve did not apply up to %d within 90s: %+v %v", endTs, st, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	srv := runServeInTest(t, ctx, cfg)
+	defer srv.Close()
+	srv.WaitApplied(endTs)
 
 	// parity diff over the schema: its pattern escapes wildcards and matches the dot with
 	// '?' (patterns split at dots).

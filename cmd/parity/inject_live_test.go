@@ -90,25 +90,9 @@ func TestInjectedDivergencesUnderLiveLoad(t *testing.T) {
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	sctx, stopServe := context.WithCancel(ctx)
-	serveDone := make(chan error, 1)
-	go func() { serveDone <- runServe(sctx, cfg) }()
-	defer func() {
-		stopServe()
-		if err := <-serveDone; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	}()
-	status := func() serveStatus {
-		t.Helper()
-		c, cancel := context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-		st, _, err := fetchStatus(c, addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return st
-	}
+	srv := runServeInTest(t, ctx, cfg)
+	defer srv.Close()
+	status := srv.Status
 	waitApplied := func(ts uint64) {
 		t.Helper()
 		for deadline := time.Now().Add(time.Minute); status().AppliedTs < ts; time.Sleep(50 * time.Millisecond) {

@@ -3,9 +3,11 @@ package main
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"log/slog"
 	"net"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -104,4 +106,98 @@ func verifyServeConfig(tb testing.TB, id, upDSN string, down *testenv.DB, broker
 	cfg.Verify.Tables = []string{db + ".*"}
 	tb.Cleanup(func() { _, _ = down.Exec("DROP DATABASE IF EXISTS " + ident.Quote(cfg.Applier.MetaSchema)) })
 	return cfg
+}
+
+// testServe is `parity serve` running in the test's process (runServeInTest).
+type testServe struct {
+	tb       testing.TB
+	ctx      context.Context // the test's: status requests use it
+	addr     string          // status.addr
+	cancel   context.CancelFunc
+	done     chan error
+	once     sync.Once
+	err      error
+	reported bool
+}
+
+// serveStopBound bounds how long Stop waits for serve to end once cancelled.
+const serveStopBound = 2 * time.Minute
+
+// runServeInTest starts runServe(cfg) under a context derived from ctx. It is stopped
+// (its error reported with t.Errorf) when the test ends, if it was not before; a test
+// that must stop it before its other deferred calls defers Close itself.
+func runServeInTest(tb testing.TB, ctx context.Context, cfg serveConfig) *testServe {
+	tb.Helper()
+	sctx, cancel := context.WithCancel(ctx)
+	s := &testServe{tb: tb, ctx: ctx, addr: cfg.Status.Addr, cancel: cancel, done: make(chan error, 1)}
+	go func() { s.done <- runServe(sctx, cfg) }()
+	tb.Cleanup(s.Close)
+	return s
+}
+
+// Ended reports, without waiting, whether serve has ended, and its error.
+func (s *testServe) Ended() (bool, error) {
+	select {
+	case err := <-s.done:
+		s.once.Do(func() { s.err = err })
+		return true, s.err
+	default:
+		return false, nil
+	}
+}
+
+// Stop cancels serve and waits for it (at most serveStopBound): its error.
+func (s *testServe) Stop() error {
+	s.cancel()
+	s.once.Do(func() {
+		select {
+		case s.err = <-s.done:
+		case <-time.After(serveStopBound):
+			s.err = fmt.Errorf("did not stop within %v of its cancellation", serveStopBound)
+		}
+	})
+	return s.err
+}
+
+// Close stops serve and reports its error with t.Errorf ("serve: …"), once.
+func (s *testServe) Close() {
+	s.tb.Helper()
+	if err := s.Stop(); err != nil && !s.reported {
+		s.reported = true
+		s.tb.Errorf("serve: %v", err)
+	}
+}
+
+// Status is serve's /status (each request bounded by 5 s); an error fails the test.
+func (s *testServe) Status() serveStatus {
+	s.tb.Helper()
+	c, cancel := context.WithTimeout(s.ctx, 5*time.Second)
+	defer cancel()
+	st, _, err := fetchStatus(c, s.addr)
+	if err != nil {
+		s.tb.Fatal(err)
+	}
+	return st
+}
+
+// WaitApplied waits (90 s at most) until serve's applied checkpoint reaches ts; serve
+// ending first fails the test.
+func (s *testServe) WaitApplied(ts uint64) {
+	s.tb.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		c, cancel := context.WithTimeout(s.ctx, 2*time.Second)
+		st, _, err := fetchStatus(c, s.addr)
+		cancel()
+		if err == nil && st.AppliedTs >= ts {
+			return
+		}
+		if ended, err := s.Ended(); ended {
+			s.tb.Fatalf("serve ended: %v", err)
+		}
+		if time.Now().After(deadline) {
+			s.tb.Fatalf("serve did not apply up to %d within 90s: %+v %v", ts, st, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }

@@ -186,15 +186,8 @@ func TestDashboardsAndAlertsAreTrue(t *testing.T) {
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	sctx, stopServe := context.WithCancel(ctx)
-	serveDone := make(chan error, 1)
-	go func() { serveDone <- runServe(sctx, cfg) }()
-	defer func() {
-		stopServe()
-		if err := <-serveDone; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	}()
+	srv := runServeInTest(t, ctx, cfg)
+	defer srv.Close()
 
 	prom := startPrometheus(t, ctx, promDir, cfg.Status.Addr)
 

@@ -96,15 +96,7 @@ func startRunbookEnv(t *testing.T, ctx context.Context, name string, withLoad bo
 	if err := e.cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	sctx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- runServe(sctx, e.cfg) }()
-	t.Cleanup(func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	})
+	runServeInTest(t, ctx, e.cfg)
 
 	conn, err := grpc.NewClient(e.apiAddr, grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithPerRPCCredentials(bearer{token: e.token}))

@@ -53,27 +53,11 @@ func TestServeVerifyUnderLoad(t *testing.T) {
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	sctx, stopServe := context.WithCancel(ctx)
-	serveDone := make(chan error, 1)
-	go func() { serveDone <- runServe(sctx, cfg) }()
-	defer func() {
-		stopServe()
-		if err := <-serveDone; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	}()
+	srv := runServeInTest(t, ctx, cfg)
+	defer srv.Close()
 
 	// Caught up: the applied checkpoint within 3s of now.
-	status := func() serveStatus {
-		t.Helper()
-		c, cancel := context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-		st, _, err := fetchStatus(c, addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return st
-	}
+	status := srv.Status
 	deadline := time.Now().Add(90 * time.Second)
 	checkedNever := false
 	for {

@@ -222,34 +222,9 @@ func tlsServeConfig(t *testing.T, e tlsEnv, down *sql.DB, id, broker, topic stri
 // runServeUntil runs serve until its applied checkpoint reaches ts, then stops it.
 func runServeUntil(t *testing.T, ctx context.Context, cfg serveConfig, ts uint64) {
 	t.Helper()
-	sctx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- runServe(sctx, cfg) }()
-	defer func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	}()
-	deadline := time.Now().Add(90 * time.Second)
-	for {
-		c, cancel := context.WithTimeout(ctx, 2*time.Second)
-		st, _, err := fetchStatus(c, cfg.Status.Addr)
-		cancel()
-		if err == nil && st.AppliedTs >= ts {
-			return
-		}
-		select {
-		case err := <-done:
-			done <- nil
-			t.Fatalf("serve ended: %v", err)
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("serve did not apply up to %d within 90s: %+v %v", ts, st, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	srv := runServeInTest(t, ctx, cfg)
+	defer srv.Close()
+	srv.WaitApplied(ts)
 }
 
 // runServeLogged runs serve with its log in w until it ends on its own (or 60 s pass).
