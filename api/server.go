@@ -215,6 +215,20 @@ func (s *Server) verification() (Verification, error) {
 	return s.b.Verification, nil
 }
 
+// verificationRun is the verification and the run id of the name in the request's field
+// (see runID).
+func (s *Server) verificationRun(field, name string) (Verification, string, error) {
+	v, err := s.verification()
+	if err != nil {
+		return nil, "", err
+	}
+	id, err := runID(field, name)
+	if err != nil {
+		return nil, "", err
+	}
+	return v, id, nil
+}
+
 // GetStatus implements parityv1.ParityServer.
 func (s *Server) GetStatus(ctx context.Context, _ *parityv1.GetStatusRequest) (*parityv1.Status, error) {
 	return s.status(), nil
@@ -445,11 +459,7 @@ func runID(field, name string) (string, error) {
 
 // GetDiff implements parityv1.ParityServer.
 func (s *Server) GetDiff(ctx context.Context, req *parityv1.GetDiffRequest) (*parityv1.Diff, error) {
-	v, err := s.verification()
-	if err != nil {
-		return nil, err
-	}
-	id, err := runID("name", req.GetName())
+	v, id, err := s.verificationRun("name", req.GetName())
 	if err != nil {
 		return nil, err
 	}
@@ -462,11 +472,7 @@ func (s *Server) GetDiff(ctx context.Context, req *parityv1.GetDiffRequest) (*pa
 
 // WatchDiff implements parityv1.ParityServer.
 func (s *Server) WatchDiff(req *parityv1.WatchDiffRequest, stream parityv1.Parity_WatchDiffServer) error {
-	v, err := s.verification()
-	if err != nil {
-		return err
-	}
-	id, err := runID("name", req.GetName())
+	v, id, err := s.verificationRun("name", req.GetName())
 	if err != nil {
 		return err
 	}
@@ -489,11 +495,7 @@ func (s *Server) WatchDiff(req *parityv1.WatchDiffRequest, stream parityv1.Parit
 
 // CancelDiff implements parityv1.ParityServer.
 func (s *Server) CancelDiff(ctx context.Context, req *parityv1.CancelDiffRequest) (*parityv1.Diff, error) {
-	v, err := s.verification()
-	if err != nil {
-		return nil, err
-	}
-	id, err := runID("name", req.GetName())
+	v, id, err := s.verificationRun("name", req.GetName())
 	if err != nil {
 		return nil, err
 	}
@@ -580,11 +582,7 @@ func (s *Server) ListDiffs(ctx context.Context, req *parityv1.ListDiffsRequest) 
 
 // ListDifferences implements parityv1.ParityServer.
 func (s *Server) ListDifferences(ctx context.Context, req *parityv1.ListDifferencesRequest) (*parityv1.ListDifferencesResponse, error) {
-	v, err := s.verification()
-	if err != nil {
-		return nil, err
-	}
-	id, err := runID("parent", req.GetParent())
+	v, id, err := s.verificationRun("parent", req.GetParent())
 	if err != nil {
 		return nil, err
 	}
@@ -637,11 +635,7 @@ func (s *Server) ListDifferences(ctx context.Context, req *parityv1.ListDifferen
 
 // GetFixSQL implements parityv1.ParityServer.
 func (s *Server) GetFixSQL(req *parityv1.GetFixSQLRequest, stream parityv1.Parity_GetFixSQLServer) error {
-	v, err := s.verification()
-	if err != nil {
-		return err
-	}
-	id, err := runID("parent", req.GetParent())
+	v, id, err := s.verificationRun("parent", req.GetParent())
 	if err != nil {
 		return err
 	}

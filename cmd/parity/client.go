@@ -127,6 +127,28 @@ func (f *clientFlags) dial() (*grpc.ClientConn, parityv1.ParityClient, error) {
 	return conn, parityv1.NewParityClient(conn), nil
 }
 
+// call dials the daemon and runs fn with its client and the command's context (the
+// --timeout deadline plus extra, see context); the connection is closed after fn.
+func (f *clientFlags) call(cmd *cobra.Command, extra time.Duration, fn func(ctx context.Context, c parityv1.ParityClient) error) error {
+	conn, c, err := f.dial()
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	ctx, cancel := f.context(cmd, extra)
+	defer cancel()
+	return fn(ctx, c)
+}
+
+// printAnswer prints an answer on the command's output: as indented JSON with --json,
+// else with human.
+func printAnswer[M proto.Message](cmd *cobra.Command, f *clientFlags, m M, human func(io.Writer, M) error) error {
+	if f.json {
+		return printJSON(cmd.OutOrStdout(), m)
+	}
+	return human(cmd.OutOrStdout(), m)
+}
+
 func isLoopbackHost(host string) bool {
 	if host == "localhost" {
 		return true

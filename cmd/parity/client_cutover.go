@@ -4,6 +4,7 @@ package main
 // the gRPC API (CutoverCheck, Repair).
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -67,33 +68,23 @@ Exit status: 0 passed, 1 failed (or the TSO was not applied within --wait-timeou
 			if maxFullAge < 0 || waitTimeout < 0 {
 				return usageErr(errors.New("--max-full-age and --wait-timeout: want 0 (the default) or more"))
 			}
-			conn, c, err := cf.dial()
-			if err != nil {
-				return err
-			}
-			defer conn.Close()
-			ctx, cancel := cf.context(cmd, 0)
-			defer cancel()
-			resp, err := c.CutoverCheck(ctx, req)
-			if status.Code(err) == codes.DeadlineExceeded && errorReason(err) == parityv1.ErrorReason_DEADLINE.String() {
-				fmt.Fprintf(cmd.ErrOrStderr(), "parity: cutover check FAILED: %s\n", describeCallErr("CutoverCheck", err))
-				return &exitError{code: 1}
-			}
-			if err != nil {
-				return callErr("CutoverCheck", err)
-			}
-			if cf.json {
-				err = printJSON(cmd.OutOrStdout(), resp)
-			} else {
-				err = printCutover(cmd.OutOrStdout(), resp)
-			}
-			if err != nil {
-				return err
-			}
-			if !resp.GetPassed() {
-				return &exitError{code: 1}
-			}
-			return nil
+			return cf.call(cmd, 0, func(ctx context.Context, c parityv1.ParityClient) error {
+				resp, err := c.CutoverCheck(ctx, req)
+				if status.Code(err) == codes.DeadlineExceeded && errorReason(err) == parityv1.ErrorReason_DEADLINE.String() {
+					fmt.Fprintf(cmd.ErrOrStderr(), "parity: cutover check FAILED: %s\n", describeCallErr("CutoverCheck", err))
+					return &exitError{code: 1}
+				}
+				if err != nil {
+					return callErr("CutoverCheck", err)
+				}
+				if err := printAnswer(cmd, &cf, resp, printCutover); err != nil {
+					return err
+				}
+				if !resp.GetPassed() {
+					return &exitError{code: 1}
+				}
+				return nil
+			})
 		},
 	}
 	fl := cmd.Flags()
@@ -210,26 +201,16 @@ change), 1 when differences remain (a dry run: keys to repair), 2 on error.`,
 			case runID == "":
 				return usageErr(errors.New("--run: the run whose differences to repair is required"))
 			}
-			conn, c, err := cf.dial()
-			if err != nil {
-				return err
-			}
-			defer conn.Close()
-			ctx, cancel := cf.context(cmd, 0)
-			defer cancel()
-			resp, err := c.Repair(ctx, &parityv1.RepairRequest{Diff: diffName(runID), Tables: tables, DryRun: dry})
-			if err != nil {
-				return callErr("Repair", err)
-			}
-			if cf.json {
-				err = printJSON(cmd.OutOrStdout(), resp)
-			} else {
-				err = printAPIRepair(cmd.OutOrStdout(), runID, resp)
-			}
-			if err != nil {
-				return err
-			}
-			return apiRepairExit(resp)
+			return cf.call(cmd, 0, func(ctx context.Context, c parityv1.ParityClient) error {
+				resp, err := c.Repair(ctx, &parityv1.RepairRequest{Diff: diffName(runID), Tables: tables, DryRun: dry})
+				if err != nil {
+					return callErr("Repair", err)
+				}
+				if err := printAnswer(cmd, &cf, resp, func(w io.Writer, r *parityv1.RepairResponse) error { return printAPIRepair(w, runID, r) }); err != nil {
+					return err
+				}
+				return apiRepairExit(resp)
+			})
 		},
 	}
 	fl := cmd.Flags()

@@ -6,6 +6,7 @@ package main
 // --downstream, diff.go) still compares two servers on its own.
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -71,36 +72,31 @@ not a terminal) and prints the result.
 			if maxRate > 0 {
 				req.Options = &parityv1.DiffOptions{MaxRowsPerSecond: maxRate}
 			}
-			conn, c, err := cf.dial()
-			if err != nil {
-				return err
-			}
-			defer conn.Close()
-			ctx, cancel := cf.context(cmd, 0)
-			defer cancel()
-			d, err := c.StartDiff(ctx, req)
-			if err != nil {
-				return callErr("StartDiff", err)
-			}
-			if verifyAlias {
-				watch = !noWait
-			}
-			out := cmd.OutOrStdout()
-			if !watch {
-				if cf.json {
-					return printJSON(out, d)
+			return cf.call(cmd, 0, func(ctx context.Context, c parityv1.ParityClient) error {
+				d, err := c.StartDiff(ctx, req)
+				if err != nil {
+					return callErr("StartDiff", err)
 				}
-				fmt.Fprintf(out, "started %s (%s, scope %s over %s)\n", d.GetName(), diffStateName(d.GetState()), d.GetScope(), strings.Join(d.GetTables(), ", "))
-				return nil
-			}
-			if !cf.json {
-				fmt.Fprintf(cmd.ErrOrStderr(), "started %s\n", d.GetName())
-			}
-			final, err := watchDiff(cmd, c, &cf, d.GetName(), interval)
-			if err != nil {
-				return err
-			}
-			return diffExit(final)
+				if verifyAlias {
+					watch = !noWait
+				}
+				out := cmd.OutOrStdout()
+				if !watch {
+					if cf.json {
+						return printJSON(out, d)
+					}
+					fmt.Fprintf(out, "started %s (%s, scope %s over %s)\n", d.GetName(), diffStateName(d.GetState()), d.GetScope(), strings.Join(d.GetTables(), ", "))
+					return nil
+				}
+				if !cf.json {
+					fmt.Fprintf(cmd.ErrOrStderr(), "started %s\n", d.GetName())
+				}
+				final, err := watchDiff(cmd, c, &cf, d.GetName(), interval)
+				if err != nil {
+					return err
+				}
+				return diffExit(final)
+			})
 		},
 	}
 	fl := cmd.Flags()
@@ -132,26 +128,16 @@ func newDiffGetCommand() *cobra.Command {
 		Long:  "get prints a run: its pairs, tables, differences by class, or its progress.\n\n" + diffExitHelp + " A run not ended yet exits 0.",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			conn, c, err := cf.dial()
-			if err != nil {
-				return err
-			}
-			defer conn.Close()
-			ctx, cancel := cf.context(cmd, 0)
-			defer cancel()
-			d, err := c.GetDiff(ctx, &parityv1.GetDiffRequest{Name: diffName(args[0])})
-			if err != nil {
-				return callErr("GetDiff", err)
-			}
-			if cf.json {
-				err = printJSON(cmd.OutOrStdout(), d)
-			} else {
-				err = printDiff(cmd.OutOrStdout(), d)
-			}
-			if err != nil {
-				return err
-			}
-			return diffExit(d)
+			return cf.call(cmd, 0, func(ctx context.Context, c parityv1.ParityClient) error {
+				d, err := c.GetDiff(ctx, &parityv1.GetDiffRequest{Name: diffName(args[0])})
+				if err != nil {
+					return callErr("GetDiff", err)
+				}
+				if err := printAnswer(cmd, &cf, d, printDiff); err != nil {
+					return err
+				}
+				return diffExit(d)
+			})
 		},
 	}
 	cf.register(cmd.Flags(), 30*time.Second)
@@ -173,16 +159,13 @@ ends, then prints it. --json prints every update as one line of JSON.
 ` + diffExitHelp,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			conn, c, err := cf.dial()
-			if err != nil {
-				return err
-			}
-			defer conn.Close()
-			d, err := watchDiff(cmd, c, &cf, diffName(args[0]), interval)
-			if err != nil {
-				return err
-			}
-			return diffExit(d)
+			return cf.call(cmd, 0, func(_ context.Context, c parityv1.ParityClient) error {
+				d, err := watchDiff(cmd, c, &cf, diffName(args[0]), interval)
+				if err != nil {
+					return err
+				}
+				return diffExit(d)
+			})
 		},
 	}
 	cf.register(cmd.Flags(), 0)
@@ -449,21 +432,13 @@ func newDiffCancelCommand() *cobra.Command {
 		Long:  "cancel stops a run (it ends cancelled) and prints it; a run that had ended is printed unchanged.\n\nExit status: 0 done, 2 on error.",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			conn, c, err := cf.dial()
-			if err != nil {
-				return err
-			}
-			defer conn.Close()
-			ctx, cancel := cf.context(cmd, 0)
-			defer cancel()
-			d, err := c.CancelDiff(ctx, &parityv1.CancelDiffRequest{Name: diffName(args[0])})
-			if err != nil {
-				return callErr("CancelDiff", err)
-			}
-			if cf.json {
-				return printJSON(cmd.OutOrStdout(), d)
-			}
-			return printDiff(cmd.OutOrStdout(), d)
+			return cf.call(cmd, 0, func(ctx context.Context, c parityv1.ParityClient) error {
+				d, err := c.CancelDiff(ctx, &parityv1.CancelDiffRequest{Name: diffName(args[0])})
+				if err != nil {
+					return callErr("CancelDiff", err)
+				}
+				return printAnswer(cmd, &cf, d, printDiff)
+			})
 		},
 	}
 	cf.register(cmd.Flags(), time.Minute)
@@ -530,38 +505,33 @@ func newDiffListCommand() *cobra.Command {
 			if req.StartTimeBefore, err = parseTime("before", before); err != nil {
 				return err
 			}
-			conn, c, err := cf.dial()
-			if err != nil {
-				return err
-			}
-			defer conn.Close()
-			ctx, cancel := cf.context(cmd, 0)
-			defer cancel()
-			var diffs []*parityv1.Diff
-			for {
-				resp, err := c.ListDiffs(ctx, req)
-				if err != nil {
-					return callErr("ListDiffs", err)
+			return cf.call(cmd, 0, func(ctx context.Context, c parityv1.ParityClient) error {
+				var diffs []*parityv1.Diff
+				for {
+					resp, err := c.ListDiffs(ctx, req)
+					if err != nil {
+						return callErr("ListDiffs", err)
+					}
+					if cf.json && !all {
+						return printJSON(cmd.OutOrStdout(), resp)
+					}
+					diffs = append(diffs, resp.GetDiffs()...)
+					req.PageToken = resp.GetNextPageToken()
+					if !all || req.PageToken == "" {
+						break
+					}
 				}
-				if cf.json && !all {
-					return printJSON(cmd.OutOrStdout(), resp)
+				if cf.json {
+					return printJSON(cmd.OutOrStdout(), &parityv1.ListDiffsResponse{Diffs: diffs})
 				}
-				diffs = append(diffs, resp.GetDiffs()...)
-				req.PageToken = resp.GetNextPageToken()
-				if !all || req.PageToken == "" {
-					break
+				if err := printDiffList(cmd.OutOrStdout(), diffs); err != nil {
+					return err
 				}
-			}
-			if cf.json {
-				return printJSON(cmd.OutOrStdout(), &parityv1.ListDiffsResponse{Diffs: diffs})
-			}
-			if err := printDiffList(cmd.OutOrStdout(), diffs); err != nil {
-				return err
-			}
-			if req.PageToken != "" && !all {
-				fmt.Fprintf(cmd.ErrOrStderr(), "more: --page-token %s (or --all)\n", req.PageToken)
-			}
-			return nil
+				if req.PageToken != "" && !all {
+					fmt.Fprintf(cmd.ErrOrStderr(), "more: --page-token %s (or --all)\n", req.PageToken)
+				}
+				return nil
+			})
 		},
 	}
 	fl := cmd.Flags()
@@ -614,40 +584,35 @@ func newDiffDifferencesCommand() *cobra.Command {
 				return err
 			}
 			req := &parityv1.ListDifferencesRequest{Parent: diffName(args[0]), PageSize: limit, PageToken: pageTk, Table: table, Kind: k, Class: class}
-			conn, c, err := cf.dial()
-			if err != nil {
-				return err
-			}
-			defer conn.Close()
-			ctx, cancel := cf.context(cmd, 0)
-			defer cancel()
-			var diffs []*parityv1.Difference
-			var total int64
-			for {
-				resp, err := c.ListDifferences(ctx, req)
-				if err != nil {
-					return callErr("ListDifferences", err)
+			return cf.call(cmd, 0, func(ctx context.Context, c parityv1.ParityClient) error {
+				var diffs []*parityv1.Difference
+				var total int64
+				for {
+					resp, err := c.ListDifferences(ctx, req)
+					if err != nil {
+						return callErr("ListDifferences", err)
+					}
+					if cf.json && !all {
+						return printJSON(cmd.OutOrStdout(), resp)
+					}
+					diffs = append(diffs, resp.GetDifferences()...)
+					total = resp.GetTotalSize()
+					req.PageToken = resp.GetNextPageToken()
+					if !all || req.PageToken == "" {
+						break
+					}
 				}
-				if cf.json && !all {
-					return printJSON(cmd.OutOrStdout(), resp)
+				if cf.json {
+					return printJSON(cmd.OutOrStdout(), &parityv1.ListDifferencesResponse{Differences: diffs, TotalSize: total})
 				}
-				diffs = append(diffs, resp.GetDifferences()...)
-				total = resp.GetTotalSize()
-				req.PageToken = resp.GetNextPageToken()
-				if !all || req.PageToken == "" {
-					break
+				if err := printDifferences(cmd.OutOrStdout(), diffs, total); err != nil {
+					return err
 				}
-			}
-			if cf.json {
-				return printJSON(cmd.OutOrStdout(), &parityv1.ListDifferencesResponse{Differences: diffs, TotalSize: total})
-			}
-			if err := printDifferences(cmd.OutOrStdout(), diffs, total); err != nil {
-				return err
-			}
-			if req.PageToken != "" && !all {
-				fmt.Fprintf(cmd.ErrOrStderr(), "more: --page-token %s (or --all)\n", req.PageToken)
-			}
-			return nil
+				if req.PageToken != "" && !all {
+					fmt.Fprintf(cmd.ErrOrStderr(), "more: --page-token %s (or --all)\n", req.PageToken)
+				}
+				return nil
+			})
 		},
 	}
 	fl := cmd.Flags()
@@ -689,40 +654,35 @@ func newDiffFixSQLCommand() *cobra.Command {
 		Long:  "fix-sql streams the statements per table (--json: one object a chunk).\n\nExit status: 0 done, 2 on error.",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			conn, c, err := cf.dial()
-			if err != nil {
-				return err
-			}
-			defer conn.Close()
-			ctx, cancel := cf.context(cmd, 0)
-			defer cancel()
-			stream, err := c.GetFixSQL(ctx, &parityv1.GetFixSQLRequest{Parent: diffName(args[0]), Table: table})
-			if err != nil {
-				return callErr("GetFixSQL", err)
-			}
-			out := cmd.OutOrStdout()
-			current := ""
-			for {
-				ch, err := stream.Recv()
-				if errors.Is(err, io.EOF) {
-					return nil
-				}
+			return cf.call(cmd, 0, func(ctx context.Context, c parityv1.ParityClient) error {
+				stream, err := c.GetFixSQL(ctx, &parityv1.GetFixSQLRequest{Parent: diffName(args[0]), Table: table})
 				if err != nil {
 					return callErr("GetFixSQL", err)
 				}
-				if cf.json {
-					err = printJSONLine(out, ch)
-				} else {
-					if ch.GetTable() != current {
-						current = ch.GetTable()
-						fmt.Fprintf(out, "-- %s\n", current)
+				out := cmd.OutOrStdout()
+				current := ""
+				for {
+					ch, err := stream.Recv()
+					if errors.Is(err, io.EOF) {
+						return nil
 					}
-					_, err = io.WriteString(out, ch.GetSql())
+					if err != nil {
+						return callErr("GetFixSQL", err)
+					}
+					if cf.json {
+						err = printJSONLine(out, ch)
+					} else {
+						if ch.GetTable() != current {
+							current = ch.GetTable()
+							fmt.Fprintf(out, "-- %s\n", current)
+						}
+						_, err = io.WriteString(out, ch.GetSql())
+					}
+					if err != nil {
+						return err
+					}
 				}
-				if err != nil {
-					return err
-				}
-			}
+			})
 		},
 	}
 	cf.register(cmd.Flags(), 0)

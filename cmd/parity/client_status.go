@@ -4,6 +4,7 @@ package main
 // gRPC API (GetStatus/WatchStatus, WaitForApplied, CreateSnapshotPoint).
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -42,56 +43,44 @@ Exit status: 0 when the applier is running, 1 when it is not (starting, stopped 
 failed: the state and last error are printed), 2 on error.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			conn, c, err := cf.dial()
-			if err != nil {
-				return err
-			}
-			defer conn.Close()
-			out := cmd.OutOrStdout()
-			if watch {
-				ctx, cancel := cf.context(cmd, 0)
-				defer cancel()
-				stream, err := c.WatchStatus(ctx, &parityv1.WatchStatusRequest{Interval: durOrNil(interval)})
-				if err != nil {
-					return callErr("WatchStatus", err)
-				}
-				for {
-					st, err := stream.Recv()
-					if errors.Is(err, io.EOF) || status.Code(err) == codes.DeadlineExceeded && cf.timeout > 0 {
-						return nil
-					}
+			return cf.call(cmd, 0, func(ctx context.Context, c parityv1.ParityClient) error {
+				out := cmd.OutOrStdout()
+				if watch {
+					stream, err := c.WatchStatus(ctx, &parityv1.WatchStatusRequest{Interval: durOrNil(interval)})
 					if err != nil {
 						return callErr("WatchStatus", err)
 					}
-					if cf.json {
-						err = printJSONLine(out, st)
-					} else {
-						err = printAPIStatus(out, st)
-						fmt.Fprintln(out)
-					}
-					if err != nil {
-						return err
+					for {
+						st, err := stream.Recv()
+						if errors.Is(err, io.EOF) || status.Code(err) == codes.DeadlineExceeded && cf.timeout > 0 {
+							return nil
+						}
+						if err != nil {
+							return callErr("WatchStatus", err)
+						}
+						if cf.json {
+							err = printJSONLine(out, st)
+						} else {
+							err = printAPIStatus(out, st)
+							fmt.Fprintln(out)
+						}
+						if err != nil {
+							return err
+						}
 					}
 				}
-			}
-			ctx, cancel := cf.context(cmd, 0)
-			defer cancel()
-			st, err := c.GetStatus(ctx, &parityv1.GetStatusRequest{})
-			if err != nil {
-				return callErr("GetStatus", err)
-			}
-			if cf.json {
-				err = printJSON(out, st)
-			} else {
-				err = printAPIStatus(out, st)
-			}
-			if err != nil {
-				return err
-			}
-			if st.GetApplierState() != parityv1.ApplierState_APPLIER_STATE_RUNNING {
-				return &exitError{code: 1}
-			}
-			return nil
+				st, err := c.GetStatus(ctx, &parityv1.GetStatusRequest{})
+				if err != nil {
+					return callErr("GetStatus", err)
+				}
+				if err := printAnswer(cmd, &cf, st, printAPIStatus); err != nil {
+					return err
+				}
+				if st.GetApplierState() != parityv1.ApplierState_APPLIER_STATE_RUNNING {
+					return &exitError{code: 1}
+				}
+				return nil
+			})
 		},
 	}
 	cf.register(cmd.Flags(), 10*time.Second)
@@ -203,26 +192,18 @@ Exit status: 0 applied, 1 not applied within --timeout, 2 on error.`,
 				return usageErr(errors.New("--ts or --now: the TSO to wait for is required"))
 			}
 			req.Timeout = durOrNil(cf.timeout)
-			conn, c, err := cf.dial()
-			if err != nil {
-				return err
-			}
-			defer conn.Close()
 			// The server answers a wait that ran out (DEADLINE) before this deadline.
-			ctx, cancel := cf.context(cmd, 5*time.Second)
-			defer cancel()
-			resp, err := c.WaitForApplied(ctx, req)
-			if status.Code(err) == codes.DeadlineExceeded {
-				fmt.Fprintf(cmd.ErrOrStderr(), "parity: %s\n", describeCallErr("WaitForApplied", err))
-				return &exitError{code: 1}
-			}
-			if err != nil {
-				return callErr("WaitForApplied", err)
-			}
-			if cf.json {
-				return printJSON(cmd.OutOrStdout(), resp)
-			}
-			return printWaitApplied(cmd.OutOrStdout(), resp)
+			return cf.call(cmd, 5*time.Second, func(ctx context.Context, c parityv1.ParityClient) error {
+				resp, err := c.WaitForApplied(ctx, req)
+				if status.Code(err) == codes.DeadlineExceeded {
+					fmt.Fprintf(cmd.ErrOrStderr(), "parity: %s\n", describeCallErr("WaitForApplied", err))
+					return &exitError{code: 1}
+				}
+				if err != nil {
+					return callErr("WaitForApplied", err)
+				}
+				return printAnswer(cmd, &cf, resp, printWaitApplied)
+			})
 		},
 	}
 	cf.register(cmd.Flags(), 10*time.Minute)
@@ -264,21 +245,13 @@ Exit status: 0 created, 2 on error.`,
 				}
 				req.AtTs = proto.Uint64(at)
 			}
-			conn, c, err := cf.dial()
-			if err != nil {
-				return err
-			}
-			defer conn.Close()
-			ctx, cancel := cf.context(cmd, 0)
-			defer cancel()
-			p, err := c.CreateSnapshotPoint(ctx, req)
-			if err != nil {
-				return callErr("CreateSnapshotPoint", err)
-			}
-			if cf.json {
-				return printJSON(cmd.OutOrStdout(), p)
-			}
-			return printSnapshotPoint(cmd.OutOrStdout(), p)
+			return cf.call(cmd, 0, func(ctx context.Context, c parityv1.ParityClient) error {
+				p, err := c.CreateSnapshotPoint(ctx, req)
+				if err != nil {
+					return callErr("CreateSnapshotPoint", err)
+				}
+				return printAnswer(cmd, &cf, p, printSnapshotPoint)
+			})
 		},
 	}
 	cf.register(cmd.Flags(), 2*time.Minute)
