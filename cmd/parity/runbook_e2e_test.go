@@ -540,9 +540,18 @@ func TestGrpcurlReflection(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "bool passed = 1;") {
 		t.Errorf("grpcurl describe parity.v1.CutoverCheckResponse: exit %d\n%s%s", code, out, errs)
 	}
-	code, out, errs = g.run(t, ctx, []string{"-d", `{"service":"parity.v1.Parity"}`}, "grpc.health.v1.Health/Check")
-	if code != 0 || !strings.Contains(out, `"status": "SERVING"`) {
-		t.Errorf("health check: exit %d\n%s%s", code, out, errs)
+	// Health follows the applier's state as the server polls it (every 500 ms): SERVING
+	// once the applier runs, which may be a moment after the daemon started.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		code, out, errs = g.run(t, ctx, []string{"-d", `{"service":"parity.v1.Parity"}`}, "grpc.health.v1.Health/Check")
+		if code == 0 && strings.Contains(out, `"status": "SERVING"`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("health check never SERVING in 30s: exit %d\n%s%s", code, out, errs)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }
 
