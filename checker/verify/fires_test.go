@@ -14,6 +14,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/tidb-parity/parity/internal/metaschema"
+	"github.com/tidb-parity/parity/internal/tso"
 )
 
 // The tests here run two services — two daemons, "daemon-a" and "daemon-b" — on one
@@ -54,6 +55,40 @@ func runUntilStopped(t *testing.T, s *Service) (stop func()) {
 	}
 }
 
+// caughtUpApplier is a fallback nothing changed since the fixture wrote it, applied up to
+// a second ago as a caught-up applier's would be: its watermarks follow the clock, and it
+// can be held at any TSO from the fixture's on (the rows are the same at each). The
+// schedule tests run for minutes; a stillApplier's TSO grows as old as the test, and its
+// barriers refuse every newer TSO the service tries after a failed attempt.
+type caughtUpApplier struct{ from uint64 }
+
+func (a *caughtUpApplier) applied() uint64 { return tso.FromTime(time.Now().Add(-time.Second)) }
+
+func (a *caughtUpApplier) Barrier(ctx context.Context, ts uint64, fn func(ctx context.Context) error) error {
+	if ts < a.from {
+		return fmt.Errorf("barrier at %d: the fallback is past it (%d)", ts, a.from)
+	}
+	for ts > a.applied() { // a TSO not applied yet: held once it is
+		if err := sleep(ctx, 50*time.Millisecond); err != nil {
+			return err
+		}
+	}
+	return fn(ctx)
+}
+
+func (a *caughtUpApplier) Watermarks() (uint64, uint64) { ts := a.applied(); return ts, ts }
+
+func (a *caughtUpApplier) WaitApplied(ctx context.Context, ts uint64) error {
+	for ts > a.applied() {
+		if err := sleep(ctx, 50*time.Millisecond); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+var _ Applier = (*caughtUpApplier)(nil)
+
 // daemons returns services of cfg with the given instances.
 func daemons(t *testing.T, f *fixture, cfg Config, instances ...string) []*Service {
 	t.Helper()
@@ -61,7 +96,7 @@ func daemons(t *testing.T, f *fixture, cfg Config, instances ...string) []*Servi
 	for _, inst := range instances {
 		c := cfg
 		c.Instance = inst
-		s, err := New(c, Deps{Applier: &stillApplier{ts: f.ts}, Logger: testLogger(t).With("instance", inst)})
+		s, err := New(c, Deps{Applier: &caughtUpApplier{from: f.ts}, Logger: testLogger(t).With("instance", inst)})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -256,7 +256,7 @@ func (r *runner) openPair(ctx context.Context) error {
 			return err
 		}
 	}
-	var lastErr error
+	var firstErr, lastErr error
 	for attempt := 1; attempt <= pairAttempts; attempt++ {
 		early := attempt > resolvedAttempts
 		ts, err := r.s.pairTS(ctx)
@@ -294,6 +294,9 @@ func (r *runner) openPair(ctx context.Context) error {
 			return nil
 		}
 		lastErr = tso.Hint(err)
+		if firstErr == nil {
+			firstErr = lastErr
+		}
 		if ctx.Err() != nil || (r.s.deps.BarrierPassed != nil && !errors.Is(err, r.s.deps.BarrierPassed)) {
 			return lastErr
 		}
@@ -301,6 +304,11 @@ func (r *runner) openPair(ctx context.Context) error {
 		r.s.passed++
 		r.s.mu.Unlock()
 		r.log.Debug("the applier passed the pair's TSO before its barrier; trying a newer one", "resolved_ts", ts, "attempt", attempt)
+	}
+	if firstErr != lastErr && firstErr.Error() != lastErr.Error() {
+		// The first failure is often the cause: later attempts are at newer TSOs (early
+		// barriers at TiDB's current one) and fail for their own reasons.
+		return fmt.Errorf("no snapshot pair in %d attempts: %w (the first failed with: %v)", pairAttempts, lastErr, firstErr)
 	}
 	return fmt.Errorf("no snapshot pair in %d attempts: %w", pairAttempts, lastErr)
 }
