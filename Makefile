@@ -59,7 +59,9 @@ soak: env-up ## the randomized differential diff test over many seeds (SEEDS=300
 
 .PHONY: soak-serve
 soak-serve: env-up ## parity serve with continuous verification at a steady load for SOAK_DURATION (30m): RSS, goroutines, fds, connections and lag every minute; fails on unbounded growth (make test runs 3 minutes)
-	set -o pipefail; $(ENV) PARITY_SOAK_DURATION=$(SOAK_DURATION) $(GO) test -count=1 -timeout 0 -v -run '^TestSoakServe$$' ./internal/reliability/ | grep -E 'soak_test|^(---|ok|FAIL|PASS)'
+	@mkdir -p var
+	set -o pipefail; $(ENV) PARITY_SOAK_DURATION=$(SOAK_DURATION) $(GO) test -count=1 -timeout 0 -v -run '^TestSoakServe$$' ./internal/reliability/ | tee var/soak-serve.log | grep -E 'soak_test|^(---|ok|FAIL|PASS)'; \
+		rc=$$?; echo "the whole output, with parity serve's log on a failure: var/soak-serve.log"; exit $$rc
 
 .PHONY: bench
 bench: env-up build ## performance targets, each printed against its baseline (20-30 minutes)
