@@ -79,7 +79,12 @@ func TestSoakServe(t *testing.T) {
 	serveDown := strings.Replace(downDSN, "root@", user+":soak@", 1)
 
 	topic := testenv.NewTopic(t, "soak", 3)
-	l, importTs := startLoad(t, loadConfig(t, upDSN, downDSN, broker, topic, 50, 31))
+	lc := loadConfig(t, upDSN, downDSN, broker, topic, 50, 31)
+	// The load outlasts the soak (loadConfig's ten-minute safety stop ended a 30-minute
+	// soak's load at minute 10: nothing resolved after it, and the lag the soak watches
+	// grew 60 s a minute with the applier idle). The test stops it.
+	lc.Duration = duration + 10*time.Minute
+	l, importTs := startLoad(t, lc)
 	meta := testenv.UniqueName("pm")
 	t.Cleanup(func() { _, _ = down.Exec("DROP DATABASE IF EXISTS " + ident.Quote(meta)) })
 	status := "127.0.0.1:" + strconv.Itoa(testenv.FreePort(t))
