@@ -117,6 +117,10 @@ level = "warn"
 
 [status]
 addr = %q
+
+# The gRPC API is off: its default port is shared with every other daemon on the host.
+[api]
+addr = ""
 `, broker, topic, importTs, upDSN, serveDown, meta, filepath.Join(dir, "spill"), l.cfg.Database+".*", status)
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
@@ -131,8 +135,12 @@ addr = %q
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	// exited is closed once serve has exited, waitErr then holds Wait's error: the
+	// sampling loop and the cleanup both wait on it (a value sent once was taken by the
+	// loop, and the cleanup waited forever).
+	exited := make(chan struct{})
+	var waitErr error
+	go func() { waitErr = cmd.Wait(); close(exited) }()
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
 		<-exited
@@ -148,8 +156,8 @@ addr = %q
 	t.Logf("%8s %9s %10s %5s %6s %8s %7s", "t", "RSS MiB", "goroutines", "fds", "conns", "lag s", "verify")
 	for next := start.Add(interval); ; next = next.Add(interval) {
 		select {
-		case err := <-exited:
-			t.Fatalf("parity serve exited: %v", err)
+		case <-exited:
+			t.Fatalf("parity serve exited: %v", waitErr)
 		case <-time.After(time.Until(next)):
 		}
 		s := sample(t, cmd.Process.Pid, status, down, user, meta)
