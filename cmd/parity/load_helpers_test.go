@@ -7,12 +7,17 @@ import (
 	"log/slog"
 	"net"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/tidb-parity/parity/cdc/loadgen"
+	"github.com/tidb-parity/parity/checker"
+	"github.com/tidb-parity/parity/checker/verify"
 	"github.com/tidb-parity/parity/internal/ident"
+	"github.com/tidb-parity/parity/internal/ledger"
 	"github.com/tidb-parity/parity/internal/testenv"
 )
 
@@ -199,5 +204,136 @@ func (s *testServe) WaitApplied(ts uint64) {
 			s.tb.Fatalf("serve did not apply up to %d within 90s: %+v %v", ts, st, err)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// verifiedTables returns each table's last clean verification TSO for cfg's changefeed,
+// by "schema.table".
+func verifiedTables(t testing.TB, ctx context.Context, meta *sql.DB, cfg serveConfig) map[string]uint64 {
+	t.Helper()
+	vs, err := checker.Verifications(ctx, meta, cfg.Applier.MetaSchema, cfg.Changefeed.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]uint64{}
+	for _, v := range vs {
+		out[v.Schema+"."+v.Table] = v.Ts
+	}
+	return out
+}
+
+// explainRun logs, for a run that reported differences where the sides hold the same
+// data (a false mismatch), what tells its causes apart: for every reported key, every
+// change the ledger holds relative to the run's last pair (ms), the table's last clean
+// verification before the run (froms, from verifiedTables), the row upstream at the pair
+// and now, and downstream now. A change after the pair on every key points at sides read
+// at different points, none at changes the fallback lost; the upstream row at the pair
+// equal to the downstream's now (no change since) points at the run's reads.
+func explainRun(t testing.TB, ctx context.Context, up, down *sql.DB, cfg serveConfig, srv *testServe, r verify.RunRecord, froms map[string]uint64) {
+	t.Helper()
+	if len(r.Pairs) == 0 {
+		return
+	}
+	pt := r.Pairs[len(r.Pairs)-1].TS
+	ms := func(ts uint64) string { return strconv.FormatInt(int64(ts>>18)-int64(pt>>18), 10) + "ms" }
+	rd := ledger.Reader{Q: down, MetaSchema: cfg.Applier.MetaSchema, Changefeed: cfg.Changefeed.ID, Timeout: time.Minute}
+	t.Logf("diagnosis: run %s scope %s pairs %+v", r.RunID, r.Scope, r.Pairs)
+	for _, tr := range r.Tables {
+		if tr.DiffRunID == "" || tr.Differences == 0 {
+			continue
+		}
+		name := tr.Schema + "." + tr.Table
+		t.Logf("diagnosis: %s last verified before the run at %s from the pair", name, ms(froms[name]))
+		diffs, err := checker.RunDifferences(ctx, down, cfg.Applier.MetaSchema, tr.DiffRunID, nil)
+		if err != nil {
+			t.Logf("diagnosis: %s differences: %v", name, err)
+			continue
+		}
+		changes := map[string][]string{}
+		if b, err := rd.Bounds(ctx); err != nil {
+			t.Logf("diagnosis: ledger bounds: %v", err)
+		} else if err := rd.Scan(ctx, tr.Schema, tr.Table, b.Since, srv.Status().AppliedTs, func(e ledger.Entry) error {
+			if vals, err := e.Key.Values(); err == nil {
+				k := fmt.Sprint(vals...)
+				changes[k] = append(changes[k], ms(e.CommitTs))
+			}
+			return nil
+		}); err != nil {
+			t.Logf("diagnosis: ledger scan: %v", err)
+		}
+		for _, d := range diffs {
+			t.Logf("diagnosis: %s %s %s %v class %s: changes %v; upstream at the pair %s, now %s; downstream now %s",
+				name, d.Key, d.Kind, d.Columns, d.Class, changes[fmt.Sprint(d.KeyValues...)],
+				rowAt(ctx, up, tr.Schema, tr.Table, d, pt), rowAt(ctx, up, tr.Schema, tr.Table, d, 0), rowAt(ctx, down, tr.Schema, tr.Table, d, 0))
+		}
+	}
+}
+
+// rowAt reads the row of difference d in schema.table through db (at TiDB TSO snapshot
+// when not 0), each value cut to 16 bytes.
+func rowAt(ctx context.Context, db *sql.DB, schema, table string, d checker.StoredDifference, snapshot uint64) string {
+	c, err := db.Conn(ctx)
+	if err != nil {
+		return err.Error()
+	}
+	defer c.Close()
+	if snapshot > 0 {
+		if _, err := c.ExecContext(ctx, "SET @@tidb_snapshot = ?", strconv.FormatUint(snapshot, 10)); err != nil {
+			return err.Error()
+		}
+		defer c.ExecContext(context.WithoutCancel(ctx), "SET @@tidb_snapshot = ''")
+	}
+	conds := make([]string, len(d.KeyColumns))
+	for i, k := range d.KeyColumns {
+		conds[i] = ident.Quote(k) + " <=> ?"
+	}
+	rows, err := c.QueryContext(ctx, "SELECT * FROM "+ident.Table(schema, table)+" WHERE "+strings.Join(conds, " AND "), d.KeyValues...)
+	if err != nil {
+		return err.Error()
+	}
+	defer rows.Close()
+	cols, _ := rows.Columns()
+	var out []string
+	for rows.Next() {
+		vals := make([]sql.RawBytes, len(cols))
+		ptrs := make([]any, len(cols))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		if err := rows.Scan(ptrs...); err != nil {
+			return err.Error()
+		}
+		parts := make([]string, len(cols))
+		for i, v := range vals {
+			parts[i] = fmt.Sprintf("%s=%.16q", cols[i], v)
+		}
+		out = append(out, "("+strings.Join(parts, " ")+")")
+	}
+	if len(out) == 0 {
+		return "<none>"
+	}
+	return strings.Join(out, " ")
+}
+
+// explainAndStop explains run r's differences (explainRun), then stops the load, waits
+// until the fallback has applied all of it and runs a full verification: equal then
+// means r read the sides at different points; still different (a lost change never
+// heals: loadgen never reuses a key) means the fallback lost changes.
+func explainAndStop(t *testing.T, ctx context.Context, upDSN string, down *testenv.DB, cfg serveConfig, srv *testServe, load *testLoad, r verify.RunRecord, froms map[string]uint64) {
+	t.Helper()
+	up, err := sql.Open("mysql", upDSN)
+	if err != nil {
+		t.Logf("diagnosis: %v", err)
+		return
+	}
+	defer up.Close()
+	explainRun(t, ctx, up, down.DB, cfg, srv, r, froms)
+	res, err := load.Stop()
+	t.Logf("diagnosis: load stopped at resolved ts %d (%v)", res.ResolvedTs, err)
+	srv.WaitApplied(res.ResolvedTs)
+	quiet := verifyCLI(t, cfg.Status.Addr)
+	t.Logf("diagnosis: full run %s with the load stopped: %s, %d differences", quiet.RunID, quiet.Result, quiet.Differences)
+	if quiet.Differences > 0 {
+		explainRun(t, ctx, up, down.DB, cfg, srv, quiet, verifiedTables(t, ctx, down.DB, cfg))
 	}
 }
