@@ -95,6 +95,13 @@ type Config struct {
 	// "p") instead of TiCDC's default split into a delete and an insert. Default: false.
 	RawPKUpdates bool
 
+	// CheckImages re-reads the rows of every committed transaction on TiDB at its commit
+	// ts and stops the run, naming the table, key and commit ts, when a published image
+	// (read inside the transaction) differs from what TiDB holds there: the changefeed
+	// would then carry a change TiDB never made, and a fallback fed by it would diverge
+	// from TiDB. One extra read per transaction. Default: false.
+	CheckImages bool
+
 	// FlushInterval is how often committed transactions are published. Default: 10ms.
 	FlushInterval time.Duration
 	// ResolvedInterval is how often a resolved ts is broadcast (TiCDC: about 1 s). Default: 1s.

@@ -334,7 +334,10 @@ func TestRunAgainstTiDB(t *testing.T) {
 		name   string
 		mutate func(*Config)
 	}{
-		{"index-value dispatcher, split pk updates", func(c *Config) { c.Dispatcher = DispatchIndexValue }},
+		{"index-value dispatcher, split pk updates, images checked", func(c *Config) {
+			c.Dispatcher = DispatchIndexValue
+			c.CheckImages = true
+		}},
 		{"table dispatcher, raw pk updates, import", func(c *Config) {
 			c.Dispatcher = DispatchTable
 			c.RawPKUpdates = true

@@ -7,9 +7,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -120,7 +122,87 @@ func (g *Generator) runTxn(ctx context.Context, conn *sql.Conn, r *rand.Rand) (b
 		ev.CommitTs = commitTs
 	}
 	g.seq.committed(token, &txn{commitTs: commitTs, events: events})
+	if g.cfg.CheckImages {
+		// A check cut short by the run's end proves nothing either way.
+		if err := g.checkImages(ctx, commitTs, events); err != nil && ctx.Err() == nil {
+			return true, err
+		}
+	}
 	return true, nil
+}
+
+// errImage marks a published image that differs from TiDB's row at the commit ts
+// (Config.CheckImages).
+var errImage = errors.New("published image differs from TiDB")
+
+// checkImages reads the rows events changed at TiDB snapshot commitTs and compares them
+// with the events' images (the last event of each key decides: its image, or no row
+// after a delete). Keyless tables are not checked.
+func (g *Generator) checkImages(ctx context.Context, commitTs uint64, events []*open.Event) error {
+	type want struct {
+		t    *genTable
+		cols []open.Column // nil: deleted
+	}
+	last := map[string]map[int64][]open.Column{}
+	tables := map[string]*genTable{}
+	for _, ev := range events {
+		var t *genTable
+		for _, gt := range g.tables {
+			if gt.meta.Name == ev.Table && gt.idCol >= 0 {
+				t = gt
+			}
+		}
+		if t == nil {
+			continue
+		}
+		tables[t.meta.Name] = t
+		if last[t.meta.Name] == nil {
+			last[t.meta.Name] = map[int64][]open.Column{}
+		}
+		id := asInt64(ev.Columns[t.idCol].Value)
+		if ev.Op == open.OpDelete {
+			last[t.meta.Name][id] = nil
+		} else {
+			last[t.meta.Name][id] = ev.Columns
+		}
+	}
+	conn, err := g.up.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("check images: %w", err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, "SET @@tidb_snapshot = ?", strconv.FormatUint(commitTs, 10)); err != nil {
+		return fmt.Errorf("check images: %w", err)
+	}
+	defer func() {
+		if _, err := conn.ExecContext(context.WithoutCancel(ctx), "SET @@tidb_snapshot = ''"); err != nil {
+			_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+		}
+	}()
+	for name, byID := range last {
+		ids := slices.Collect(maps.Keys(byID))
+		slices.Sort(ids)
+		got, err := g.readByID(ctx, conn, tables[name], ids, false)
+		if err != nil {
+			return fmt.Errorf("check images: %w", err)
+		}
+		for _, id := range ids {
+			w, have := byID[id], got[id]
+			switch {
+			case w == nil && have != nil:
+				return fmt.Errorf("%w: %s id %d at commit ts %d: deleted in the changefeed, present in TiDB", errImage, name, id, commitTs)
+			case w != nil && have == nil:
+				return fmt.Errorf("%w: %s id %d at commit ts %d: present in the changefeed, absent in TiDB", errImage, name, id, commitTs)
+			case w != nil:
+				for i := range w {
+					if !reflect.DeepEqual(w[i].Value, have[i].Value) {
+						return fmt.Errorf("%w: %s id %d at commit ts %d: column %s differs", errImage, name, id, commitTs, w[i].Name)
+					}
+				}
+			}
+		}
+	}
+	return nil
 }
 
 // lastCommitTs returns the commit ts of the transaction the session has just committed,

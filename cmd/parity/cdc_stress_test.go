@@ -34,6 +34,7 @@ func TestVerifyStress(t *testing.T) {
 		lg.Tables, lg.Workers, lg.ImportRows = 3, 12, 3000
 		lg.Rate, lg.RowsPerTxn = 0, 20
 		lg.Duration = dur + 4*time.Minute
+		lg.CheckImages = true // a wrong image would make the fallback really differ
 	})
 	cfg := verifyServeConfig(t, "verify-stress", upDSN, down, broker, topic, db, load.ImportTs)
 	cfg.Verify.TSMapInterval = time.Second
