@@ -11,7 +11,6 @@ import (
 	"math/rand/v2"
 	"reflect"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,6 +20,7 @@ import (
 	"github.com/tidb-parity/parity/cdc/upstream"
 	"github.com/tidb-parity/parity/internal/ident"
 	"github.com/tidb-parity/parity/internal/retry"
+	"github.com/tidb-parity/parity/internal/tso"
 )
 
 // genTable is a table the workload changes.
@@ -171,14 +171,11 @@ func (g *Generator) checkImages(ctx context.Context, commitTs uint64, events []*
 		return fmt.Errorf("check images: %w", err)
 	}
 	defer conn.Close()
-	if _, err := conn.ExecContext(ctx, "SET @@tidb_snapshot = ?", strconv.FormatUint(commitTs, 10)); err != nil {
+	release, err := tso.At(ctx, conn, commitTs)
+	if err != nil {
 		return fmt.Errorf("check images: %w", err)
 	}
-	defer func() {
-		if _, err := conn.ExecContext(context.WithoutCancel(ctx), "SET @@tidb_snapshot = ''"); err != nil {
-			_ = conn.Raw(func(any) error { return driver.ErrBadConn })
-		}
-	}()
+	defer release()
 	for name, byID := range last {
 		ids := slices.Collect(maps.Keys(byID))
 		slices.Sort(ids)

@@ -460,21 +460,7 @@ func (s *Service) waitResolved(ctx context.Context, ts uint64, log *slog.Logger)
 
 // upstreamTSO returns TiDB's current TSO: the start ts of a new transaction.
 func (s *Service) upstreamTSO(ctx context.Context) (uint64, error) {
-	ctx, cancel := context.WithTimeout(ctx, min(s.cfg.QueryTimeout, 30*time.Second))
-	defer cancel()
-	tx, err := s.up.BeginTx(ctx, nil)
-	if err != nil {
-		return 0, fmt.Errorf("reading TiDB's current TSO: %w", err)
-	}
-	defer func() { _ = tx.Rollback() }()
-	var ts uint64
-	if err := tx.QueryRowContext(ctx, "SELECT @@tidb_current_ts").Scan(&ts); err != nil {
-		return 0, fmt.Errorf("reading TiDB's current TSO: %w", err)
-	}
-	if ts == 0 {
-		return 0, errors.New("reading TiDB's current TSO: @@tidb_current_ts is 0 (is upstream.dsn TiDB?)")
-	}
-	return ts, nil
+	return tso.Current(ctx, s.up, min(s.cfg.QueryTimeout, 30*time.Second))
 }
 
 // waitLag waits while the applier lags by more than verify.max-lag, returning how long.

@@ -19,6 +19,7 @@ import (
 	"github.com/tidb-parity/parity/internal/ident"
 	"github.com/tidb-parity/parity/internal/ledger"
 	"github.com/tidb-parity/parity/internal/testenv"
+	"github.com/tidb-parity/parity/internal/tso"
 )
 
 // testLoad is loadgen running on the real TiDB for a test: its tables imported into the
@@ -278,10 +279,11 @@ func rowAt(ctx context.Context, db *sql.DB, schema, table string, d checker.Stor
 	}
 	defer c.Close()
 	if snapshot > 0 {
-		if _, err := c.ExecContext(ctx, "SET @@tidb_snapshot = ?", strconv.FormatUint(snapshot, 10)); err != nil {
+		release, err := tso.At(ctx, c, snapshot)
+		if err != nil {
 			return err.Error()
 		}
-		defer c.ExecContext(context.WithoutCancel(ctx), "SET @@tidb_snapshot = ''")
+		defer release()
 	}
 	conds := make([]string, len(d.KeyColumns))
 	for i, k := range d.KeyColumns {
