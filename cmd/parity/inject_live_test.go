@@ -152,6 +152,7 @@ func TestInjectedDivergencesUnderLiveLoad(t *testing.T) {
 		lg.Tables, lg.Workers, lg.ImportRows = bTables, 8, 0
 		lg.AllTypes, lg.Keyless = false, false
 		lg.Rate, lg.RowsPerTxn = 0, 10
+		lg.CheckImages = true // a wrong image (TiDB read inside the transaction) stops the load, named
 	})
 	waitApplied(resA.ResolvedTs)
 	// B's tables, created through the changefeed.

@@ -135,6 +135,7 @@ commit_ts=<ts> (the big transaction's commit ts).`,
 	fl.IntVar(&cfg.DeleteWeight, "delete-weight", cfg.DeleteWeight, "weight of deletes in the mix")
 	fl.Float64Var(&cfg.PKUpdate, "pk-update", cfg.PKUpdate, "fraction of updates that change the primary key")
 	fl.BoolVar(&cfg.RawPKUpdates, "raw-pk-updates", cfg.RawPKUpdates, "send primary-key updates as one update event, not delete+insert")
+	fl.BoolVar(&cfg.CheckImages, "check-images", cfg.CheckImages, "re-read each committed transaction at its commit ts and stop on an image that differs from TiDB's row (one extra read per transaction)")
 	fl.DurationVar(&cfg.FlushInterval, "flush-interval", cfg.FlushInterval, "how often committed transactions are published")
 	fl.DurationVar(&cfg.ResolvedInterval, "resolved-interval", cfg.ResolvedInterval, "how often a resolved ts is broadcast")
 	fl.StringVar(&cfg.TimeZone, "time-zone", cfg.TimeZone, "session time zone of TIMESTAMP values (TiCDC's --tz)")
