@@ -47,34 +47,60 @@ func checkerQuiet(log *slog.Logger) *slog.Logger { return slog.New(checkerLog{lo
 func pastGC(err error) error  { return &sentinelError{ErrPastGC, err} }
 func invalid(err error) error { return &sentinelError{ErrInvalidRequest, err} }
 
+// Request fields an invalid request can be about (RequestError.Field), as Request and
+// CutoverRequest name them; callers map them to their own field paths.
+const (
+	FieldScope            = "scope"
+	FieldTables           = "tables"
+	FieldMaxViewAge       = "max_view_age"
+	FieldMaxRowsPerSecond = "max_rows_per_second"
+	FieldMinTS            = "min_ts"
+	FieldUpstreamTS       = "upstream_ts"
+	FieldMaxFullAge       = "max_full_age"
+	FieldWaitTimeout      = "wait_timeout"
+)
+
+// RequestError is an invalid request (it matches ErrInvalidRequest) about one field of
+// it, Field (FieldScope, …); its text names the value and what was wanted.
+type RequestError struct {
+	Field string
+	Err   error
+}
+
+func (e *RequestError) Error() string   { return e.Err.Error() }
+func (e *RequestError) Unwrap() []error { return []error{ErrInvalidRequest, e.Err} }
+
+// invalidField is invalid(err) about one request field.
+func invalidField(field string, err error) error { return &RequestError{Field: field, Err: err} }
+
 // checkRequest checks a request's scope, tables and options against the service's
 // limits; the errors match ErrInvalidRequest.
 func (s *Service) checkRequest(req Request) error {
 	if req.Scope != "" {
 		if err := CheckScope(req.Scope); err != nil {
-			return invalid(err)
+			return invalidField(FieldScope, err)
 		}
 	}
 	for i, t := range req.Tables {
 		if err := checker.CheckTablePattern(t); err != nil {
-			return invalid(fmt.Errorf("tables[%d]: %w", i, err))
+			return invalidField(FieldTables, fmt.Errorf("tables[%d]: %w", i, err))
 		}
 	}
 	switch v := req.MaxViewAge; {
 	case v < 0 || (v > 0 && v < time.Second):
-		return invalid(fmt.Errorf("max view age %v: want at least 1s", v))
+		return invalidField(FieldMaxViewAge, fmt.Errorf("max view age %v: want at least 1s", v))
 	case v > s.cfg.MaxViewAge:
-		return invalid(fmt.Errorf("max view age %v is above verify.max-view-age (%v)", v, s.cfg.MaxViewAge))
+		return invalidField(FieldMaxViewAge, fmt.Errorf("max view age %v is above verify.max-view-age (%v)", v, s.cfg.MaxViewAge))
 	}
 	switch v := req.MaxRowsPerSecond; {
 	case v < 0:
-		return invalid(fmt.Errorf("max rows per second %d: must not be negative", v))
+		return invalidField(FieldMaxRowsPerSecond, fmt.Errorf("max rows per second %d: must not be negative", v))
 	case s.cfg.MaxRowsPerSecond > 0 && v > int64(s.cfg.MaxRowsPerSecond):
-		return invalid(fmt.Errorf("max rows per second %d is above verify.max-rows-per-second (%d)", v, s.cfg.MaxRowsPerSecond))
+		return invalidField(FieldMaxRowsPerSecond, fmt.Errorf("max rows per second %d is above verify.max-rows-per-second (%d)", v, s.cfg.MaxRowsPerSecond))
 	}
 	if ts := req.MinTS; ts > 0 {
 		if at := tso.Time(ts); at.Year() < 2000 || at.After(time.Now().Add(24*time.Hour)) {
-			return invalid(fmt.Errorf("min ts %d is not a TiDB TSO of now or before (it would be %s)", ts, at.UTC().Format(time.RFC3339)))
+			return invalidField(FieldMinTS, fmt.Errorf("min ts %d is not a TiDB TSO of now or before (it would be %s)", ts, at.UTC().Format(time.RFC3339)))
 		}
 	}
 	return nil
@@ -409,7 +435,7 @@ func runTables(rec RunRecord, patterns []string) ([]TableRecord, error) {
 	matched := make([]bool, len(patterns))
 	for i, p := range patterns {
 		if err := checker.CheckTablePattern(p); err != nil {
-			return nil, invalid(fmt.Errorf("tables[%d]: %w", i, err))
+			return nil, invalidField(FieldTables, fmt.Errorf("tables[%d]: %w", i, err))
 		}
 	}
 	var out []TableRecord
@@ -430,7 +456,7 @@ func runTables(rec RunRecord, patterns []string) ([]TableRecord, error) {
 			for j, t := range rec.Tables {
 				names[j] = t.Schema + "." + t.Table
 			}
-			return nil, invalid(fmt.Errorf("table %s is not among the tables of verification run %s (%s)", patterns[i], rec.RunID, strings.Join(names, ", ")))
+			return nil, invalidField(FieldTables, fmt.Errorf("table %s is not among the tables of verification run %s (%s)", patterns[i], rec.RunID, strings.Join(names, ", ")))
 		}
 	}
 	return out, nil

@@ -284,12 +284,18 @@ func TestRequestOptions(t *testing.T) {
 	if rec.Result != ResultEqual || rec.RowsChecked != 8000 || len(rec.Pairs) < 2 {
 		t.Fatalf("a run of ~3s with max view age 2s: %d pairs: %+v", len(rec.Pairs), rec)
 	}
-	for _, bad := range []Request{
-		{MaxViewAge: time.Hour}, {MaxViewAge: time.Millisecond}, {MaxRowsPerSecond: 6000}, {MaxRowsPerSecond: -1},
-		{MinTS: 12345},
+	for _, bad := range []struct {
+		req   Request
+		field string
+	}{
+		{Request{MaxViewAge: time.Hour}, FieldMaxViewAge}, {Request{MaxViewAge: time.Millisecond}, FieldMaxViewAge},
+		{Request{MaxRowsPerSecond: 6000}, FieldMaxRowsPerSecond}, {Request{MaxRowsPerSecond: -1}, FieldMaxRowsPerSecond},
+		{Request{MinTS: 12345}, FieldMinTS}, {Request{Scope: "sometimes"}, FieldScope}, {Request{Tables: []string{"nodot"}}, FieldTables},
 	} {
-		if _, err := s.Trigger(ctx, bad); !errors.Is(err, ErrInvalidRequest) {
-			t.Errorf("Trigger(%+v): %v", bad, err)
+		_, err := s.Trigger(ctx, bad.req)
+		var re *RequestError
+		if !errors.Is(err, ErrInvalidRequest) || !errors.As(err, &re) || re.Field != bad.field {
+			t.Errorf("Trigger(%+v): %v (%+v), want an invalid request about %s", bad.req, err, re, bad.field)
 		}
 	}
 }

@@ -116,11 +116,11 @@ func (s *Service) CutoverCheck(ctx context.Context, req CutoverRequest) (Cutover
 	}
 	switch {
 	case req.Now == (req.UpstreamTS != 0):
-		return CutoverResult{}, invalid(errors.New("cutover check: give either an upstream TSO or now"))
+		return CutoverResult{}, invalidField(FieldUpstreamTS, errors.New("cutover check: give either an upstream TSO or now"))
 	case req.MaxFullAge < 0:
-		return CutoverResult{}, invalid(fmt.Errorf("cutover check: max full age %v: must not be negative", req.MaxFullAge))
+		return CutoverResult{}, invalidField(FieldMaxFullAge, fmt.Errorf("cutover check: max full age %v: must not be negative", req.MaxFullAge))
 	case req.WaitTimeout < 0:
-		return CutoverResult{}, invalid(fmt.Errorf("cutover check: wait timeout %v: must not be negative", req.WaitTimeout))
+		return CutoverResult{}, invalidField(FieldWaitTimeout, fmt.Errorf("cutover check: wait timeout %v: must not be negative", req.WaitTimeout))
 	}
 	patterns := req.Tables
 	if len(patterns) == 0 {
@@ -298,7 +298,7 @@ func (s *Service) upstreamTables(ctx context.Context, patterns []string) ([]stri
 		return nil, fmt.Errorf("listing upstream tables: %w", err)
 	}
 	if len(out) == 0 {
-		return nil, invalid(fmt.Errorf("no upstream table matches %s", strings.Join(patterns, ", ")))
+		return nil, invalidField(FieldTables, fmt.Errorf("no upstream table matches %s", strings.Join(patterns, ", ")))
 	}
 	return out, nil
 }

@@ -168,9 +168,18 @@ func TestCutoverCheck(t *testing.T) {
 		!strings.Contains(err.Error(), "not applied within") {
 		t.Fatalf("check at a TSO never applied: %v", err)
 	}
-	for _, bad := range []CutoverRequest{{}, {UpstreamTS: ts2, Now: true}, {Now: true, Tables: []string{"nodot"}}, {Now: true, MaxFullAge: -1}} {
-		if _, err := s.CutoverCheck(ctx, bad); !errors.Is(err, ErrInvalidRequest) {
-			t.Errorf("CutoverCheck(%+v): %v", bad, err)
+	for _, bad := range []struct {
+		req   CutoverRequest
+		field string
+	}{
+		{CutoverRequest{}, FieldUpstreamTS}, {CutoverRequest{UpstreamTS: ts2, Now: true}, FieldUpstreamTS},
+		{CutoverRequest{Now: true, Tables: []string{"nodot"}}, FieldTables}, {CutoverRequest{Now: true, MaxFullAge: -1}, FieldMaxFullAge},
+		{CutoverRequest{Now: true, WaitTimeout: -1}, FieldWaitTimeout},
+	} {
+		_, err := s.CutoverCheck(ctx, bad.req)
+		var re *RequestError
+		if !errors.Is(err, ErrInvalidRequest) || !errors.As(err, &re) || re.Field != bad.field {
+			t.Errorf("CutoverCheck(%+v): %v (%+v), want an invalid request about %s", bad.req, err, re, bad.field)
 		}
 	}
 

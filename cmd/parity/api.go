@@ -9,7 +9,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -106,30 +105,38 @@ func (a *apiVerification) Start(ctx context.Context, req api.DiffRequest) (strin
 	st, err := a.vs.Trigger(ctx, verify.Request{Scope: req.Scope, Tables: req.Tables, MaxViewAge: req.MaxViewAge,
 		MinTS: req.MinTS, MaxRowsPerSecond: req.MaxRowsPerSecond})
 	if err != nil {
-		return "", requestField(err)
+		return "", requestField(err, startDiffFields)
 	}
 	return st.RunID, nil
 }
 
-// requestFields are the request fields verify's option errors are about, by the
-// phrase its errors start with (verify.checkRequest).
-var requestFields = []struct{ prefix, field string }{
-	{"max view age", "snapshot_policy.max_view_age"},
-	{"min ts", "snapshot_policy.min_ts"},
-	{"max rows per second", "options.max_rows_per_second"},
-	{"tables", "tables"},
-	{"scope", "scope"},
-}
+// startDiffFields and cutoverFields map the fields verify's request errors are about
+// (verify.RequestError) to the API request's field paths.
+var (
+	startDiffFields = map[string]string{
+		verify.FieldScope:            "scope",
+		verify.FieldTables:           "tables",
+		verify.FieldMaxViewAge:       "snapshot_policy.max_view_age",
+		verify.FieldMinTS:            "snapshot_policy.min_ts",
+		verify.FieldMaxRowsPerSecond: "options.max_rows_per_second",
+	}
+	cutoverFields = map[string]string{
+		verify.FieldTables:      "tables",
+		verify.FieldUpstreamTS:  "upstream_ts",
+		verify.FieldMaxFullAge:  "max_full_diff_age",
+		verify.FieldWaitTimeout: "wait_timeout",
+	}
+)
 
-// requestField names the request field of a verify.ErrInvalidRequest error.
-func requestField(err error) error {
-	if !errors.Is(err, verify.ErrInvalidRequest) {
+// requestField names, for the API, the request field (through fields) of an invalid
+// request's error (verify.RequestError); other errors are returned as they are.
+func requestField(err error, fields map[string]string) error {
+	var re *verify.RequestError
+	if !errors.As(err, &re) {
 		return err
 	}
-	for _, f := range requestFields {
-		if strings.HasPrefix(err.Error(), f.prefix) {
-			return &api.FieldError{Field: f.field, Err: err}
-		}
+	if f, ok := fields[re.Field]; ok {
+		return &api.FieldError{Field: f, Err: err}
 	}
 	return err
 }
@@ -159,7 +166,7 @@ func (a *apiVerification) CutoverCheck(ctx context.Context, req api.CutoverReque
 	r, err := a.vs.CutoverCheck(ctx, verify.CutoverRequest{UpstreamTS: req.UpstreamTS, Now: req.Now, MaxFullAge: req.MaxFullAge,
 		Tables: req.Tables, WaitTimeout: req.WaitTimeout})
 	if err != nil {
-		return api.CutoverResult{}, requestField(err)
+		return api.CutoverResult{}, requestField(err, cutoverFields)
 	}
 	out := api.CutoverResult{Passed: r.Passed, Failures: r.Failures, UpstreamTS: r.UpstreamTS, RunID: r.RunID,
 		Pair:         api.Point{TS: r.Pair.TS, Position: r.Pair.Position, Source: r.Pair.Source, Pause: r.Pair.Pause, CreatedAt: r.Pair.CreatedAt},

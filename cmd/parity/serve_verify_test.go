@@ -44,7 +44,7 @@ func TestServeVerifyUnderLoad(t *testing.T) {
 	load := startLoad(t, ctx, upDSN, down.Root, broker, topic, db, func(lg *loadgen.Config) {
 		lg.Tables, lg.Workers, lg.ImportRows = 3, 12, 3000
 		lg.Rate, lg.RowsPerTxn = 0, 20 // as fast as TiDB takes them, up to 20 row changes per table each
-		lg.CheckImages = true // a wrong image (TiDB read inside the transaction) stops the load, named
+		lg.CheckImages = true          // a wrong image (TiDB read inside the transaction) stops the load, named
 	})
 	importTs := load.ImportTs
 	cfg := verifyServeConfig(t, "verify-load", upDSN, down, broker, topic, db, importTs)
