@@ -122,7 +122,7 @@ var (
 	}
 	cutoverFields = map[string]string{
 		verify.FieldTables:      "tables",
-		verify.FieldUpstreamTS:  "upstream_ts",
+		verify.FieldUpstreamTS:  "upstream", // the oneof: upstream_ts or now
 		verify.FieldMaxFullAge:  "max_full_diff_age",
 		verify.FieldWaitTimeout: "wait_timeout",
 	}

@@ -23,7 +23,7 @@ func TestRequestField(t *testing.T) {
 		{"start diff view age", &verify.RequestError{Field: verify.FieldMaxViewAge, Err: errors.New("max view age")}, startDiffFields, "snapshot_policy.max_view_age"},
 		{"start diff min ts", fmt.Errorf("trigger: %w", &verify.RequestError{Field: verify.FieldMinTS, Err: errors.New("x")}), startDiffFields, "snapshot_policy.min_ts"},
 		{"start diff rate", &verify.RequestError{Field: verify.FieldMaxRowsPerSecond, Err: errors.New("x")}, startDiffFields, "options.max_rows_per_second"},
-		{"cutover upstream", &verify.RequestError{Field: verify.FieldUpstreamTS, Err: errors.New("x")}, cutoverFields, "upstream_ts"},
+		{"cutover upstream", &verify.RequestError{Field: verify.FieldUpstreamTS, Err: errors.New("x")}, cutoverFields, "upstream"},
 		{"cutover full age", &verify.RequestError{Field: verify.FieldMaxFullAge, Err: errors.New("x")}, cutoverFields, "max_full_diff_age"},
 		{"cutover wait", &verify.RequestError{Field: verify.FieldWaitTimeout, Err: errors.New("x")}, cutoverFields, "wait_timeout"},
 		{"cutover tables", &verify.RequestError{Field: verify.FieldTables, Err: errors.New("x")}, cutoverFields, "tables"},
