@@ -182,7 +182,10 @@ func firesAndRuns(t *testing.T, f *fixture, db *sql.DB, changefeed, schedule str
 // every fire claimed before settled has its row, no two rows start in one period (two
 // daemons running a fire each would), the runs never overlap, and the fires are
 // consecutive periods.
-func checkOncePerFire(t *testing.T, fires []fireRow, runs []runRow, period time.Duration, settled time.Time) {
+//
+// stopped is when the daemons were told to stop: a run still running then ends cancelled
+// (its context ended), which is not a failure of the schedule.
+func checkOncePerFire(t *testing.T, fires []fireRow, runs []runRow, period time.Duration, settled, stopped time.Time) {
 	t.Helper()
 	byRun := map[string]fireRow{}
 	for i, fr := range fires {
@@ -224,6 +227,10 @@ func checkOncePerFire(t *testing.T, fires []fireRow, runs []runRow, period time.
 		case StateSkipped:
 			if !strings.HasPrefix(r.err, "skipped: previous run still running") {
 				t.Errorf("skipped firing %s: %s", r.id, r.err)
+			}
+		case StateCancelled:
+			if r.finished.Before(stopped) || !strings.Contains(r.err, "context canceled") {
+				t.Errorf("run %s ended %s at %s (the daemons stopped at %s): %s", r.id, r.state, r.finished, stopped, r.err)
 			}
 		default:
 			t.Errorf("run %s ended %s: %s", r.id, r.state, r.err)
@@ -275,7 +282,7 @@ func TestScheduleOncePerSecondAcrossDaemons(t *testing.T) {
 	if len(fires) < 4 {
 		t.Fatalf("%d fires claimed in 5s", len(fires))
 	}
-	checkOncePerFire(t, fires, runs, time.Second, end.Add(-time.Second))
+	checkOncePerFire(t, fires, runs, time.Second, end.Add(-time.Second), end)
 	if s := ss[0].Stats(); s.Instance != "daemon-a" {
 		t.Errorf("Stats().Instance = %q", s.Instance)
 	}
@@ -297,10 +304,11 @@ func TestScheduleOncePerMinuteAcrossDaemons(t *testing.T) {
 	stopA, stopB := runUntilStopped(t, ss[0]), runUntilStopped(t, ss[1])
 	first := time.Now().Truncate(time.Minute).Add(time.Minute)
 	time.Sleep(time.Until(first.Add(2*time.Minute + 20*time.Second)))
+	stopped := time.Now()
 	stopA()
 	stopB()
 	fires, runs := firesAndRuns(t, f, historyDB(t, f), cfg.Changefeed, "every-minute")
-	checkOncePerFire(t, fires, runs, time.Minute, first.Add(3*time.Minute))
+	checkOncePerFire(t, fires, runs, time.Minute, first.Add(3*time.Minute), stopped)
 	if len(fires) != 3 || !fires[0].at.Equal(first.UTC()) || len(runs) != 3 {
 		t.Fatalf("%d fires from %v (want 3 from %s), %d rows", len(fires), fires, first.UTC(), len(runs))
 	}
