@@ -122,18 +122,7 @@ func TestInjectedDivergencesUnderLiveLoad(t *testing.T) {
 		t.Fatalf("full run under load: %+v", first)
 	}
 	meta := down.DB
-	verifiedAt := func() map[string]uint64 {
-		t.Helper()
-		vs, err := checker.Verifications(ctx, meta, cfg.Applier.MetaSchema, cfg.Changefeed.ID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out := map[string]uint64{}
-		for _, v := range vs {
-			out[v.Schema+"."+v.Table] = v.Ts
-		}
-		return out
-	}
+	verifiedAt := func() map[string]uint64 { return verifiedTables(t, ctx, meta, cfg) }
 	t1 := verifiedAt()[dbA+".sbtest1"]
 	if t1 < first.FirstTS || t1 > first.LastTS {
 		t.Fatalf("%s.sbtest1 verified at %d, not at a pair of run %s (%d..%d)", dbA, t1, first.RunID, first.FirstTS, first.LastTS)
