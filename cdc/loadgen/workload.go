@@ -139,31 +139,21 @@ var errImage = errors.New("published image differs from TiDB")
 // with the events' images (the last event of each key decides: its image, or no row
 // after a delete). Keyless tables are not checked.
 func (g *Generator) checkImages(ctx context.Context, commitTs uint64, events []*open.Event) error {
-	type want struct {
-		t    *genTable
-		cols []open.Column // nil: deleted
-	}
-	last := map[string]map[int64][]open.Column{}
-	tables := map[string]*genTable{}
+	last := map[*genTable]map[int64][]open.Column{} // nil image: deleted
 	for _, ev := range events {
-		var t *genTable
-		for _, gt := range g.tables {
-			if gt.meta.Name == ev.Table && gt.idCol >= 0 {
-				t = gt
-			}
-		}
-		if t == nil {
+		i := slices.IndexFunc(g.tables, func(gt *genTable) bool { return gt.meta.Name == ev.Table && gt.idCol >= 0 })
+		if i < 0 {
 			continue
 		}
-		tables[t.meta.Name] = t
-		if last[t.meta.Name] == nil {
-			last[t.meta.Name] = map[int64][]open.Column{}
+		t := g.tables[i]
+		if last[t] == nil {
+			last[t] = map[int64][]open.Column{}
 		}
 		id := asInt64(ev.Columns[t.idCol].Value)
 		if ev.Op == open.OpDelete {
-			last[t.meta.Name][id] = nil
+			last[t][id] = nil
 		} else {
-			last[t.meta.Name][id] = ev.Columns
+			last[t][id] = ev.Columns
 		}
 	}
 	conn, err := g.up.Conn(ctx)
@@ -176,10 +166,11 @@ func (g *Generator) checkImages(ctx context.Context, commitTs uint64, events []*
 		return fmt.Errorf("check images: %w", err)
 	}
 	defer release()
-	for name, byID := range last {
+	for t, byID := range last {
+		name := t.meta.Name
 		ids := slices.Collect(maps.Keys(byID))
 		slices.Sort(ids)
-		got, err := g.readByID(ctx, conn, tables[name], ids, false)
+		got, err := g.readByID(ctx, conn, t, ids, false)
 		if err != nil {
 			return fmt.Errorf("check images: %w", err)
 		}
