@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"maps"
@@ -312,50 +313,18 @@ func TestInjectedDivergencesUnderLiveLoad(t *testing.T) {
 		return a, b
 	}
 
-	// explainB logs, for a run that reported differences in B (a false mismatch if the
-	// pair is consistent: one was seen once on a loaded machine), when the ledger says
-	// each such key last changed up to the run's last pair (from each table's
-	// verification in froms) and after it: a change after the pair on every key points
-	// at sides read at different points, none at changes the fallback lost.
+	// explainB explains (explainRun) a run's differences in B, where the sides hold the
+	// same data: a false mismatch if the pair is consistent (seen once on a loaded machine).
+	upDB, err := sql.Open("mysql", upDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer upDB.Close()
 	explainB := func(r verify.RunRecord, froms map[string]uint64) {
 		t.Helper()
-		if len(r.Pairs) == 0 {
-			return
-		}
-		pt := r.Pairs[len(r.Pairs)-1].TS
-		t.Logf("diagnosis: run %s pairs %+v, verified before it %v", r.RunID, r.Pairs, froms)
-		for _, tr := range r.Tables {
-			if tr.Schema != dbB || tr.DiffRunID == "" || tr.Differences == 0 {
-				continue
-			}
-			diffs, err := checker.RunDifferences(ctx, meta, cfg.Applier.MetaSchema, tr.DiffRunID, nil)
-			if err != nil {
-				t.Logf("diagnosis: %s differences: %v", tr.Table, err)
-				continue
-			}
-			// The last change of each key up to the pair, and after it (ms from the pair).
-			changes := map[int64][2]string{}
-			for i, w := range [][2]uint64{{froms[dbB+"."+tr.Table], pt}, {pt, status().AppliedTs}} {
-				es, err := ledger.Read(ctx, rd, dbB, tr.Table, w[0], w[1])
-				if err != nil {
-					t.Logf("diagnosis: %s ledger: %v", tr.Table, err)
-					continue
-				}
-				for _, e := range es {
-					if vals, err := e.Key.Values(); err == nil && len(vals) == 1 {
-						if id, ok := vals[0].(int64); ok {
-							c := changes[id]
-							c[i] = strconv.FormatInt(int64(e.CommitTs>>18)-int64(pt>>18), 10) + "ms"
-							changes[id] = c
-						}
-					}
-				}
-			}
-			for _, d := range diffs {
-				id, _ := d.KeyValues[0].(int64)
-				t.Logf("diagnosis: %s.%s id=%d %s %v: last change up to the pair %q, after it %q (pairs %v)", dbB, tr.Table, id, d.Kind, d.Columns, changes[id][0], changes[id][1], tr.Pairs)
-			}
-		}
+		inB := r
+		inB.Tables = slices.DeleteFunc(slices.Clone(r.Tables), func(tr verify.TableRecord) bool { return tr.Schema != dbB })
+		explainRun(t, ctx, upDB, meta, cfg, srv, inB, froms)
 	}
 
 	// The next full run: every divergence with its kind and class, nothing else, in A
