@@ -14,9 +14,10 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/tidb-parity/parity/internal/testenv"
+	"github.com/tidb-parity/parity/internal/tso"
 )
 
-// TestProbeTiDBSnapshotStability (PARITY_PROBE_SNAPSHOT=1; not in make test: it probes
+// TestProbeTiDBSnapshotStability (PARITY_PROBE_SNAPSHOT=1 or a duration; not in make test: it probes
 // the test environment's TiDB, it does not test parity): 12 writers run pessimistic
 // transactions (async commit and 1PC off, as loadgen's) on a 3,000-row table while a
 // reader takes a fresh TSO P, reads 512 random keys at tidb_snapshot=P at once, and
@@ -30,6 +31,10 @@ func TestProbeTiDBSnapshotStability(t *testing.T) {
 	if os.Getenv("PARITY_PROBE_SNAPSHOT") == "" {
 		t.Skip("PARITY_PROBE_SNAPSHOT not set")
 	}
+	probeDuration := 3 * time.Minute // PARITY_PROBE_SNAPSHOT=1; or a duration: that long
+	if d, err := time.ParseDuration(os.Getenv("PARITY_PROBE_SNAPSHOT")); err == nil {
+		probeDuration = d
+	}
 	dsn := testenv.Require(t, testenv.EnvUpstream)
 	cfg, err := mysql.ParseDSN(dsn)
 	if err != nil {
@@ -37,22 +42,27 @@ func TestProbeTiDBSnapshotStability(t *testing.T) {
 	}
 	cfg.DBName, cfg.Params = "", nil
 	base := strings.TrimSuffix(cfg.FormatDSN(), "/")
-	admin, _ := sql.Open("mysql", base+"/?")
+	name := testenv.Upstream(t).Name // dropped when the test ends
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
-	admin.Exec("DROP DATABASE IF EXISTS parity_probe_snapshot")
-	admin.Exec("CREATE DATABASE parity_probe_snapshot")
-	defer admin.Exec("DROP DATABASE IF EXISTS parity_probe_snapshot")
-	db, _ := sql.Open("mysql", base+"/parity_probe_snapshot?tidb_enable_async_commit=0&tidb_enable_1pc=0&tidb_txn_mode='pessimistic'")
+	db, err := sql.Open("mysql", base+"/"+name+"?tidb_enable_async_commit=0&tidb_enable_1pc=0&tidb_txn_mode='pessimistic'")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
 	db.SetMaxOpenConns(20)
-	db.Exec("CREATE TABLE t (id BIGINT PRIMARY KEY, k INT NOT NULL, c CHAR(60) NOT NULL)")
+	if _, err := db.Exec("CREATE TABLE t (id BIGINT PRIMARY KEY, k INT NOT NULL, c CHAR(60) NOT NULL)"); err != nil {
+		t.Fatal(err)
+	}
 	const N = 3000
 	for i := 0; i < N; i += 500 {
 		var vals []string
 		for j := i; j < i+500; j++ {
 			vals = append(vals, fmt.Sprintf("(%d, 0, 'x')", j))
 		}
-		db.Exec("INSERT INTO t VALUES " + strings.Join(vals, ","))
+		if _, err := db.Exec("INSERT INTO t VALUES " + strings.Join(vals, ",")); err != nil {
+			t.Fatal(err)
+		}
 	}
 	wctx, wstop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -92,7 +102,7 @@ func TestProbeTiDBSnapshotStability(t *testing.T) {
 	}
 	defer func() { wstop(); wg.Wait() }()
 	read := func(ts uint64, q string) map[int64]string {
-		sdb, _ := sql.Open("mysql", base+fmt.Sprintf("/parity_probe_snapshot?tidb_snapshot='%d'", ts))
+		sdb, _ := sql.Open("mysql", base+fmt.Sprintf("/%s?tidb_snapshot='%d'", name, ts))
 		defer sdb.Close()
 		rows, err := sdb.QueryContext(ctx, q)
 		if err != nil {
@@ -104,18 +114,23 @@ func TestProbeTiDBSnapshotStability(t *testing.T) {
 			var id int64
 			var k int
 			var c string
-			rows.Scan(&id, &k, &c)
+			if err := rows.Scan(&id, &k, &c); err != nil {
+				t.Fatal(err)
+			}
 			out[id] = fmt.Sprint(k, c)
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
 		}
 		return out
 	}
 	bad, rounds := 0, 0
-	end := time.Now().Add(3 * time.Minute)
+	end := time.Now().Add(probeDuration)
 	for time.Now().Before(end) {
-		var ts uint64
-		tx, _ := db.BeginTx(ctx, nil)
-		tx.QueryRow("SELECT @@tidb_current_ts").Scan(&ts)
-		tx.Rollback()
+		ts, err := tso.Current(ctx, db, 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
 		var terms []string
 		for j := 0; j < 512; j++ {
 			terms = append(terms, fmt.Sprintf("(id = %d)", rand.IntN(N)))
