@@ -75,6 +75,11 @@ type TableReport struct {
 	// re-check read them again (replication in flight): they are not in
 	// DifferencesTotal, Differences or the fix SQL.
 	DifferencesResolved int64 `json:"differences_resolved,omitempty"`
+	// DifferencesUnconfirmed counts the rows found different at a snapshot pair and
+	// equal when the confirmation read them again at the same pair (recheck.go): a
+	// snapshot read that was not repeatable, so not a difference of the data. They are
+	// not in DifferencesTotal, Differences, DifferencesByClass or the fix SQL.
+	DifferencesUnconfirmed int64 `json:"differences_unconfirmed,omitempty"`
 	// FixSQLFile is the fix SQL file, relative to the output directory.
 	FixSQLFile string `json:"fix_sql_file,omitempty"`
 	// Scope is what the run compared of the table: "full" (every row, a full run),
@@ -126,6 +131,9 @@ const (
 	PhaseComparing Phase = "comparing"
 	// PhaseRechecking: reading the differences found again (Config.RecheckRounds).
 	PhaseRechecking Phase = "rechecking"
+	// PhaseConfirming: reading the differences found at a snapshot pair again at the
+	// same pair (recheck.go).
+	PhaseConfirming Phase = "confirming"
 	// PhaseReporting: writing the report and the fix SQL.
 	PhaseReporting Phase = "reporting"
 	// PhaseFinished: the run has ended (Stats.State says how).
@@ -162,10 +170,13 @@ type Stats struct {
 	// Differences counts the differing rows kept (a keyless difference with Count n
 	// counts n); DifferencesResolved those the re-check found equal (in this process);
 	// UndrilledChunks the mismatched chunks left undrilled (Config.MaxDifferences).
-	Differences         int64
-	DifferencesResolved int64
-	UndrilledChunks     int
-	RecheckRounds       int
+	// DifferencesUnconfirmed counts those the confirmation found equal at the same
+	// snapshot pair (in this process; TableReport.DifferencesUnconfirmed).
+	Differences            int64
+	DifferencesResolved    int64
+	DifferencesUnconfirmed int64
+	UndrilledChunks        int
+	RecheckRounds          int
 
 	// Pauses counts the times new chunks were held back because the downstream was busy
 	// or its changefeed lagged (Config.MaxThreadsRunning, Changefeed.MaxLag); Paused is how
@@ -199,7 +210,7 @@ func (tk *tracker) report(ctx context.Context, pair *sourcePair) (*Report, error
 	if spec, err := ParseScope(tk.cfg.Scope); err == nil {
 		rep.Scope = spec.String()
 	}
-	resolved, err := tk.st.resolvedByTable(ctx)
+	resolved, unconfirmed, err := tk.st.rechecksByTable(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -218,7 +229,7 @@ func (tk *tracker) report(ctx context.Context, pair *sourcePair) (*Report, error
 		tr.RowsChecked, tr.DownstreamRows, tr.Chunks, tr.DifferencesTotal = tl.upRows, tl.downRows, tl.chunksDone, tl.differences
 		tr.UndrilledChunks = tl.undrilled
 		tl.mu.Unlock()
-		tr.DifferencesResolved = resolved[t.idx]
+		tr.DifferencesResolved, tr.DifferencesUnconfirmed = resolved[t.idx], unconfirmed[t.idx]
 		if scopes != nil && scopes[i] != nil && !t.fatal {
 			sc := scopes[i]
 			tr.Scope, tr.ScopeNote = sc.mode, sc.note

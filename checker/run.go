@@ -2,12 +2,13 @@ package checker
 
 // run.go owns a run's story and nothing else: store the run (new or resumed), open the
 // pair, plan the tables, compare each table's scope on a bounded pool of workers while
-// the journal stores their results, re-check, report, and store how the run ended. A
-// failed chunk is compared again only when its error is transient (internal/retry). The
-// work itself is done by the parts it wires together: the pair (pair.go), the planner
-// (planner.go), the scopes (scope.go), the comparer (comparer.go), the tracker
-// (tracker.go, journal.go, report.go), the re-check (recheck.go) and the throttles
-// (throttle.go). It must not hold their state.
+// the journal stores their results, confirm (at a snapshot pair) or re-check, report,
+// and store how the run ended. A failed chunk is compared again only when its error is
+// transient (internal/retry). The work itself is done by the parts it wires together:
+// the pair (pair.go), the planner (planner.go), the scopes (scope.go), the comparer
+// (comparer.go), the tracker (tracker.go, journal.go, report.go), the confirmation and
+// the re-check (recheck.go) and the throttles (throttle.go). It must not hold their
+// state.
 
 import (
 	"context"
@@ -167,7 +168,8 @@ func (d *Diff) run(ctx context.Context, cfg *Config, src Sources, log *slog.Logg
 	return rep, nil
 }
 
-// run is the story: open the pair, plan, compare every table's scope, re-check.
+// run is the story: open the pair, plan, compare every table's scope, confirm or
+// re-check.
 func (r *runner) run(ctx context.Context) error {
 	r.track.enter(PhasePlanning)
 	pair, err := openPair(ctx, r.cfg, r.src.Upstream, r.src.Downstream, r.log)
@@ -210,6 +212,14 @@ func (r *runner) run(ctx context.Context) error {
 	}
 	if err != nil {
 		return err
+	}
+	if confirmEnabled(pair) {
+		// At a snapshot pair: the differences found are read again at the same pair
+		// before they are reported (recheck.go).
+		r.track.enter(PhaseConfirming)
+		if err := (&rechecker{cfg: r.cfg, log: r.log, st: r.st, cmp: r.cmp, track: r.track}).confirm(ctx); err != nil {
+			return err
+		}
 	}
 	if recheckEnabled(r.cfg, pair) {
 		// The re-check starts once the journal has stored every chunk's result: it
@@ -354,6 +364,9 @@ func (r *runner) work(ctx context.Context, j job) (err error) {
 		return err
 	}
 	j.sc.feedback(j.u, res)
+	if res.differences > 0 {
+		r.track.found(j.t.idx, j.u.Seq)
+	}
 	// The chunk counts as done only once the journal has stored its result (after its
 	// differences, stored above).
 	if err := r.track.finished(ctx, j.u.Chunk, res); err != nil {

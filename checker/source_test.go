@@ -353,8 +353,9 @@ func TestConnSourcePairAtSnapshot(t *testing.T) {
 		t.Fatal(err)
 	}
 	tr := tableReport(t, rep, "ps")
-	if tr.DifferencesTotal != 1 || tr.DifferencesResolved != 0 || rep.RecheckRounds != 0 {
-		t.Errorf("at the snapshot: %d differences, %d resolved, %d re-check rounds; want 1, 0, 0", tr.DifferencesTotal, tr.DifferencesResolved, rep.RecheckRounds)
+	if tr.DifferencesTotal != 1 || tr.DifferencesResolved != 0 || tr.DifferencesUnconfirmed != 0 || rep.RecheckRounds != 0 {
+		t.Errorf("at the snapshot: %d differences, %d resolved, %d unconfirmed, %d re-check rounds; want 1, 0, 0, 0",
+			tr.DifferencesTotal, tr.DifferencesResolved, tr.DifferencesUnconfirmed, rep.RecheckRounds)
 	}
 	if rep.UpstreamSnapshot != "barrier-up-42" || rep.DownstreamSnapshot != "barrier-down-42" {
 		t.Errorf("report snapshots %q, %q", rep.UpstreamSnapshot, rep.DownstreamSnapshot)

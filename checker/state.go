@@ -135,6 +135,12 @@ var steps = []metaschema.Step{
 			PRIMARY KEY (changefeed, schema_name, table_name)
 		)`,
 	}},
+	// The confirmation at a snapshot pair (recheck.go): per chunk, how many of the
+	// differences it found were equal when read again at the same pair (a snapshot read
+	// that was not repeatable: never counted as resolved, and not reported).
+	{Name: "diff_rechecks.unconfirmed: differences gone when read again at the same pair", Stmts: []string{
+		`ALTER TABLE %s.diff_rechecks ADD COLUMN unconfirmed BIGINT NOT NULL DEFAULT 0`,
+	}},
 }
 
 // Run states.
@@ -780,10 +786,11 @@ type diffRef struct{ seq, n int }
 // one transaction: it deletes the differences old (all the differences of old's chunks
 // when all is set), which stood for oldRows[chunk] differing rows per chunk, stores news,
 // and counts the rows that are no longer different (oldRows less the rows of news, per
-// chunk) as resolved, in diff_chunks.differences and in diff_rechecks. A failure changes
-// nothing; after a commit the old differences are gone, so a resumed re-check never
-// counts them again. It returns the resolved rows.
-func (s *store) replaceDifferences(ctx context.Context, table int, old []diffRef, all bool, oldRows map[int]int64, news []storedDiff) (int64, error) {
+// chunk) in diff_chunks.differences and in diff_rechecks: as resolved, or as unconfirmed
+// when confirm is set (read again at the same snapshot pair). A failure changes nothing;
+// after a commit the old differences are gone, so a resumed re-check never counts them
+// again. It returns the rows no longer different.
+func (s *store) replaceDifferences(ctx context.Context, table int, old []diffRef, all bool, oldRows map[int]int64, news []storedDiff, confirm bool) (int64, error) {
 	ctx, cancel := s.ctx(ctx)
 	defer cancel()
 	fail := func(err error) (int64, error) {
@@ -861,8 +868,12 @@ func (s *store) replaceDifferences(ctx context.Context, table int, old []diffRef
 		cases.WriteString(" WHEN ? THEN ?")
 		cargs = append(cargs, seq, n)
 		sargs = append(sargs, seq)
-		rvals = append(rvals, "(?, ?, ?, ?)")
-		rargs = append(rargs, s.runID, table, seq, n)
+		rvals = append(rvals, "(?, ?, ?, ?, ?)")
+		if confirm {
+			rargs = append(rargs, s.runID, table, seq, 0, n)
+		} else {
+			rargs = append(rargs, s.runID, table, seq, n, 0)
+		}
 	}
 	if len(rvals) > 0 {
 		// The chunks' counts and the re-check tally, one statement each.
@@ -871,7 +882,12 @@ func (s *store) replaceDifferences(ctx context.Context, table int, old []diffRef
 		if _, err := tx.ExecContext(ctx, s.q("UPDATE %s.diff_chunks SET differences = differences - CASE seq"+cases.String()+" ELSE 0 END, updated_at = NOW(3) WHERE run_id = ? AND table_idx = ? AND seq IN ("+in+")"), args...); err != nil {
 			return fail(err)
 		}
-		if _, err := tx.ExecContext(ctx, s.q("INSERT INTO %s.diff_rechecks (run_id, table_idx, chunk_seq, resolved) VALUES "+strings.Join(rvals, ", ")+" ON DUPLICATE KEY UPDATE resolved = resolved + VALUES(resolved)"), rargs...); err != nil {
+		col := "resolved"
+		if confirm {
+			col = "unconfirmed"
+		}
+		if _, err := tx.ExecContext(ctx, s.q("INSERT INTO %s.diff_rechecks (run_id, table_idx, chunk_seq, resolved, unconfirmed) VALUES "+strings.Join(rvals, ", ")+
+			" ON DUPLICATE KEY UPDATE "+col+" = "+col+" + VALUES("+col+")"), rargs...); err != nil {
 			return fail(err)
 		}
 	}
@@ -881,23 +897,24 @@ func (s *store) replaceDifferences(ctx context.Context, table int, old []diffRef
 	return total, nil
 }
 
-// resolvedByTable returns, per table, the differing rows a re-check found equal.
-func (s *store) resolvedByTable(ctx context.Context) (map[int]int64, error) {
+// rechecksByTable returns, per table, the differing rows a re-check found equal
+// (resolved) and those gone when read again at the same snapshot pair (unconfirmed).
+func (s *store) rechecksByTable(ctx context.Context) (resolved, unconfirmed map[int]int64, err error) {
 	ctx, cancel := s.ctx(ctx)
 	defer cancel()
-	rows, err := s.db.QueryContext(ctx, s.q("SELECT table_idx, SUM(resolved) FROM %s.diff_rechecks WHERE run_id = ? GROUP BY table_idx"), s.runID)
+	rows, err := s.db.QueryContext(ctx, s.q("SELECT table_idx, SUM(resolved), SUM(unconfirmed) FROM %s.diff_rechecks WHERE run_id = ? GROUP BY table_idx"), s.runID)
 	if err != nil {
-		return nil, fmt.Errorf("read re-check results: %w", err)
+		return nil, nil, fmt.Errorf("read re-check results: %w", err)
 	}
 	defer rows.Close()
-	out := map[int]int64{}
+	resolved, unconfirmed = map[int]int64{}, map[int]int64{}
 	for rows.Next() {
 		var t int
-		var n int64
-		if err := rows.Scan(&t, &n); err != nil {
-			return nil, fmt.Errorf("read re-check results: %w", err)
+		var r, u int64
+		if err := rows.Scan(&t, &r, &u); err != nil {
+			return nil, nil, fmt.Errorf("read re-check results: %w", err)
 		}
-		out[t] = n
+		resolved[t], unconfirmed[t] = r, u
 	}
-	return out, rows.Err()
+	return resolved, unconfirmed, rows.Err()
 }

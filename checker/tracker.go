@@ -84,10 +84,15 @@ type tracker struct {
 	classes        map[int]map[string]int64
 	classification *Classification
 
-	resolved   atomic.Int64 // rows the re-check resolved in this process
-	retries    atomic.Int64 // chunks compared again after a transient error
-	journal    *journal
-	progressMu sync.Mutex // Config.Progress is never called concurrently
+	// foundHere: per table, the chunks whose differences this process found (and so at
+	// this process's pair: the confirmation reads only those again).
+	foundHere map[int]map[int]bool
+
+	resolved    atomic.Int64 // rows the re-check resolved in this process
+	unconfirmed atomic.Int64 // rows the confirmation found equal at the same pair, in this process
+	retries     atomic.Int64 // chunks compared again after a transient error
+	journal     *journal
+	progressMu  sync.Mutex // Config.Progress is never called concurrently
 }
 
 // newTracker returns the tracker of the run stored in st, which started at start.
@@ -251,6 +256,35 @@ func (tk *tracker) resolve(table int, rows int64) {
 	tk.resolved.Add(rows)
 }
 
+// unconfirm counts rows of a table that the confirmation found equal at the same pair.
+func (tk *tracker) unconfirm(table int, rows int64) {
+	tl := tk.tally(table)
+	tl.mu.Lock()
+	tl.differences -= rows
+	tl.mu.Unlock()
+	tk.unconfirmed.Add(rows)
+}
+
+// found records that this process found differences in a chunk of a table.
+func (tk *tracker) found(table, seq int) {
+	tk.mu.Lock()
+	defer tk.mu.Unlock()
+	if tk.foundHere == nil {
+		tk.foundHere = map[int]map[int]bool{}
+	}
+	if tk.foundHere[table] == nil {
+		tk.foundHere[table] = map[int]bool{}
+	}
+	tk.foundHere[table][seq] = true
+}
+
+// foundChunks returns the chunks of a table whose differences this process found.
+func (tk *tracker) foundChunks(table int) map[int]bool {
+	tk.mu.Lock()
+	defer tk.mu.Unlock()
+	return maps.Clone(tk.foundHere[table])
+}
+
 // scoped records what the run compares of each table.
 func (tk *tracker) scoped(scopes []*tableScope) {
 	tk.mu.Lock()
@@ -345,6 +379,7 @@ func (tk *tracker) stats() Stats {
 		}
 	}
 	s.DifferencesResolved = tk.resolved.Load()
+	s.DifferencesUnconfirmed = tk.unconfirmed.Load()
 	if s.DifferencesByClass != nil && s.DifferencesResolved > 0 {
 		s.DifferencesByClass[ClassInFlight] += s.DifferencesResolved
 	}
