@@ -111,6 +111,7 @@ func diffProto(r verify.RunRecord, active *verify.ActiveRun, instance string) *p
 		CreateTime: timeProto(r.StartedAt), EndTime: timeProto(r.FinishedAt), FirstTs: r.FirstTS, LastTs: r.LastTS,
 		MaxPause: durationpb.New(r.MaxPause), TablesCompared: int32(r.TablesCompared), RowsChecked: r.RowsChecked,
 		Differences: r.Differences, DifferencesByClass: maps.Clone(r.DifferencesByClass), Error: r.Error,
+		Unconfirmed: r.Unconfirmed,
 	}
 	index := map[int]int32{}
 	for i, p := range r.Pairs {

@@ -99,6 +99,9 @@ var migrations = []metaschema.Step{
 	{Name: "verification run history: the run's differences by class", Stmts: []string{
 		`ALTER TABLE %s.` + RunsTable + ` ADD COLUMN differences_by_class VARCHAR(512) NOT NULL DEFAULT '' AFTER differences`,
 	}},
+	{Name: "verification run history: differences gone when read again at the same pair", Stmts: []string{
+		`ALTER TABLE %s.` + RunsTable + ` ADD COLUMN unconfirmed BIGINT NOT NULL DEFAULT 0 AFTER resolved`,
+	}},
 }
 
 func init() {
@@ -157,12 +160,16 @@ type RunRecord struct {
 	DifferencesByClass map[string]int64 `json:"differences_by_class,omitempty"`
 	// Resolved counts differences a re-check found equal and RecheckRounds the
 	// re-check rounds: both 0 at snapshot pairs (nothing is in flight).
-	Resolved      int64         `json:"resolved"`
-	RecheckRounds int           `json:"recheck_rounds"`
-	Throttled     time.Duration `json:"throttled_ns"`
-	Error         string        `json:"error,omitempty"`
-	Pairs         []PairRecord  `json:"pairs,omitempty"`
-	Tables        []TableRecord `json:"tables,omitempty"`
+	Resolved      int64 `json:"resolved"`
+	RecheckRounds int   `json:"recheck_rounds"`
+	// Unconfirmed counts differences found at a pair and gone when read again at the
+	// same pair (checker's confirmation): a snapshot read that was not repeatable, a
+	// store anomaly; they are not in Differences.
+	Unconfirmed int64         `json:"unconfirmed,omitempty"`
+	Throttled   time.Duration `json:"throttled_ns"`
+	Error       string        `json:"error,omitempty"`
+	Pairs       []PairRecord  `json:"pairs,omitempty"`
+	Tables      []TableRecord `json:"tables,omitempty"`
 }
 
 // PairRecord is one snapshot pair of a run.
@@ -283,9 +290,9 @@ func (h *history) finish(ctx context.Context, r *RunRecord) error {
 		b, _ := json.Marshal(r.DifferencesByClass)
 		byClass = string(b)
 	}
-	err := h.exec(ctx, "UPDATE %s."+RunsTable+" SET state=?, result=?, finished_at=?, first_ts=?, last_ts=?, pairs=?, max_pause_us=?, tables_compared=?, rows_checked=?, differences=?, differences_by_class=?, resolved=?, recheck_rounds=?, throttled_us=?, error=? WHERE run_id=?",
+	err := h.exec(ctx, "UPDATE %s."+RunsTable+" SET state=?, result=?, finished_at=?, first_ts=?, last_ts=?, pairs=?, max_pause_us=?, tables_compared=?, rows_checked=?, differences=?, differences_by_class=?, resolved=?, unconfirmed=?, recheck_rounds=?, throttled_us=?, error=? WHERE run_id=?",
 		r.State, r.Result, r.FinishedAt.UTC(), r.FirstTS, r.LastTS, len(r.Pairs), usec(r.MaxPause), r.TablesCompared, r.RowsChecked,
-		r.Differences, byClass, r.Resolved, r.RecheckRounds, usec(r.Throttled), msg, r.RunID)
+		r.Differences, byClass, r.Resolved, r.Unconfirmed, r.RecheckRounds, usec(r.Throttled), msg, r.RunID)
 	if err != nil {
 		return fmt.Errorf("recording the end of verification run %s: %w", r.RunID, err)
 	}
@@ -321,7 +328,7 @@ func (h *history) list(ctx context.Context, limit int, runID string) ([]RunRecor
 		where, args = "run_id=?", []any{runID}
 	}
 	rows, err := h.db.QueryContext(qctx, h.q("SELECT run_id, changefeed, trigger_kind, trigger_name, instance, scope, tables, state, result, started_at, finished_at, "+
-		"first_ts, last_ts, max_pause_us, tables_compared, rows_checked, differences, differences_by_class, resolved, recheck_rounds, throttled_us, COALESCE(error, '') FROM %s."+RunsTable+
+		"first_ts, last_ts, max_pause_us, tables_compared, rows_checked, differences, differences_by_class, resolved, unconfirmed, recheck_rounds, throttled_us, COALESCE(error, '') FROM %s."+RunsTable+
 		" WHERE "+where+" ORDER BY started_at DESC, run_id DESC LIMIT ?"), append(args, limit)...)
 	if err != nil {
 		return nil, fmt.Errorf("reading the verification history: %w", err)
@@ -334,7 +341,7 @@ func (h *history) list(ctx context.Context, limit int, runID string) ([]RunRecor
 		var fin sql.NullTime
 		var pause, throttled int64
 		if err := rows.Scan(&r.RunID, &r.Changefeed, &r.TriggerKind, &r.Trigger, &r.Instance, &r.Scope, &pats, &r.State, &r.Result, &r.StartedAt, &fin,
-			&r.FirstTS, &r.LastTS, &pause, &r.TablesCompared, &r.RowsChecked, &r.Differences, &byClass, &r.Resolved, &r.RecheckRounds, &throttled, &r.Error); err != nil {
+			&r.FirstTS, &r.LastTS, &pause, &r.TablesCompared, &r.RowsChecked, &r.Differences, &byClass, &r.Resolved, &r.Unconfirmed, &r.RecheckRounds, &throttled, &r.Error); err != nil {
 			return nil, fmt.Errorf("reading the verification history: %w", err)
 		}
 		_ = json.Unmarshal([]byte(pats), &r.Patterns)

@@ -183,6 +183,8 @@ func (r *runner) compareTable(ctx context.Context, seq int, t [2]string) TableRe
 			tr.RowsChecked += tb.RowsChecked
 			tr.Differences += tb.DifferencesTotal
 			r.st.rec.Resolved += tb.DifferencesResolved
+			r.st.rec.Unconfirmed += tb.DifferencesUnconfirmed
+			r.s.unconfirmed(tb)
 			equal = equal && tb.Equal()
 		}
 		for class, n := range rep.DifferencesByClass {

@@ -142,6 +142,10 @@ type Stats struct {
 	// DifferencesByKind splits Differences by kind and class, counted as each table's
 	// comparison ends (Differences counts them as the run ends).
 	DifferencesByKind []DiffCount
+	// Unconfirmed counts the rows found different at a pair and equal when read again
+	// at the same pair (a snapshot read that was not repeatable: a store anomaly, not a
+	// difference; not in Differences), counted as each table's comparison ends.
+	Unconfirmed int64
 	// Chunks counts chunk comparisons by result (checker.ChunkEqual, ChunkDifferent,
 	// ChunkFailed) and ChunkTime how long each took (ChunkBuckets).
 	Chunks    map[string]int64
@@ -214,7 +218,9 @@ type observed struct {
 	chunks    map[string]int64
 	chunkTime Histogram
 	byKind    map[[2]string]int64 // (kind, class) → rows
-	last      map[string]LastRun  // by trigger
+	// unconfirmed: rows found different at a pair and gone when read again at it.
+	unconfirmed int64
+	last        map[string]LastRun // by trigger
 	// elsewhere is, by schedule, the newest fire another daemon claimed (fires.go): a
 	// fire this daemon did not run because another one has it is not missed.
 	elsewhere map[string]time.Time
@@ -249,6 +255,16 @@ func (s *Service) chunkDone(result string, took time.Duration) {
 	}
 	s.obs.chunks[result]++
 	s.obs.chunkTime.observeIn(ChunkBuckets, took)
+}
+
+// unconfirmed counts a table's differences gone when read again at the same pair.
+func (s *Service) unconfirmed(tb checker.TableReport) {
+	if tb.DifferencesUnconfirmed == 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.obs.unconfirmed += tb.DifferencesUnconfirmed
 }
 
 // tableDifferences counts a table's differences by kind and class: the kinds of the
@@ -295,6 +311,7 @@ func (s *Service) fillStats(st *Stats, now time.Time) {
 	st.Chunks = maps.Clone(o.chunks)
 	st.ChunkTime = o.chunkTime.cloneN(len(ChunkBuckets))
 	st.CleanAt = o.cleanAt
+	st.Unconfirmed = o.unconfirmed
 	for k, n := range o.byKind {
 		st.DifferencesByKind = append(st.DifferencesByKind, DiffCount{Kind: k[0], Class: k[1], Rows: n})
 	}

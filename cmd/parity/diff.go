@@ -362,6 +362,9 @@ func printSummary(w io.Writer, rep *checker.Report, outDir string) {
 		if t.DifferencesResolved > 0 {
 			fmt.Fprintf(w, "      %d rows that differed when first read were equal when read again (replication in flight); not counted above\n", t.DifferencesResolved)
 		}
+		if t.DifferencesUnconfirmed > 0 {
+			fmt.Fprintf(w, "      %d rows that differed when first read were equal when read again at the same snapshot (a read that was not repeatable); not counted above\n", t.DifferencesUnconfirmed)
+		}
 		if t.UndrilledChunks > 0 {
 			fmt.Fprintf(w, "      %d more chunks differ; their rows were not compared (max_differences reached), so the count, the list and the fix SQL are incomplete\n", t.UndrilledChunks)
 		}

@@ -230,6 +230,12 @@ func verifyCLI(t *testing.T, addr string, args ...string) verify.RunRecord {
 	if err := json.Unmarshal([]byte(out), &rec); err != nil {
 		t.Fatalf("POST /verify/run: %v\n%s", err, out)
 	}
+	if rec.Unconfirmed > 0 {
+		// Not a failure: rows a snapshot read got wrong, caught by reading them again at the
+		// pair (docs/verify.md). Said, so that every sighting is on record.
+		t.Logf("run %s (scope %s): %d differences gone when read again at the same pair (a snapshot read that was not repeatable)",
+			rec.RunID, rec.Scope, rec.Unconfirmed)
+	}
 	return rec
 }
 

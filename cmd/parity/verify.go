@@ -111,8 +111,8 @@ func verifyStatusOf(vs *verify.Service) *verifyStatus {
 type verifyCollector struct {
 	s *verify.Service
 
-	freshness, covered, runs, differences, rows, chunks, chunkTime, pairs, rotations, passed, pause, running, throttled *prometheus.Desc
-	lastEnd, lastResult, cleanAt, viewAge, lastPair, scheduleNext                                                       *prometheus.Desc
+	freshness, covered, runs, differences, unconfirmed, rows, chunks, chunkTime, pairs, rotations, passed, pause, running, throttled *prometheus.Desc
+	lastEnd, lastResult, cleanAt, viewAge, lastPair, scheduleNext                                                                    *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*verifyCollector)(nil)
@@ -141,6 +141,8 @@ func newVerifyCollector(s *verify.Service) *verifyCollector {
 			"result (equal, different, failed, cancelled, skipped).", "trigger", "result"),
 		differences: d("differences_total", "Differing rows found by verification runs since start, by kind (missing, extra, differing; "+
 			"unlisted beyond the report's listed rows) and class (imported, post-import, cdc, diverged, unclassified).", "kind", "class"),
+		unconfirmed: d("unconfirmed_differences_total", "Rows found different at a snapshot pair and equal when read again at the same pair since start: "+
+			"a snapshot read that was not repeatable (a store anomaly, not a difference of the data; not in differences_total)."),
 		rows:      d("rows_checked_total", "Upstream rows compared by verification runs since start."),
 		chunks:    d("chunks_total", "Chunk comparisons since start, by result (equal, different, failed).", "result"),
 		chunkTime: d("chunk_duration_seconds", "How long each chunk comparison took."),
@@ -164,7 +166,7 @@ func newVerifyCollector(s *verify.Service) *verifyCollector {
 
 // Describe implements prometheus.Collector.
 func (c *verifyCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.freshness, c.covered, c.runs, c.differences, c.rows, c.chunks, c.chunkTime, c.pairs,
+	for _, d := range []*prometheus.Desc{c.freshness, c.covered, c.runs, c.differences, c.unconfirmed, c.rows, c.chunks, c.chunkTime, c.pairs,
 		c.rotations, c.passed, c.pause, c.running, c.throttled, c.lastEnd, c.lastResult, c.cleanAt, c.viewAge, c.lastPair, c.scheduleNext} {
 		ch <- d
 	}
@@ -215,6 +217,7 @@ func (c *verifyCollector) Collect(ch chan<- prometheus.Metric) {
 	for k, n := range diffs {
 		ctr(c.differences, float64(n), k[0], k[1])
 	}
+	ctr(c.unconfirmed, float64(st.Unconfirmed))
 	ctr(c.rows, float64(st.RowsChecked))
 	for _, res := range []string{checker.ChunkEqual, checker.ChunkDifferent, checker.ChunkFailed} {
 		ctr(c.chunks, float64(st.Chunks[res]), res)

@@ -1189,7 +1189,10 @@ type Diff struct {
 	// Set while the run is queued or running.
 	Progress *DiffProgress `protobuf:"bytes,21,opt,name=progress,proto3" json:"progress,omitempty"`
 	// Why the run failed; never contains row values or secrets.
-	Error         string `protobuf:"bytes,22,opt,name=error,proto3" json:"error,omitempty"`
+	Error string `protobuf:"bytes,22,opt,name=error,proto3" json:"error,omitempty"`
+	// Rows found different at a pair and equal when read again at the same pair: a
+	// snapshot read that was not repeatable (a store anomaly). Not in differences.
+	Unconfirmed   int64 `protobuf:"varint,23,opt,name=unconfirmed,proto3" json:"unconfirmed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1376,6 +1379,13 @@ func (x *Diff) GetError() string {
 		return x.Error
 	}
 	return ""
+}
+
+func (x *Diff) GetUnconfirmed() int64 {
+	if x != nil {
+		return x.Unconfirmed
+	}
+	return 0
 }
 
 // TableResult is one table's outcome in a run. OUTPUT_ONLY.
@@ -3098,7 +3108,7 @@ const file_parity_v1_parity_proto_rawDesc = "" +
 	"\x0fposition_source\x18\x04 \x01(\tR\x0epositionSource\x12/\n" +
 	"\x05pause\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x05pause\x12;\n" +
 	"\vcreate_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"createTime\"\xbb\a\n" +
+	"createTime\"\xdd\a\n" +
 	"\x04Diff\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x15\n" +
 	"\x06run_id\x18\x02 \x01(\tR\x05runId\x12\x18\n" +
@@ -3123,7 +3133,8 @@ const file_parity_v1_parity_proto_rawDesc = "" +
 	"\x05pairs\x18\x13 \x03(\v2\x18.parity.v1.SnapshotPointR\x05pairs\x12;\n" +
 	"\rtable_results\x18\x14 \x03(\v2\x16.parity.v1.TableResultR\ftableResults\x123\n" +
 	"\bprogress\x18\x15 \x01(\v2\x17.parity.v1.DiffProgressR\bprogress\x12\x14\n" +
-	"\x05error\x18\x16 \x01(\tR\x05error\x1aE\n" +
+	"\x05error\x18\x16 \x01(\tR\x05error\x12 \n" +
+	"\vunconfirmed\x18\x17 \x01(\x03R\vunconfirmed\x1aE\n" +
 	"\x17DifferencesByClassEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xac\x01\n" +
