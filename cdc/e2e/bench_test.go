@@ -413,7 +413,7 @@ func BenchmarkApplierUpdate(b *testing.B) {
 }
 
 // BenchmarkApplierLedger: the insert changefeed applied with the dirty-key ledger off and
-// on, in PARITY_BENCH_LEDGER_PAIRS pairs (default 3) whose order alternates (off, on; on,
+// on, in PARITY_BENCH_LEDGER_PAIRS pairs (default 5) whose order alternates (off, on; on,
 // off; ...), each arm with PARITY_BENCH_ROWS/2 rows; prints the ledger's cost (#17 target:
 // at most 15 % fewer rows/s) per pair and as the median over the pairs. On a machine
 // whose MariaDB speed moves between runs (this one's raw INSERT baseline moves 68-99k
@@ -421,7 +421,7 @@ func BenchmarkApplierUpdate(b *testing.B) {
 // arm's own raw baseline (measured around it): 1 - (on/raw_on) / (off/raw_off), the
 // applier's share of what the fallback could take, with and without the ledger.
 func BenchmarkApplierLedger(b *testing.B) {
-	pairs := 3
+	pairs := 5
 	if v := os.Getenv("PARITY_BENCH_LEDGER_PAIRS"); v != "" {
 		if _, err := fmt.Sscan(v, &pairs); err != nil || pairs < 1 {
 			b.Fatalf("PARITY_BENCH_LEDGER_PAIRS=%q: want a positive number", v)
