@@ -64,7 +64,7 @@ soak-serve: env-up ## parity serve with continuous verification at a steady load
 		rc=$$?; echo "the whole output, with parity serve's log on a failure: var/soak-serve.log"; exit $$rc
 
 .PHONY: bench
-bench: env-up build ## performance targets, each printed against its baseline (20-30 minutes)
+bench: env-up build ## performance targets, each printed against its baseline (25-35 minutes)
 	@echo "== open-protocol decoder: MB/s and events/s, ratio against encoding/json"
 	$(ENV) $(GO) test -run='^$$' -bench=. -benchmem ./cdc/open/
 	@echo "== applier: rows/s against raw multi-row INSERTs, p99 lag at 5,000 rows/s"
