@@ -462,10 +462,16 @@ delete.topic.enable=true
 		t.Fatal(err)
 	}
 	cp := filepath.Join(libs, "*")
-	var uuid [16]byte
-	_, _ = rand.Read(uuid[:])
+	// A cluster id starting with '-' reads as an option to the tool's argument parser
+	// (1 in 64 random ids): drawn again, as Kafka's own Uuid.randomUuid does.
+	clusterID := "-"
+	for strings.HasPrefix(clusterID, "-") {
+		var uuid [16]byte
+		_, _ = rand.Read(uuid[:])
+		clusterID = base64.RawURLEncoding.EncodeToString(uuid[:])
+	}
 	format := exec.Command(java, "-cp", cp, "-Dlog4j.configuration=file:"+log4j, "kafka.tools.StorageTool", "format",
-		"-t", base64.RawURLEncoding.EncodeToString(uuid[:]), "-c", cfgPath)
+		"-t", clusterID, "-c", cfgPath)
 	if out, err := format.CombinedOutput(); err != nil {
 		t.Fatalf("kafka storage format: %v\n%s", err, out)
 	}
