@@ -116,6 +116,8 @@ type CutoverResult struct {
 	Differences  []checker.StoredDifference
 	ByClass      map[string]int64
 	Waited       time.Duration
+	// Unconfirmed: rows different when first read at the pair, equal when read again.
+	Unconfirmed int64
 }
 
 // CutoverTable is one table's evidence.

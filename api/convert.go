@@ -213,7 +213,7 @@ func repairProto(r RepairResult) *parityv1.RepairResponse {
 
 func cutoverProto(r CutoverResult) *parityv1.CutoverCheckResponse {
 	out := &parityv1.CutoverCheckResponse{Passed: r.Passed, Failures: r.Failures, UpstreamTs: r.UpstreamTS, Diff: diffName(r.RunID),
-		KeysVerified: r.KeysVerified, DifferencesByClass: maps.Clone(r.ByClass), Waited: durationpb.New(r.Waited)}
+		KeysVerified: r.KeysVerified, DifferencesByClass: maps.Clone(r.ByClass), Waited: durationpb.New(r.Waited), Unconfirmed: r.Unconfirmed}
 	if r.Pair.TS != 0 {
 		out.Pair = pointProto(r.Pair)
 	}

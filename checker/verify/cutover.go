@@ -83,6 +83,10 @@ type CutoverResult struct {
 	KeysVerified int64
 	Differences  []checker.StoredDifference
 	ByClass      map[string]int64
+	// Unconfirmed counts rows found different at the pair and equal when read again at
+	// it: a snapshot read that was not repeatable (not differences; the check's result
+	// stands, but the store deserves a look before cutting over).
+	Unconfirmed int64
 }
 
 // CutoverTable is one table's evidence in a cutover check.
@@ -222,6 +226,7 @@ func (s *Service) CutoverCheck(ctx context.Context, req CutoverRequest) (Cutover
 	}
 	res.KeysVerified = rec.RowsChecked
 	res.ByClass = rec.DifferencesByClass
+	res.Unconfirmed = rec.Unconfirmed
 	for _, tr := range rec.Tables {
 		name := tr.Schema + "." + tr.Table
 		i, ok := byName[name]
@@ -265,7 +270,7 @@ func (s *Service) CutoverCheck(ctx context.Context, req CutoverRequest) (Cutover
 	}
 	res.Passed = rec.Result == ResultEqual && len(res.Failures) == 0
 	attrs := []any{"run_id", rec.RunID, "passed", res.Passed, "pair_ts", res.Pair.TS, "since_ts", since,
-		"keys", res.KeysVerified, "differences", rec.Differences, "waited", res.Waited.Round(time.Millisecond)}
+		"keys", res.KeysVerified, "differences", rec.Differences, "unconfirmed", rec.Unconfirmed, "waited", res.Waited.Round(time.Millisecond)}
 	if res.Passed {
 		log.Info("cutover check passed", attrs...)
 	} else {

@@ -170,7 +170,7 @@ func (a *apiVerification) CutoverCheck(ctx context.Context, req api.CutoverReque
 	}
 	out := api.CutoverResult{Passed: r.Passed, Failures: r.Failures, UpstreamTS: r.UpstreamTS, RunID: r.RunID,
 		Pair:         api.Point{TS: r.Pair.TS, Position: r.Pair.Position, Source: r.Pair.Source, Pause: r.Pair.Pause, CreatedAt: r.Pair.CreatedAt},
-		KeysVerified: r.KeysVerified, Differences: r.Differences, ByClass: r.ByClass, Waited: r.Waited}
+		KeysVerified: r.KeysVerified, Differences: r.Differences, ByClass: r.ByClass, Waited: r.Waited, Unconfirmed: r.Unconfirmed}
 	for _, t := range r.Tables {
 		out.Tables = append(out.Tables, api.CutoverTable{Table: t.Table, LastFullRunID: t.LastFullRunID, LastFullAge: t.LastFullAge,
 			SinceTS: t.SinceTS, KeysVerified: t.KeysVerified, Differences: t.Differences, Result: t.Result})

@@ -128,6 +128,9 @@ func printCutover(w io.Writer, r *parityv1.CutoverCheckResponse) error {
 		fmt.Fprintf(tw, " (%s)", fmtByClass(r.GetDifferencesByClass()))
 	}
 	fmt.Fprintln(tw)
+	if u := r.GetUnconfirmed(); u > 0 {
+		fmt.Fprintf(tw, "unconfirmed:\t%d rows different when first read at the pair, equal when read again at it: a snapshot read that was not repeatable (see the runbook's ParitySnapshotReadNotRepeatable before cutting over)\n", u)
+	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}

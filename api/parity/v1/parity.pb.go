@@ -2827,7 +2827,11 @@ type CutoverCheckResponse struct {
 	Differences        []*Difference    `protobuf:"bytes,8,rep,name=differences,proto3" json:"differences,omitempty"`
 	DifferencesByClass map[string]int64 `protobuf:"bytes,9,rep,name=differences_by_class,json=differencesByClass,proto3" json:"differences_by_class,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	// How long the call waited for upstream_ts to be applied.
-	Waited        *durationpb.Duration `protobuf:"bytes,10,opt,name=waited,proto3" json:"waited,omitempty"`
+	Waited *durationpb.Duration `protobuf:"bytes,10,opt,name=waited,proto3" json:"waited,omitempty"`
+	// Rows found different at the pair and equal when read again at the same pair: a
+	// snapshot read that was not repeatable (a store anomaly; not differences, and not a
+	// failure of the check, but worth a look before cutting over).
+	Unconfirmed   int64 `protobuf:"varint,11,opt,name=unconfirmed,proto3" json:"unconfirmed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2930,6 +2934,13 @@ func (x *CutoverCheckResponse) GetWaited() *durationpb.Duration {
 		return x.Waited
 	}
 	return nil
+}
+
+func (x *CutoverCheckResponse) GetUnconfirmed() int64 {
+	if x != nil {
+		return x.Unconfirmed
+	}
+	return 0
 }
 
 // CutoverTable is one table's evidence in a cutover check. OUTPUT_ONLY.
@@ -3249,7 +3260,7 @@ const file_parity_v1_parity_proto_rawDesc = "" +
 	"\x06tables\x18\x04 \x03(\tR\x06tables\x12<\n" +
 	"\fwait_timeout\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\vwaitTimeoutB\n" +
 	"\n" +
-	"\bupstream\"\xa1\x04\n" +
+	"\bupstream\"\xc3\x04\n" +
 	"\x14CutoverCheckResponse\x12\x16\n" +
 	"\x06passed\x18\x01 \x01(\bR\x06passed\x12\x1a\n" +
 	"\bfailures\x18\x02 \x03(\tR\bfailures\x12\x1f\n" +
@@ -3262,7 +3273,8 @@ const file_parity_v1_parity_proto_rawDesc = "" +
 	"\vdifferences\x18\b \x03(\v2\x15.parity.v1.DifferenceR\vdifferences\x12i\n" +
 	"\x14differences_by_class\x18\t \x03(\v27.parity.v1.CutoverCheckResponse.DifferencesByClassEntryR\x12differencesByClass\x121\n" +
 	"\x06waited\x18\n" +
-	" \x01(\v2\x19.google.protobuf.DurationR\x06waited\x1aE\n" +
+	" \x01(\v2\x19.google.protobuf.DurationR\x06waited\x12 \n" +
+	"\vunconfirmed\x18\v \x01(\x03R\vunconfirmed\x1aE\n" +
 	"\x17DifferencesByClassEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\x83\x02\n" +
