@@ -82,26 +82,13 @@ func (rc *rechecker) run(ctx context.Context, readEnd time.Time) error {
 		rc.track.progress(true, 0)
 		rc.log.Info("re-checking differences", "round", round, "differences", pending,
 			"since_read", time.Since(readEnd).Round(time.Millisecond))
-		g, gctx := errgroup.WithContext(ctx)
-		g.SetLimit(rc.cfg.Concurrency)
-		var resolvedTotal atomic.Int64
-		for _, t := range todo {
-			g.Go(func() error {
-				resolved, err := rc.table(gctx, t)
-				if err != nil {
-					return fmt.Errorf("re-check %s: %w", t.name, err)
-				}
-				rc.track.resolve(t.idx, resolved)
-				resolvedTotal.Add(resolved)
-				return nil
-			})
-		}
-		if err := g.Wait(); err != nil {
+		resolved, err := rc.readAgain(ctx, todo)
+		if err != nil {
 			return err
 		}
 		rc.track.rechecked(round)
 		rc.track.progress(true, 0)
-		rc.log.Info("re-check round done", "round", round, "resolved", resolvedTotal.Load(), "remaining", pending-resolvedTotal.Load(),
+		rc.log.Info("re-check round done", "round", round, "resolved", resolved, "remaining", pending-resolved,
 			"elapsed", time.Since(start).Round(time.Millisecond))
 		readEnd = time.Now()
 	}
@@ -113,9 +100,8 @@ func (rc *rechecker) run(ctx context.Context, readEnd time.Time) error {
 func confirmEnabled(pair *sourcePair) bool { return pair.atSnapshot() }
 
 // confirm reads the differences this process found again at the same pair (see the
-// file comment).
+// file comment); rc is confirming.
 func (rc *rechecker) confirm(ctx context.Context) error {
-	rc.confirming = true
 	pending, _ := rc.track.pending()
 	var todo []*target
 	for _, t := range pending {
@@ -128,18 +114,34 @@ func (rc *rechecker) confirm(ctx context.Context) error {
 	}
 	start := time.Now()
 	rc.log.Info("confirming differences at the snapshot pair", "tables", len(todo))
+	gone, err := rc.readAgain(ctx, todo)
+	if err != nil {
+		return err
+	}
+	rc.log.Info("differences confirmed", "unconfirmed", gone, "elapsed", time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+// readAgain reads the stored differences of tables again (rc.table), Concurrency tables
+// at a time, counts the rows no longer different in the tracker (resolved, or
+// unconfirmed when confirming) and returns them in all.
+func (rc *rechecker) readAgain(ctx context.Context, tables []*target) (int64, error) {
+	what := "re-check"
+	if rc.confirming {
+		what = "confirm"
+	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(rc.cfg.Concurrency)
-	var gone atomic.Int64
-	for _, t := range todo {
+	var total atomic.Int64
+	for _, t := range tables {
 		g.Go(func() error {
 			n, err := rc.table(gctx, t)
 			if err != nil {
-				return fmt.Errorf("confirm %s: %w", t.name, err)
+				return fmt.Errorf("%s %s: %w", what, t.name, err)
 			}
-			rc.track.unconfirm(t.idx, n)
-			gone.Add(n)
-			if n > 0 {
+			rc.track.gone(t.idx, n, rc.confirming)
+			total.Add(n)
+			if rc.confirming && n > 0 {
 				// A store anomaly, not a data difference: said loudly, counted, not reported.
 				rc.log.Warn("differences gone when read again at the same snapshot pair: a snapshot read was not repeatable; not reported",
 					"table", t.name, "unconfirmed", n, "upstream_snapshot", rc.cmp.pair.snapshot[Upstream],
@@ -148,11 +150,8 @@ func (rc *rechecker) confirm(ctx context.Context) error {
 			return nil
 		})
 	}
-	if err := g.Wait(); err != nil {
-		return err
-	}
-	rc.log.Info("differences confirmed", "unconfirmed", gone.Load(), "elapsed", time.Since(start).Round(time.Millisecond))
-	return nil
+	err := g.Wait()
+	return total.Load(), err
 }
 
 // wait waits until the differences read before readEnd are due for a re-check:

@@ -217,7 +217,7 @@ func (r *runner) run(ctx context.Context) error {
 		// At a snapshot pair: the differences found are read again at the same pair
 		// before they are reported (recheck.go).
 		r.track.enter(PhaseConfirming)
-		if err := (&rechecker{cfg: r.cfg, log: r.log, st: r.st, cmp: r.cmp, track: r.track}).confirm(ctx); err != nil {
+		if err := (&rechecker{cfg: r.cfg, log: r.log, st: r.st, cmp: r.cmp, track: r.track, confirming: true}).confirm(ctx); err != nil {
 			return err
 		}
 	}

@@ -247,22 +247,18 @@ func (tk *tracker) pending() (tables []*target, rows int64) {
 	return tables, rows
 }
 
-// resolve counts rows of a table that the re-check found equal.
-func (tk *tracker) resolve(table int, rows int64) {
+// gone counts rows of a table found equal when read again: resolved by the re-check, or
+// unconfirmed when read again at the same pair (the confirmation).
+func (tk *tracker) gone(table int, rows int64, unconfirmed bool) {
 	tl := tk.tally(table)
 	tl.mu.Lock()
 	tl.differences -= rows
 	tl.mu.Unlock()
-	tk.resolved.Add(rows)
-}
-
-// unconfirm counts rows of a table that the confirmation found equal at the same pair.
-func (tk *tracker) unconfirm(table int, rows int64) {
-	tl := tk.tally(table)
-	tl.mu.Lock()
-	tl.differences -= rows
-	tl.mu.Unlock()
-	tk.unconfirmed.Add(rows)
+	if unconfirmed {
+		tk.unconfirmed.Add(rows)
+	} else {
+		tk.resolved.Add(rows)
+	}
 }
 
 // found records that this process found differences in a chunk of a table.
