@@ -393,7 +393,7 @@ func (s *Service) holdPoint(ctx context.Context, ts uint64) (Point, error) {
 	}
 	defer conn.Close()
 	p := Point{TS: ts}
-	err = s.deps.Applier.Barrier(ctx, ts, func(bctx context.Context) error {
+	err = checker.Hold(ctx, s.deps.Applier, ts, func(bctx context.Context) error {
 		start := time.Now()
 		defer func() { p.Pause = time.Since(start) }()
 		qctx, cancel := context.WithTimeout(bctx, min(s.cfg.QueryTimeout, 30*time.Second))

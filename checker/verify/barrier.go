@@ -19,12 +19,15 @@ var errPrepSlow = errors.New("the snapshot pair's connections were not ready in 
 // earlyBarrier holds the applier's barrier at ts from its creation, and runs in it the
 // function that OpenSnapshotPair later hands its Barrier. When the applier reaches ts
 // first it waits (at most maxWait) for that function: that wait is part of the pause.
+//
+// Barrier and close are called by one goroutine (the one opening the pair).
 type earlyBarrier struct {
 	ts     uint64
 	cancel context.CancelFunc
 	fns    chan func(context.Context) error // handed over while the applier holds ts
 	result chan error                       // the handed function's result
 	done   chan error                       // the applier's Barrier call ended
+	handed bool                             // a function was handed over and has returned
 	ended  bool                             // done was received
 	err    error                            // what done carried
 	pause  time.Duration                    // the applier held ts this long (set before done)
@@ -39,7 +42,9 @@ func holdAt(ctx context.Context, a checker.Barrierer, ts uint64, maxWait time.Du
 		result: make(chan error, 1), done: make(chan error, 1)}
 	// The goroutine ends when the applier's Barrier returns: close waits for it.
 	go func() {
-		e.done <- a.Barrier(ctx, ts, func(bctx context.Context) error {
+		// Hold: the pause is written before done is sent, even when close's cancel
+		// makes the applier's Barrier return while it still runs the function.
+		e.done <- checker.Hold(ctx, a, ts, func(bctx context.Context) error {
 			start := time.Now()
 			defer func() { e.pause = time.Since(start) }()
 			t := time.NewTimer(maxWait)
@@ -68,6 +73,7 @@ func (e *earlyBarrier) Barrier(ctx context.Context, ts uint64, fn func(ctx conte
 	}
 	select {
 	case e.fns <- fn:
+		e.handed = true
 		return <-e.result
 	case err := <-e.done:
 		e.ended, e.err = true, err
@@ -82,10 +88,17 @@ func (e *earlyBarrier) Barrier(ctx context.Context, ts uint64, fn func(ctx conte
 
 // close releases the barrier if it still waits, waits for the applier's Barrier call to
 // end and returns how long the applier held ts.
+//
+// A barrier whose function was handed over is not cancelled first: that function has
+// returned and the applier releases ts by itself, reporting its own outcome rather
+// than the cancellation's.
 func (e *earlyBarrier) close() time.Duration {
-	e.cancel()
+	if !e.handed {
+		e.cancel()
+	}
 	if !e.ended {
 		e.err, e.ended = <-e.done, true
 	}
+	e.cancel()
 	return e.pause
 }
