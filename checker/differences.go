@@ -136,3 +136,29 @@ func RunDifferences(ctx context.Context, db *sql.DB, metaSchema, runID string, t
 	}
 	return out, nil
 }
+
+// runTables are the checker's tables that hold a run's rows, each keyed by run_id,
+// children before diff_runs: a deletion stopped half-way leaves the run findable, and
+// deleting it again finishes it.
+var runTables = []string{"diff_difference_parts", "diff_differences", "diff_rechecks", "diff_chunks", "diff_tables", "diff_runs"}
+
+// DeleteRun deletes every row of the checker run runID from the meta schema (its chunks,
+// differences, re-checks, tables and the run); an unknown run deletes nothing. It does
+// not look at the run's state: the caller deletes runs that ended (verification's
+// history retention). Clean verifications (diff_verified) are kept: they record a
+// table's state, not the run's. It returns how many rows it deleted.
+func DeleteRun(ctx context.Context, db *sql.DB, metaSchema, runID string) (int64, error) {
+	s := &store{db: db, raw: metaSchema, schema: ident.Quote(metaSchema), runID: runID, tmo: time.Minute}
+	var n int64
+	for _, t := range runTables {
+		qctx, cancel := s.ctx(ctx)
+		res, err := db.ExecContext(qctx, s.q("DELETE FROM %s."+t+" WHERE run_id = ?"), runID)
+		cancel()
+		if err != nil {
+			return n, fmt.Errorf("deleting run %s from %s: %w", runID, t, err)
+		}
+		k, _ := res.RowsAffected()
+		n += k
+	}
+	return n, nil
+}

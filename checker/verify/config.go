@@ -97,6 +97,15 @@ type Config struct {
 	// ApplierConfig.TSMapInterval.
 	// Default: 1m
 	TSMapInterval time.Duration `toml:"ts-map-interval"`
+	// HistoryRetention: runs that ended longer ago than this are deleted from the
+	// history (<meta-schema>.verify_runs, its pairs and tables) with the checker's rows
+	// of those runs (their chunks and differences), checked every hour, so continuous
+	// and scheduled runs do not grow the fallback's meta schema without bound. The
+	// newest clean run over verify.tables is always kept (freshness starts from it);
+	// tables' clean verifications (diff_verified) are never deleted. 0 keeps every run;
+	// otherwise at least 1h.
+	// Default: 2160h (90 days)
+	HistoryRetention time.Duration `toml:"history-retention"`
 
 	// Instance names this daemon among the daemons that verify the same changefeed on
 	// the same fallback (active and standby): each fire of a schedule runs on the one
@@ -152,6 +161,7 @@ func DefaultConfig() Config {
 		MaxConnections:    2,
 		QueryTimeout:      5 * time.Minute,
 		TSMapInterval:     time.Minute,
+		HistoryRetention:  90 * 24 * time.Hour,
 	}
 }
 
@@ -203,6 +213,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxThreadsRunning < 0 {
 		bad("verify.max-threads-running", "must not be negative, got %d", c.MaxThreadsRunning)
+	}
+	if c.HistoryRetention != 0 && c.HistoryRetention < time.Hour {
+		bad("verify.history-retention", "must be 0 (keep every run) or at least 1h, got %v", c.HistoryRetention)
 	}
 	if c.QueryTimeout <= 0 {
 		bad("verify.query-timeout", "must be positive, got %v", c.QueryTimeout)

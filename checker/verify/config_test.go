@@ -60,6 +60,8 @@ func TestConfigValidate(t *testing.T) {
 			"verify.schedule[3].cron: required",
 			"verify.schedule[3].tables[0]: want schema.table",
 		}},
+		{"history retention", func(c *Config) { c.HistoryRetention = 30 * time.Minute },
+			[]string{"verify.history-retention: must be 0 (keep every run) or at least 1h, got 30m0s"}},
 		{"instance too long", func(c *Config) { c.Instance = strings.Repeat("x", 129) }, []string{"verify.instance: longer than 128 bytes"}},
 		{"instance spaces", func(c *Config) { c.Instance = " a " }, []string{`verify.instance: " a " has leading or trailing space`}},
 		{"wiring", func(c *Config) { c.Changefeed, c.UpstreamDSN, c.DownstreamDSN, c.MetaSchema = "", "", "x", "" },

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tidb-parity/parity/checker"
 	"github.com/tidb-parity/parity/internal/ident"
 	"github.com/tidb-parity/parity/internal/metaschema"
 )
@@ -307,7 +308,7 @@ func (h *history) lastClean(ctx context.Context, patterns []string) (*RunRecord,
 	var r RunRecord
 	var fin sql.NullTime
 	err := h.db.QueryRowContext(qctx, h.q("SELECT run_id, first_ts, finished_at FROM %s."+RunsTable+
-		" WHERE changefeed=? AND scope IN (?, ?) AND result=? AND tables=? ORDER BY first_ts DESC LIMIT 1"),
+		" WHERE changefeed=? AND scope IN (?, ?) AND result=? AND tables=? ORDER BY first_ts DESC, started_at DESC LIMIT 1"),
 		h.changefeed, ScopeFull, ScopeCDC, ResultEqual, patternsText(patterns)).Scan(&r.RunID, &r.FirstTS, &fin)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
@@ -405,4 +406,66 @@ func (h *history) details(ctx context.Context, r *RunRecord) error {
 		r.Tables = append(r.Tables, t)
 	}
 	return rows.Err()
+}
+
+// pruneBatch bounds the runs one query of prune selects; prune goes on until none is left.
+const pruneBatch = 100
+
+// prune deletes the runs of the changefeed that finished before horizon, except the run
+// keep, with the checker runs of their tables (checker.DeleteRun), and returns how many
+// runs it deleted. Each table of a run has its own checker run (run.go starts one per
+// table and run), so no other run's rows go with them. The history row goes last: a
+// prune stopped half-way is finished by the next.
+func (h *history) prune(ctx context.Context, metaSchema string, horizon time.Time, keep string) (int, error) {
+	total := 0
+	for {
+		ids, err := h.column(ctx, "SELECT run_id FROM %s."+RunsTable+" WHERE changefeed=? AND state<>? AND finished_at IS NOT NULL AND finished_at < ? AND run_id<>? ORDER BY finished_at LIMIT "+strconv.Itoa(pruneBatch),
+			h.changefeed, StateRunning, horizon.UTC(), keep)
+		if err != nil {
+			return total, fmt.Errorf("listing runs past the history's retention: %w", err)
+		}
+		for _, id := range ids {
+			diffIDs, err := h.column(ctx, "SELECT DISTINCT diff_run_id FROM %s."+TablesTable+" WHERE run_id=? AND diff_run_id<>''", id)
+			if err != nil {
+				return total, fmt.Errorf("reading the checker runs of run %s: %w", id, err)
+			}
+			for _, d := range diffIDs {
+				dctx, cancel := context.WithTimeout(ctx, h.timeout)
+				_, err := checker.DeleteRun(dctx, h.db, metaSchema, d)
+				cancel()
+				if err != nil {
+					return total, fmt.Errorf("pruning run %s: %w", id, err)
+				}
+			}
+			for _, t := range []string{TablesTable, PairsTable, RunsTable} {
+				if err := h.exec(ctx, "DELETE FROM %s."+t+" WHERE run_id=?", id); err != nil {
+					return total, fmt.Errorf("pruning run %s from %s: %w", id, t, err)
+				}
+			}
+			total++
+		}
+		if len(ids) < pruneBatch {
+			return total, nil
+		}
+	}
+}
+
+// column runs a query of one string column.
+func (h *history) column(ctx context.Context, q string, args ...any) ([]string, error) {
+	qctx, cancel := context.WithTimeout(ctx, h.timeout)
+	defer cancel()
+	rows, err := h.db.QueryContext(qctx, h.q(q), args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	return out, rows.Err()
 }

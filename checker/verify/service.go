@@ -296,9 +296,50 @@ func (s *Service) Run(ctx context.Context) error {
 	if s.cfg.ContinuousInterval > 0 {
 		g.Go(func() error { return s.continuousLoop(gctx, g) })
 	}
+	if s.cfg.HistoryRetention > 0 {
+		g.Go(func() error { return s.pruneLoop(gctx) })
+	}
 	err := g.Wait()
 	s.log.Info("verification service stopped")
 	return err
+}
+
+// pruneInterval spaces the pruning of the history (verify.history-retention).
+const pruneInterval = time.Hour
+
+// pruneLoop deletes the runs past verify.history-retention now and every pruneInterval
+// until ctx ends. A failure is logged and tried again at the next interval.
+func (s *Service) pruneLoop(ctx context.Context) error {
+	for {
+		s.pruneHistory(ctx)
+		if sleep(ctx, pruneInterval) != nil {
+			return nil
+		}
+	}
+}
+
+// pruneHistory deletes the runs that ended more than verify.history-retention ago,
+// keeping the newest clean run over verify.tables (freshness after a restart starts
+// from it).
+func (s *Service) pruneHistory(ctx context.Context) {
+	keep := ""
+	clean, err := s.hist.lastClean(ctx, s.cfg.Tables)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Warn("verification history not pruned", "err", err)
+		}
+		return
+	}
+	if clean != nil {
+		keep = clean.RunID
+	}
+	n, err := s.hist.prune(ctx, s.cfg.MetaSchema, time.Now().Add(-s.cfg.HistoryRetention), keep)
+	if n > 0 {
+		s.log.Info("pruned verification runs past the history's retention", "runs", n, "retention", s.cfg.HistoryRetention)
+	}
+	if err != nil && ctx.Err() == nil {
+		s.log.Warn("verification history not pruned", "err", err)
+	}
 }
 
 // open opens the service's pools (no connection yet).
