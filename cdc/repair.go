@@ -17,11 +17,11 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/tidb-parity/parity/cdc/open"
 	"github.com/tidb-parity/parity/cdc/upstream"
+	"github.com/tidb-parity/parity/internal/barrier"
 	"github.com/tidb-parity/parity/internal/ident"
 	"github.com/tidb-parity/parity/internal/metaschema"
 	"github.com/tidb-parity/parity/internal/tso"
@@ -243,37 +243,19 @@ func (r *Replicator) repairBatch(ctx context.Context, keys []RepairKey, dry bool
 		ts := r.applied
 		r.mu.Unlock()
 		// fn runs on the coordinator's goroutine and may still be running when Barrier
-		// returns (ctx ended): the outcome is handed over through done, and fn does
-		// nothing once Barrier has returned without it starting.
+		// returns (ctx ended): Hold waits for it, and fn never starts after that.
 		var (
-			mu        sync.Mutex
-			abandoned bool
-			started   bool
-			done      = make(chan struct{})
-			held      time.Time
+			bouts []RepairOutcome
+			held  time.Time
 		)
-		var bouts []RepairOutcome
-		berr := r.Barrier(ctx, ts, func(bctx context.Context) error {
-			mu.Lock()
-			if abandoned {
-				mu.Unlock()
-				return context.Canceled
-			}
-			started = true
-			mu.Unlock()
-			defer close(done)
+		ran, berr := barrier.Hold(ctx, r.Barrier, ts, func(bctx context.Context) error {
 			held = time.Now()
 			var ferr error
 			bouts, ferr = r.repairAt(bctx, ts, keys, dry)
 			pause = time.Since(held)
 			return ferr
 		})
-		mu.Lock()
-		abandoned = true
-		ran := started
-		mu.Unlock()
 		if ran {
-			<-done
 			return bouts, pause, passed, berr
 		}
 		if errors.Is(berr, ErrBarrierPassed) && passed < repairPassedRetries {

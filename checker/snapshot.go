@@ -13,9 +13,9 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"sync"
 	"time"
 
+	"github.com/tidb-parity/parity/internal/barrier"
 	"github.com/tidb-parity/parity/internal/position"
 	"github.com/tidb-parity/parity/internal/tso"
 )
@@ -25,42 +25,11 @@ import (
 // by the applier until fn returns. cdc.Replicator satisfies it.
 //
 // fn may run on another goroutine (the applier's), and Barrier may return ctx's error
-// as soon as ctx ends, while fn still finishes there: call it through Hold, which
-// waits for fn, when what fn touches is read or released after Barrier returns.
+// as soon as ctx ends, while fn still finishes there: call it through
+// internal/barrier.Hold, which waits for fn, when what fn touches is read or released
+// after Barrier returns.
 type Barrierer interface {
 	Barrier(ctx context.Context, ts uint64, fn func(ctx context.Context) error) error
-}
-
-// Hold runs fn inside b's barrier at ts and returns only once fn has ended or will
-// never start: a Barrier that returned early on ctx leaves fn running on the
-// applier's goroutine, and its caller would otherwise read what fn writes, or close
-// the connections fn uses, while fn still runs. fn does not start after that return.
-func Hold(ctx context.Context, b Barrierer, ts uint64, fn func(ctx context.Context) error) error {
-	var (
-		mu        sync.Mutex
-		abandoned bool
-		started   bool
-		done      = make(chan struct{})
-	)
-	err := b.Barrier(ctx, ts, func(bctx context.Context) error {
-		mu.Lock()
-		if abandoned {
-			mu.Unlock()
-			return context.Canceled
-		}
-		started = true
-		mu.Unlock()
-		defer close(done)
-		return fn(bctx)
-	})
-	mu.Lock()
-	abandoned = true
-	ran := started
-	mu.Unlock()
-	if ran {
-		<-done
-	}
-	return err
 }
 
 // SnapshotPairConfig says where a snapshot pair reads.
@@ -162,7 +131,7 @@ func OpenSnapshotPair(ctx context.Context, b Barrierer, cfg SnapshotPairConfig) 
 		}
 		p.conns = append(p.conns, c)
 	}
-	err = Hold(ctx, b, cfg.TS, func(ctx context.Context) error {
+	_, err = barrier.Hold(ctx, b.Barrier, cfg.TS, func(ctx context.Context) error {
 		start := time.Now()
 		defer func() { p.Pause = time.Since(start) }()
 		ctx, cancel := context.WithTimeout(ctx, cfg.QueryTimeout)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/tidb-parity/parity/checker"
+	"github.com/tidb-parity/parity/internal/barrier"
 	"github.com/tidb-parity/parity/internal/position"
 	"github.com/tidb-parity/parity/internal/tso"
 )
@@ -393,7 +394,7 @@ func (s *Service) holdPoint(ctx context.Context, ts uint64) (Point, error) {
 	}
 	defer conn.Close()
 	p := Point{TS: ts}
-	err = checker.Hold(ctx, s.deps.Applier, ts, func(bctx context.Context) error {
+	_, err = barrier.Hold(ctx, s.deps.Applier.Barrier, ts, func(bctx context.Context) error {
 		start := time.Now()
 		defer func() { p.Pause = time.Since(start) }()
 		qctx, cancel := context.WithTimeout(bctx, min(s.cfg.QueryTimeout, 30*time.Second))

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tidb-parity/parity/checker"
+	"github.com/tidb-parity/parity/internal/barrier"
 )
 
 // errPrepSlow releases an early barrier whose pair was not ready in time.
@@ -44,7 +45,7 @@ func holdAt(ctx context.Context, a checker.Barrierer, ts uint64, maxWait time.Du
 	go func() {
 		// Hold: the pause is written before done is sent, even when close's cancel
 		// makes the applier's Barrier return while it still runs the function.
-		e.done <- checker.Hold(ctx, a, ts, func(bctx context.Context) error {
+		_, err := barrier.Hold(ctx, a.Barrier, ts, func(bctx context.Context) error {
 			start := time.Now()
 			defer func() { e.pause = time.Since(start) }()
 			t := time.NewTimer(maxWait)
@@ -60,6 +61,7 @@ func holdAt(ctx context.Context, a checker.Barrierer, ts uint64, maxWait time.Du
 				return bctx.Err()
 			}
 		})
+		e.done <- err
 	}()
 	return e
 }

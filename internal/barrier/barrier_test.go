@@ -1,4 +1,4 @@
-package checker
+package barrier
 
 import (
 	"context"
@@ -6,9 +6,13 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 )
 
-// earlyReturner keeps Barrierer's contract the way cdc.Replicator does: fn runs on
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// earlyReturner keeps the barrier's contract the way cdc.Replicator does: fn runs on
 // the applier's goroutine, started when start is closed, and Barrier returns ctx's
 // error as soon as ctx ends, fn finished or not. ended, when set, receives fn's result.
 type earlyReturner struct {
@@ -43,25 +47,30 @@ func TestHoldWaitsForFn(t *testing.T) {
 	close(a.start)
 	running, release := make(chan struct{}), make(chan struct{})
 	var wrote int
-	errc := make(chan error, 1)
+	type result struct {
+		ran bool
+		err error
+	}
+	res := make(chan result, 1)
 	go func() {
-		errc <- Hold(ctx, a, 1, func(context.Context) error {
+		ran, err := Hold(ctx, a.Barrier, 1, func(context.Context) error {
 			close(running)
 			<-release
 			wrote = 42
 			return nil
 		})
+		res <- result{ran, err}
 	}()
 	<-running
 	cancel() // Barrier returns now; fn is still running
 	select {
-	case err := <-errc:
-		t.Fatalf("Hold returned %v while fn still ran", err)
+	case r := <-res:
+		t.Fatalf("Hold returned %v while fn still ran", r.err)
 	case <-time.After(50 * time.Millisecond):
 	}
 	close(release)
-	if err := <-errc; !errors.Is(err, context.Canceled) {
-		t.Fatalf("Hold: %v, want context.Canceled", err)
+	if r := <-res; !r.ran || !errors.Is(r.err, context.Canceled) {
+		t.Fatalf("Hold: ran %v, %v; want ran, context.Canceled", r.ran, r.err)
 	}
 	if wrote != 42 {
 		t.Fatalf("fn's write not seen after Hold: %d", wrote)
@@ -72,8 +81,8 @@ func TestHoldWaitsForFn(t *testing.T) {
 	a = earlyReturner{start: make(chan struct{}), ended: make(chan error, 1)}
 	var ran atomic.Bool
 	cancel()
-	if err := Hold(ctx, a, 1, func(context.Context) error { ran.Store(true); return nil }); !errors.Is(err, context.Canceled) {
-		t.Fatalf("Hold with an ended context: %v", err)
+	if held, err := Hold(ctx, a.Barrier, 1, func(context.Context) error { ran.Store(true); return nil }); held || !errors.Is(err, context.Canceled) {
+		t.Fatalf("Hold with an ended context: ran %v, %v; want not ran, context.Canceled", held, err)
 	}
 	close(a.start)
 	if err := <-a.ended; !errors.Is(err, context.Canceled) {
