@@ -249,11 +249,16 @@ func (s *Service) Run(ctx context.Context) error {
 	if !s.started.CompareAndSwap(false, true) {
 		return errors.New("verify: Run called twice")
 	}
-	defer close(s.done)
+	defer func() {
+		// done first: a call arriving while the pools close is told the service is
+		// not running, not that its database is closed. close also closes the pools
+		// a failed open had opened.
+		close(s.done)
+		s.close()
+	}()
 	if err := s.open(); err != nil {
 		return err
 	}
-	defer s.close()
 	for {
 		err := s.setup(ctx)
 		if err == nil {
