@@ -280,23 +280,9 @@ func (h *history) ids(ctx context.Context, f ListFilter) ([]string, error) {
 	if !f.StartedBefore.IsZero() {
 		where, args = append(where, "started_at<?"), append(args, f.StartedBefore.UTC())
 	}
-	qctx, cancel := context.WithTimeout(ctx, h.timeout)
-	defer cancel()
-	rows, err := h.db.QueryContext(qctx, h.q("SELECT run_id FROM %s."+RunsTable+" WHERE "+strings.Join(where, " AND ")+
-		" ORDER BY started_at DESC, run_id DESC LIMIT ? OFFSET ?"), append(args, f.Limit, f.Offset)...)
+	ids, err := h.column(ctx, "SELECT run_id FROM %s."+RunsTable+" WHERE "+strings.Join(where, " AND ")+
+		" ORDER BY started_at DESC, run_id DESC LIMIT ? OFFSET ?", append(args, f.Limit, f.Offset)...)
 	if err != nil {
-		return nil, fmt.Errorf("reading the verification history: %w", err)
-	}
-	defer rows.Close()
-	var ids []string
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			return nil, fmt.Errorf("reading the verification history: %w", err)
-		}
-		ids = append(ids, id)
-	}
-	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("reading the verification history: %w", err)
 	}
 	return ids, nil
