@@ -1181,7 +1181,7 @@ type Diff struct {
 	TablesCompared int32                `protobuf:"varint,15,opt,name=tables_compared,json=tablesCompared,proto3" json:"tables_compared,omitempty"`
 	RowsChecked    int64                `protobuf:"varint,16,opt,name=rows_checked,json=rowsChecked,proto3" json:"rows_checked,omitempty"`
 	Differences    int64                `protobuf:"varint,17,opt,name=differences,proto3" json:"differences,omitempty"`
-	// Differing rows by class: imported, post-import, cdc, diverged, unclassified.
+	// Differing rows by class: bypass, imported, post-import, cdc, diverged, unclassified.
 	DifferencesByClass map[string]int64 `protobuf:"bytes,18,rep,name=differences_by_class,json=differencesByClass,proto3" json:"differences_by_class,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	// The snapshot pairs the run used, in order.
 	Pairs        []*SnapshotPoint `protobuf:"bytes,19,rep,name=pairs,proto3" json:"pairs,omitempty"`
@@ -2076,7 +2076,7 @@ type Difference struct {
 	// schema.table (upstream names).
 	Table string         `protobuf:"bytes,1,opt,name=table,proto3" json:"table,omitempty"`
 	Kind  DifferenceKind `protobuf:"varint,2,opt,name=kind,proto3,enum=parity.v1.DifferenceKind" json:"kind,omitempty"`
-	// imported, post-import, cdc, diverged, unclassified.
+	// bypass, imported, post-import, cdc, diverged, unclassified.
 	Class string `protobuf:"bytes,3,opt,name=class,proto3" json:"class,omitempty"`
 	// The key as column=literal pairs, as report.json shows it.
 	Key        string   `protobuf:"bytes,4,opt,name=key,proto3" json:"key,omitempty"`
