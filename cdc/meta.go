@@ -350,6 +350,19 @@ func (m *meta) mark(ctx context.Context, tx *sql.Tx, writer string) error {
 	return nil
 }
 
+// markDDL marks conn as the connection of parity's next DDL (bypasslog.MarkDDLSQL): a
+// DDL is its own transaction and cannot carry the marker row itself.
+func (m *meta) markDDL(ctx context.Context, conn *sql.Conn) error {
+	var id uint64
+	if err := conn.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&id); err != nil {
+		return fmt.Errorf("marking the DDL's connection: %w", err)
+	}
+	if _, err := conn.ExecContext(ctx, m.q(bypasslog.MarkDDLSQL), m.changefeed, id); err != nil {
+		return fmt.Errorf("marking the DDL's connection: %w", err)
+	}
+	return nil
+}
+
 // execMarked runs one statement in a transaction that writer's marker opens (after the
 // lease's fence with ha).
 func (m *meta) execMarked(ctx context.Context, db *sql.DB, writer, q string, args []any) error {

@@ -1026,6 +1026,9 @@ func (c *coordinator) execDDL(ctx context.Context, d *pendingDDL) error {
 		if err := c.meta.fence(ctx, conn); err != nil {
 			return err
 		}
+		if err := c.meta.markDDL(ctx, conn); err != nil {
+			return err
+		}
 		_, err = conn.ExecContext(ctx, tr.SQL)
 		if err != nil && (attempt > 1 || d.ev.CommitTs == c.startTs) && alreadyApplied(err) {
 			// The statement ran before a crash (or a lost connection) but was not

@@ -455,7 +455,7 @@ func (r *runner) readBypass(ctx context.Context, t *target, until time.Time) ([]
 	read := func(ctx context.Context, q Querier) ([]bypasslog.Write, error) {
 		qctx, cancel := context.WithTimeout(ctx, r.cfg.QueryTimeout)
 		defer cancel()
-		return bypasslog.Read(qctx, q, r.cfg.Changefeed.MetaSchema, r.cfg.Changefeed.ID, t.stored.downSchema, t.stored.downName, until)
+		return bypasslog.Read(qctx, q, r.cfg.Changefeed.MetaSchema, r.cfg.Changefeed.ID, t.stored.downSchema, t.stored.downName, time.Time{}, until)
 	}
 	if r.st != nil && r.st.db != nil {
 		ws, err := read(ctx, r.st.db)

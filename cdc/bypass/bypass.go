@@ -27,6 +27,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -75,10 +76,20 @@ var bypassMigrations = []metaschema.Step{
 			updated_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6) ON UPDATE CURRENT_TIMESTAMP(6)
 		) ENGINE=InnoDB`,
 	}},
+	{Name: "bypass_coverage: where each stretch of continuous watching began", Stmts: []string{
+		`CREATE TABLE IF NOT EXISTS %s.` + bypasslog.CoverageTable + ` (
+			changefeed VARCHAR(128) NOT NULL,
+			since_time DATETIME(6) NOT NULL,
+			binlog_file VARCHAR(255) NOT NULL,
+			binlog_pos BIGINT UNSIGNED NOT NULL,
+			reason VARCHAR(255) NOT NULL,
+			PRIMARY KEY (changefeed, since_time)
+		) ENGINE=InnoDB`,
+	}},
 }
 
 func init() {
-	metaschema.Register(metaschema.Component{Name: "bypass", Tables: []string{bypasslog.WritesTable, bypasslog.PositionTable}, Steps: bypassMigrations})
+	metaschema.Register(metaschema.Component{Name: "bypass", Tables: []string{bypasslog.WritesTable, bypasslog.PositionTable, bypasslog.CoverageTable}, Steps: bypassMigrations})
 }
 
 // maxTxnChanges bounds the changes one transaction records (the rest are counted and
@@ -104,11 +115,25 @@ type Detection struct {
 type Status struct {
 	// State is starting, reading, reconnecting or stopped.
 	State string `json:"state"`
-	// Position is where the detector has read up to (binlog file:pos), GTID the last
-	// transaction read, EventTime its commit time.
+	// Position is where the detector has read up to (binlog file:pos; it advances with
+	// every transaction read), GTID the last transaction read, EventTime its commit time.
 	Position  string    `json:"position,omitempty"`
 	GTID      string    `json:"gtid,omitempty"`
 	EventTime time.Time `json:"event_time,omitzero"`
+	// BinlogEnd is the fallback's binlog end when it was last asked (every
+	// bypass.save-interval while reading); CaughtUpAt the last time the detector had
+	// read everything the binlog held (a time before which every transaction is read);
+	// LagSeconds is now - CaughtUpAt: it grows while the detector falls behind or cannot
+	// read at all (parity_bypass_lag_seconds).
+	BinlogEnd  string    `json:"binlog_end,omitempty"`
+	CaughtUpAt time.Time `json:"caught_up_at,omitzero"`
+	LagSeconds float64   `json:"lag_seconds"`
+	// WatchedSince starts the current stretch of continuous watching (the newest row of
+	// <meta>.bypass_coverage): writes before it may have been missed, and a cutover
+	// check does not vouch for a table whose window starts earlier. WatchedReason says
+	// why the stretch started there.
+	WatchedSince  time.Time `json:"watched_since,omitzero"`
+	WatchedReason string    `json:"watched_reason,omitempty"`
 	// Detections counts the changes recorded since the process started; Recent lists
 	// the latest ones, newest first.
 	Detections int64       `json:"detections"`
@@ -129,6 +154,8 @@ type Detector struct {
 	st      Status
 	byTable map[string]int64 // detections per schema.table since start (metrics)
 	up      bool
+	caught  chan struct{} // closed and replaced whenever CaughtUpAt moves (Cover waits on it)
+	started time.Time     // when Run started: the lag before the first catch-up counts from it
 }
 
 // New checks cfg; Run does the work.
@@ -143,7 +170,8 @@ func New(cfg Config, log *slog.Logger) (*Detector, error) {
 	if err != nil {
 		return nil, fmt.Errorf("downstream.dsn: %w", err)
 	}
-	return &Detector{cfg: cfg, log: log.With("component", "bypass"), my: my, st: Status{State: "starting"}, byTable: map[string]int64{}}, nil
+	return &Detector{cfg: cfg, log: log.With("component", "bypass"), my: my, st: Status{State: "starting"}, byTable: map[string]int64{},
+		caught: make(chan struct{}), started: time.Now()}, nil
 }
 
 // Status returns the detector's state.
@@ -152,7 +180,74 @@ func (d *Detector) Status() Status {
 	defer d.mu.Unlock()
 	s := d.st
 	s.Recent = slices.Clone(s.Recent)
+	s.LagSeconds = d.lagLocked(time.Now()).Seconds()
 	return s
+}
+
+// lagLocked is how long ago the detector last had read the whole binlog (since Run
+// started when it never had). d.mu is held.
+func (d *Detector) lagLocked(now time.Time) time.Duration {
+	from := d.st.CaughtUpAt
+	if from.IsZero() {
+		from = d.started
+	}
+	return max(0, now.Sub(from))
+}
+
+// ErrNotWatching is returned by Cover when the detector has no stretch of watching to
+// vouch for (it has not started reading yet).
+var ErrNotWatching = errors.New("the bypass detector is not watching the binlog yet")
+
+// Cover waits until the detector has read every transaction the fallback's binlog held
+// when Cover was called, with its detections saved, and returns what it vouches for:
+// the current stretch of watching (bypasslog.Coverage). It fails when ctx ends first
+// (the detector is behind or cannot read: the error says how far it had read).
+func (d *Detector) Cover(ctx context.Context) (bypasslog.Coverage, error) {
+	called := time.Now()
+	for {
+		d.mu.Lock()
+		st, ch := d.st, d.caught
+		d.mu.Unlock()
+		if st.CaughtUpAt.After(called) {
+			if st.WatchedSince.IsZero() {
+				return bypasslog.Coverage{}, ErrNotWatching
+			}
+			return bypasslog.Coverage{Since: st.WatchedSince, Reason: st.WatchedReason, Through: st.CaughtUpAt, ThroughPosition: st.BinlogEnd}, nil
+		}
+		select {
+		case <-ctx.Done():
+			msg := fmt.Sprintf("the bypass detector has not read the fallback's binlog up to its end (state %s, read up to %s, binlog end %s, last caught up %s)",
+				st.State, orNone(st.Position), orNone(st.BinlogEnd), orNever(st.CaughtUpAt))
+			if st.LastError != "" {
+				msg += ", last error: " + st.LastError
+			}
+			return bypasslog.Coverage{}, fmt.Errorf("%s: %w", msg, ctx.Err())
+		case <-ch:
+		}
+	}
+}
+
+// ceilMicro rounds t up to the microsecond (what DATETIME(6) keeps): a stretch of
+// watching never claims an instant before it began.
+func ceilMicro(t time.Time) time.Time {
+	if r := t.Truncate(time.Microsecond); !r.Equal(t) {
+		return r.Add(time.Microsecond)
+	}
+	return t
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
+}
+
+func orNever(t time.Time) string {
+	if t.IsZero() {
+		return "never"
+	}
+	return t.UTC().Format(time.RFC3339Nano)
 }
 
 func (d *Detector) setState(state string, err error) {
@@ -188,7 +283,7 @@ func (d *Detector) Run(ctx context.Context) error {
 	defer db.Close()
 	db.SetMaxOpenConns(2)
 	defer d.setState("stopped", nil)
-	s := &session{d: d, db: db, tables: map[[2]string]*tableInfo{}, metaSchemas: map[string]bool{}}
+	s := &session{d: d, db: db, tables: map[[2]string]*tableInfo{}, metaSchemas: map[string]bool{}, ddlThreads: map[uint32]bool{}}
 	flavor, err := s.checkServer(ctx)
 	if err != nil {
 		return err
@@ -200,23 +295,47 @@ func (d *Detector) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if !found {
+	cov, covered, err := s.loadCoverage(ctx)
+	if err != nil {
+		return err
+	}
+	switch {
+	case !found:
 		if pos, err = s.currentEnd(ctx); err != nil {
 			return err
 		}
+		reason := "first start"
+		if covered {
+			reason = "the saved binlog position was missing (deleted after a purge, or reset): the binlog since " + cov.Since.UTC().Format(time.RFC3339) + " was not all read"
+		}
+		cov = bypasslog.Coverage{Since: ceilMicro(pos.Time), SincePosition: pos.String(), Reason: reason}
 		// Saved before the first event is read: a restart resumes here, not at a later end.
-		if err := s.save(ctx, pos, nil); err != nil {
+		if err := s.save(ctx, pos, nil, &cov); err != nil {
 			return err
 		}
-		d.log.Info("bypass detection starts at the binlog's current end", "changefeed", d.cfg.Changefeed, "position", pos.String())
-	} else {
-		d.log.Info("bypass detection resumes", "changefeed", d.cfg.Changefeed, "position", pos.String(), "gtid", pos.GTID)
+		d.log.Info("bypass detection starts at the binlog's current end", "changefeed", d.cfg.Changefeed, "position", pos.String(), "reason", reason)
+	case !covered:
+		// A position saved by a release that did not record coverage: when its watching
+		// began is unknown, so it is vouched for from now.
+		end, err := s.currentEnd(ctx)
+		if err != nil {
+			return err
+		}
+		cov = bypasslog.Coverage{Since: ceilMicro(end.Time), SincePosition: pos.String(), Reason: "no coverage recorded before (an earlier release): watched from now"}
+		if err := s.save(ctx, pos, nil, &cov); err != nil {
+			return err
+		}
+		d.log.Info("bypass detection resumes; its coverage is recorded from now", "changefeed", d.cfg.Changefeed, "position", pos.String())
+	default:
+		d.log.Info("bypass detection resumes", "changefeed", d.cfg.Changefeed, "position", pos.String(), "gtid", pos.GTID,
+			"watched_since", cov.Since)
 	}
 	if err := s.loadLast(ctx); err != nil {
 		return err
 	}
 	d.mu.Lock()
 	d.st.Position, d.st.GTID, d.st.EventTime = pos.String(), pos.GTID, pos.Time
+	d.st.WatchedSince, d.st.WatchedReason = cov.Since, cov.Reason
 	d.mu.Unlock()
 	s.saved = pos
 	backoff := d.cfg.ReconnectBackoff
@@ -267,10 +386,16 @@ type session struct {
 	metaSchemas map[string]bool
 
 	read    position // the end of the last transaction read
+	seen    position // the end of the last event handled outside a transaction (at or after read)
 	saved   position
 	pending []change // detections not saved yet
 	dirty   bool     // read moved past saved by a transaction that was not the detector's own
 	lastSav time.Time
+	polled  time.Time // when the binlog's end was last asked
+
+	// ddlThreads are the connections parity marked for its DDL (bypasslog.MarkDDLSQL):
+	// the next DDL query event from one of them is parity's.
+	ddlThreads map[uint32]bool
 }
 
 // change is one detected row change, before it is saved.
@@ -368,6 +493,17 @@ func (s *session) loadPosition(ctx context.Context) (position, bool, error) {
 	return p, true, nil
 }
 
+// loadCoverage reads the current stretch of watching.
+func (s *session) loadCoverage(ctx context.Context) (bypasslog.Coverage, bool, error) {
+	ctx, cancel := s.qctx(ctx)
+	defer cancel()
+	c, ok, err := bypasslog.ReadCoverage(ctx, s.db, s.d.cfg.MetaSchema, s.d.cfg.Changefeed)
+	if err != nil {
+		return c, false, fmt.Errorf("bypass: %w", err)
+	}
+	return c, ok, nil
+}
+
 // loadLast reads the newest detection's time (for Status and the metric across restarts).
 func (s *session) loadLast(ctx context.Context) error {
 	ctx, cancel := s.qctx(ctx)
@@ -408,8 +544,9 @@ func (s *session) prune(ctx context.Context) error {
 	return err
 }
 
-// save records changes and the position after them in one transaction.
-func (s *session) save(ctx context.Context, pos position, changes []change) error {
+// save records changes and the position after them in one transaction, and cov as a new
+// stretch of watching when it is not nil.
+func (s *session) save(ctx context.Context, pos position, changes []change, cov *bypasslog.Coverage) error {
 	ctx, cancel := s.qctx(ctx)
 	defer cancel()
 	tx, err := s.db.BeginTx(ctx, nil)
@@ -456,6 +593,14 @@ func (s *session) save(ctx context.Context, pos position, changes []change) erro
 		s.d.cfg.Changefeed, pos.File, pos.Pos, pos.GTID, et); err != nil {
 		return fmt.Errorf("bypass: save the binlog position: %w", err)
 	}
+	if cov != nil {
+		file, p, _ := strings.Cut(cov.SincePosition, ":")
+		if _, err := tx.ExecContext(ctx, "INSERT INTO "+ident.Table(s.d.cfg.MetaSchema, bypasslog.CoverageTable)+
+			" (changefeed, since_time, binlog_file, binlog_pos, reason) VALUES (?, ?, ?, ?, ?)",
+			s.d.cfg.Changefeed, cov.Since.UTC().Format(bypasslog.TimeFormat), file, p, cov.Reason); err != nil {
+			return fmt.Errorf("bypass: record the start of watching: %w", err)
+		}
+	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("bypass: save detections: %w", err)
 	}
@@ -468,7 +613,7 @@ func (s *session) flush(ctx context.Context, force bool) error {
 	if len(s.pending) == 0 && (!s.dirty || (!force && time.Since(s.lastSav) < s.d.cfg.SaveInterval)) {
 		return nil
 	}
-	if err := s.save(ctx, s.read, s.pending); err != nil {
+	if err := s.save(ctx, s.read, s.pending, nil); err != nil {
 		return err
 	}
 	d := s.d
@@ -538,7 +683,7 @@ func (s *session) stream(ctx context.Context, flavor string, pos position) error
 	if err != nil {
 		return fmt.Errorf("start reading the binlog at %s: %w", pos, err)
 	}
-	s.read = pos
+	s.read, s.seen = pos, pos
 	d.setState("reading", nil)
 	file := pos.File
 	var cur *txn
@@ -556,6 +701,9 @@ func (s *session) stream(ctx context.Context, flavor string, pos position) error
 				if err := s.flush(ctx, false); err != nil {
 					return err
 				}
+				if err := s.poll(ctx, cur); err != nil {
+					return err
+				}
 				continue
 			}
 			return err
@@ -566,6 +714,7 @@ func (s *session) stream(ctx context.Context, flavor string, pos position) error
 			file = string(e.NextLogName)
 			if h.Timestamp != 0 || h.LogPos != 0 { // a real rotate: the next file starts
 				s.read = position{File: file, Pos: uint32(e.Position), GTID: s.read.GTID, Time: s.read.Time}
+				s.seen = s.read
 			}
 			continue
 		case *replication.MariadbGTIDEvent:
@@ -584,6 +733,14 @@ func (s *session) stream(ctx context.Context, flavor string, pos position) error
 			default: // DDL (its own transaction): forget what was read of the tables
 				clear(s.tables)
 				clear(s.metaSchemas)
+				if s.ddlThreads[e.SlaveProxyID] { // one mark, one DDL
+					delete(s.ddlThreads, e.SlaveProxyID)
+				} else {
+					if cur == nil {
+						cur = &txn{own: true}
+					}
+					s.ddl(ctx, cur, string(e.Schema), q)
+				}
 			}
 			s.commit(cur, file, h)
 			cur = nil
@@ -597,6 +754,9 @@ func (s *session) stream(ctx context.Context, flavor string, pos position) error
 			s.commit(cur, file, h)
 			cur = nil
 		default:
+			if cur == nil && h.LogPos != 0 { // between transactions (format description, GTID list, checkpoint, ...)
+				s.seen = position{File: file, Pos: h.LogPos, GTID: s.read.GTID, Time: s.read.Time}
+			}
 			continue
 		}
 		if len(s.pending) > 0 {
@@ -604,14 +764,115 @@ func (s *session) stream(ctx context.Context, flavor string, pos position) error
 				return err
 			}
 		}
+		if len(s.pending) == 0 {
+			s.seen = s.read
+		}
 		select {
 		case <-tick.C:
 			if err := s.flush(ctx, false); err != nil {
 				return err
 			}
+			if err := s.poll(ctx, cur); err != nil {
+				return err
+			}
 		default:
 		}
 	}
+}
+
+// poll asks the fallback where its binlog ends (at most every save-interval) and
+// publishes how far the detector has read: Status's position, the binlog's end, and,
+// when nothing it held is left unread and no detection is unsaved, the time it was
+// asked as CaughtUpAt (Cover's and the lag's reference). cur is the transaction being
+// read, if any.
+func (s *session) poll(ctx context.Context, cur *txn) error {
+	d := s.d
+	if time.Since(s.polled) < d.cfg.SaveInterval {
+		return nil
+	}
+	asked := time.Now()
+	end, err := s.currentEnd(ctx)
+	if err != nil {
+		return err
+	}
+	s.polled = asked
+	caught := cur == nil && len(s.pending) == 0 && !s.seen.before(end)
+	d.mu.Lock()
+	d.st.Position, d.st.GTID, d.st.EventTime = s.read.String(), s.read.GTID, s.read.Time
+	d.st.BinlogEnd = end.String()
+	if caught {
+		d.st.CaughtUpAt = asked
+		close(d.caught)
+		d.caught = make(chan struct{})
+	}
+	d.mu.Unlock()
+	return nil
+}
+
+// before reports whether p is an earlier place in the binlog than q: files compare by
+// their sequence number (the suffix after the last dot), then by position.
+func (p position) before(q position) bool {
+	if p.File != q.File {
+		pn, perr := strconv.ParseUint(p.File[strings.LastIndexByte(p.File, '.')+1:], 10, 64)
+		qn, qerr := strconv.ParseUint(q.File[strings.LastIndexByte(q.File, '.')+1:], 10, 64)
+		if perr != nil || qerr != nil {
+			return p.File < q.File
+		}
+		return pn < qn
+	}
+	return p.Pos < q.Pos
+}
+
+// ddlStmt finds the table a DDL statement changes: CREATE, ALTER, DROP, TRUNCATE or
+// RENAME TABLE, CREATE or DROP INDEX ... ON; the schema is optional, names may be
+// quoted with backticks.
+var ddlStmt = regexp.MustCompile(`(?is)^\s*(?:/\*.*?\*/\s*)*` +
+	`(?:TRUNCATE\s+(?:TABLE\s+)?` +
+	`|(?:CREATE|ALTER|DROP|RENAME)\s+(?:OR\s+REPLACE\s+)?(?:TEMPORARY\s+)?(?:(?:ONLINE|OFFLINE|IGNORE)\s+)*TABLE\s+(?:IF\s+(?:NOT\s+)?EXISTS\s+)?` +
+	`|(?:CREATE|DROP)\s+(?:(?:ONLINE|OFFLINE)\s+)?(?:(?:UNIQUE|FULLTEXT|SPATIAL)\s+)?INDEX\s+(?:IF\s+(?:NOT\s+)?EXISTS\s+)?\S+\s+ON\s+)` +
+	"(?:(`(?:[^`]|``)+`|[0-9A-Za-z_$]+)\\s*\\.\\s*)?(`(?:[^`]|``)+`|[0-9A-Za-z_$]+)")
+
+// ddl records a DDL statement of another connection than parity's as a detection of
+// kind ddl on the table it names, when that table is watched. A statement whose table
+// cannot be told (another kind of DDL) changes no replicated table's rows or columns
+// that way and is not recorded.
+func (s *session) ddl(ctx context.Context, cur *txn, schema, q string) {
+	m := ddlStmt.FindStringSubmatch(q)
+	if m == nil {
+		return
+	}
+	unquote := func(n string) string {
+		if strings.HasPrefix(n, "`") {
+			return strings.ReplaceAll(n[1:len(n)-1], "``", "`")
+		}
+		return n
+	}
+	if m[1] != "" {
+		schema = unquote(m[1])
+	}
+	table := unquote(m[2])
+	cur.own = false
+	if schema == "" || !s.watchedSchema(ctx, schema) {
+		return
+	}
+	text := q
+	if len(text) > 4096 {
+		text = text[:4096] + "…"
+	}
+	cur.rows = true
+	cur.changes = append(cur.changes, change{seq: len(cur.changes), schema: schema, table: table, kind: bypasslog.KindDDL, text: text})
+}
+
+// watchedSchema reports whether the tables of schema are replicated (watched).
+func (s *session) watchedSchema(ctx context.Context, schema string) bool {
+	if systemSchemas[strings.ToLower(schema)] || schema == s.d.cfg.MetaSchema {
+		return false
+	}
+	if len(s.d.cfg.Schemas) > 0 && !slices.Contains(s.d.cfg.Schemas, schema) {
+		return false
+	}
+	isMeta, err := s.isMetaSchema(ctx, schema)
+	return err != nil || !isMeta
 }
 
 func gtidOf(e *replication.GTIDEvent) string {
@@ -671,6 +932,7 @@ func (s *session) rows(ctx context.Context, cur *txn, h *replication.EventHeader
 		case bypasslog.MarkerTable:
 			cur.marked = true
 			cur.changes, cur.dropped = nil, 0
+			s.markDDLThreads(e)
 		case bypasslog.PositionTable, bypasslog.WritesTable:
 		default:
 			cur.own = false
@@ -718,6 +980,30 @@ func (s *session) rows(ctx context.Context, cur *txn, h *replication.EventHeader
 	for _, row := range e.Rows {
 		add(row, nil)
 	}
+}
+
+// markDDLThreads remembers the connection a marker row of parity's DDL names
+// (bypasslog.MarkDDLSQL: writer "ddl", writes the connection id).
+func (s *session) markDDLThreads(e *replication.RowsEvent) {
+	for _, row := range e.Rows {
+		if len(row) < 3 || text(row[0]) != s.d.cfg.Changefeed || text(row[1]) != bypasslog.DDLWriter {
+			continue
+		}
+		if id, err := strconv.ParseUint(fmt.Sprint(row[2]), 10, 32); err == nil {
+			s.ddlThreads[uint32(id)] = true
+		}
+	}
+}
+
+// text is a row event's string column as text.
+func text(v any) string {
+	switch v := v.(type) {
+	case string:
+		return v
+	case []byte:
+		return string(v)
+	}
+	return ""
 }
 
 // tableInfo is what the detector knows of a downstream table.

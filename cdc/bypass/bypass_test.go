@@ -76,7 +76,7 @@ func stored(t *testing.T, db *testenv.DB, meta, changefeed, schema, table string
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	ws, err := bypasslog.Read(ctx, db, meta, changefeed, schema, table, time.Now().Add(time.Hour))
+	ws, err := bypasslog.Read(ctx, db, meta, changefeed, schema, table, time.Time{}, time.Now().Add(time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,13 +1,15 @@
 package bypass
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Collector exports a Detector's state as Prometheus metrics.
 type Collector struct {
-	d                    *Detector
-	writes, last, upDesc *prometheus.Desc
+	d                         *Detector
+	writes, last, upDesc, lag *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*Collector)(nil)
@@ -16,7 +18,9 @@ var _ prometheus.Collector = (*Collector)(nil)
 // (row changes recorded since the process started, by schema.table),
 // parity_bypass_last_write_timestamp_seconds{changefeed} (binlog commit time of the
 // newest recorded change, kept across restarts; 0 when none) and
-// parity_bypass_up{changefeed} (1 while the binlog is being read).
+// parity_bypass_up{changefeed} (1 while the binlog is being read) and
+// parity_bypass_lag_seconds{changefeed} (how long ago the detector last had read
+// everything the fallback's binlog held: it grows while it falls behind or cannot read).
 func NewCollector(d *Detector) *Collector {
 	cf := prometheus.Labels{"changefeed": d.cfg.Changefeed}
 	return &Collector{
@@ -28,6 +32,8 @@ func NewCollector(d *Detector) *Collector {
 			"Binlog commit time of the newest recorded write that bypassed parity (0: none).", nil, cf),
 		upDesc: prometheus.NewDesc("parity_bypass_up",
 			"1 while the bypass detector reads the fallback's binlog, 0 while it reconnects or is stopped.", nil, cf),
+		lag: prometheus.NewDesc("parity_bypass_lag_seconds",
+			"Seconds since the bypass detector last had read everything the fallback's binlog held (asked every bypass.save-interval); grows while it falls behind or cannot read.", nil, cf),
 	}
 }
 
@@ -36,6 +42,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.writes
 	ch <- c.last
 	ch <- c.upDesc
+	ch <- c.lag
 }
 
 // Collect implements prometheus.Collector.
@@ -56,4 +63,5 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		up = 1
 	}
 	ch <- prometheus.MustNewConstMetric(c.upDesc, prometheus.GaugeValue, up)
+	ch <- prometheus.MustNewConstMetric(c.lag, prometheus.GaugeValue, d.lagLocked(time.Now()).Seconds())
 }

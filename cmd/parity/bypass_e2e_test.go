@@ -187,7 +187,7 @@ func TestBypassWritesUnderLiveLoad(t *testing.T) {
 	// Exactly the hand-written changes, each once, over the whole test.
 	var all []string
 	for _, table := range queryColumn(t, meta, "SELECT DISTINCT table_name FROM "+ident.Table(cfg.Applier.MetaSchema, bypasslog.WritesTable)) {
-		ws, err := bypasslog.Read(ctx, meta, cfg.Applier.MetaSchema, cfg.Changefeed.ID, db, table, time.Now().Add(time.Hour))
+		ws, err := bypasslog.Read(ctx, meta, cfg.Applier.MetaSchema, cfg.Changefeed.ID, db, table, time.Time{}, time.Now().Add(time.Hour))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -19,6 +19,12 @@
 // durable as the rows it marks: it survives restarts of parity and of the server, and a
 // crash cannot separate a row from its marker.
 //
+// A DDL is its own transaction and cannot carry a row of write_marker. Before executing
+// one, parity upserts the row (changefeed, "ddl", writes = the DDL connection's
+// CONNECTION_ID()) on the same connection (MarkDDLSQL): the detector then takes the DDL
+// query event whose thread id (its slave_proxy_id) is that one for parity's, and records
+// every other DDL on a watched table as a detection of kind "ddl".
+//
 // # The detections
 //
 //	bypass_writes (changefeed, binlog_file, binlog_pos, seq, gtid, server_id, event_time,
@@ -29,7 +35,8 @@
 // binlog_file and binlog_pos are where the transaction ends (its commit event's end,
 // the position to resume after it), seq the change's place in the transaction, gtid the
 // transaction's GTID (MariaDB domain-server-seq, or MySQL's uuid:n; "" without GTIDs),
-// event_time the binlog's commit time (seconds), kind insert, update or delete. The key
+// event_time the binlog's commit time (seconds), kind insert, update, delete or ddl (a
+// DDL made straight in the fallback: no key; key_text holds the statement). The key
 // is the downstream table's primary key (or first NOT NULL unique key): key_columns a
 // JSON array of its column names, key_values (EncodeValues) their values as the
 // server's text protocol prints them (TIMESTAMP in UTC), key_text a readable form. An
@@ -41,6 +48,18 @@
 // Where the detector resumes: it has read every transaction that ends at or before
 // (binlog_file, binlog_pos). It is written in the transaction of the detections up to
 // it, so a restart neither repeats nor misses one.
+//
+//	bypass_coverage (changefeed, since_time, binlog_file, binlog_pos, reason)
+//	  PRIMARY KEY (changefeed, since_time)
+//
+// Where each stretch of continuous watching began: the detector writes a row whenever it
+// starts reading at the binlog's current end instead of where it left off (its first
+// start, a position that was deleted after a purge, or a release that did not record
+// coverage), with since_time the time after which every transaction of the fallback is
+// read (parity's clock, UTC). Resuming from bypass_position continues the newest
+// stretch: the binlog it missed while stopped is read then. A reader (the cutover check)
+// takes the newest row as the start of what was watched: every write after since_time is
+// either in bypass_writes or not yet read (Coverage says how far it was read).
 package bypasslog
 
 import (
@@ -68,7 +87,34 @@ const (
 	KindInsert = "insert"
 	KindUpdate = "update"
 	KindDelete = "delete"
+	KindDDL    = "ddl"
 )
+
+// CoverageTable is the contract's table of watched stretches (see the package comment).
+const CoverageTable = "bypass_coverage"
+
+// DDLWriter is the marker row's writer of parity's DDL (MarkDDLSQL).
+const DDLWriter = "ddl"
+
+// MarkDDLSQL marks the connection that is about to execute parity's DDL: "%s" is the
+// quoted meta schema; its arguments the changefeed and CONNECTION_ID().
+const MarkDDLSQL = `INSERT INTO %s.` + MarkerTable + ` (changefeed, writer, writes) VALUES (?, '` + DDLWriter + `', ?)
+	ON DUPLICATE KEY UPDATE writes = VALUES(writes)`
+
+// Coverage is what the bypass detector vouches for: every transaction of the fallback
+// committed after Since and before Through was read, and its detections are saved.
+type Coverage struct {
+	// Since starts the current stretch of continuous watching (CoverageTable's newest
+	// row); SincePosition is the binlog position it started at; Reason why it started
+	// there ("first start", "position reset", ...).
+	Since         time.Time
+	SincePosition string
+	Reason        string
+	// Through is a time before which every transaction of the fallback was read;
+	// ThroughPosition the binlog end read up to.
+	Through         time.Time
+	ThroughPosition string
+}
 
 // MarkSQL is the marker statement: "%s" is the quoted meta schema; its arguments the
 // changefeed and the writer.
@@ -136,11 +182,12 @@ type Querier interface {
 var ErrNoTable = errors.New("no bypass_writes table")
 
 // Read returns the changes to the downstream table schema.table recorded for changefeed
-// with an event time at or before until, oldest first.
-func Read(ctx context.Context, q Querier, metaSchema, changefeed, schema, table string, until time.Time) ([]Write, error) {
+// with an event time at or after since (zero: from the first) and at or before until,
+// oldest first.
+func Read(ctx context.Context, q Querier, metaSchema, changefeed, schema, table string, since, until time.Time) ([]Write, error) {
 	rows, err := q.QueryContext(ctx, "SELECT binlog_file, binlog_pos, seq, gtid, server_id, event_time, kind, key_columns, key_values, key_text FROM "+
-		ident.Table(metaSchema, WritesTable)+" WHERE changefeed = ? AND schema_name = ? AND table_name = ? AND event_time <= ? ORDER BY event_time, binlog_file, binlog_pos, seq",
-		changefeed, schema, table, until.UTC().Format(TimeFormat))
+		ident.Table(metaSchema, WritesTable)+" WHERE changefeed = ? AND schema_name = ? AND table_name = ? AND event_time >= ? AND event_time <= ? ORDER BY event_time, binlog_file, binlog_pos, seq",
+		changefeed, schema, table, since.UTC().Format(TimeFormat), until.UTC().Format(TimeFormat))
 	if err != nil {
 		var me *mysql.MySQLError
 		if errors.As(err, &me) && me.Number == 1146 {
@@ -173,4 +220,29 @@ func Read(ctx context.Context, q Querier, metaSchema, changefeed, schema, table 
 		return nil, fmt.Errorf("read bypass writes of %s: %w", ident.Table(schema, table), err)
 	}
 	return out, nil
+}
+
+// ReadCoverage returns the newest stretch of watching recorded for changefeed
+// (CoverageTable); ok is false when none is (or the table does not exist).
+func ReadCoverage(ctx context.Context, q Querier, metaSchema, changefeed string) (c Coverage, ok bool, err error) {
+	rows, err := q.QueryContext(ctx, "SELECT since_time, binlog_file, binlog_pos, reason FROM "+ident.Table(metaSchema, CoverageTable)+
+		" WHERE changefeed = ? ORDER BY since_time DESC LIMIT 1", changefeed)
+	if err != nil {
+		var me *mysql.MySQLError
+		if errors.As(err, &me) && me.Number == 1146 {
+			return c, false, nil
+		}
+		return c, false, fmt.Errorf("read the bypass detector's coverage: %w", err)
+	}
+	defer rows.Close()
+	if rows.Next() {
+		var since any
+		var file string
+		var pos uint64
+		if err := rows.Scan(&since, &file, &pos, &c.Reason); err != nil {
+			return c, false, fmt.Errorf("read the bypass detector's coverage: %w", err)
+		}
+		c.Since, c.SincePosition, ok = parseTime(since), fmt.Sprintf("%s:%d", file, pos), true
+	}
+	return c, ok, rows.Err()
 }

@@ -325,7 +325,7 @@ addr = %q
 	rows.Close()
 	var got []string
 	for _, tn := range tables {
-		ws, err := bypasslog.Read(ctx, fallback, meta, "bypass-rel", db, tn, time.Now().Add(time.Hour))
+		ws, err := bypasslog.Read(ctx, fallback, meta, "bypass-rel", db, tn, time.Time{}, time.Now().Add(time.Hour))
 		if err != nil {
 			t.Fatal(err)
 		}
