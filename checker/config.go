@@ -134,6 +134,18 @@ type Config struct {
 	// (the keys it changed since the table's last clean verification). The scoped forms
 	// need Changefeed.ID; a keyless table is compared whole in them. Default: "full".
 	Scope string `toml:"scope" json:"scope,omitempty"`
+	// Bypass, when set, adds to each scoped table's keys those of the writes that
+	// bypassed parity (the bypass detector's records, internal/bypasslog) over the
+	// table's window, after waiting until the detector has read the fallback's binlog up
+	// to now, and says per table whether it watched the whole window
+	// (TableReport.Bypass, bypasskeys.go). nil: a scoped table's keys are the
+	// changefeed's alone and its report says bypass writes were not included. Default:
+	// nil (parity serve's verification sets its detector).
+	Bypass BypassWatcher `toml:"-" json:"-"`
+	// WholeTables are tables ("schema.table", upstream names) that a scoped run compares
+	// whole, as a full run would: what a cutover check asks for tables whose window no
+	// one watched. Default: [] (none).
+	WholeTables []string `toml:"-" json:"-"`
 	// CaughtUpLag classifies differences (classify.go): a key last changed before the
 	// applier first came within this lag of real time (by its ts-map) is "post-import",
 	// one changed later "cdc". Default: 30s.

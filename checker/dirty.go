@@ -121,6 +121,11 @@ type tableScope struct {
 	from, until uint64
 	// keys: a tableKeys table's keys, in the checker's typing, sorted.
 	keys []rowkey.Key
+	// bypass, bypassNote, bypassKeys, bypassDDL: TableReport's Bypass fields
+	// (bypasskeys.go).
+	bypass, bypassNote string
+	bypassKeys         int
+	bypassDDL          []string
 }
 
 // pairTS returns the TSO both sides read at when the run is at a snapshot pair (the
@@ -170,6 +175,7 @@ func (r *runner) resolveScopes(ctx context.Context, targets []*target) ([]*table
 		return out, nil
 	}
 	var refused []string
+	cov := r.bypassCoverage(ctx)
 	err = r.pair.withSide(ctx, Downstream, func(ctx context.Context, q Querier) error {
 		rd := ledgerReader(r.cfg, q)
 		bounds, err := rd.Bounds(ctx)
@@ -197,6 +203,11 @@ func (r *runner) resolveScopes(ctx context.Context, targets []*target) ([]*table
 				refused = append(refused, fmt.Sprintf("%s: %s", t.name, why))
 				continue
 			}
+			if sc.mode == tableKeys {
+				if err := r.addBypassKeys(ctx, q, t, sc, cov); err != nil {
+					return err
+				}
+			}
 			out[i] = sc
 		}
 		return nil
@@ -221,6 +232,9 @@ func (r *runner) resolveScopes(ctx context.Context, targets []*target) ([]*table
 // tableScope resolves one table's scope; why is set when the ledger cannot serve it.
 func (r *runner) tableScope(ctx context.Context, rd ledger.Reader, spec ScopeSpec, bounds ledger.Bounds, until uint64, t *target) (sc *tableScope, why string, err error) {
 	st := t.stored
+	if st.scopeMode == "" && slices.Contains(r.cfg.WholeTables, st.upSchema+"."+st.upTable) {
+		return &tableScope{mode: tableWhole, note: "compared whole as asked (a full comparison of the table)", until: until}, "", nil
+	}
 	if st.scopeMode == tableWhole || (st.scopeMode == "" && !t.handle.ok) {
 		note := st.scopeNote
 		if st.scopeMode == "" {

@@ -91,6 +91,17 @@ type TableReport struct {
 	ScopeFromTs  uint64 `json:"scope_from_ts,omitempty"`
 	ScopeUntilTs uint64 `json:"scope_until_ts,omitempty"`
 	ScopeKeys    int64  `json:"scope_keys,omitempty"`
+	// Bypass says, for a table compared by keys, whether the keys of writes that
+	// bypassed parity are among them: "included" (the bypass detector watched the whole
+	// window; BypassKeys of the keys came from its records only), "unwatched" (part of
+	// the window was not watched, or the detector could not vouch for it: BypassNote says
+	// which part and why; the detections that exist are included) or "off" (no detector:
+	// only the changefeed's keys). BypassDDL lists the DDL statements made straight in the
+	// fallback on the table in the window (the table is then compared whole).
+	Bypass     string   `json:"bypass,omitempty"`
+	BypassNote string   `json:"bypass_note,omitempty"`
+	BypassKeys int64    `json:"bypass_keys,omitempty"`
+	BypassDDL  []string `json:"bypass_ddl,omitempty"`
 	// DifferencesByClass counts the table's differing rows by class, and "in-flight" its
 	// DifferencesResolved.
 	DifferencesByClass map[string]int64 `json:"differences_by_class,omitempty"`
@@ -236,6 +247,7 @@ func (tk *tracker) report(ctx context.Context, pair *sourcePair) (*Report, error
 			if sc.mode == tableKeys {
 				tr.ScopeFromTs, tr.ScopeUntilTs, tr.ScopeKeys = sc.from, sc.until, int64(len(sc.keys))
 			}
+			tr.Bypass, tr.BypassNote, tr.BypassKeys, tr.BypassDDL = sc.bypass, sc.bypassNote, int64(sc.bypassKeys), sc.bypassDDL
 		}
 		if m := classes[t.idx]; len(m) > 0 || tr.DifferencesResolved > 0 {
 			tr.DifferencesByClass = map[string]int64{}

@@ -32,6 +32,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -155,6 +156,7 @@ type Detector struct {
 	byTable map[string]int64 // detections per schema.table since start (metrics)
 	up      bool
 	caught  chan struct{} // closed and replaced whenever CaughtUpAt moves (Cover waits on it)
+	waiters atomic.Int32  // Cover calls waiting: the binlog's end is then asked every coverPoll
 	started time.Time     // when Run started: the lag before the first catch-up counts from it
 }
 
@@ -203,6 +205,8 @@ var ErrNotWatching = errors.New("the bypass detector is not watching the binlog 
 // the current stretch of watching (bypasslog.Coverage). It fails when ctx ends first
 // (the detector is behind or cannot read: the error says how far it had read).
 func (d *Detector) Cover(ctx context.Context) (bypasslog.Coverage, error) {
+	d.waiters.Add(1)
+	defer d.waiters.Add(-1)
 	called := time.Now()
 	for {
 		d.mu.Lock()
@@ -385,13 +389,15 @@ type session struct {
 	tables      map[[2]string]*tableInfo
 	metaSchemas map[string]bool
 
-	read    position // the end of the last transaction read
-	seen    position // the end of the last event handled outside a transaction (at or after read)
-	saved   position
-	pending []change // detections not saved yet
-	dirty   bool     // read moved past saved by a transaction that was not the detector's own
-	lastSav time.Time
-	polled  time.Time // when the binlog's end was last asked
+	read      position // the end of the last transaction read
+	seen      position // the end of the last event handled outside a transaction (at or after read)
+	saved     position
+	pending   []change // detections not saved yet
+	dirty     bool     // read moved past saved by a transaction that was not the detector's own
+	lastSav   time.Time
+	polled    time.Time // when the binlog's end was last asked
+	target    position  // that end, until it is reached (hasTarget)
+	hasTarget bool
 
 	// ddlThreads are the connections parity marked for its DDL (bypasslog.MarkDDLSQL):
 	// the next DDL query event from one of them is parity's.
@@ -690,7 +696,7 @@ func (s *session) stream(ctx context.Context, flavor string, pos position) error
 	tick := time.NewTicker(d.cfg.SaveInterval)
 	defer tick.Stop()
 	for {
-		ectx, cancel := context.WithTimeout(ctx, d.cfg.SaveInterval)
+		ectx, cancel := context.WithTimeout(ctx, d.pollEvery())
 		ev, err := st.GetEvent(ectx)
 		cancel()
 		if err != nil {
@@ -772,22 +778,34 @@ func (s *session) stream(ctx context.Context, flavor string, pos position) error
 			if err := s.flush(ctx, false); err != nil {
 				return err
 			}
-			if err := s.poll(ctx, cur); err != nil {
-				return err
-			}
 		default:
+		}
+		if err := s.poll(ctx, cur); err != nil {
+			return err
 		}
 	}
 }
 
-// poll asks the fallback where its binlog ends (at most every save-interval) and
-// publishes how far the detector has read: Status's position, the binlog's end, and,
-// when nothing it held is left unread and no detection is unsaved, the time it was
-// asked as CaughtUpAt (Cover's and the lag's reference). cur is the transaction being
+// coverPoll is how often the binlog's end is asked while Cover waits.
+const coverPoll = 20 * time.Millisecond
+
+// pollEvery is how often the binlog's end is asked: every save-interval, and every
+// coverPoll while a Cover waits.
+func (d *Detector) pollEvery() time.Duration {
+	if d.waiters.Load() > 0 {
+		return min(coverPoll, d.cfg.SaveInterval)
+	}
+	return d.cfg.SaveInterval
+}
+
+// poll asks the fallback where its binlog ends (at most every pollEvery, and only once
+// the previous end was reached) and publishes how far the detector has read: Status's
+// position and the binlog's end; reached does the rest. cur is the transaction being
 // read, if any.
 func (s *session) poll(ctx context.Context, cur *txn) error {
 	d := s.d
-	if time.Since(s.polled) < d.cfg.SaveInterval {
+	if s.hasTarget || time.Since(s.polled) < d.pollEvery() {
+		s.reached(cur)
 		return nil
 	}
 	asked := time.Now()
@@ -795,18 +813,32 @@ func (s *session) poll(ctx context.Context, cur *txn) error {
 	if err != nil {
 		return err
 	}
-	s.polled = asked
-	caught := cur == nil && len(s.pending) == 0 && !s.seen.before(end)
+	s.polled, s.target, s.hasTarget = asked, end, true
 	d.mu.Lock()
 	d.st.Position, d.st.GTID, d.st.EventTime = s.read.String(), s.read.GTID, s.read.Time
 	d.st.BinlogEnd = end.String()
-	if caught {
-		d.st.CaughtUpAt = asked
-		close(d.caught)
-		d.caught = make(chan struct{})
-	}
 	d.mu.Unlock()
+	s.reached(cur)
 	return nil
+}
+
+// reached publishes, once the detector has read up to the binlog's end as last asked
+// with no detection left unsaved, the time it was asked as CaughtUpAt: every
+// transaction committed before then is read (Cover's and the lag's reference). Under a
+// steady load the end moves on while it is read; each end asked is still reached soon
+// after.
+func (s *session) reached(cur *txn) {
+	if !s.hasTarget || cur != nil || len(s.pending) > 0 || s.seen.before(s.target) {
+		return
+	}
+	s.hasTarget = false
+	d := s.d
+	d.mu.Lock()
+	d.st.Position, d.st.GTID, d.st.EventTime = s.read.String(), s.read.GTID, s.read.Time
+	d.st.CaughtUpAt = s.polled
+	close(d.caught)
+	d.caught = make(chan struct{})
+	d.mu.Unlock()
 }
 
 // before reports whether p is an earlier place in the binlog than q: files compare by
