@@ -39,6 +39,11 @@ var applierStates = map[string]parityv1.ApplierState{
 	"standby":  parityv1.ApplierState_APPLIER_STATE_STANDBY,
 }
 
+var haRoles = map[string]parityv1.HARole{
+	"active":  parityv1.HARole_HA_ROLE_ACTIVE,
+	"standby": parityv1.HARole_HA_ROLE_STANDBY,
+}
+
 func statusProto(st cdc.Status, vs *verify.Stats, instance string) *parityv1.Status {
 	out := &parityv1.Status{
 		Changefeed: st.Changefeed, Instance: instance, ApplierState: applierStates[st.State], LastError: st.Error,
@@ -53,6 +58,11 @@ func statusProto(st cdc.Status, vs *verify.Stats, instance string) *parityv1.Sta
 	for _, p := range st.Partitions {
 		out.Partitions = append(out.Partitions, &parityv1.PartitionStatus{Topic: p.Topic, Partition: int32(p.Partition),
 			ResolvedTs: p.ResolvedTs, NextOffset: p.NextOffset, HighWatermark: p.HighWatermark, Lag: p.Lag})
+	}
+	if ha := st.HA; ha != nil {
+		out.Ha = &parityv1.HAStatus{Role: haRoles[ha.Role], Holder: ha.Holder, Epoch: ha.Epoch,
+			LeaseExpiresIn: durationpb.New(time.Duration(ha.LeaseExpiresInSeconds * float64(time.Second))),
+			Takeovers:      ha.Takeovers, ActiveSince: timeProto(ha.ActiveSince), LostReason: ha.LostReason}
 	}
 	if vs == nil {
 		return out

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	parityv1 "github.com/tidb-parity/parity/api/parity/v1"
 )
@@ -40,7 +41,8 @@ func newStatusCommand() *cobra.Command {
 verification progress. --watch prints it again every --interval until interrupted.
 
 Exit status: 0 when the applier is running, 1 when it is not (starting, stopped or
-failed: the state and last error are printed), 2 on error.`,
+failed: the state and last error are printed; a standby under [ha]: its role and the
+daemon it follows are printed), 2 on error.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return cf.call(cmd, 0, func(ctx context.Context, c parityv1.ParityClient) error {
@@ -102,6 +104,7 @@ func printAPIStatus(w io.Writer, st *parityv1.Status) error {
 		fmt.Fprintf(tw, "instance:\t%s\n", st.GetInstance())
 	}
 	fmt.Fprintf(tw, "applier:\t%s\n", applierStateName(st.GetApplierState()))
+	printAPIHA(tw, st.GetHa())
 	if st.GetLastError() != "" {
 		fmt.Fprintf(tw, "error:\t%s\n", st.GetLastError())
 	}
@@ -126,6 +129,32 @@ func printAPIStatus(w io.Writer, st *parityv1.Status) error {
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\n", p.GetTopic(), p.GetPartition(), p.GetResolvedTs(), p.GetNextOffset(), p.GetHighWatermark(), p.GetLag())
 	}
 	return tw.Flush()
+}
+
+// printAPIHA prints a daemon's [ha] role: the holder a standby follows, an active
+// daemon's epoch; nothing without ha.
+func printAPIHA(tw io.Writer, ha *parityv1.HAStatus) {
+	if ha == nil {
+		return
+	}
+	role := strings.ToLower(strings.TrimPrefix(ha.GetRole().String(), "HA_ROLE_"))
+	switch ha.GetRole() {
+	case parityv1.HARole_HA_ROLE_ACTIVE:
+		fmt.Fprintf(tw, "ha role:\t%s (holds the lease at epoch %d since %s, %d takeovers)\n", role, ha.GetEpoch(), fmtTime(ha.GetActiveSince()), ha.GetTakeovers())
+	default:
+		holder := ha.GetHolder()
+		if holder == "" {
+			holder = "no daemon"
+		}
+		lease := "expires in " + fmtDur(ha.GetLeaseExpiresIn())
+		if d := ha.GetLeaseExpiresIn(); d != nil && d.AsDuration() < 0 {
+			lease = "expired " + fmtDur(durationpb.New(-d.AsDuration())) + " ago"
+		}
+		fmt.Fprintf(tw, "ha role:\t%s (follows %s, lease epoch %d %s)\n", role, holder, ha.GetEpoch(), lease)
+	}
+	if ha.GetLostReason() != "" {
+		fmt.Fprintf(tw, "ha last lost:\t%s\n", ha.GetLostReason())
+	}
 }
 
 func printAPIVerification(tw io.Writer, v *parityv1.VerificationStatus) {

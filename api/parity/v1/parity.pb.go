@@ -188,6 +188,59 @@ func (ApplierState) EnumDescriptor() ([]byte, []int) {
 	return file_parity_v1_parity_proto_rawDescGZIP(), []int{1}
 }
 
+// HARole is a daemon's role under [ha].
+type HARole int32
+
+const (
+	HARole_HA_ROLE_UNSPECIFIED HARole = 0
+	// Holds the changefeed's lease: applies (and reads the fallback's binlog for bypass
+	// detection).
+	HARole_HA_ROLE_ACTIVE HARole = 1
+	// Another daemon holds the lease (holder); this one takes over when it expires.
+	HARole_HA_ROLE_STANDBY HARole = 2
+)
+
+// Enum value maps for HARole.
+var (
+	HARole_name = map[int32]string{
+		0: "HA_ROLE_UNSPECIFIED",
+		1: "HA_ROLE_ACTIVE",
+		2: "HA_ROLE_STANDBY",
+	}
+	HARole_value = map[string]int32{
+		"HA_ROLE_UNSPECIFIED": 0,
+		"HA_ROLE_ACTIVE":      1,
+		"HA_ROLE_STANDBY":     2,
+	}
+)
+
+func (x HARole) Enum() *HARole {
+	p := new(HARole)
+	*p = x
+	return p
+}
+
+func (x HARole) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (HARole) Descriptor() protoreflect.EnumDescriptor {
+	return file_parity_v1_parity_proto_enumTypes[2].Descriptor()
+}
+
+func (HARole) Type() protoreflect.EnumType {
+	return &file_parity_v1_parity_proto_enumTypes[2]
+}
+
+func (x HARole) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use HARole.Descriptor instead.
+func (HARole) EnumDescriptor() ([]byte, []int) {
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{2}
+}
+
 // DiffState is where a run is in its life.
 type DiffState int32
 
@@ -237,11 +290,11 @@ func (x DiffState) String() string {
 }
 
 func (DiffState) Descriptor() protoreflect.EnumDescriptor {
-	return file_parity_v1_parity_proto_enumTypes[2].Descriptor()
+	return file_parity_v1_parity_proto_enumTypes[3].Descriptor()
 }
 
 func (DiffState) Type() protoreflect.EnumType {
-	return &file_parity_v1_parity_proto_enumTypes[2]
+	return &file_parity_v1_parity_proto_enumTypes[3]
 }
 
 func (x DiffState) Number() protoreflect.EnumNumber {
@@ -250,7 +303,7 @@ func (x DiffState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use DiffState.Descriptor instead.
 func (DiffState) EnumDescriptor() ([]byte, []int) {
-	return file_parity_v1_parity_proto_rawDescGZIP(), []int{2}
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{3}
 }
 
 // DiffResult is how a run ended.
@@ -298,11 +351,11 @@ func (x DiffResult) String() string {
 }
 
 func (DiffResult) Descriptor() protoreflect.EnumDescriptor {
-	return file_parity_v1_parity_proto_enumTypes[3].Descriptor()
+	return file_parity_v1_parity_proto_enumTypes[4].Descriptor()
 }
 
 func (DiffResult) Type() protoreflect.EnumType {
-	return &file_parity_v1_parity_proto_enumTypes[3]
+	return &file_parity_v1_parity_proto_enumTypes[4]
 }
 
 func (x DiffResult) Number() protoreflect.EnumNumber {
@@ -311,7 +364,7 @@ func (x DiffResult) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use DiffResult.Descriptor instead.
 func (DiffResult) EnumDescriptor() ([]byte, []int) {
-	return file_parity_v1_parity_proto_rawDescGZIP(), []int{3}
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{4}
 }
 
 // DifferenceKind is how a row differs.
@@ -354,11 +407,11 @@ func (x DifferenceKind) String() string {
 }
 
 func (DifferenceKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_parity_v1_parity_proto_enumTypes[4].Descriptor()
+	return file_parity_v1_parity_proto_enumTypes[5].Descriptor()
 }
 
 func (DifferenceKind) Type() protoreflect.EnumType {
-	return &file_parity_v1_parity_proto_enumTypes[4]
+	return &file_parity_v1_parity_proto_enumTypes[5]
 }
 
 func (x DifferenceKind) Number() protoreflect.EnumNumber {
@@ -367,7 +420,7 @@ func (x DifferenceKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use DifferenceKind.Descriptor instead.
 func (DifferenceKind) EnumDescriptor() ([]byte, []int) {
-	return file_parity_v1_parity_proto_rawDescGZIP(), []int{4}
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{5}
 }
 
 type GetStatusRequest struct {
@@ -456,7 +509,8 @@ type Status struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The changefeed's id (changefeed.id).
 	Changefeed string `protobuf:"bytes,1,opt,name=changefeed,proto3" json:"changefeed,omitempty"`
-	// This daemon's instance name (verify.instance).
+	// This daemon's instance name (ha.instance or verify.instance; default
+	// "<hostname>:<pid>").
 	Instance     string       `protobuf:"bytes,2,opt,name=instance,proto3" json:"instance,omitempty"`
 	ApplierState ApplierState `protobuf:"varint,3,opt,name=applier_state,json=applierState,proto3,enum=parity.v1.ApplierState" json:"applier_state,omitempty"`
 	// The applier's last error, when it failed; never contains row values or secrets.
@@ -475,11 +529,14 @@ type Status struct {
 	BufferedRows int64 `protobuf:"varint,12,opt,name=buffered_rows,json=bufferedRows,proto3" json:"buffered_rows,omitempty"`
 	SpilledRows  int64 `protobuf:"varint,13,opt,name=spilled_rows,json=spilledRows,proto3" json:"spilled_rows,omitempty"`
 	// Since the daemon started.
-	RowsApplied   int64                  `protobuf:"varint,14,opt,name=rows_applied,json=rowsApplied,proto3" json:"rows_applied,omitempty"`
-	DdlsApplied   int64                  `protobuf:"varint,15,opt,name=ddls_applied,json=ddlsApplied,proto3" json:"ddls_applied,omitempty"`
-	DeadLetters   int64                  `protobuf:"varint,16,opt,name=dead_letters,json=deadLetters,proto3" json:"dead_letters,omitempty"`
-	Verification  *VerificationStatus    `protobuf:"bytes,17,opt,name=verification,proto3" json:"verification,omitempty"`
-	UpdateTime    *timestamppb.Timestamp `protobuf:"bytes,18,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
+	RowsApplied  int64                  `protobuf:"varint,14,opt,name=rows_applied,json=rowsApplied,proto3" json:"rows_applied,omitempty"`
+	DdlsApplied  int64                  `protobuf:"varint,15,opt,name=ddls_applied,json=ddlsApplied,proto3" json:"ddls_applied,omitempty"`
+	DeadLetters  int64                  `protobuf:"varint,16,opt,name=dead_letters,json=deadLetters,proto3" json:"dead_letters,omitempty"`
+	Verification *VerificationStatus    `protobuf:"bytes,17,opt,name=verification,proto3" json:"verification,omitempty"`
+	UpdateTime   *timestamppb.Timestamp `protobuf:"bytes,18,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
+	// This daemon's role among the daemons of the changefeed and the lease they share;
+	// set only with [ha] (ha.enabled).
+	Ha            *HAStatus `protobuf:"bytes,19,opt,name=ha,proto3" json:"ha,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -640,6 +697,117 @@ func (x *Status) GetUpdateTime() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Status) GetHa() *HAStatus {
+	if x != nil {
+		return x.Ha
+	}
+	return nil
+}
+
+// HAStatus is a daemon's role and the changefeed's lease as it last saw them ([ha]).
+// OUTPUT_ONLY.
+type HAStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Role  HARole                 `protobuf:"varint,1,opt,name=role,proto3,enum=parity.v1.HARole" json:"role,omitempty"`
+	// The instance holding the lease: this daemon while active, the daemon a standby
+	// follows ("" when none does).
+	Holder string `protobuf:"bytes,2,opt,name=holder,proto3" json:"holder,omitempty"`
+	// The lease's epoch: this daemon's while active, the holder's as last read while
+	// standing by.
+	Epoch uint64 `protobuf:"varint,3,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// How long the lease lasts, as last renewed (active) or read (standby); negative
+	// when it expired.
+	LeaseExpiresIn *durationpb.Duration `protobuf:"bytes,4,opt,name=lease_expires_in,json=leaseExpiresIn,proto3" json:"lease_expires_in,omitempty"`
+	// Leases this daemon took since it started (its first one included).
+	Takeovers int64 `protobuf:"varint,5,opt,name=takeovers,proto3" json:"takeovers,omitempty"`
+	// When this daemon last took the lease; unset while it never did.
+	ActiveSince *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=active_since,json=activeSince,proto3" json:"active_since,omitempty"`
+	// Why this daemon last stopped applying (another daemon took the lease, a fence
+	// failed, renewals failed); "" while it never did.
+	LostReason    string `protobuf:"bytes,7,opt,name=lost_reason,json=lostReason,proto3" json:"lost_reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HAStatus) Reset() {
+	*x = HAStatus{}
+	mi := &file_parity_v1_parity_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HAStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HAStatus) ProtoMessage() {}
+
+func (x *HAStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_parity_v1_parity_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HAStatus.ProtoReflect.Descriptor instead.
+func (*HAStatus) Descriptor() ([]byte, []int) {
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *HAStatus) GetRole() HARole {
+	if x != nil {
+		return x.Role
+	}
+	return HARole_HA_ROLE_UNSPECIFIED
+}
+
+func (x *HAStatus) GetHolder() string {
+	if x != nil {
+		return x.Holder
+	}
+	return ""
+}
+
+func (x *HAStatus) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *HAStatus) GetLeaseExpiresIn() *durationpb.Duration {
+	if x != nil {
+		return x.LeaseExpiresIn
+	}
+	return nil
+}
+
+func (x *HAStatus) GetTakeovers() int64 {
+	if x != nil {
+		return x.Takeovers
+	}
+	return 0
+}
+
+func (x *HAStatus) GetActiveSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ActiveSince
+	}
+	return nil
+}
+
+func (x *HAStatus) GetLostReason() string {
+	if x != nil {
+		return x.LostReason
+	}
+	return ""
+}
+
 // PartitionStatus is one Kafka partition's progress. OUTPUT_ONLY.
 type PartitionStatus struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
@@ -658,7 +826,7 @@ type PartitionStatus struct {
 
 func (x *PartitionStatus) Reset() {
 	*x = PartitionStatus{}
-	mi := &file_parity_v1_parity_proto_msgTypes[3]
+	mi := &file_parity_v1_parity_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -670,7 +838,7 @@ func (x *PartitionStatus) String() string {
 func (*PartitionStatus) ProtoMessage() {}
 
 func (x *PartitionStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_parity_v1_parity_proto_msgTypes[3]
+	mi := &file_parity_v1_parity_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -683,7 +851,7 @@ func (x *PartitionStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionStatus.ProtoReflect.Descriptor instead.
 func (*PartitionStatus) Descriptor() ([]byte, []int) {
-	return file_parity_v1_parity_proto_rawDescGZIP(), []int{3}
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *PartitionStatus) GetTopic() string {
@@ -757,7 +925,7 @@ type VerificationStatus struct {
 
 func (x *VerificationStatus) Reset() {
 	*x = VerificationStatus{}
-	mi := &file_parity_v1_parity_proto_msgTypes[4]
+	mi := &file_parity_v1_parity_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -769,7 +937,7 @@ func (x *VerificationStatus) String() string {
 func (*VerificationStatus) ProtoMessage() {}
 
 func (x *VerificationStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_parity_v1_parity_proto_msgTypes[4]
+	mi := &file_parity_v1_parity_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -782,7 +950,7 @@ func (x *VerificationStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerificationStatus.ProtoReflect.Descriptor instead.
 func (*VerificationStatus) Descriptor() ([]byte, []int) {
-	return file_parity_v1_parity_proto_rawDescGZIP(), []int{4}
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *VerificationStatus) GetEnabled() bool {
@@ -865,7 +1033,7 @@ type WaitForAppliedRequest struct {
 
 func (x *WaitForAppliedRequest) Reset() {
 	*x = WaitForAppliedRequest{}
-	mi := &file_parity_v1_parity_proto_msgTypes[5]
+	mi := &file_parity_v1_parity_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -877,7 +1045,7 @@ func (x *WaitForAppliedRequest) String() string {
 func (*WaitForAppliedRequest) ProtoMessage() {}
 
 func (x *WaitForAppliedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_parity_v1_parity_proto_msgTypes[5]
+	mi := &file_parity_v1_parity_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -890,7 +1058,7 @@ func (x *WaitForAppliedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitForAppliedRequest.ProtoReflect.Descriptor instead.
 func (*WaitForAppliedRequest) Descriptor() ([]byte, []int) {
-	return file_parity_v1_parity_proto_rawDescGZIP(), []int{5}
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *WaitForAppliedRequest) GetTarget() isWaitForAppliedRequest_Target {
@@ -959,7 +1127,7 @@ type WaitForAppliedResponse struct {
 
 func (x *WaitForAppliedResponse) Reset() {
 	*x = WaitForAppliedResponse{}
-	mi := &file_parity_v1_parity_proto_msgTypes[6]
+	mi := &file_parity_v1_parity_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -971,7 +1139,7 @@ func (x *WaitForAppliedResponse) String() string {
 func (*WaitForAppliedResponse) ProtoMessage() {}
 
 func (x *WaitForAppliedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_parity_v1_parity_proto_msgTypes[6]
+	mi := &file_parity_v1_parity_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -984,7 +1152,7 @@ func (x *WaitForAppliedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitForAppliedResponse.ProtoReflect.Descriptor instead.
 func (*WaitForAppliedResponse) Descriptor() ([]byte, []int) {
-	return file_parity_v1_parity_proto_rawDescGZIP(), []int{6}
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *WaitForAppliedResponse) GetTargetTs() uint64 {
@@ -1026,7 +1194,7 @@ type CreateSnapshotPointRequest struct {
 
 func (x *CreateSnapshotPointRequest) Reset() {
 	*x = CreateSnapshotPointRequest{}
-	mi := &file_parity_v1_parity_proto_msgTypes[7]
+	mi := &file_parity_v1_parity_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1038,7 +1206,7 @@ func (x *CreateSnapshotPointRequest) String() string {
 func (*CreateSnapshotPointRequest) ProtoMessage() {}
 
 func (x *CreateSnapshotPointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_parity_v1_parity_proto_msgTypes[7]
+	mi := &file_parity_v1_parity_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1051,7 +1219,7 @@ func (x *CreateSnapshotPointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSnapshotPointRequest.ProtoReflect.Descriptor instead.
 func (*CreateSnapshotPointRequest) Descriptor() ([]byte, []int) {
-	return file_parity_v1_parity_proto_rawDescGZIP(), []int{7}
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *CreateSnapshotPointRequest) GetAtTs() uint64 {
@@ -1080,7 +1248,7 @@ type SnapshotPoint struct {
 
 func (x *SnapshotPoint) Reset() {
 	*x = SnapshotPoint{}
-	mi := &file_parity_v1_parity_proto_msgTypes[8]
+	mi := &file_parity_v1_parity_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1092,7 +1260,7 @@ func (x *SnapshotPoint) String() string {
 func (*SnapshotPoint) ProtoMessage() {}
 
 func (x *SnapshotPoint) ProtoReflect() protoreflect.Message {
-	mi := &file_parity_v1_parity_proto_msgTypes[8]
+	mi := &file_parity_v1_parity_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1105,7 +1273,7 @@ func (x *SnapshotPoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotPoint.ProtoReflect.Descriptor instead.
 func (*SnapshotPoint) Descriptor() ([]byte, []int) {
-	return file_parity_v1_parity_proto_rawDescGZIP(), []int{8}
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SnapshotPoint) GetTs() uint64 {
@@ -1199,7 +1367,7 @@ type Diff struct {
 
 func (x *Diff) Reset() {
 	*x = Diff{}
-	mi := &file_parity_v1_parity_proto_msgTypes[9]
+	mi := &file_parity_v1_parity_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1211,7 +1379,7 @@ func (x *Diff) String() string {
 func (*Diff) ProtoMessage() {}
 
 func (x *Diff) ProtoReflect() protoreflect.Message {
-	mi := &file_parity_v1_parity_proto_msgTypes[9]
+	mi := &file_parity_v1_parity_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1224,7 +1392,7 @@ func (x *Diff) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Diff.ProtoReflect.Descriptor instead.
 func (*Diff) Descriptor() ([]byte, []int) {
-	return file_parity_v1_parity_proto_rawDescGZIP(), []int{9}
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Diff) GetName() string {
@@ -1406,7 +1574,7 @@ type TableResult struct {
 
 func (x *TableResult) Reset() {
 	*x = TableResult{}
-	mi := &file_parity_v1_parity_proto_msgTypes[10]
+	mi := &file_parity_v1_parity_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1418,7 +1586,7 @@ func (x *TableResult) String() string {
 func (*TableResult) ProtoMessage() {}
 
 func (x *TableResult) ProtoReflect() protoreflect.Message {
-	mi := &file_parity_v1_parity_proto_msgTypes[10]
+	mi := &file_parity_v1_parity_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1431,7 +1599,7 @@ func (x *TableResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TableResult.ProtoReflect.Descriptor instead.
 func (*TableResult) Descriptor() ([]byte, []int) {
-	return file_parity_v1_parity_proto_rawDescGZIP(), []int{10}
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *TableResult) GetTable() string {
@@ -1500,7 +1668,7 @@ type DiffProgress struct {
 
 func (x *DiffProgress) Reset() {
 	*x = DiffProgress{}
-	mi := &file_parity_v1_parity_proto_msgTypes[11]
+	mi := &file_parity_v1_parity_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1512,7 +1680,7 @@ func (x *DiffProgress) String() string {
 func (*DiffProgress) ProtoMessage() {}
 
 func (x *DiffProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_parity_v1_parity_proto_msgTypes[11]
+	mi := &file_parity_v1_parity_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1525,7 +1693,7 @@ func (x *DiffProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiffProgress.ProtoReflect.Descriptor instead.
 func (*DiffProgress) Descriptor() ([]byte, []int) {
-	return file_parity_v1_parity_proto_rawDescGZIP(), []int{11}
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *DiffProgress) GetTablesDone() int32 {
@@ -1621,7 +1789,7 @@ type StartDiffRequest struct {
 
 func (x *StartDiffRequest) Reset() {
 	*x = StartDiffRequest{}
-	mi := &file_parity_v1_parity_proto_msgTypes[12]
+	mi := &file_parity_v1_parity_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1633,7 +1801,7 @@ func (x *StartDiffRequest) String() string {
 func (*StartDiffRequest) ProtoMessage() {}
 
 func (x *StartDiffRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_parity_v1_parity_proto_msgTypes[12]
+	mi := &file_parity_v1_parity_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1646,7 +1814,7 @@ func (x *StartDiffRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartDiffRequest.ProtoReflect.Descriptor instead.
 func (*StartDiffRequest) Descriptor() ([]byte, []int) {
-	return file_parity_v1_parity_proto_rawDescGZIP(), []int{12}
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *StartDiffRequest) GetScope() string {
@@ -1693,7 +1861,7 @@ type SnapshotPolicy struct {
 
 func (x *SnapshotPolicy) Reset() {
 	*x = SnapshotPolicy{}
-	mi := &file_parity_v1_parity_proto_msgTypes[13]
+	mi := &file_parity_v1_parity_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1705,7 +1873,7 @@ func (x *SnapshotPolicy) String() string {
 func (*SnapshotPolicy) ProtoMessage() {}
 
 func (x *SnapshotPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_parity_v1_parity_proto_msgTypes[13]
+	mi := &file_parity_v1_parity_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1718,7 +1886,7 @@ func (x *SnapshotPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotPolicy.ProtoReflect.Descriptor instead.
 func (*SnapshotPolicy) Descriptor() ([]byte, []int) {
-	return file_parity_v1_parity_proto_rawDescGZIP(), []int{13}
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SnapshotPolicy) GetMaxViewAge() *durationpb.Duration {
@@ -1747,7 +1915,7 @@ type DiffOptions struct {
 
 func (x *DiffOptions) Reset() {
 	*x = DiffOptions{}
-	mi := &file_parity_v1_parity_proto_msgTypes[14]
+	mi := &file_parity_v1_parity_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1759,7 +1927,7 @@ func (x *DiffOptions) String() string {
 func (*DiffOptions) ProtoMessage() {}
 
 func (x *DiffOptions) ProtoReflect() protoreflect.Message {
-	mi := &file_parity_v1_parity_proto_msgTypes[14]
+	mi := &file_parity_v1_parity_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1772,7 +1940,7 @@ func (x *DiffOptions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiffOptions.ProtoReflect.Descriptor instead.
 func (*DiffOptions) Descriptor() ([]byte, []int) {
-	return file_parity_v1_parity_proto_rawDescGZIP(), []int{14}
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *DiffOptions) GetMaxRowsPerSecond() int64 {
@@ -1792,7 +1960,7 @@ type GetDiffRequest struct {
 
 func (x *GetDiffRequest) Reset() {
 	*x = GetDiffRequest{}
-	mi := &file_parity_v1_parity_proto_msgTypes[15]
+	mi := &file_parity_v1_parity_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1804,7 +1972,7 @@ func (x *GetDiffRequest) String() string {
 func (*GetDiffRequest) ProtoMessage() {}
 
 func (x *GetDiffRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_parity_v1_parity_proto_msgTypes[15]
+	mi := &file_parity_v1_parity_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1817,7 +1985,7 @@ func (x *GetDiffRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetDiffRequest.ProtoReflect.Descriptor instead.
 func (*GetDiffRequest) Descriptor() ([]byte, []int) {
-	return file_parity_v1_parity_proto_rawDescGZIP(), []int{15}
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GetDiffRequest) GetName() string {
@@ -1839,7 +2007,7 @@ type WatchDiffRequest struct {
 
 func (x *WatchDiffRequest) Reset() {
 	*x = WatchDiffRequest{}
-	mi := &file_parity_v1_parity_proto_msgTypes[16]
+	mi := &file_parity_v1_parity_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1851,7 +2019,7 @@ func (x *WatchDiffRequest) String() string {
 func (*WatchDiffRequest) ProtoMessage() {}
 
 func (x *WatchDiffRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_parity_v1_parity_proto_msgTypes[16]
+	mi := &file_parity_v1_parity_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1864,7 +2032,7 @@ func (x *WatchDiffRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchDiffRequest.ProtoReflect.Descriptor instead.
 func (*WatchDiffRequest) Descriptor() ([]byte, []int) {
-	return file_parity_v1_parity_proto_rawDescGZIP(), []int{16}
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *WatchDiffRequest) GetName() string {
@@ -1891,7 +2059,7 @@ type CancelDiffRequest struct {
 
 func (x *CancelDiffRequest) Reset() {
 	*x = CancelDiffRequest{}
-	mi := &file_parity_v1_parity_proto_msgTypes[17]
+	mi := &file_parity_v1_parity_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1903,7 +2071,7 @@ func (x *CancelDiffRequest) String() string {
 func (*CancelDiffRequest) ProtoMessage() {}
 
 func (x *CancelDiffRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_parity_v1_parity_proto_msgTypes[17]
+	mi := &file_parity_v1_parity_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1916,7 +2084,7 @@ func (x *CancelDiffRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelDiffRequest.ProtoReflect.Descriptor instead.
 func (*CancelDiffRequest) Descriptor() ([]byte, []int) {
-	return file_parity_v1_parity_proto_rawDescGZIP(), []int{17}
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CancelDiffRequest) GetName() string {
@@ -1946,7 +2114,7 @@ type ListDiffsRequest struct {
 
 func (x *ListDiffsRequest) Reset() {
 	*x = ListDiffsRequest{}
-	mi := &file_parity_v1_parity_proto_msgTypes[18]
+	mi := &file_parity_v1_parity_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1958,7 +2126,7 @@ func (x *ListDiffsRequest) String() string {
 func (*ListDiffsRequest) ProtoMessage() {}
 
 func (x *ListDiffsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_parity_v1_parity_proto_msgTypes[18]
+	mi := &file_parity_v1_parity_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1971,7 +2139,7 @@ func (x *ListDiffsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDiffsRequest.ProtoReflect.Descriptor instead.
 func (*ListDiffsRequest) Descriptor() ([]byte, []int) {
-	return file_parity_v1_parity_proto_rawDescGZIP(), []int{18}
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListDiffsRequest) GetPageSize() int32 {
@@ -2027,7 +2195,7 @@ type ListDiffsResponse struct {
 
 func (x *ListDiffsResponse) Reset() {
 	*x = ListDiffsResponse{}
-	mi := &file_parity_v1_parity_proto_msgTypes[19]
+	mi := &file_parity_v1_parity_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2039,7 +2207,7 @@ func (x *ListDiffsResponse) String() string {
 func (*ListDiffsResponse) ProtoMessage() {}
 
 func (x *ListDiffsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_parity_v1_parity_proto_msgTypes[19]
+	mi := &file_parity_v1_parity_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2052,7 +2220,7 @@ func (x *ListDiffsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDiffsResponse.ProtoReflect.Descriptor instead.
 func (*ListDiffsResponse) Descriptor() ([]byte, []int) {
-	return file_parity_v1_parity_proto_rawDescGZIP(), []int{19}
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListDiffsResponse) GetDiffs() []*Diff {
@@ -2091,7 +2259,7 @@ type Difference struct {
 
 func (x *Difference) Reset() {
 	*x = Difference{}
-	mi := &file_parity_v1_parity_proto_msgTypes[20]
+	mi := &file_parity_v1_parity_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2103,7 +2271,7 @@ func (x *Difference) String() string {
 func (*Difference) ProtoMessage() {}
 
 func (x *Difference) ProtoReflect() protoreflect.Message {
-	mi := &file_parity_v1_parity_proto_msgTypes[20]
+	mi := &file_parity_v1_parity_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2116,7 +2284,7 @@ func (x *Difference) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Difference.ProtoReflect.Descriptor instead.
 func (*Difference) Descriptor() ([]byte, []int) {
-	return file_parity_v1_parity_proto_rawDescGZIP(), []int{20}
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Difference) GetTable() string {
@@ -2188,7 +2356,7 @@ type ListDifferencesRequest struct {
 
 func (x *ListDifferencesRequest) Reset() {
 	*x = ListDifferencesRequest{}
-	mi := &file_parity_v1_parity_proto_msgTypes[21]
+	mi := &file_parity_v1_parity_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2200,7 +2368,7 @@ func (x *ListDifferencesRequest) String() string {
 func (*ListDifferencesRequest) ProtoMessage() {}
 
 func (x *ListDifferencesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_parity_v1_parity_proto_msgTypes[21]
+	mi := &file_parity_v1_parity_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2213,7 +2381,7 @@ func (x *ListDifferencesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDifferencesRequest.ProtoReflect.Descriptor instead.
 func (*ListDifferencesRequest) Descriptor() ([]byte, []int) {
-	return file_parity_v1_parity_proto_rawDescGZIP(), []int{21}
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListDifferencesRequest) GetParent() string {
@@ -2270,7 +2438,7 @@ type ListDifferencesResponse struct {
 
 func (x *ListDifferencesResponse) Reset() {
 	*x = ListDifferencesResponse{}
-	mi := &file_parity_v1_parity_proto_msgTypes[22]
+	mi := &file_parity_v1_parity_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2282,7 +2450,7 @@ func (x *ListDifferencesResponse) String() string {
 func (*ListDifferencesResponse) ProtoMessage() {}
 
 func (x *ListDifferencesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_parity_v1_parity_proto_msgTypes[22]
+	mi := &file_parity_v1_parity_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2295,7 +2463,7 @@ func (x *ListDifferencesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDifferencesResponse.ProtoReflect.Descriptor instead.
 func (*ListDifferencesResponse) Descriptor() ([]byte, []int) {
-	return file_parity_v1_parity_proto_rawDescGZIP(), []int{22}
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListDifferencesResponse) GetDifferences() []*Difference {
@@ -2331,7 +2499,7 @@ type GetFixSQLRequest struct {
 
 func (x *GetFixSQLRequest) Reset() {
 	*x = GetFixSQLRequest{}
-	mi := &file_parity_v1_parity_proto_msgTypes[23]
+	mi := &file_parity_v1_parity_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2343,7 +2511,7 @@ func (x *GetFixSQLRequest) String() string {
 func (*GetFixSQLRequest) ProtoMessage() {}
 
 func (x *GetFixSQLRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_parity_v1_parity_proto_msgTypes[23]
+	mi := &file_parity_v1_parity_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2356,7 +2524,7 @@ func (x *GetFixSQLRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFixSQLRequest.ProtoReflect.Descriptor instead.
 func (*GetFixSQLRequest) Descriptor() ([]byte, []int) {
-	return file_parity_v1_parity_proto_rawDescGZIP(), []int{23}
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *GetFixSQLRequest) GetParent() string {
@@ -2386,7 +2554,7 @@ type FixSQLChunk struct {
 
 func (x *FixSQLChunk) Reset() {
 	*x = FixSQLChunk{}
-	mi := &file_parity_v1_parity_proto_msgTypes[24]
+	mi := &file_parity_v1_parity_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2398,7 +2566,7 @@ func (x *FixSQLChunk) String() string {
 func (*FixSQLChunk) ProtoMessage() {}
 
 func (x *FixSQLChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_parity_v1_parity_proto_msgTypes[24]
+	mi := &file_parity_v1_parity_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2411,7 +2579,7 @@ func (x *FixSQLChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FixSQLChunk.ProtoReflect.Descriptor instead.
 func (*FixSQLChunk) Descriptor() ([]byte, []int) {
-	return file_parity_v1_parity_proto_rawDescGZIP(), []int{24}
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *FixSQLChunk) GetTable() string {
@@ -2443,7 +2611,7 @@ type RepairRequest struct {
 
 func (x *RepairRequest) Reset() {
 	*x = RepairRequest{}
-	mi := &file_parity_v1_parity_proto_msgTypes[25]
+	mi := &file_parity_v1_parity_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2455,7 +2623,7 @@ func (x *RepairRequest) String() string {
 func (*RepairRequest) ProtoMessage() {}
 
 func (x *RepairRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_parity_v1_parity_proto_msgTypes[25]
+	mi := &file_parity_v1_parity_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2468,7 +2636,7 @@ func (x *RepairRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RepairRequest.ProtoReflect.Descriptor instead.
 func (*RepairRequest) Descriptor() ([]byte, []int) {
-	return file_parity_v1_parity_proto_rawDescGZIP(), []int{25}
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RepairRequest) GetDiff() string {
@@ -2516,7 +2684,7 @@ type RepairResponse struct {
 
 func (x *RepairResponse) Reset() {
 	*x = RepairResponse{}
-	mi := &file_parity_v1_parity_proto_msgTypes[26]
+	mi := &file_parity_v1_parity_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2528,7 +2696,7 @@ func (x *RepairResponse) String() string {
 func (*RepairResponse) ProtoMessage() {}
 
 func (x *RepairResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_parity_v1_parity_proto_msgTypes[26]
+	mi := &file_parity_v1_parity_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2541,7 +2709,7 @@ func (x *RepairResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RepairResponse.ProtoReflect.Descriptor instead.
 func (*RepairResponse) Descriptor() ([]byte, []int) {
-	return file_parity_v1_parity_proto_rawDescGZIP(), []int{26}
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RepairResponse) GetRepairId() string {
@@ -2630,7 +2798,7 @@ type RepairedKey struct {
 
 func (x *RepairedKey) Reset() {
 	*x = RepairedKey{}
-	mi := &file_parity_v1_parity_proto_msgTypes[27]
+	mi := &file_parity_v1_parity_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2642,7 +2810,7 @@ func (x *RepairedKey) String() string {
 func (*RepairedKey) ProtoMessage() {}
 
 func (x *RepairedKey) ProtoReflect() protoreflect.Message {
-	mi := &file_parity_v1_parity_proto_msgTypes[27]
+	mi := &file_parity_v1_parity_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2655,7 +2823,7 @@ func (x *RepairedKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RepairedKey.ProtoReflect.Descriptor instead.
 func (*RepairedKey) Descriptor() ([]byte, []int) {
-	return file_parity_v1_parity_proto_rawDescGZIP(), []int{27}
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RepairedKey) GetTable() string {
@@ -2715,7 +2883,7 @@ type CutoverCheckRequest struct {
 
 func (x *CutoverCheckRequest) Reset() {
 	*x = CutoverCheckRequest{}
-	mi := &file_parity_v1_parity_proto_msgTypes[28]
+	mi := &file_parity_v1_parity_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2727,7 +2895,7 @@ func (x *CutoverCheckRequest) String() string {
 func (*CutoverCheckRequest) ProtoMessage() {}
 
 func (x *CutoverCheckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_parity_v1_parity_proto_msgTypes[28]
+	mi := &file_parity_v1_parity_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2740,7 +2908,7 @@ func (x *CutoverCheckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CutoverCheckRequest.ProtoReflect.Descriptor instead.
 func (*CutoverCheckRequest) Descriptor() ([]byte, []int) {
-	return file_parity_v1_parity_proto_rawDescGZIP(), []int{28}
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *CutoverCheckRequest) GetUpstream() isCutoverCheckRequest_Upstream {
@@ -2838,7 +3006,7 @@ type CutoverCheckResponse struct {
 
 func (x *CutoverCheckResponse) Reset() {
 	*x = CutoverCheckResponse{}
-	mi := &file_parity_v1_parity_proto_msgTypes[29]
+	mi := &file_parity_v1_parity_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2850,7 +3018,7 @@ func (x *CutoverCheckResponse) String() string {
 func (*CutoverCheckResponse) ProtoMessage() {}
 
 func (x *CutoverCheckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_parity_v1_parity_proto_msgTypes[29]
+	mi := &file_parity_v1_parity_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2863,7 +3031,7 @@ func (x *CutoverCheckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CutoverCheckResponse.ProtoReflect.Descriptor instead.
 func (*CutoverCheckResponse) Descriptor() ([]byte, []int) {
-	return file_parity_v1_parity_proto_rawDescGZIP(), []int{29}
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *CutoverCheckResponse) GetPassed() bool {
@@ -2963,7 +3131,7 @@ type CutoverTable struct {
 
 func (x *CutoverTable) Reset() {
 	*x = CutoverTable{}
-	mi := &file_parity_v1_parity_proto_msgTypes[30]
+	mi := &file_parity_v1_parity_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2975,7 +3143,7 @@ func (x *CutoverTable) String() string {
 func (*CutoverTable) ProtoMessage() {}
 
 func (x *CutoverTable) ProtoReflect() protoreflect.Message {
-	mi := &file_parity_v1_parity_proto_msgTypes[30]
+	mi := &file_parity_v1_parity_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2988,7 +3156,7 @@ func (x *CutoverTable) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CutoverTable.ProtoReflect.Descriptor instead.
 func (*CutoverTable) Descriptor() ([]byte, []int) {
-	return file_parity_v1_parity_proto_rawDescGZIP(), []int{30}
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *CutoverTable) GetTable() string {
@@ -3047,7 +3215,7 @@ const file_parity_v1_parity_proto_rawDesc = "" +
 	"\x16parity/v1/parity.proto\x12\tparity.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x12\n" +
 	"\x10GetStatusRequest\"K\n" +
 	"\x12WatchStatusRequest\x125\n" +
-	"\binterval\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\binterval\"\xb0\x06\n" +
+	"\binterval\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\binterval\"\xd5\x06\n" +
 	"\x06Status\x12\x1e\n" +
 	"\n" +
 	"changefeed\x18\x01 \x01(\tR\n" +
@@ -3075,7 +3243,17 @@ const file_parity_v1_parity_proto_rawDesc = "" +
 	"\fdead_letters\x18\x10 \x01(\x03R\vdeadLetters\x12A\n" +
 	"\fverification\x18\x11 \x01(\v2\x1d.parity.v1.VerificationStatusR\fverification\x12;\n" +
 	"\vupdate_time\x18\x12 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"updateTime\"\xc0\x01\n" +
+	"updateTime\x12#\n" +
+	"\x02ha\x18\x13 \x01(\v2\x13.parity.v1.HAStatusR\x02ha\"\xa2\x02\n" +
+	"\bHAStatus\x12%\n" +
+	"\x04role\x18\x01 \x01(\x0e2\x11.parity.v1.HARoleR\x04role\x12\x16\n" +
+	"\x06holder\x18\x02 \x01(\tR\x06holder\x12\x14\n" +
+	"\x05epoch\x18\x03 \x01(\x04R\x05epoch\x12C\n" +
+	"\x10lease_expires_in\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x0eleaseExpiresIn\x12\x1c\n" +
+	"\ttakeovers\x18\x05 \x01(\x03R\ttakeovers\x12=\n" +
+	"\factive_since\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\vactiveSince\x12\x1f\n" +
+	"\vlost_reason\x18\a \x01(\tR\n" +
+	"lostReason\"\xc0\x01\n" +
 	"\x0fPartitionStatus\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x1f\n" +
@@ -3306,7 +3484,11 @@ const file_parity_v1_parity_proto_rawDesc = "" +
 	"\x15APPLIER_STATE_RUNNING\x10\x02\x12\x19\n" +
 	"\x15APPLIER_STATE_STOPPED\x10\x03\x12\x18\n" +
 	"\x14APPLIER_STATE_FAILED\x10\x04\x12\x19\n" +
-	"\x15APPLIER_STATE_STANDBY\x10\x05*\xb4\x01\n" +
+	"\x15APPLIER_STATE_STANDBY\x10\x05*J\n" +
+	"\x06HARole\x12\x17\n" +
+	"\x13HA_ROLE_UNSPECIFIED\x10\x00\x12\x12\n" +
+	"\x0eHA_ROLE_ACTIVE\x10\x01\x12\x13\n" +
+	"\x0fHA_ROLE_STANDBY\x10\x02*\xb4\x01\n" +
 	"\tDiffState\x12\x1a\n" +
 	"\x16DIFF_STATE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11DIFF_STATE_QUEUED\x10\x01\x12\x16\n" +
@@ -3356,132 +3538,138 @@ func file_parity_v1_parity_proto_rawDescGZIP() []byte {
 	return file_parity_v1_parity_proto_rawDescData
 }
 
-var file_parity_v1_parity_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_parity_v1_parity_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
+var file_parity_v1_parity_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
+var file_parity_v1_parity_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_parity_v1_parity_proto_goTypes = []any{
 	(ErrorReason)(0),                   // 0: parity.v1.ErrorReason
 	(ApplierState)(0),                  // 1: parity.v1.ApplierState
-	(DiffState)(0),                     // 2: parity.v1.DiffState
-	(DiffResult)(0),                    // 3: parity.v1.DiffResult
-	(DifferenceKind)(0),                // 4: parity.v1.DifferenceKind
-	(*GetStatusRequest)(nil),           // 5: parity.v1.GetStatusRequest
-	(*WatchStatusRequest)(nil),         // 6: parity.v1.WatchStatusRequest
-	(*Status)(nil),                     // 7: parity.v1.Status
-	(*PartitionStatus)(nil),            // 8: parity.v1.PartitionStatus
-	(*VerificationStatus)(nil),         // 9: parity.v1.VerificationStatus
-	(*WaitForAppliedRequest)(nil),      // 10: parity.v1.WaitForAppliedRequest
-	(*WaitForAppliedResponse)(nil),     // 11: parity.v1.WaitForAppliedResponse
-	(*CreateSnapshotPointRequest)(nil), // 12: parity.v1.CreateSnapshotPointRequest
-	(*SnapshotPoint)(nil),              // 13: parity.v1.SnapshotPoint
-	(*Diff)(nil),                       // 14: parity.v1.Diff
-	(*TableResult)(nil),                // 15: parity.v1.TableResult
-	(*DiffProgress)(nil),               // 16: parity.v1.DiffProgress
-	(*StartDiffRequest)(nil),           // 17: parity.v1.StartDiffRequest
-	(*SnapshotPolicy)(nil),             // 18: parity.v1.SnapshotPolicy
-	(*DiffOptions)(nil),                // 19: parity.v1.DiffOptions
-	(*GetDiffRequest)(nil),             // 20: parity.v1.GetDiffRequest
-	(*WatchDiffRequest)(nil),           // 21: parity.v1.WatchDiffRequest
-	(*CancelDiffRequest)(nil),          // 22: parity.v1.CancelDiffRequest
-	(*ListDiffsRequest)(nil),           // 23: parity.v1.ListDiffsRequest
-	(*ListDiffsResponse)(nil),          // 24: parity.v1.ListDiffsResponse
-	(*Difference)(nil),                 // 25: parity.v1.Difference
-	(*ListDifferencesRequest)(nil),     // 26: parity.v1.ListDifferencesRequest
-	(*ListDifferencesResponse)(nil),    // 27: parity.v1.ListDifferencesResponse
-	(*GetFixSQLRequest)(nil),           // 28: parity.v1.GetFixSQLRequest
-	(*FixSQLChunk)(nil),                // 29: parity.v1.FixSQLChunk
-	(*RepairRequest)(nil),              // 30: parity.v1.RepairRequest
-	(*RepairResponse)(nil),             // 31: parity.v1.RepairResponse
-	(*RepairedKey)(nil),                // 32: parity.v1.RepairedKey
-	(*CutoverCheckRequest)(nil),        // 33: parity.v1.CutoverCheckRequest
-	(*CutoverCheckResponse)(nil),       // 34: parity.v1.CutoverCheckResponse
-	(*CutoverTable)(nil),               // 35: parity.v1.CutoverTable
-	nil,                                // 36: parity.v1.Diff.DifferencesByClassEntry
-	nil,                                // 37: parity.v1.CutoverCheckResponse.DifferencesByClassEntry
-	(*durationpb.Duration)(nil),        // 38: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),      // 39: google.protobuf.Timestamp
+	(HARole)(0),                        // 2: parity.v1.HARole
+	(DiffState)(0),                     // 3: parity.v1.DiffState
+	(DiffResult)(0),                    // 4: parity.v1.DiffResult
+	(DifferenceKind)(0),                // 5: parity.v1.DifferenceKind
+	(*GetStatusRequest)(nil),           // 6: parity.v1.GetStatusRequest
+	(*WatchStatusRequest)(nil),         // 7: parity.v1.WatchStatusRequest
+	(*Status)(nil),                     // 8: parity.v1.Status
+	(*HAStatus)(nil),                   // 9: parity.v1.HAStatus
+	(*PartitionStatus)(nil),            // 10: parity.v1.PartitionStatus
+	(*VerificationStatus)(nil),         // 11: parity.v1.VerificationStatus
+	(*WaitForAppliedRequest)(nil),      // 12: parity.v1.WaitForAppliedRequest
+	(*WaitForAppliedResponse)(nil),     // 13: parity.v1.WaitForAppliedResponse
+	(*CreateSnapshotPointRequest)(nil), // 14: parity.v1.CreateSnapshotPointRequest
+	(*SnapshotPoint)(nil),              // 15: parity.v1.SnapshotPoint
+	(*Diff)(nil),                       // 16: parity.v1.Diff
+	(*TableResult)(nil),                // 17: parity.v1.TableResult
+	(*DiffProgress)(nil),               // 18: parity.v1.DiffProgress
+	(*StartDiffRequest)(nil),           // 19: parity.v1.StartDiffRequest
+	(*SnapshotPolicy)(nil),             // 20: parity.v1.SnapshotPolicy
+	(*DiffOptions)(nil),                // 21: parity.v1.DiffOptions
+	(*GetDiffRequest)(nil),             // 22: parity.v1.GetDiffRequest
+	(*WatchDiffRequest)(nil),           // 23: parity.v1.WatchDiffRequest
+	(*CancelDiffRequest)(nil),          // 24: parity.v1.CancelDiffRequest
+	(*ListDiffsRequest)(nil),           // 25: parity.v1.ListDiffsRequest
+	(*ListDiffsResponse)(nil),          // 26: parity.v1.ListDiffsResponse
+	(*Difference)(nil),                 // 27: parity.v1.Difference
+	(*ListDifferencesRequest)(nil),     // 28: parity.v1.ListDifferencesRequest
+	(*ListDifferencesResponse)(nil),    // 29: parity.v1.ListDifferencesResponse
+	(*GetFixSQLRequest)(nil),           // 30: parity.v1.GetFixSQLRequest
+	(*FixSQLChunk)(nil),                // 31: parity.v1.FixSQLChunk
+	(*RepairRequest)(nil),              // 32: parity.v1.RepairRequest
+	(*RepairResponse)(nil),             // 33: parity.v1.RepairResponse
+	(*RepairedKey)(nil),                // 34: parity.v1.RepairedKey
+	(*CutoverCheckRequest)(nil),        // 35: parity.v1.CutoverCheckRequest
+	(*CutoverCheckResponse)(nil),       // 36: parity.v1.CutoverCheckResponse
+	(*CutoverTable)(nil),               // 37: parity.v1.CutoverTable
+	nil,                                // 38: parity.v1.Diff.DifferencesByClassEntry
+	nil,                                // 39: parity.v1.CutoverCheckResponse.DifferencesByClassEntry
+	(*durationpb.Duration)(nil),        // 40: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),      // 41: google.protobuf.Timestamp
 }
 var file_parity_v1_parity_proto_depIdxs = []int32{
-	38, // 0: parity.v1.WatchStatusRequest.interval:type_name -> google.protobuf.Duration
+	40, // 0: parity.v1.WatchStatusRequest.interval:type_name -> google.protobuf.Duration
 	1,  // 1: parity.v1.Status.applier_state:type_name -> parity.v1.ApplierState
-	39, // 2: parity.v1.Status.applied_time:type_name -> google.protobuf.Timestamp
-	39, // 3: parity.v1.Status.resolved_time:type_name -> google.protobuf.Timestamp
-	8,  // 4: parity.v1.Status.partitions:type_name -> parity.v1.PartitionStatus
-	9,  // 5: parity.v1.Status.verification:type_name -> parity.v1.VerificationStatus
-	39, // 6: parity.v1.Status.update_time:type_name -> google.protobuf.Timestamp
-	39, // 7: parity.v1.VerificationStatus.covered_time:type_name -> google.protobuf.Timestamp
-	38, // 8: parity.v1.VerificationStatus.freshness:type_name -> google.protobuf.Duration
-	14, // 9: parity.v1.VerificationStatus.running:type_name -> parity.v1.Diff
-	14, // 10: parity.v1.VerificationStatus.last_diff:type_name -> parity.v1.Diff
-	38, // 11: parity.v1.WaitForAppliedRequest.timeout:type_name -> google.protobuf.Duration
-	39, // 12: parity.v1.WaitForAppliedResponse.applied_time:type_name -> google.protobuf.Timestamp
-	38, // 13: parity.v1.WaitForAppliedResponse.waited:type_name -> google.protobuf.Duration
-	39, // 14: parity.v1.SnapshotPoint.ts_time:type_name -> google.protobuf.Timestamp
-	38, // 15: parity.v1.SnapshotPoint.pause:type_name -> google.protobuf.Duration
-	39, // 16: parity.v1.SnapshotPoint.create_time:type_name -> google.protobuf.Timestamp
-	2,  // 17: parity.v1.Diff.state:type_name -> parity.v1.DiffState
-	3,  // 18: parity.v1.Diff.result:type_name -> parity.v1.DiffResult
-	39, // 19: parity.v1.Diff.create_time:type_name -> google.protobuf.Timestamp
-	39, // 20: parity.v1.Diff.end_time:type_name -> google.protobuf.Timestamp
-	38, // 21: parity.v1.Diff.max_pause:type_name -> google.protobuf.Duration
-	36, // 22: parity.v1.Diff.differences_by_class:type_name -> parity.v1.Diff.DifferencesByClassEntry
-	13, // 23: parity.v1.Diff.pairs:type_name -> parity.v1.SnapshotPoint
-	15, // 24: parity.v1.Diff.table_results:type_name -> parity.v1.TableResult
-	16, // 25: parity.v1.Diff.progress:type_name -> parity.v1.DiffProgress
-	38, // 26: parity.v1.DiffProgress.eta:type_name -> google.protobuf.Duration
-	38, // 27: parity.v1.DiffProgress.pair_age:type_name -> google.protobuf.Duration
-	18, // 28: parity.v1.StartDiffRequest.snapshot_policy:type_name -> parity.v1.SnapshotPolicy
-	19, // 29: parity.v1.StartDiffRequest.options:type_name -> parity.v1.DiffOptions
-	38, // 30: parity.v1.SnapshotPolicy.max_view_age:type_name -> google.protobuf.Duration
-	38, // 31: parity.v1.WatchDiffRequest.interval:type_name -> google.protobuf.Duration
-	2,  // 32: parity.v1.ListDiffsRequest.state:type_name -> parity.v1.DiffState
-	39, // 33: parity.v1.ListDiffsRequest.start_time_after:type_name -> google.protobuf.Timestamp
-	39, // 34: parity.v1.ListDiffsRequest.start_time_before:type_name -> google.protobuf.Timestamp
-	14, // 35: parity.v1.ListDiffsResponse.diffs:type_name -> parity.v1.Diff
-	4,  // 36: parity.v1.Difference.kind:type_name -> parity.v1.DifferenceKind
-	4,  // 37: parity.v1.ListDifferencesRequest.kind:type_name -> parity.v1.DifferenceKind
-	25, // 38: parity.v1.ListDifferencesResponse.differences:type_name -> parity.v1.Difference
-	32, // 39: parity.v1.RepairResponse.keys:type_name -> parity.v1.RepairedKey
-	38, // 40: parity.v1.RepairResponse.max_pause:type_name -> google.protobuf.Duration
-	3,  // 41: parity.v1.RepairResponse.verify_result:type_name -> parity.v1.DiffResult
-	38, // 42: parity.v1.CutoverCheckRequest.max_full_diff_age:type_name -> google.protobuf.Duration
-	38, // 43: parity.v1.CutoverCheckRequest.wait_timeout:type_name -> google.protobuf.Duration
-	13, // 44: parity.v1.CutoverCheckResponse.pair:type_name -> parity.v1.SnapshotPoint
-	35, // 45: parity.v1.CutoverCheckResponse.tables:type_name -> parity.v1.CutoverTable
-	25, // 46: parity.v1.CutoverCheckResponse.differences:type_name -> parity.v1.Difference
-	37, // 47: parity.v1.CutoverCheckResponse.differences_by_class:type_name -> parity.v1.CutoverCheckResponse.DifferencesByClassEntry
-	38, // 48: parity.v1.CutoverCheckResponse.waited:type_name -> google.protobuf.Duration
-	38, // 49: parity.v1.CutoverTable.last_full_age:type_name -> google.protobuf.Duration
-	5,  // 50: parity.v1.Parity.GetStatus:input_type -> parity.v1.GetStatusRequest
-	6,  // 51: parity.v1.Parity.WatchStatus:input_type -> parity.v1.WatchStatusRequest
-	10, // 52: parity.v1.Parity.WaitForApplied:input_type -> parity.v1.WaitForAppliedRequest
-	12, // 53: parity.v1.Parity.CreateSnapshotPoint:input_type -> parity.v1.CreateSnapshotPointRequest
-	17, // 54: parity.v1.Parity.StartDiff:input_type -> parity.v1.StartDiffRequest
-	20, // 55: parity.v1.Parity.GetDiff:input_type -> parity.v1.GetDiffRequest
-	21, // 56: parity.v1.Parity.WatchDiff:input_type -> parity.v1.WatchDiffRequest
-	22, // 57: parity.v1.Parity.CancelDiff:input_type -> parity.v1.CancelDiffRequest
-	23, // 58: parity.v1.Parity.ListDiffs:input_type -> parity.v1.ListDiffsRequest
-	26, // 59: parity.v1.Parity.ListDifferences:input_type -> parity.v1.ListDifferencesRequest
-	28, // 60: parity.v1.Parity.GetFixSQL:input_type -> parity.v1.GetFixSQLRequest
-	30, // 61: parity.v1.Parity.Repair:input_type -> parity.v1.RepairRequest
-	33, // 62: parity.v1.Parity.CutoverCheck:input_type -> parity.v1.CutoverCheckRequest
-	7,  // 63: parity.v1.Parity.GetStatus:output_type -> parity.v1.Status
-	7,  // 64: parity.v1.Parity.WatchStatus:output_type -> parity.v1.Status
-	11, // 65: parity.v1.Parity.WaitForApplied:output_type -> parity.v1.WaitForAppliedResponse
-	13, // 66: parity.v1.Parity.CreateSnapshotPoint:output_type -> parity.v1.SnapshotPoint
-	14, // 67: parity.v1.Parity.StartDiff:output_type -> parity.v1.Diff
-	14, // 68: parity.v1.Parity.GetDiff:output_type -> parity.v1.Diff
-	14, // 69: parity.v1.Parity.WatchDiff:output_type -> parity.v1.Diff
-	14, // 70: parity.v1.Parity.CancelDiff:output_type -> parity.v1.Diff
-	24, // 71: parity.v1.Parity.ListDiffs:output_type -> parity.v1.ListDiffsResponse
-	27, // 72: parity.v1.Parity.ListDifferences:output_type -> parity.v1.ListDifferencesResponse
-	29, // 73: parity.v1.Parity.GetFixSQL:output_type -> parity.v1.FixSQLChunk
-	31, // 74: parity.v1.Parity.Repair:output_type -> parity.v1.RepairResponse
-	34, // 75: parity.v1.Parity.CutoverCheck:output_type -> parity.v1.CutoverCheckResponse
-	63, // [63:76] is the sub-list for method output_type
-	50, // [50:63] is the sub-list for method input_type
-	50, // [50:50] is the sub-list for extension type_name
-	50, // [50:50] is the sub-list for extension extendee
-	0,  // [0:50] is the sub-list for field type_name
+	41, // 2: parity.v1.Status.applied_time:type_name -> google.protobuf.Timestamp
+	41, // 3: parity.v1.Status.resolved_time:type_name -> google.protobuf.Timestamp
+	10, // 4: parity.v1.Status.partitions:type_name -> parity.v1.PartitionStatus
+	11, // 5: parity.v1.Status.verification:type_name -> parity.v1.VerificationStatus
+	41, // 6: parity.v1.Status.update_time:type_name -> google.protobuf.Timestamp
+	9,  // 7: parity.v1.Status.ha:type_name -> parity.v1.HAStatus
+	2,  // 8: parity.v1.HAStatus.role:type_name -> parity.v1.HARole
+	40, // 9: parity.v1.HAStatus.lease_expires_in:type_name -> google.protobuf.Duration
+	41, // 10: parity.v1.HAStatus.active_since:type_name -> google.protobuf.Timestamp
+	41, // 11: parity.v1.VerificationStatus.covered_time:type_name -> google.protobuf.Timestamp
+	40, // 12: parity.v1.VerificationStatus.freshness:type_name -> google.protobuf.Duration
+	16, // 13: parity.v1.VerificationStatus.running:type_name -> parity.v1.Diff
+	16, // 14: parity.v1.VerificationStatus.last_diff:type_name -> parity.v1.Diff
+	40, // 15: parity.v1.WaitForAppliedRequest.timeout:type_name -> google.protobuf.Duration
+	41, // 16: parity.v1.WaitForAppliedResponse.applied_time:type_name -> google.protobuf.Timestamp
+	40, // 17: parity.v1.WaitForAppliedResponse.waited:type_name -> google.protobuf.Duration
+	41, // 18: parity.v1.SnapshotPoint.ts_time:type_name -> google.protobuf.Timestamp
+	40, // 19: parity.v1.SnapshotPoint.pause:type_name -> google.protobuf.Duration
+	41, // 20: parity.v1.SnapshotPoint.create_time:type_name -> google.protobuf.Timestamp
+	3,  // 21: parity.v1.Diff.state:type_name -> parity.v1.DiffState
+	4,  // 22: parity.v1.Diff.result:type_name -> parity.v1.DiffResult
+	41, // 23: parity.v1.Diff.create_time:type_name -> google.protobuf.Timestamp
+	41, // 24: parity.v1.Diff.end_time:type_name -> google.protobuf.Timestamp
+	40, // 25: parity.v1.Diff.max_pause:type_name -> google.protobuf.Duration
+	38, // 26: parity.v1.Diff.differences_by_class:type_name -> parity.v1.Diff.DifferencesByClassEntry
+	15, // 27: parity.v1.Diff.pairs:type_name -> parity.v1.SnapshotPoint
+	17, // 28: parity.v1.Diff.table_results:type_name -> parity.v1.TableResult
+	18, // 29: parity.v1.Diff.progress:type_name -> parity.v1.DiffProgress
+	40, // 30: parity.v1.DiffProgress.eta:type_name -> google.protobuf.Duration
+	40, // 31: parity.v1.DiffProgress.pair_age:type_name -> google.protobuf.Duration
+	20, // 32: parity.v1.StartDiffRequest.snapshot_policy:type_name -> parity.v1.SnapshotPolicy
+	21, // 33: parity.v1.StartDiffRequest.options:type_name -> parity.v1.DiffOptions
+	40, // 34: parity.v1.SnapshotPolicy.max_view_age:type_name -> google.protobuf.Duration
+	40, // 35: parity.v1.WatchDiffRequest.interval:type_name -> google.protobuf.Duration
+	3,  // 36: parity.v1.ListDiffsRequest.state:type_name -> parity.v1.DiffState
+	41, // 37: parity.v1.ListDiffsRequest.start_time_after:type_name -> google.protobuf.Timestamp
+	41, // 38: parity.v1.ListDiffsRequest.start_time_before:type_name -> google.protobuf.Timestamp
+	16, // 39: parity.v1.ListDiffsResponse.diffs:type_name -> parity.v1.Diff
+	5,  // 40: parity.v1.Difference.kind:type_name -> parity.v1.DifferenceKind
+	5,  // 41: parity.v1.ListDifferencesRequest.kind:type_name -> parity.v1.DifferenceKind
+	27, // 42: parity.v1.ListDifferencesResponse.differences:type_name -> parity.v1.Difference
+	34, // 43: parity.v1.RepairResponse.keys:type_name -> parity.v1.RepairedKey
+	40, // 44: parity.v1.RepairResponse.max_pause:type_name -> google.protobuf.Duration
+	4,  // 45: parity.v1.RepairResponse.verify_result:type_name -> parity.v1.DiffResult
+	40, // 46: parity.v1.CutoverCheckRequest.max_full_diff_age:type_name -> google.protobuf.Duration
+	40, // 47: parity.v1.CutoverCheckRequest.wait_timeout:type_name -> google.protobuf.Duration
+	15, // 48: parity.v1.CutoverCheckResponse.pair:type_name -> parity.v1.SnapshotPoint
+	37, // 49: parity.v1.CutoverCheckResponse.tables:type_name -> parity.v1.CutoverTable
+	27, // 50: parity.v1.CutoverCheckResponse.differences:type_name -> parity.v1.Difference
+	39, // 51: parity.v1.CutoverCheckResponse.differences_by_class:type_name -> parity.v1.CutoverCheckResponse.DifferencesByClassEntry
+	40, // 52: parity.v1.CutoverCheckResponse.waited:type_name -> google.protobuf.Duration
+	40, // 53: parity.v1.CutoverTable.last_full_age:type_name -> google.protobuf.Duration
+	6,  // 54: parity.v1.Parity.GetStatus:input_type -> parity.v1.GetStatusRequest
+	7,  // 55: parity.v1.Parity.WatchStatus:input_type -> parity.v1.WatchStatusRequest
+	12, // 56: parity.v1.Parity.WaitForApplied:input_type -> parity.v1.WaitForAppliedRequest
+	14, // 57: parity.v1.Parity.CreateSnapshotPoint:input_type -> parity.v1.CreateSnapshotPointRequest
+	19, // 58: parity.v1.Parity.StartDiff:input_type -> parity.v1.StartDiffRequest
+	22, // 59: parity.v1.Parity.GetDiff:input_type -> parity.v1.GetDiffRequest
+	23, // 60: parity.v1.Parity.WatchDiff:input_type -> parity.v1.WatchDiffRequest
+	24, // 61: parity.v1.Parity.CancelDiff:input_type -> parity.v1.CancelDiffRequest
+	25, // 62: parity.v1.Parity.ListDiffs:input_type -> parity.v1.ListDiffsRequest
+	28, // 63: parity.v1.Parity.ListDifferences:input_type -> parity.v1.ListDifferencesRequest
+	30, // 64: parity.v1.Parity.GetFixSQL:input_type -> parity.v1.GetFixSQLRequest
+	32, // 65: parity.v1.Parity.Repair:input_type -> parity.v1.RepairRequest
+	35, // 66: parity.v1.Parity.CutoverCheck:input_type -> parity.v1.CutoverCheckRequest
+	8,  // 67: parity.v1.Parity.GetStatus:output_type -> parity.v1.Status
+	8,  // 68: parity.v1.Parity.WatchStatus:output_type -> parity.v1.Status
+	13, // 69: parity.v1.Parity.WaitForApplied:output_type -> parity.v1.WaitForAppliedResponse
+	15, // 70: parity.v1.Parity.CreateSnapshotPoint:output_type -> parity.v1.SnapshotPoint
+	16, // 71: parity.v1.Parity.StartDiff:output_type -> parity.v1.Diff
+	16, // 72: parity.v1.Parity.GetDiff:output_type -> parity.v1.Diff
+	16, // 73: parity.v1.Parity.WatchDiff:output_type -> parity.v1.Diff
+	16, // 74: parity.v1.Parity.CancelDiff:output_type -> parity.v1.Diff
+	26, // 75: parity.v1.Parity.ListDiffs:output_type -> parity.v1.ListDiffsResponse
+	29, // 76: parity.v1.Parity.ListDifferences:output_type -> parity.v1.ListDifferencesResponse
+	31, // 77: parity.v1.Parity.GetFixSQL:output_type -> parity.v1.FixSQLChunk
+	33, // 78: parity.v1.Parity.Repair:output_type -> parity.v1.RepairResponse
+	36, // 79: parity.v1.Parity.CutoverCheck:output_type -> parity.v1.CutoverCheckResponse
+	67, // [67:80] is the sub-list for method output_type
+	54, // [54:67] is the sub-list for method input_type
+	54, // [54:54] is the sub-list for extension type_name
+	54, // [54:54] is the sub-list for extension extendee
+	0,  // [0:54] is the sub-list for field type_name
 }
 
 func init() { file_parity_v1_parity_proto_init() }
@@ -3489,12 +3677,12 @@ func file_parity_v1_parity_proto_init() {
 	if File_parity_v1_parity_proto != nil {
 		return
 	}
-	file_parity_v1_parity_proto_msgTypes[5].OneofWrappers = []any{
+	file_parity_v1_parity_proto_msgTypes[6].OneofWrappers = []any{
 		(*WaitForAppliedRequest_Ts)(nil),
 		(*WaitForAppliedRequest_Now)(nil),
 	}
-	file_parity_v1_parity_proto_msgTypes[7].OneofWrappers = []any{}
-	file_parity_v1_parity_proto_msgTypes[28].OneofWrappers = []any{
+	file_parity_v1_parity_proto_msgTypes[8].OneofWrappers = []any{}
+	file_parity_v1_parity_proto_msgTypes[29].OneofWrappers = []any{
 		(*CutoverCheckRequest_UpstreamTs)(nil),
 		(*CutoverCheckRequest_Now)(nil),
 	}
@@ -3503,8 +3691,8 @@ func file_parity_v1_parity_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_parity_v1_parity_proto_rawDesc), len(file_parity_v1_parity_proto_rawDesc)),
-			NumEnums:      5,
-			NumMessages:   33,
+			NumEnums:      6,
+			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
