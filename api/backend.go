@@ -48,6 +48,9 @@ type Verification interface {
 	Start(ctx context.Context, req DiffRequest) (runID string, err error)
 	// Get returns a run and, while it is queued or running, its progress.
 	Get(ctx context.Context, runID string) (verify.RunRecord, *verify.ActiveRun, error)
+	// Ended returns a channel closed once the run has ended and Get returns it ended,
+	// while this daemon runs it (queued or running); nil otherwise.
+	Ended(runID string) <-chan struct{}
 	// Cancel stops a running run and returns it as it ended (an ended run unchanged).
 	Cancel(ctx context.Context, runID string) (verify.RunRecord, error)
 	// List returns runs matching f, newest first, from f.Offset, at most f.Limit.
@@ -102,6 +105,9 @@ type CutoverRequest struct {
 	MaxFullAge  time.Duration
 	Tables      []string
 	WaitTimeout time.Duration
+	// Full compares every selected table whole, FullTables those matching its patterns.
+	Full       bool
+	FullTables []string
 }
 
 // CutoverResult is the gate's answer and its evidence.
@@ -118,6 +124,8 @@ type CutoverResult struct {
 	Waited       time.Duration
 	// Unconfirmed: rows different when first read at the pair, equal when read again.
 	Unconfirmed int64
+	// Bypass: "on" when bypass detection ran in the daemon, else "off".
+	Bypass string
 }
 
 // CutoverTable is one table's evidence.
@@ -129,6 +137,18 @@ type CutoverTable struct {
 	KeysVerified  int64
 	Differences   int64
 	Result        string
+	// Full: compared whole, as asked. The window verified by keys and its sources (see
+	// verify.CutoverTable).
+	Full               bool
+	LedgerFromTS       uint64
+	LedgerUntilTS      uint64
+	LedgerKeys         int64
+	Bypass             string
+	BypassNote         string
+	BypassSince        time.Time
+	BypassWatchedSince time.Time
+	BypassKeys         int64
+	BypassDDL          []string
 }
 
 // RepairResult is what a repair did, and its re-verification.

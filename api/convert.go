@@ -223,15 +223,24 @@ func repairProto(r RepairResult) *parityv1.RepairResponse {
 
 func cutoverProto(r CutoverResult) *parityv1.CutoverCheckResponse {
 	out := &parityv1.CutoverCheckResponse{Passed: r.Passed, Failures: r.Failures, UpstreamTs: r.UpstreamTS, Diff: diffName(r.RunID),
-		KeysVerified: r.KeysVerified, DifferencesByClass: maps.Clone(r.ByClass), Waited: durationpb.New(r.Waited), Unconfirmed: r.Unconfirmed}
+		KeysVerified: r.KeysVerified, DifferencesByClass: maps.Clone(r.ByClass), Waited: durationpb.New(r.Waited), Unconfirmed: r.Unconfirmed,
+		Bypass: r.Bypass}
 	if r.Pair.TS != 0 {
 		out.Pair = pointProto(r.Pair)
 	}
 	for _, t := range r.Tables {
 		ct := &parityv1.CutoverTable{Table: t.Table, LastFullDiff: diffName(t.LastFullRunID), SinceTs: t.SinceTS,
-			KeysVerified: t.KeysVerified, Differences: t.Differences, Result: t.Result}
+			KeysVerified: t.KeysVerified, Differences: t.Differences, Result: t.Result, Full: t.Full,
+			LedgerFromTs: t.LedgerFromTS, LedgerUntilTs: t.LedgerUntilTS, LedgerKeys: t.LedgerKeys,
+			Bypass: t.Bypass, BypassNote: t.BypassNote, BypassKeys: t.BypassKeys, BypassDdl: t.BypassDDL}
 		if t.LastFullRunID != "" {
 			ct.LastFullAge = durationpb.New(t.LastFullAge)
+		}
+		if !t.BypassSince.IsZero() {
+			ct.BypassSince = timestamppb.New(t.BypassSince)
+		}
+		if !t.BypassWatchedSince.IsZero() {
+			ct.BypassWatchedSince = timestamppb.New(t.BypassWatchedSince)
 		}
 		out.Tables = append(out.Tables, ct)
 	}

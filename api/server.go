@@ -249,14 +249,15 @@ func (s *Server) WatchStatus(req *parityv1.WatchStatusRequest, stream parityv1.P
 	if err != nil {
 		return err
 	}
-	return s.every(stream.Context(), every, func() (bool, error) {
+	return s.every(stream.Context(), every, nil, func() (bool, error) {
 		return false, stream.Send(s.status())
 	})
 }
 
-// every calls send at once and then every interval until it reports the end, ctx ends
-// (its error) or the server stops (nil: the stream ends with OK).
-func (s *Server) every(ctx context.Context, every time.Duration, send func() (end bool, err error)) error {
+// every calls send at once, then every interval and once when wake is closed (nil:
+// never), until it reports the end, ctx ends (its error) or the server stops (nil: the
+// stream ends with OK).
+func (s *Server) every(ctx context.Context, every time.Duration, wake <-chan struct{}, send func() (end bool, err error)) error {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -266,6 +267,8 @@ func (s *Server) every(ctx context.Context, every time.Duration, send func() (en
 		}
 		select {
 		case <-t.C:
+		case <-wake:
+			wake = nil // closed: once
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-s.stopCtx.Done():
@@ -481,7 +484,9 @@ func (s *Server) WatchDiff(req *parityv1.WatchDiffRequest, stream parityv1.Parit
 		return err
 	}
 	ctx := stream.Context()
-	return s.every(ctx, every, func() (bool, error) {
+	// The run's end wakes the stream for its final message, whatever the interval (nil
+	// when this daemon does not run it: then the interval finds its end).
+	return s.every(ctx, every, v.Ended(id), func() (bool, error) {
 		rec, active, err := v.Get(ctx, id)
 		if err != nil {
 			return false, withRun(id, err)
@@ -725,6 +730,10 @@ func (s *Server) CutoverCheck(ctx context.Context, req *parityv1.CutoverCheckReq
 	if cr.Tables, err = patterns("tables", req.GetTables()); err != nil {
 		return nil, err
 	}
+	if cr.FullTables, err = patterns("full_tables", req.GetFullTables()); err != nil {
+		return nil, err
+	}
+	cr.Full = req.GetFull()
 	cctx, cancel := s.callCtx(ctx)
 	defer cancel()
 	res, err := v.CutoverCheck(cctx, cr)

@@ -76,6 +76,7 @@ func (r *runner) bypassCoverage(ctx context.Context) coverage {
 // downstream, another key), is compared whole.
 func (r *runner) addBypassKeys(ctx context.Context, q Querier, t *target, sc *tableScope, cov coverage) error {
 	start := tso.Time(sc.from)
+	sc.bypassSince, sc.bypassWatched = start.Add(-bypassSkew).Truncate(time.Second), cov.c.Since
 	switch {
 	case cov.off:
 		sc.bypass, sc.bypassNote = BypassOff, "bypass detection is off: writes that bypassed parity are not among the keys"
@@ -93,7 +94,7 @@ func (r *runner) addBypassKeys(ctx context.Context, q Querier, t *target, sc *ta
 	qctx, cancel := context.WithTimeout(ctx, r.cfg.QueryTimeout)
 	defer cancel()
 	ws, err := bypasslog.Read(qctx, q, r.cfg.Changefeed.MetaSchema, r.cfg.Changefeed.ID, t.stored.downSchema, t.stored.downName,
-		start.Add(-bypassSkew).Truncate(time.Second), time.Now().Add(time.Hour))
+		sc.bypassSince, time.Now().Add(time.Hour))
 	if errors.Is(err, bypasslog.ErrNoTable) {
 		return nil // no detector ever ran against this meta schema: nothing recorded
 	}

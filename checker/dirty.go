@@ -123,9 +123,10 @@ type tableScope struct {
 	keys []rowkey.Key
 	// bypass, bypassNote, bypassKeys, bypassDDL: TableReport's Bypass fields
 	// (bypasskeys.go).
-	bypass, bypassNote string
-	bypassKeys         int
-	bypassDDL          []string
+	bypass, bypassNote         string
+	bypassKeys                 int
+	bypassDDL                  []string
+	bypassSince, bypassWatched time.Time
 }
 
 // pairTS returns the TSO both sides read at when the run is at a snapshot pair (the

@@ -98,10 +98,14 @@ type TableReport struct {
 	// which part and why; the detections that exist are included) or "off" (no detector:
 	// only the changefeed's keys). BypassDDL lists the DDL statements made straight in the
 	// fallback on the table in the window (the table is then compared whole).
-	Bypass     string   `json:"bypass,omitempty"`
-	BypassNote string   `json:"bypass_note,omitempty"`
-	BypassKeys int64    `json:"bypass_keys,omitempty"`
-	BypassDDL  []string `json:"bypass_ddl,omitempty"`
+	// BypassSince is where the window's bypass writes were read from, BypassWatched
+	// where the detector's current stretch of watching began.
+	Bypass        string    `json:"bypass,omitempty"`
+	BypassNote    string    `json:"bypass_note,omitempty"`
+	BypassKeys    int64     `json:"bypass_keys,omitempty"`
+	BypassDDL     []string  `json:"bypass_ddl,omitempty"`
+	BypassSince   time.Time `json:"bypass_since,omitzero"`
+	BypassWatched time.Time `json:"bypass_watched_since,omitzero"`
 	// DifferencesByClass counts the table's differing rows by class, and "in-flight" its
 	// DifferencesResolved.
 	DifferencesByClass map[string]int64 `json:"differences_by_class,omitempty"`
@@ -248,6 +252,7 @@ func (tk *tracker) report(ctx context.Context, pair *sourcePair) (*Report, error
 				tr.ScopeFromTs, tr.ScopeUntilTs, tr.ScopeKeys = sc.from, sc.until, int64(len(sc.keys))
 			}
 			tr.Bypass, tr.BypassNote, tr.BypassKeys, tr.BypassDDL = sc.bypass, sc.bypassNote, int64(sc.bypassKeys), sc.bypassDDL
+			tr.BypassSince, tr.BypassWatched = sc.bypassSince, sc.bypassWatched
 		}
 		if m := classes[t.idx]; len(m) > 0 || tr.DifferencesResolved > 0 {
 			tr.DifferencesByClass = map[string]int64{}

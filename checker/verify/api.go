@@ -58,6 +58,7 @@ const (
 	FieldMinTS            = "min_ts"
 	FieldUpstreamTS       = "upstream_ts"
 	FieldMaxFullAge       = "max_full_age"
+	FieldFullTables       = "full_tables"
 	FieldWaitTimeout      = "wait_timeout"
 )
 
@@ -118,6 +119,7 @@ func (s *Service) options(st *runState, req Request) {
 		st.rate = int(req.MaxRowsPerSecond)
 	}
 	st.minTS = req.MinTS
+	st.whole = req.WholeTables
 }
 
 // serving returns ErrNotRunning unless Run serves (the pools and the history are open).
@@ -154,6 +156,17 @@ func (s *Service) activeByID(runID string) (*runState, *ActiveRun) {
 		}
 	}
 	return nil, nil
+}
+
+// Ended returns a channel closed when the run runID has ended (its end recorded in the
+// history, Get returns it ended), while this service runs it, queued or running; nil
+// when it does not (an unknown run, one that has ended, one another daemon runs). A
+// watcher wakes on it for the run's final state instead of polling for it.
+func (s *Service) Ended(runID string) <-chan struct{} {
+	if st, _ := s.activeByID(runID); st != nil {
+		return st.done
+	}
+	return nil
 }
 
 // Get returns the run runID as the history holds it, with its pairs and tables, and

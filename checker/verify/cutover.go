@@ -3,10 +3,14 @@ package verify
 // cutover.go owns the cutover check: the gate a runbook calls before (or after) it
 // moves traffic. It waits until the fallback has applied an upstream TSO, finds each
 // table's last clean full verification in the history, and verifies in one run, at a
-// snapshot pair at or after that TSO, every key the changefeed changed since the oldest
-// of them; the result is the evidence. The run is an ordinary run of the service
-// (trigger "cutover-check"), recorded in the history and counted in Stats like the
-// others. It must not compare anything itself.
+// snapshot pair at or after that TSO, every key that may have changed since the oldest
+// of them: the keys the changefeed changed (the ledger) and the keys of writes that
+// bypassed parity (the bypass detector's records, checker/bypasskeys.go). A table whose
+// window the detector did not watch whole (detection off, started late, a gap) does not
+// pass unless the check compares it whole (CutoverRequest.Full, FullTables), and neither
+// does one with a DDL made straight in the fallback. The result is the evidence. The run
+// is an ordinary run of the service (trigger "cutover-check"), recorded in the history
+// and counted in Stats like the others. It must not compare anything itself.
 
 import (
 	"context"
@@ -43,6 +47,13 @@ const (
 	// CutoverNotVerified: the table was selected but the run did not verify it (it no
 	// longer exists upstream at the pair, or the run ended first).
 	CutoverNotVerified = "not-verified"
+	// CutoverBypassUnwatched: writes straight into the fallback since the table's last
+	// clean full verification may have been missed (bypass detection off, started after
+	// it, or a gap): its keys cannot be vouched for. Enable [bypass] and run a full
+	// verification, or ask the check to compare the table whole.
+	CutoverBypassUnwatched = "bypass-unwatched"
+	// CutoverBypassDDL: a DDL was made straight in the fallback on the table since.
+	CutoverBypassDDL = "bypass-ddl"
 )
 
 // CutoverRequest asks for a cutover check.
@@ -59,6 +70,12 @@ type CutoverRequest struct {
 	// WaitTimeout bounds the wait for UpstreamTS to be applied. 0: the context's
 	// deadline, else DefaultCutoverWait.
 	WaitTimeout time.Duration
+	// Full compares every selected table whole at the pair, FullTables (schema.table
+	// patterns) those it matches: such a table needs no earlier full verification and no
+	// watched window (the way out of bypass-unwatched when bypass detection was off or
+	// had a gap). It costs a full comparison of those tables.
+	Full       bool
+	FullTables []string
 }
 
 // CutoverResult is a cutover check's evidence. Passed is whether the fallback is proven
@@ -87,6 +104,9 @@ type CutoverResult struct {
 	// it: a snapshot read that was not repeatable (not differences; the check's result
 	// stands, but the store deserves a look before cutting over).
 	Unconfirmed int64
+	// Bypass is "on" when bypass detection ran in this daemon (its records were among the
+	// keys), "off" otherwise.
+	Bypass string
 }
 
 // CutoverTable is one table's evidence in a cutover check.
@@ -104,8 +124,25 @@ type CutoverTable struct {
 	KeysVerified int64
 	Differences  int64
 	// Result is equal, different or failed (the run's), or no-full-diff,
-	// full-diff-too-old or not-verified.
+	// full-diff-too-old, not-verified, bypass-unwatched or bypass-ddl.
 	Result string
+	// Full: the table was compared whole, as asked (CutoverRequest.Full, FullTables).
+	Full bool
+	// The window verified by keys (a table not compared whole): the ledger's changes in
+	// (LedgerFromTS, LedgerUntilTS] gave LedgerKeys keys; the bypass detector's records
+	// from BypassSince on gave BypassKeys more (Bypass: included, unwatched or off;
+	// BypassNote says what was not watched; BypassWatchedSince is where its current
+	// stretch of watching began). BypassDDL are DDL statements made straight in the
+	// fallback on the table since.
+	LedgerFromTS       uint64
+	LedgerUntilTS      uint64
+	LedgerKeys         int64
+	Bypass             string
+	BypassNote         string
+	BypassSince        time.Time
+	BypassWatchedSince time.Time
+	BypassKeys         int64
+	BypassDDL          []string
 }
 
 // CutoverCheck runs a cutover check (see CutoverRequest and CutoverResult). A check that
@@ -133,6 +170,11 @@ func (s *Service) CutoverCheck(ctx context.Context, req CutoverRequest) (Cutover
 	if err := s.checkRequest(Request{Tables: patterns}); err != nil {
 		return CutoverResult{}, err
 	}
+	for i, t := range req.FullTables {
+		if err := checker.CheckTablePattern(t); err != nil {
+			return CutoverResult{}, invalidField(FieldFullTables, fmt.Errorf("full tables[%d]: %w", i, err))
+		}
+	}
 	maxAge := req.MaxFullAge
 	if maxAge == 0 {
 		maxAge = DefaultMaxFullAge
@@ -145,7 +187,10 @@ func (s *Service) CutoverCheck(ctx context.Context, req CutoverRequest) (Cutover
 		}
 	}
 	log := s.log.With("trigger", TriggerCutoverCheck, "upstream_ts", ts)
-	res := CutoverResult{UpstreamTS: ts}
+	res := CutoverResult{UpstreamTS: ts, Bypass: "off"}
+	if s.deps.Bypass != nil {
+		res.Bypass = "on"
+	}
 
 	// The fallback has applied ts.
 	wait := req.WaitTimeout
@@ -182,9 +227,17 @@ func (s *Service) CutoverCheck(ctx context.Context, req CutoverRequest) (Cutover
 	now := time.Now()
 	var since uint64
 	byName := map[string]int{}
+	var whole []string
 	for _, name := range tables {
 		ct := CutoverTable{Table: name}
-		if f, ok := full[name]; !ok {
+		sc, tb, _ := strings.Cut(name, ".")
+		ct.Full = req.Full || s.verifiable(req.FullTables, sc, tb)
+		if ct.Full {
+			whole = append(whole, name)
+			if f, ok := full[name]; ok {
+				ct.LastFullRunID, ct.SinceTS, ct.LastFullAge = f.runID, f.firstTS, max(0, now.Sub(tso.Time(f.firstTS)))
+			}
+		} else if f, ok := full[name]; !ok {
 			ct.Result = CutoverNoFullDiff
 			res.Failures = append(res.Failures, name+": no clean full verification recorded: run a full verification first")
 		} else {
@@ -206,9 +259,13 @@ func (s *Service) CutoverCheck(ctx context.Context, req CutoverRequest) (Cutover
 		return res, nil
 	}
 
-	// One run: the keys changed since the oldest of them, at a pair at or after ts.
-	started, err := s.trigger(ctx, TriggerCutoverCheck, TriggerCutoverCheck,
-		Request{Scope: fmt.Sprintf("%s:%d", checker.ScopeSince, since), Tables: patterns, MinTS: ts})
+	// One run at a pair at or after ts: the keys changed since the oldest of them, and
+	// the tables asked for whole compared whole (a full run when that is all of them).
+	run := Request{Scope: fmt.Sprintf("%s:%d", checker.ScopeSince, since), Tables: patterns, MinTS: ts, WholeTables: whole}
+	if len(whole) == len(tables) {
+		run = Request{Scope: ScopeFull, Tables: patterns, MinTS: ts}
+	}
+	started, err := s.trigger(ctx, TriggerCutoverCheck, TriggerCutoverCheck, run)
 	if err != nil {
 		return res, err
 	}
@@ -238,11 +295,41 @@ func (s *Service) CutoverCheck(ctx context.Context, req CutoverRequest) (Cutover
 		}
 		ct := &res.Tables[i]
 		ct.KeysVerified, ct.Differences, ct.Result = tr.RowsChecked, tr.Differences, tr.Result
+		ct.LedgerFromTS, ct.LedgerUntilTS, ct.LedgerKeys = tr.ScopeFromTs, tr.ScopeUntilTs, max(0, tr.ScopeKeys-tr.BypassKeys)
+		ct.Bypass, ct.BypassNote, ct.BypassKeys, ct.BypassDDL = tr.Bypass, tr.BypassNote, tr.BypassKeys, tr.BypassDDL
+		ct.BypassSince, ct.BypassWatchedSince = tr.BypassSince, tr.BypassWatched
 		switch tr.Result {
 		case ResultDifferent:
 			res.Failures = append(res.Failures, fmt.Sprintf("%s: %d differences", name, tr.Differences))
 		case ResultFailed:
 			res.Failures = append(res.Failures, fmt.Sprintf("%s: not verified: %s", name, tr.Error))
+		}
+		if tr.Result == ResultFailed || ct.Full {
+			continue
+		}
+		if len(tr.BypassDDL) > 0 {
+			if ct.Result == ResultEqual {
+				ct.Result = CutoverBypassDDL
+			}
+			res.Failures = append(res.Failures, fmt.Sprintf("%s: %s: %d DDL made straight in the fallback since its last clean full verification (%s): its structure may differ from what the changefeed built: repair the fallback's table and run a full verification",
+				name, CutoverBypassDDL, len(tr.BypassDDL), strings.Join(tr.BypassDDL, "; ")))
+		}
+		if tr.Scope == "keys" || len(tr.BypassDDL) > 0 {
+			// Verified by keys: only the keys of what was watched.
+			switch tr.Bypass {
+			case checker.BypassIncluded:
+			default:
+				why := tr.BypassNote
+				if why == "" {
+					why = "bypass detection did not report on the table's window"
+				}
+				if ct.Result == ResultEqual {
+					ct.Result = CutoverBypassUnwatched
+				}
+				res.Failures = append(res.Failures, fmt.Sprintf("%s: %s: window from TSO %d (%s): %s; writes straight into the fallback in it would not be found — "+
+					"enable [bypass] and run a full verification, or run the check with a full comparison of the table (--full-tables %s, or --full)",
+					name, CutoverBypassUnwatched, tr.ScopeFromTs, tso.Format(tr.ScopeFromTs), why, name))
+			}
 		}
 	}
 	for i := range res.Tables {
@@ -269,7 +356,7 @@ func (s *Service) CutoverCheck(ctx context.Context, req CutoverRequest) (Cutover
 		res.Failures = append(res.Failures, msg)
 	}
 	res.Passed = rec.Result == ResultEqual && len(res.Failures) == 0
-	attrs := []any{"run_id", rec.RunID, "passed", res.Passed, "pair_ts", res.Pair.TS, "since_ts", since,
+	attrs := []any{"run_id", rec.RunID, "passed", res.Passed, "pair_ts", res.Pair.TS, "since_ts", since, "bypass", res.Bypass, "full_tables", len(whole),
 		"keys", res.KeysVerified, "differences", rec.Differences, "unconfirmed", rec.Unconfirmed, "waited", res.Waited.Round(time.Millisecond)}
 	if res.Passed {
 		log.Info("cutover check passed", attrs...)

@@ -6,10 +6,12 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/tidb-parity/parity/checker"
+	"github.com/tidb-parity/parity/internal/bypasslog"
 	"github.com/tidb-parity/parity/internal/ident"
 	"github.com/tidb-parity/parity/internal/ledger"
 	"github.com/tidb-parity/parity/internal/rowkey"
@@ -76,6 +78,172 @@ func (m *ledgerMeta) changed(t *testing.T, schema, table string, id int64, commi
 	m.exec(t, "INSERT INTO "+ident.Table(m.schema, ledger.Table)+" VALUES (?, ?, ?, ?, 0, ?, 1, ?)", m.cf, maxTs, schema, table, commitTs, blob)
 }
 
+// detectorStandIn stands in for the bypass detector (cdc/bypass.Detector, which verify
+// must not import; cmd/parity's tests run the real one): it vouches for every write
+// since since, whose records a test writes into bypass_writes as the detector does
+// (bypassMeta).
+type detectorStandIn struct {
+	mu    sync.Mutex
+	since time.Time
+	err   error
+}
+
+func (d *detectorStandIn) Cover(context.Context) (bypasslog.Coverage, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.err != nil {
+		return bypasslog.Coverage{}, d.err
+	}
+	return bypasslog.Coverage{Since: d.since, Reason: "first start", Through: time.Now()}, nil
+}
+
+func (d *detectorStandIn) set(since time.Time, err error) {
+	d.mu.Lock()
+	d.since, d.err = since, err
+	d.mu.Unlock()
+}
+
+// detected records, as the detector records them (internal/bypasslog's contract), a
+// write straight into the fallback: kind on row id of schema.table, or a DDL (kind ddl,
+// id ignored, text the statement).
+func detected(t *testing.T, f *fixture, cf, schema, table, kind string, id int64, text string) {
+	t.Helper()
+	q := func(s string) string { return strings.ReplaceAll(s, "%s", ident.Quote(f.meta)) }
+	f.exec(t, f.down, q(`CREATE TABLE IF NOT EXISTS %s.`+bypasslog.WritesTable+` (changefeed VARCHAR(128) NOT NULL, binlog_file VARCHAR(255) NOT NULL,
+		binlog_pos BIGINT UNSIGNED NOT NULL, seq INT NOT NULL, gtid VARCHAR(255) NOT NULL, server_id INT UNSIGNED NOT NULL,
+		event_time DATETIME(6) NOT NULL, detected_at DATETIME(6) NOT NULL, schema_name VARCHAR(64) NOT NULL, table_name VARCHAR(64) NOT NULL,
+		kind VARCHAR(16) NOT NULL, key_columns TEXT NOT NULL, key_values LONGBLOB NOT NULL, key_text TEXT NOT NULL,
+		PRIMARY KEY (changefeed, binlog_file, binlog_pos, seq))`))
+	cols, vals := `[]`, []byte("null")
+	if kind != bypasslog.KindDDL {
+		cols = `["id"]`
+		var err error
+		if vals, err = bypasslog.EncodeValues([][]byte{[]byte(strconv.FormatInt(id, 10))}); err != nil {
+			t.Fatal(err)
+		}
+		text = "id=" + strconv.FormatInt(id, 10)
+	}
+	now := time.Now().UTC().Format(bypasslog.TimeFormat)
+	pos := time.Now().UnixNano()
+	if _, err := f.down.Exec(q(`INSERT INTO %s.`+bypasslog.WritesTable+` VALUES (?, 'bin.000001', ?, 0, '0-1-1', 1, ?, ?, ?, ?, ?, ?, ?, ?)`),
+		cf, pos, now, now, schema, table, kind, cols, vals, text); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestCutoverCheckBypass: the gate's second source of keys and its refusal of windows
+// nobody watched, on the real TiDB and fallback.
+//   - A row of a table the changefeed never touched since the full run, changed straight
+//     in the fallback and recorded by the detector: the check verifies its key, finds it
+//     different with class bypass, and fails naming it; once it is put back, it passes
+//     and says the key came from the detector.
+//   - Bypass detection watching only since after the full run, or unable to vouch, or
+//     off: the check does not pass (bypass-unwatched, naming the window and the gap),
+//     however equal the data; with a full comparison of the table it passes.
+//   - A DDL made straight in the fallback: the check fails naming the table.
+func TestCutoverCheckBypass(t *testing.T) {
+	f := newFixture(t, 200, 50)
+	cfg := f.config()
+	lm := newLedgerMeta(t, f, cfg.Changefeed)
+	lm.since(t, f.ts)
+	lm.applied(t, f.ts)
+	app := &movingApplier{}
+	app.ts.Store(f.ts)
+	det := &detectorStandIn{since: time.Now().Add(-time.Hour)}
+	s, err := New(cfg, Deps{Applier: app, Bypass: det, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	serve(t, s)
+	ctx := ctxMinute(t)
+	t1 := f.db + ".t1"
+	full := manual(t, s, Request{Tables: []string{t1}})
+	if full.Result != ResultEqual {
+		t.Fatalf("full run: %+v", full)
+	}
+	check := func(req CutoverRequest) CutoverResult {
+		t.Helper()
+		req.Tables = []string{t1}
+		ts := testenv.TiDBTSO(t, f.up)
+		lm.applied(t, ts)
+		app.ts.Store(ts)
+		req.UpstreamTS = ts
+		res, err := s.CutoverCheck(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+
+	// Nothing changed through the changefeed; row 7 changed straight in the fallback.
+	f.exec(t, f.down, "UPDATE "+ident.Table(f.db, "t1")+" SET v='bypass 7' WHERE id=7")
+	detected(t, f, cfg.Changefeed, f.db, "t1", bypasslog.KindUpdate, 7, "")
+	res := check(CutoverRequest{})
+	if res.Passed || res.Bypass != "on" || len(res.Differences) != 1 || res.Differences[0].Key != "id=7" || res.Differences[0].Class != checker.ClassBypass ||
+		len(res.Failures) != 1 || res.Failures[0] != t1+": 1 differences" {
+		t.Fatalf("check after a write straight into the fallback: %+v", res)
+	}
+	if ct := res.Tables[0]; ct.Result != ResultDifferent || ct.Bypass != checker.BypassIncluded || ct.BypassKeys != 1 || ct.LedgerKeys != 0 || ct.KeysVerified != 1 ||
+		ct.LedgerFromTS != full.FirstTS || ct.LedgerUntilTS != res.Pair.TS || ct.BypassSince.IsZero() {
+		t.Fatalf("t1's evidence: %+v", ct)
+	}
+	var v string
+	if err := f.up.QueryRow("SELECT v FROM "+ident.Table(f.db, "t1")+" WHERE id=7").Scan(&v); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.down.Exec("UPDATE "+ident.Table(f.db, "t1")+" SET v=? WHERE id=7", v); err != nil { // put back (as a repair would)
+		t.Fatal(err)
+	}
+	if res = check(CutoverRequest{}); !res.Passed || res.Tables[0].BypassKeys != 1 || res.Tables[0].Bypass != checker.BypassIncluded {
+		t.Fatalf("check once the row is put back: %+v", res)
+	}
+
+	// Watched only since after the full run: not vouched for, however equal.
+	det.set(time.Now(), nil)
+	res = check(CutoverRequest{})
+	if res.Passed || res.Tables[0].Result != CutoverBypassUnwatched || len(res.Failures) != 1 ||
+		!strings.Contains(res.Failures[0], t1+": bypass-unwatched") || !strings.Contains(res.Failures[0], "were not watched") ||
+		!strings.Contains(res.Failures[0], "--full-tables "+t1) {
+		t.Fatalf("check with a gap in bypass detection: %+v", res)
+	}
+	// A detector that cannot vouch (behind, stopped).
+	det.set(time.Now().Add(-time.Hour), errors.New("the bypass detector has not read the fallback's binlog up to its end (state reconnecting)"))
+	res = check(CutoverRequest{})
+	if res.Passed || res.Tables[0].Result != CutoverBypassUnwatched || !strings.Contains(res.Failures[0], "state reconnecting") {
+		t.Fatalf("check with a detector that cannot vouch: %+v", res)
+	}
+	// A full comparison of the table is the way out.
+	res = check(CutoverRequest{FullTables: []string{f.db + ".t*"}})
+	if !res.Passed || !res.Tables[0].Full || res.Tables[0].KeysVerified != 200 {
+		t.Fatalf("check comparing t1 whole: %+v", res)
+	}
+	det.set(time.Now().Add(-time.Hour), nil)
+
+	// A DDL straight in the fallback.
+	detected(t, f, cfg.Changefeed, f.db, "t1", bypasslog.KindDDL, 0, "ALTER TABLE t1 ADD INDEX (v)")
+	res = check(CutoverRequest{})
+	if res.Passed || res.Tables[0].Result != CutoverBypassDDL || len(res.Failures) != 1 || !strings.Contains(res.Failures[0], t1+": bypass-ddl") ||
+		!strings.Contains(res.Failures[0], "ALTER TABLE t1 ADD INDEX (v)") {
+		t.Fatalf("check after a DDL straight in the fallback: %+v", res)
+	}
+
+	// Bypass detection off: no table can pass by keys; compared whole, it passes.
+	off, err := New(cfg, Deps{Applier: app, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	serve(t, off)
+	s = off
+	res = check(CutoverRequest{})
+	if res.Passed || res.Bypass != "off" || res.Tables[0].Result != CutoverBypassUnwatched || res.Tables[0].Bypass != checker.BypassOff ||
+		!strings.Contains(res.Failures[len(res.Failures)-1], "bypass detection is off") {
+		t.Fatalf("check with bypass detection off: %+v", res)
+	}
+	if res = check(CutoverRequest{Full: true}); !res.Passed || !res.Tables[0].Full {
+		t.Fatalf("check with bypass detection off, compared whole: %+v", res)
+	}
+}
+
 // TestCutoverCheck: the cutover gate on the real TiDB and fallback, with the ledger
 // written as the applier writes it and the applier stand-in moved as replication
 // would move it.
@@ -98,7 +266,7 @@ func TestCutoverCheck(t *testing.T) {
 	lm.applied(t, f.ts)
 	app := &movingApplier{}
 	app.ts.Store(f.ts)
-	s, err := New(cfg, Deps{Applier: app, Logger: testLogger(t)})
+	s, err := New(cfg, Deps{Applier: app, Bypass: &detectorStandIn{since: time.Now().Add(-time.Hour)}, Logger: testLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

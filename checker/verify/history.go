@@ -195,6 +195,20 @@ type TableRecord struct {
 	Differences int64  `json:"differences"`
 	Result      string `json:"result"`
 	Error       string `json:"error,omitempty"`
+	// What the run compared of the table (checker.TableReport's fields of the same
+	// names; not kept in the history: a record read back from it has them empty): its
+	// scope, the keys' window and how many, and whether the writes that bypassed parity
+	// are among them.
+	Scope         string    `json:"scope,omitempty"`
+	ScopeFromTs   uint64    `json:"scope_from_ts,omitempty"`
+	ScopeUntilTs  uint64    `json:"scope_until_ts,omitempty"`
+	ScopeKeys     int64     `json:"scope_keys,omitempty"`
+	Bypass        string    `json:"bypass,omitempty"`
+	BypassNote    string    `json:"bypass_note,omitempty"`
+	BypassKeys    int64     `json:"bypass_keys,omitempty"`
+	BypassDDL     []string  `json:"bypass_ddl,omitempty"`
+	BypassSince   time.Time `json:"bypass_since,omitzero"`
+	BypassWatched time.Time `json:"bypass_watched_since,omitzero"`
 }
 
 // history writes and reads the history tables.

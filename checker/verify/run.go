@@ -180,6 +180,9 @@ func (r *runner) compareTable(ctx context.Context, seq int, t [2]string) TableRe
 		equal := rep.Equal
 		for _, tb := range rep.Tables {
 			r.s.tableDifferences(tb)
+			tr.Scope, tr.ScopeFromTs, tr.ScopeUntilTs, tr.ScopeKeys = tb.Scope, tb.ScopeFromTs, tb.ScopeUntilTs, tb.ScopeKeys
+			tr.Bypass, tr.BypassNote, tr.BypassKeys, tr.BypassDDL = tb.Bypass, tb.BypassNote, tb.BypassKeys, tb.BypassDDL
+			tr.BypassSince, tr.BypassWatched = tb.BypassSince, tb.BypassWatched
 			tr.RowsChecked += tb.RowsChecked
 			tr.Differences += tb.DifferencesTotal
 			r.st.rec.Resolved += tb.DifferencesResolved
@@ -227,6 +230,8 @@ func (r *runner) diffConfig(pattern, resume string, log *slog.Logger) checker.Co
 		return lag, nil
 	}
 	c.Scope = r.st.rec.Scope
+	c.Bypass = r.s.deps.Bypass
+	c.WholeTables = r.st.whole
 	c.CaughtUpLag = cfg.CaughtUpLag
 	c.Resume = resume
 	c.ChunkDone = r.s.chunkDone

@@ -68,6 +68,11 @@ type Deps struct {
 	// RecordTSMap records a pair in the ts-map (cdc.Replicator.RecordTSMap). nil: pairs
 	// are not recorded there.
 	RecordTSMap func(ctx context.Context, ts uint64, position, source string) error
+	// Bypass is the bypass detector (cdc/bypass.Detector): scoped runs and cutover
+	// checks add the keys of writes that bypassed parity and vouch only for windows it
+	// watched (checker.BypassWatcher). nil: bypass detection is off; a scoped run says
+	// so per table and a cutover check does not pass without a full comparison.
+	Bypass checker.BypassWatcher
 	// Logger receives the service's logs. Default: slog.Default().
 	Logger *slog.Logger
 }
@@ -83,6 +88,9 @@ type Request struct {
 	// MinTS: the run's first pair is at or after this TSO; the run waits (for the
 	// applier's resolved ts to reach it) before it opens one. 0: no bound.
 	MinTS uint64
+	// WholeTables are tables ("schema.table") a scoped run compares whole, as a full
+	// run would (checker.Config.WholeTables; the cutover check's full comparison).
+	WholeTables []string
 	// MaxRowsPerSecond caps the rows the run compares per second; at most
 	// verify.max-rows-per-second when that is set. 0: verify.max-rows-per-second.
 	MaxRowsPerSecond int64
@@ -189,6 +197,7 @@ type runState struct {
 	maxViewAge time.Duration
 	minTS      uint64
 	rate       int
+	whole      []string // Request.WholeTables
 
 	// Progress, under Service.mu.
 	queued     bool

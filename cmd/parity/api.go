@@ -121,6 +121,7 @@ var (
 		verify.FieldMaxRowsPerSecond: "options.max_rows_per_second",
 	}
 	cutoverFields = map[string]string{
+		verify.FieldFullTables:  "full_tables",
 		verify.FieldTables:      "tables",
 		verify.FieldUpstreamTS:  "upstream", // the oneof: upstream_ts or now
 		verify.FieldMaxFullAge:  "max_full_diff_age",
@@ -145,6 +146,8 @@ func (a *apiVerification) Get(ctx context.Context, runID string) (verify.RunReco
 	return a.vs.Get(ctx, runID)
 }
 
+func (a *apiVerification) Ended(runID string) <-chan struct{} { return a.vs.Ended(runID) }
+
 func (a *apiVerification) Cancel(ctx context.Context, runID string) (verify.RunRecord, error) {
 	return a.vs.Cancel(ctx, runID)
 }
@@ -164,16 +167,19 @@ func (a *apiVerification) SnapshotPoint(ctx context.Context, atTS uint64) (api.P
 
 func (a *apiVerification) CutoverCheck(ctx context.Context, req api.CutoverRequest) (api.CutoverResult, error) {
 	r, err := a.vs.CutoverCheck(ctx, verify.CutoverRequest{UpstreamTS: req.UpstreamTS, Now: req.Now, MaxFullAge: req.MaxFullAge,
-		Tables: req.Tables, WaitTimeout: req.WaitTimeout})
+		Tables: req.Tables, WaitTimeout: req.WaitTimeout, Full: req.Full, FullTables: req.FullTables})
 	if err != nil {
 		return api.CutoverResult{}, requestField(err, cutoverFields)
 	}
 	out := api.CutoverResult{Passed: r.Passed, Failures: r.Failures, UpstreamTS: r.UpstreamTS, RunID: r.RunID,
 		Pair:         api.Point{TS: r.Pair.TS, Position: r.Pair.Position, Source: r.Pair.Source, Pause: r.Pair.Pause, CreatedAt: r.Pair.CreatedAt},
-		KeysVerified: r.KeysVerified, Differences: r.Differences, ByClass: r.ByClass, Waited: r.Waited, Unconfirmed: r.Unconfirmed}
+		KeysVerified: r.KeysVerified, Differences: r.Differences, ByClass: r.ByClass, Waited: r.Waited, Unconfirmed: r.Unconfirmed,
+		Bypass: r.Bypass}
 	for _, t := range r.Tables {
 		out.Tables = append(out.Tables, api.CutoverTable{Table: t.Table, LastFullRunID: t.LastFullRunID, LastFullAge: t.LastFullAge,
-			SinceTS: t.SinceTS, KeysVerified: t.KeysVerified, Differences: t.Differences, Result: t.Result})
+			SinceTS: t.SinceTS, KeysVerified: t.KeysVerified, Differences: t.Differences, Result: t.Result, Full: t.Full,
+			LedgerFromTS: t.LedgerFromTS, LedgerUntilTS: t.LedgerUntilTS, LedgerKeys: t.LedgerKeys, Bypass: t.Bypass, BypassNote: t.BypassNote,
+			BypassSince: t.BypassSince, BypassWatchedSince: t.BypassWatchedSince, BypassKeys: t.BypassKeys, BypassDDL: t.BypassDDL})
 	}
 	return out, nil
 }

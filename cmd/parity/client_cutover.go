@@ -32,6 +32,8 @@ func newCutoverCheckCommand() *cobra.Command {
 		maxFullAge  time.Duration
 		tables      []string
 		waitTimeout time.Duration
+		full        bool
+		fullTables  []string
 	)
 	cmd := &cobra.Command{
 		Use:   "cutover-check (--ts TSO | --now)",
@@ -43,6 +45,15 @@ TSO, the fallback's GTID or binlog position at it, the tables and keys verified,
 table's last full run and its age, and the differences with their classification. A
 table without a clean full run, or with one older than --max-full-age, fails.
 
+The keys verified are those the changefeed changed (the ledger) and those of writes
+made straight into the fallback, bypassing parity (the bypass detector's records).
+A table whose window the detector did not watch whole fails as bypass-unwatched:
+[bypass] off, started after the table's last full run, or a gap in its watching
+(its position deleted after a purge). So does one with a DDL made straight in the
+fallback (bypass-ddl). --full (every table) or --full-tables PATTERN compares
+tables whole at the pair instead: no earlier full run and no watched window needed,
+at the cost of a full comparison of those tables.
+
 --now checks at the upstream's current TSO: with writes to the upstream stopped, the
 quiescent point.
 
@@ -50,7 +61,8 @@ Exit status: 0 passed, 1 failed (or the TSO was not applied within --wait-timeou
 2 on error.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			req := &parityv1.CutoverCheckRequest{Tables: tables, MaxFullDiffAge: durOrNil(maxFullAge), WaitTimeout: durOrNil(waitTimeout)}
+			req := &parityv1.CutoverCheckRequest{Tables: tables, MaxFullDiffAge: durOrNil(maxFullAge), WaitTimeout: durOrNil(waitTimeout),
+				Full: full, FullTables: fullTables}
 			switch {
 			case now && tsArg != "":
 				return usageErr(errors.New("--ts and --now: give one"))
@@ -94,6 +106,8 @@ Exit status: 0 passed, 1 failed (or the TSO was not applied within --wait-timeou
 	fl.DurationVar(&maxFullAge, "max-full-age", 0, "the oldest a table's last clean full run may be (default: the daemon's, 7 days)")
 	fl.StringArrayVar(&tables, "table", nil, "schema.table pattern to check (repeatable; default: verify.tables)")
 	fl.DurationVar(&waitTimeout, "wait-timeout", 0, "how long to wait for the TSO to be applied (default: --timeout)")
+	fl.BoolVar(&full, "full", false, "compare every selected table whole at the pair (no earlier full run or watched window needed)")
+	fl.StringArrayVar(&fullTables, "full-tables", nil, "schema.table pattern of tables to compare whole at the pair (repeatable)")
 	return cmd
 }
 
@@ -128,6 +142,9 @@ func printCutover(w io.Writer, r *parityv1.CutoverCheckResponse) error {
 		fmt.Fprintf(tw, " (%s)", fmtByClass(r.GetDifferencesByClass()))
 	}
 	fmt.Fprintln(tw)
+	if b := r.GetBypass(); b != "" {
+		fmt.Fprintf(tw, "bypass detection:\t%s\n", b)
+	}
 	if u := r.GetUnconfirmed(); u > 0 {
 		fmt.Fprintf(tw, "unconfirmed:\t%d rows different when first read at the pair, equal when read again at it: a snapshot read that was not repeatable (see the runbook's ParitySnapshotReadNotRepeatable before cutting over)\n", u)
 	}
@@ -143,13 +160,21 @@ func printCutover(w io.Writer, r *parityv1.CutoverCheckResponse) error {
 	if len(r.GetTables()) > 0 {
 		fmt.Fprintln(w)
 		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "TABLE\tRESULT\tLAST FULL RUN\tAGE\tSINCE TS\tKEYS\tDIFFERENCES")
+		fmt.Fprintln(tw, "TABLE\tRESULT\tLAST FULL RUN\tAGE\tSINCE TS\tKEYS\tLEDGER KEYS\tBYPASS\tBYPASS KEYS\tDIFFERENCES")
 		for _, t := range r.GetTables() {
 			last := runIDOf(t.GetLastFullDiff())
 			if last == "" {
 				last = "-"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\n", t.GetTable(), t.GetResult(), last, fmtDur(t.GetLastFullAge()), t.GetSinceTs(), t.GetKeysVerified(), t.GetDifferences())
+			bypass := t.GetBypass()
+			switch {
+			case t.GetFull():
+				bypass = "(compared whole)"
+			case bypass == "":
+				bypass = "-"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%d\t%d\n", t.GetTable(), t.GetResult(), last, fmtDur(t.GetLastFullAge()), t.GetSinceTs(),
+				t.GetKeysVerified(), t.GetLedgerKeys(), bypass, t.GetBypassKeys(), t.GetDifferences())
 		}
 		if err := tw.Flush(); err != nil {
 			return err

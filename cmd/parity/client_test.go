@@ -119,21 +119,25 @@ func TestClientPrintersGolden(t *testing.T) {
 
 	sec("cutover-check (failed)")
 	must(t, printCutover(&b, &parityv1.CutoverCheckResponse{
-		Passed: false, Failures: []string{"shop.orders: 1 difference (diverged 1)", "shop.audit: no clean full run"},
+		Passed: false, Failures: []string{"shop.orders: 1 difference (diverged 1)", "shop.audit: no clean full run",
+			"shop.items: bypass-unwatched: window from TSO 470708339081216007 (…): bypass detection is off: …"}, Bypass: "off",
 		UpstreamTs: ts0, Waited: durationpb.New(2 * time.Second),
 		Pair: &parityv1.SnapshotPoint{Ts: tsAt(time.Second), DownstreamPosition: "0-1-2000", PositionSource: "gtid_binlog_pos", Pause: durationpb.New(900 * time.Microsecond)},
 		Diff: "diffs/c1", KeysVerified: 1234, DifferencesByClass: map[string]int64{"diverged": 1},
 		Tables: []*parityv1.CutoverTable{
-			{Table: "shop.orders", LastFullDiff: "diffs/v1", LastFullAge: durationpb.New(2 * time.Hour), SinceTs: ts0, KeysVerified: 1234, Differences: 1, Result: "different"},
+			{Table: "shop.orders", LastFullDiff: "diffs/v1", LastFullAge: durationpb.New(2 * time.Hour), SinceTs: ts0, KeysVerified: 1234, Differences: 1, Result: "different",
+				LedgerKeys: 1234, Bypass: "off"},
 			{Table: "shop.audit", Result: "no-full-diff"},
+			{Table: "shop.items", LastFullDiff: "diffs/v1", LastFullAge: durationpb.New(2 * time.Hour), SinceTs: ts0, Result: "bypass-unwatched", Bypass: "off"},
 		},
 		Differences: []*parityv1.Difference{{Table: "shop.orders", Kind: parityv1.DifferenceKind_DIFFERENCE_KIND_MISSING, Class: "diverged", Key: "id=3"}},
 	}))
 	sec("cutover-check (passed)")
-	must(t, printCutover(&b, &parityv1.CutoverCheckResponse{Passed: true, UpstreamTs: ts0, Waited: durationpb.New(0),
+	must(t, printCutover(&b, &parityv1.CutoverCheckResponse{Passed: true, UpstreamTs: ts0, Waited: durationpb.New(0), Bypass: "on",
 		Pair: &parityv1.SnapshotPoint{Ts: ts0, DownstreamPosition: "0-1-2000", PositionSource: "gtid_binlog_pos", Pause: durationpb.New(900 * time.Microsecond)},
 		Diff: "diffs/c2", KeysVerified: 1300,
-		Tables: []*parityv1.CutoverTable{{Table: "shop.orders", LastFullDiff: "diffs/v1", LastFullAge: durationpb.New(2 * time.Hour), SinceTs: ts0, KeysVerified: 1300, Result: "equal"}}}))
+		Tables: []*parityv1.CutoverTable{{Table: "shop.orders", LastFullDiff: "diffs/v1", LastFullAge: durationpb.New(2 * time.Hour), SinceTs: ts0, KeysVerified: 1300, Result: "equal",
+			LedgerKeys: 1298, Bypass: "included", BypassKeys: 2}, {Table: "shop.audit", KeysVerified: 40, Result: "equal", Full: true}}}))
 
 	sec("repair")
 	must(t, printAPIRepair(&b, "diffs/v1", &parityv1.RepairResponse{RepairId: "r1", Upserted: 1, Deleted: 1, Refused: 1,

@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"database/sql"
+	"encoding/binary"
 	"fmt"
 	"log/slog"
 	"net"
@@ -89,7 +91,7 @@ func (l *testLoad) Stop() (loadgen.Result, error) {
 // verifyServeConfig is `parity serve`'s configuration for a test: changefeed id applying
 // topic from importTs into the fallback, a meta schema of its own (dropped when the test
 // ends), the status server on a free loopback port, the gRPC API off, warnings only in
-// the log, and verification of db's tables on.
+// the log, verification of db's tables and bypass detection of db on.
 func verifyServeConfig(tb testing.TB, id, upDSN string, down *testenv.DB, broker, topic, db string, importTs uint64) serveConfig {
 	tb.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -110,6 +112,12 @@ func verifyServeConfig(tb testing.TB, id, upDSN string, down *testenv.DB, broker
 	cfg.Log.Level = "warn"
 	cfg.Verify.Enabled = true
 	cfg.Verify.Tables = []string{db + ".*"}
+	// Bypass detection of db, as a cutover needs it (a check without it cannot pass by
+	// keys): with a server id of its own, tests sharing the fallback must not share one.
+	var sid [4]byte
+	_, _ = rand.Read(sid[:])
+	cfg.Bypass.Enabled, cfg.Bypass.ServerID = true, 100000+binary.LittleEndian.Uint32(sid[:])%1000000000
+	cfg.Bypass.Schemas = []string{db}
 	tb.Cleanup(func() { _, _ = down.Exec("DROP DATABASE IF EXISTS " + ident.Quote(cfg.Applier.MetaSchema)) })
 	return cfg
 }

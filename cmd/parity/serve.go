@@ -27,6 +27,7 @@ import (
 	"github.com/tidb-parity/parity/api"
 	"github.com/tidb-parity/parity/cdc"
 	"github.com/tidb-parity/parity/cdc/bypass"
+	"github.com/tidb-parity/parity/checker"
 	"github.com/tidb-parity/parity/checker/verify"
 	"github.com/tidb-parity/parity/internal/config"
 )
@@ -362,22 +363,25 @@ func runServe(parent context.Context, cfg serveConfig) error {
 		stop() // a second signal terminates at once
 	}()
 
+	var bd *bypass.Detector
+	var watcher checker.BypassWatcher // nil, not a nil *Detector, when detection is off
+	if cfg.Bypass.Enabled {
+		if bd, err = bypass.New(cfg.bypass(), log); err != nil {
+			return &exitError{code: 2, err: err}
+		}
+		watcher = bd
+	}
+
 	var vs *verify.Service
 	if cfg.Verify.Enabled {
 		vs, err = verify.New(cfg.verify(), verify.Deps{
 			Applier:       replicatorApplier{r},
 			BarrierPassed: cdc.ErrBarrierPassed,
 			RecordTSMap:   r.RecordTSMap,
+			Bypass:        watcher,
 			Logger:        log,
 		})
 		if err != nil {
-			return &exitError{code: 2, err: err}
-		}
-	}
-
-	var bd *bypass.Detector
-	if cfg.Bypass.Enabled {
-		if bd, err = bypass.New(cfg.bypass(), log); err != nil {
 			return &exitError{code: 2, err: err}
 		}
 	}

@@ -2876,7 +2876,13 @@ type CutoverCheckRequest struct {
 	Tables []string `protobuf:"bytes,4,rep,name=tables,proto3" json:"tables,omitempty"`
 	// OPTIONAL. How long to wait for upstream_ts to be applied. Default: the call's
 	// deadline, else 10 min.
-	WaitTimeout   *durationpb.Duration `protobuf:"bytes,5,opt,name=wait_timeout,json=waitTimeout,proto3" json:"wait_timeout,omitempty"`
+	WaitTimeout *durationpb.Duration `protobuf:"bytes,5,opt,name=wait_timeout,json=waitTimeout,proto3" json:"wait_timeout,omitempty"`
+	// OPTIONAL. Compare every selected table whole at the pair (full), or those that
+	// full_tables (schema.table patterns) match: such a table needs no earlier clean full
+	// run and no watched window, at the cost of a full comparison. The way out of
+	// bypass-unwatched when bypass detection was off or had a gap. Default: none.
+	Full          bool     `protobuf:"varint,6,opt,name=full,proto3" json:"full,omitempty"`
+	FullTables    []string `protobuf:"bytes,7,rep,name=full_tables,json=fullTables,proto3" json:"full_tables,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2957,6 +2963,20 @@ func (x *CutoverCheckRequest) GetWaitTimeout() *durationpb.Duration {
 	return nil
 }
 
+func (x *CutoverCheckRequest) GetFull() bool {
+	if x != nil {
+		return x.Full
+	}
+	return false
+}
+
+func (x *CutoverCheckRequest) GetFullTables() []string {
+	if x != nil {
+		return x.FullTables
+	}
+	return nil
+}
+
 type isCutoverCheckRequest_Upstream interface {
 	isCutoverCheckRequest_Upstream()
 }
@@ -2999,7 +3019,11 @@ type CutoverCheckResponse struct {
 	// Rows found different at the pair and equal when read again at the same pair: a
 	// snapshot read that was not repeatable (a store anomaly; not differences, and not a
 	// failure of the check, but worth a look before cutting over).
-	Unconfirmed   int64 `protobuf:"varint,11,opt,name=unconfirmed,proto3" json:"unconfirmed,omitempty"`
+	Unconfirmed int64 `protobuf:"varint,11,opt,name=unconfirmed,proto3" json:"unconfirmed,omitempty"`
+	// "on" when bypass detection ran in the daemon (the keys of writes straight into the
+	// fallback were verified too), "off" otherwise (then only tables compared whole can
+	// pass).
+	Bypass        string `protobuf:"bytes,12,opt,name=bypass,proto3" json:"bypass,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3111,6 +3135,13 @@ func (x *CutoverCheckResponse) GetUnconfirmed() int64 {
 	return 0
 }
 
+func (x *CutoverCheckResponse) GetBypass() string {
+	if x != nil {
+		return x.Bypass
+	}
+	return ""
+}
+
 // CutoverTable is one table's evidence in a cutover check. OUTPUT_ONLY.
 type CutoverTable struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -3123,8 +3154,29 @@ type CutoverTable struct {
 	SinceTs      uint64 `protobuf:"varint,4,opt,name=since_ts,json=sinceTs,proto3" json:"since_ts,omitempty"`
 	KeysVerified int64  `protobuf:"varint,5,opt,name=keys_verified,json=keysVerified,proto3" json:"keys_verified,omitempty"`
 	Differences  int64  `protobuf:"varint,6,opt,name=differences,proto3" json:"differences,omitempty"`
-	// equal, different, failed, no-full-diff, full-diff-too-old.
-	Result        string `protobuf:"bytes,7,opt,name=result,proto3" json:"result,omitempty"`
+	// equal, different, failed, no-full-diff, full-diff-too-old, not-verified,
+	// bypass-unwatched (writes straight into the fallback in its window may have been
+	// missed: bypass detection off, started later, or a gap) or bypass-ddl (a DDL was
+	// made straight in the fallback on it).
+	Result string `protobuf:"bytes,7,opt,name=result,proto3" json:"result,omitempty"`
+	// Compared whole, as asked (full, full_tables).
+	Full bool `protobuf:"varint,8,opt,name=full,proto3" json:"full,omitempty"`
+	// The window verified by keys: the changefeed's changes (ledger_from_ts,
+	// ledger_until_ts] gave ledger_keys keys; the bypass detector's records from
+	// bypass_since on gave bypass_keys more.
+	LedgerFromTs  uint64 `protobuf:"varint,9,opt,name=ledger_from_ts,json=ledgerFromTs,proto3" json:"ledger_from_ts,omitempty"`
+	LedgerUntilTs uint64 `protobuf:"varint,10,opt,name=ledger_until_ts,json=ledgerUntilTs,proto3" json:"ledger_until_ts,omitempty"`
+	LedgerKeys    int64  `protobuf:"varint,11,opt,name=ledger_keys,json=ledgerKeys,proto3" json:"ledger_keys,omitempty"`
+	// included (the detector watched the whole window), unwatched (bypass_note says
+	// which part was not) or off (no detector).
+	Bypass      string                 `protobuf:"bytes,12,opt,name=bypass,proto3" json:"bypass,omitempty"`
+	BypassNote  string                 `protobuf:"bytes,13,opt,name=bypass_note,json=bypassNote,proto3" json:"bypass_note,omitempty"`
+	BypassSince *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=bypass_since,json=bypassSince,proto3" json:"bypass_since,omitempty"`
+	// Where the detector's current stretch of continuous watching began.
+	BypassWatchedSince *timestamppb.Timestamp `protobuf:"bytes,15,opt,name=bypass_watched_since,json=bypassWatchedSince,proto3" json:"bypass_watched_since,omitempty"`
+	BypassKeys         int64                  `protobuf:"varint,16,opt,name=bypass_keys,json=bypassKeys,proto3" json:"bypass_keys,omitempty"`
+	// DDL statements made straight in the fallback on the table in the window.
+	BypassDdl     []string `protobuf:"bytes,17,rep,name=bypass_ddl,json=bypassDdl,proto3" json:"bypass_ddl,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3206,6 +3258,76 @@ func (x *CutoverTable) GetResult() string {
 		return x.Result
 	}
 	return ""
+}
+
+func (x *CutoverTable) GetFull() bool {
+	if x != nil {
+		return x.Full
+	}
+	return false
+}
+
+func (x *CutoverTable) GetLedgerFromTs() uint64 {
+	if x != nil {
+		return x.LedgerFromTs
+	}
+	return 0
+}
+
+func (x *CutoverTable) GetLedgerUntilTs() uint64 {
+	if x != nil {
+		return x.LedgerUntilTs
+	}
+	return 0
+}
+
+func (x *CutoverTable) GetLedgerKeys() int64 {
+	if x != nil {
+		return x.LedgerKeys
+	}
+	return 0
+}
+
+func (x *CutoverTable) GetBypass() string {
+	if x != nil {
+		return x.Bypass
+	}
+	return ""
+}
+
+func (x *CutoverTable) GetBypassNote() string {
+	if x != nil {
+		return x.BypassNote
+	}
+	return ""
+}
+
+func (x *CutoverTable) GetBypassSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.BypassSince
+	}
+	return nil
+}
+
+func (x *CutoverTable) GetBypassWatchedSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.BypassWatchedSince
+	}
+	return nil
+}
+
+func (x *CutoverTable) GetBypassKeys() int64 {
+	if x != nil {
+		return x.BypassKeys
+	}
+	return 0
+}
+
+func (x *CutoverTable) GetBypassDdl() []string {
+	if x != nil {
+		return x.BypassDdl
+	}
+	return nil
 }
 
 var File_parity_v1_parity_proto protoreflect.FileDescriptor
@@ -3429,16 +3551,19 @@ const file_parity_v1_parity_proto_rawDesc = "" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x16\n" +
 	"\x06action\x18\x03 \x01(\tR\x06action\x12\x0e\n" +
 	"\x02ts\x18\x04 \x01(\x04R\x02ts\x12\x16\n" +
-	"\x06reason\x18\x05 \x01(\tR\x06reason\"\xf4\x01\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\"\xa9\x02\n" +
 	"\x13CutoverCheckRequest\x12!\n" +
 	"\vupstream_ts\x18\x01 \x01(\x04H\x00R\n" +
 	"upstreamTs\x12\x12\n" +
 	"\x03now\x18\x02 \x01(\bH\x00R\x03now\x12D\n" +
 	"\x11max_full_diff_age\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x0emaxFullDiffAge\x12\x16\n" +
 	"\x06tables\x18\x04 \x03(\tR\x06tables\x12<\n" +
-	"\fwait_timeout\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\vwaitTimeoutB\n" +
+	"\fwait_timeout\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\vwaitTimeout\x12\x12\n" +
+	"\x04full\x18\x06 \x01(\bR\x04full\x12\x1f\n" +
+	"\vfull_tables\x18\a \x03(\tR\n" +
+	"fullTablesB\n" +
 	"\n" +
-	"\bupstream\"\xc3\x04\n" +
+	"\bupstream\"\xdb\x04\n" +
 	"\x14CutoverCheckResponse\x12\x16\n" +
 	"\x06passed\x18\x01 \x01(\bR\x06passed\x12\x1a\n" +
 	"\bfailures\x18\x02 \x03(\tR\bfailures\x12\x1f\n" +
@@ -3452,10 +3577,11 @@ const file_parity_v1_parity_proto_rawDesc = "" +
 	"\x14differences_by_class\x18\t \x03(\v27.parity.v1.CutoverCheckResponse.DifferencesByClassEntryR\x12differencesByClass\x121\n" +
 	"\x06waited\x18\n" +
 	" \x01(\v2\x19.google.protobuf.DurationR\x06waited\x12 \n" +
-	"\vunconfirmed\x18\v \x01(\x03R\vunconfirmed\x1aE\n" +
+	"\vunconfirmed\x18\v \x01(\x03R\vunconfirmed\x12\x16\n" +
+	"\x06bypass\x18\f \x01(\tR\x06bypass\x1aE\n" +
 	"\x17DifferencesByClassEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\x83\x02\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\x8c\x05\n" +
 	"\fCutoverTable\x12\x14\n" +
 	"\x05table\x18\x01 \x01(\tR\x05table\x12$\n" +
 	"\x0elast_full_diff\x18\x02 \x01(\tR\flastFullDiff\x12=\n" +
@@ -3463,7 +3589,22 @@ const file_parity_v1_parity_proto_rawDesc = "" +
 	"\bsince_ts\x18\x04 \x01(\x04R\asinceTs\x12#\n" +
 	"\rkeys_verified\x18\x05 \x01(\x03R\fkeysVerified\x12 \n" +
 	"\vdifferences\x18\x06 \x01(\x03R\vdifferences\x12\x16\n" +
-	"\x06result\x18\a \x01(\tR\x06result*\x8d\x02\n" +
+	"\x06result\x18\a \x01(\tR\x06result\x12\x12\n" +
+	"\x04full\x18\b \x01(\bR\x04full\x12$\n" +
+	"\x0eledger_from_ts\x18\t \x01(\x04R\fledgerFromTs\x12&\n" +
+	"\x0fledger_until_ts\x18\n" +
+	" \x01(\x04R\rledgerUntilTs\x12\x1f\n" +
+	"\vledger_keys\x18\v \x01(\x03R\n" +
+	"ledgerKeys\x12\x16\n" +
+	"\x06bypass\x18\f \x01(\tR\x06bypass\x12\x1f\n" +
+	"\vbypass_note\x18\r \x01(\tR\n" +
+	"bypassNote\x12=\n" +
+	"\fbypass_since\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\vbypassSince\x12L\n" +
+	"\x14bypass_watched_since\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\x12bypassWatchedSince\x12\x1f\n" +
+	"\vbypass_keys\x18\x10 \x01(\x03R\n" +
+	"bypassKeys\x12\x1d\n" +
+	"\n" +
+	"bypass_ddl\x18\x11 \x03(\tR\tbypassDdl*\x8d\x02\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10INVALID_ARGUMENT\x10\x01\x12\x12\n" +
@@ -3639,37 +3780,39 @@ var file_parity_v1_parity_proto_depIdxs = []int32{
 	39, // 51: parity.v1.CutoverCheckResponse.differences_by_class:type_name -> parity.v1.CutoverCheckResponse.DifferencesByClassEntry
 	40, // 52: parity.v1.CutoverCheckResponse.waited:type_name -> google.protobuf.Duration
 	40, // 53: parity.v1.CutoverTable.last_full_age:type_name -> google.protobuf.Duration
-	6,  // 54: parity.v1.Parity.GetStatus:input_type -> parity.v1.GetStatusRequest
-	7,  // 55: parity.v1.Parity.WatchStatus:input_type -> parity.v1.WatchStatusRequest
-	12, // 56: parity.v1.Parity.WaitForApplied:input_type -> parity.v1.WaitForAppliedRequest
-	14, // 57: parity.v1.Parity.CreateSnapshotPoint:input_type -> parity.v1.CreateSnapshotPointRequest
-	19, // 58: parity.v1.Parity.StartDiff:input_type -> parity.v1.StartDiffRequest
-	22, // 59: parity.v1.Parity.GetDiff:input_type -> parity.v1.GetDiffRequest
-	23, // 60: parity.v1.Parity.WatchDiff:input_type -> parity.v1.WatchDiffRequest
-	24, // 61: parity.v1.Parity.CancelDiff:input_type -> parity.v1.CancelDiffRequest
-	25, // 62: parity.v1.Parity.ListDiffs:input_type -> parity.v1.ListDiffsRequest
-	28, // 63: parity.v1.Parity.ListDifferences:input_type -> parity.v1.ListDifferencesRequest
-	30, // 64: parity.v1.Parity.GetFixSQL:input_type -> parity.v1.GetFixSQLRequest
-	32, // 65: parity.v1.Parity.Repair:input_type -> parity.v1.RepairRequest
-	35, // 66: parity.v1.Parity.CutoverCheck:input_type -> parity.v1.CutoverCheckRequest
-	8,  // 67: parity.v1.Parity.GetStatus:output_type -> parity.v1.Status
-	8,  // 68: parity.v1.Parity.WatchStatus:output_type -> parity.v1.Status
-	13, // 69: parity.v1.Parity.WaitForApplied:output_type -> parity.v1.WaitForAppliedResponse
-	15, // 70: parity.v1.Parity.CreateSnapshotPoint:output_type -> parity.v1.SnapshotPoint
-	16, // 71: parity.v1.Parity.StartDiff:output_type -> parity.v1.Diff
-	16, // 72: parity.v1.Parity.GetDiff:output_type -> parity.v1.Diff
-	16, // 73: parity.v1.Parity.WatchDiff:output_type -> parity.v1.Diff
-	16, // 74: parity.v1.Parity.CancelDiff:output_type -> parity.v1.Diff
-	26, // 75: parity.v1.Parity.ListDiffs:output_type -> parity.v1.ListDiffsResponse
-	29, // 76: parity.v1.Parity.ListDifferences:output_type -> parity.v1.ListDifferencesResponse
-	31, // 77: parity.v1.Parity.GetFixSQL:output_type -> parity.v1.FixSQLChunk
-	33, // 78: parity.v1.Parity.Repair:output_type -> parity.v1.RepairResponse
-	36, // 79: parity.v1.Parity.CutoverCheck:output_type -> parity.v1.CutoverCheckResponse
-	67, // [67:80] is the sub-list for method output_type
-	54, // [54:67] is the sub-list for method input_type
-	54, // [54:54] is the sub-list for extension type_name
-	54, // [54:54] is the sub-list for extension extendee
-	0,  // [0:54] is the sub-list for field type_name
+	41, // 54: parity.v1.CutoverTable.bypass_since:type_name -> google.protobuf.Timestamp
+	41, // 55: parity.v1.CutoverTable.bypass_watched_since:type_name -> google.protobuf.Timestamp
+	6,  // 56: parity.v1.Parity.GetStatus:input_type -> parity.v1.GetStatusRequest
+	7,  // 57: parity.v1.Parity.WatchStatus:input_type -> parity.v1.WatchStatusRequest
+	12, // 58: parity.v1.Parity.WaitForApplied:input_type -> parity.v1.WaitForAppliedRequest
+	14, // 59: parity.v1.Parity.CreateSnapshotPoint:input_type -> parity.v1.CreateSnapshotPointRequest
+	19, // 60: parity.v1.Parity.StartDiff:input_type -> parity.v1.StartDiffRequest
+	22, // 61: parity.v1.Parity.GetDiff:input_type -> parity.v1.GetDiffRequest
+	23, // 62: parity.v1.Parity.WatchDiff:input_type -> parity.v1.WatchDiffRequest
+	24, // 63: parity.v1.Parity.CancelDiff:input_type -> parity.v1.CancelDiffRequest
+	25, // 64: parity.v1.Parity.ListDiffs:input_type -> parity.v1.ListDiffsRequest
+	28, // 65: parity.v1.Parity.ListDifferences:input_type -> parity.v1.ListDifferencesRequest
+	30, // 66: parity.v1.Parity.GetFixSQL:input_type -> parity.v1.GetFixSQLRequest
+	32, // 67: parity.v1.Parity.Repair:input_type -> parity.v1.RepairRequest
+	35, // 68: parity.v1.Parity.CutoverCheck:input_type -> parity.v1.CutoverCheckRequest
+	8,  // 69: parity.v1.Parity.GetStatus:output_type -> parity.v1.Status
+	8,  // 70: parity.v1.Parity.WatchStatus:output_type -> parity.v1.Status
+	13, // 71: parity.v1.Parity.WaitForApplied:output_type -> parity.v1.WaitForAppliedResponse
+	15, // 72: parity.v1.Parity.CreateSnapshotPoint:output_type -> parity.v1.SnapshotPoint
+	16, // 73: parity.v1.Parity.StartDiff:output_type -> parity.v1.Diff
+	16, // 74: parity.v1.Parity.GetDiff:output_type -> parity.v1.Diff
+	16, // 75: parity.v1.Parity.WatchDiff:output_type -> parity.v1.Diff
+	16, // 76: parity.v1.Parity.CancelDiff:output_type -> parity.v1.Diff
+	26, // 77: parity.v1.Parity.ListDiffs:output_type -> parity.v1.ListDiffsResponse
+	29, // 78: parity.v1.Parity.ListDifferences:output_type -> parity.v1.ListDifferencesResponse
+	31, // 79: parity.v1.Parity.GetFixSQL:output_type -> parity.v1.FixSQLChunk
+	33, // 80: parity.v1.Parity.Repair:output_type -> parity.v1.RepairResponse
+	36, // 81: parity.v1.Parity.CutoverCheck:output_type -> parity.v1.CutoverCheckResponse
+	69, // [69:82] is the sub-list for method output_type
+	56, // [56:69] is the sub-list for method input_type
+	56, // [56:56] is the sub-list for extension type_name
+	56, // [56:56] is the sub-list for extension extendee
+	0,  // [0:56] is the sub-list for field type_name
 }
 
 func init() { file_parity_v1_parity_proto_init() }
