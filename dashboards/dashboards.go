@@ -255,6 +255,10 @@ func replication() Dashboard {
 			{Type: "stat", Title: "Dead letters since start", W: 6, H: 8, Unit: "short", Thresholds: anyIsBad,
 				Description: "Records copied to the meta schema's dead_letter table since parity started: their changes are not in the fallback. Alert ParityDeadLetters.",
 				Targets:     []Target{q(`parity_cdc_dead_letters_total{`+cf+`}`, "{{changefeed}}")}},
+			row("Bypass detection"),
+			{Type: "timeseries", Title: "Bypass detector lag", Unit: "s", Thresholds: []Step{{30, "yellow"}, {60, "red"}},
+				Description: "How long ago the bypass detector ([bypass]) last had read the fallback's binlog to its end: it grows with the time while the detector cannot read (reconnecting) and while it falls behind; writes straight into the fallback are detected only once read. Under [ha] only the active daemon reads and has it. Alert ParityBypassDetectorBehind at 1 minute for 2 minutes.",
+				Targets:     []Target{q(`parity_bypass_lag_seconds{`+cf+`}`, "{{changefeed}} {{instance}}")}},
 		}}
 }
 

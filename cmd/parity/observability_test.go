@@ -8,6 +8,8 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -131,7 +133,8 @@ func TestAlertRules(t *testing.T) {
 		}
 	}
 	want := []string{"ParityDown", "ParityApplierStopped", "ParityCheckpointLagHigh", "ParityDeadLetters", "ParityVerificationStale",
-		"ParityDifferencesFound", "ParityScheduledVerificationFailed", "ParityScheduledVerificationMissed", "ParitySnapshotReadViewTooOld"}
+		"ParityDifferencesFound", "ParityScheduledVerificationFailed", "ParityScheduledVerificationMissed", "ParitySnapshotReadViewTooOld", "ParitySnapshotReadNotRepeatable",
+		"ParityBypassDetectorBehind"}
 	var got []string
 	for _, g := range readRules(t).Groups {
 		for _, r := range g.Rules {
@@ -183,6 +186,10 @@ func TestDashboardsAndAlertsAreTrue(t *testing.T) {
 	cfg := verifyServeConfig(t, changefeed, upDSN, down, broker, topic, db, load.ImportTs)
 	cfg.Verify.Schedules = []verify.Schedule{{Name: "cutover-check", Cron: "@every 4s"}}
 	cfg.Verify.ContinuousInterval = 3 * time.Second
+	// Bypass detection on: its panel and ParityBypassDetectorBehind read its metrics.
+	var sid [4]byte
+	_, _ = rand.Read(sid[:])
+	cfg.Bypass.Enabled, cfg.Bypass.ServerID, cfg.Bypass.Schemas = true, 100000+binary.LittleEndian.Uint32(sid[:])%1000000000, []string{db}
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
