@@ -438,12 +438,100 @@ type HAStatus struct {
 type haState struct {
 	mu sync.Mutex
 	st HAStatus
+	// changed is closed (and dropped) when st.Role changes; watch makes it.
+	changed chan struct{}
 }
 
 func (h *haState) update(f func(*HAStatus)) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	role := h.st.Role
 	f(&h.st)
+	if h.st.Role != role && h.changed != nil {
+		close(h.changed)
+		h.changed = nil
+	}
+}
+
+// watch returns the role and a channel closed when it changes.
+func (h *haState) watch() (HAStatus, <-chan struct{}) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.changed == nil {
+		h.changed = make(chan struct{})
+	}
+	return h.st, h.changed
+}
+
+// WhileActive runs fn while this daemon is the one that applies: without ha.enabled
+// once, for as long as ctx lasts; with it, each time the daemon takes the changefeed's
+// lease, with a context that ends when the daemon stands by again (the lease lost) or
+// Run returns. A standby never runs fn. It returns when ctx ends (with fn's error, if
+// fn was running), or with fn's error when fn returns by itself while the daemon is
+// active. what names fn in the log lines that say when it waits, starts and stops.
+//
+// It is for what only one daemon of a changefeed may do at a time, beside the applier:
+// the bypass detector's binlog client registers with one server id, and two daemons
+// reading with the same id disconnect each other (ERROR 4052).
+func (r *Replicator) WhileActive(ctx context.Context, what string, fn func(context.Context) error) error {
+	if !r.cfg.HA.Enabled {
+		return fn(ctx)
+	}
+	waiting := false
+	for {
+		select {
+		case <-r.done:
+			return nil // Run returned: the lease is released or lost
+		default:
+		}
+		st, changed := r.ha.watch()
+		if st.Role != "active" {
+			if st.Role == "standby" && !waiting {
+				waiting = true
+				r.log.Info(what+" waits: this daemon is a standby (ha), the active daemon runs it", "instance", r.instance)
+			}
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-r.done:
+				return nil
+			case <-changed:
+				continue
+			}
+		}
+		waiting = false
+		r.log.Info(what+" starts: this daemon holds the lease", "instance", r.instance, "epoch", st.Epoch)
+		actx, cancel := context.WithCancel(ctx)
+		var (
+			wg   sync.WaitGroup
+			lost bool
+		)
+		stop := make(chan struct{})
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			select {
+			case <-changed:
+			case <-r.done:
+			case <-stop:
+				return
+			}
+			lost = true
+			cancel()
+		}()
+		err := fn(actx)
+		close(stop)
+		wg.Wait()
+		cancel()
+		if ctx.Err() != nil || !lost {
+			return err
+		}
+		if err != nil {
+			r.log.Warn(what+" stopped with an error as this daemon stood by", "instance", r.instance, "epoch", st.Epoch, "err", err)
+		} else {
+			r.log.Info(what+" stopped: this daemon no longer holds the lease", "instance", r.instance, "epoch", st.Epoch)
+		}
+	}
 }
 
 func (h *haState) get() HAStatus {

@@ -340,3 +340,133 @@ func TestHALostFallback(t *testing.T) {
 		t.Fatalf("b is %q", r)
 	}
 }
+
+// TestHAWhileActive: WhileActive runs its function on the daemon holding the lease only:
+// never on the standby; stopped when the lease is taken away (the daemon stands by);
+// started on the daemon that takes the lease over, also after a clean stop of the
+// active one (its WhileActive returns); an error of the function while active is
+// WhileActive's; the end of its context ends it.
+func TestHAWhileActive(t *testing.T) {
+	down := testenv.Downstream(t)
+	f := newFeed(t, 1)
+	cfg := testConfig(t, f, down)
+	cfg.HA = HAConfig{Enabled: true, Takeover: 3 * time.Second, RenewInterval: 500 * time.Millisecond}
+	meta := ident.Quote(cfg.Applier.MetaSchema)
+	t1 := f.next()
+	f.resolved(t1)
+
+	var mu sync.Mutex
+	jobs := map[string]bool{} // running now, by daemon
+	var events []string
+	type watcher struct {
+		cancel context.CancelFunc
+		done   chan error
+	}
+	watch := func(name string, run *running) *watcher {
+		ctx, cancel := context.WithCancel(context.Background())
+		w := &watcher{cancel: cancel, done: make(chan error, 1)}
+		go func() {
+			w.done <- run.r.WhileActive(ctx, "test job", func(ctx context.Context) error {
+				mu.Lock()
+				jobs[name] = true
+				events = append(events, name+" start")
+				mu.Unlock()
+				<-ctx.Done()
+				mu.Lock()
+				jobs[name] = false
+				events = append(events, name+" stop")
+				mu.Unlock()
+				return nil
+			})
+		}()
+		t.Cleanup(cancel)
+		return w
+	}
+	returned := func(name string, w *watcher) error {
+		t.Helper()
+		select {
+		case err := <-w.done:
+			return err
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: WhileActive did not return within 10 s", name)
+			return nil
+		}
+	}
+	is := func(name string) bool { mu.Lock(); defer mu.Unlock(); return jobs[name] }
+	waitFor := func(what string, d time.Duration, ok func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(d)
+		for !ok() {
+			if time.Now().After(deadline) {
+				mu.Lock()
+				defer mu.Unlock()
+				t.Fatalf("%s: not within %v (events %q)", what, d, events)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	role := func(run *running) string {
+		if ha := run.r.Status().HA; ha != nil {
+			return ha.Role
+		}
+		return ""
+	}
+
+	ca, cb := cfg, cfg
+	ca.HA.Instance, cb.HA.Instance = "a", "b"
+	a := start(t, ca, nil)
+	a.wait(t, t1)
+	wa := watch("a", a)
+	waitFor("a runs the job", 5*time.Second, func() bool { return is("a") })
+	b := start(t, cb, nil)
+	wb := watch("b", b)
+	waitFor("b stands by", 10*time.Second, func() bool { return role(b) == "standby" })
+	time.Sleep(time.Second)
+	if is("b") {
+		t.Fatal("the standby runs the job")
+	}
+
+	// The lease taken from a: a stands by at its next renewal and its job stops; b
+	// stays a standby while the intruder holds it.
+	exec(t, down.DB, "UPDATE "+meta+".ha_lease SET holder='intruder', epoch=epoch+1, expires_at=UTC_TIMESTAMP(6) + INTERVAL 60 SECOND")
+	waitFor("a's job stops when a stands by", 5*time.Second, func() bool { return !is("a") && role(a) == "standby" })
+	if is("b") {
+		t.Fatal("b runs the job while the intruder holds the lease")
+	}
+	// The intruder's lease ends: the daemon that takes it over runs the job.
+	exec(t, down.DB, "UPDATE "+meta+".ha_lease SET expires_at=UTC_TIMESTAMP(6)")
+	waitFor("a takeover", 5*time.Second, func() bool { return role(a) == "active" || role(b) == "active" })
+	active, standby := a, b
+	an, sn, aw, sw := "a", "b", wa, wb
+	if role(b) == "active" {
+		active, standby = b, a
+		an, sn, aw, sw = "b", "a", wb, wa
+	}
+	waitFor(an+" runs the job after taking over", 5*time.Second, func() bool { return is(an) })
+	if is(sn) {
+		t.Fatalf("%s, a standby, runs the job", sn)
+	}
+	// A clean stop of the active daemon: its WhileActive returns, its job stopped; the
+	// other takes over and runs it.
+	if err := active.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	if err := returned(an, aw); err != nil || is(an) {
+		t.Fatalf("%s stopped: WhileActive returned %v, job running %v", an, err, is(an))
+	}
+	waitFor(sn+" runs the job after the clean stop", 5*time.Second, func() bool { return is(sn) })
+
+	// An error of a job while active is WhileActive's.
+	boom := errors.New("boom")
+	if err := standby.r.WhileActive(context.Background(), "failing job", func(context.Context) error { return boom }); !errors.Is(err, boom) {
+		t.Fatalf("WhileActive of a failing job: %v", err)
+	}
+	// The end of WhileActive's context stops the job and returns.
+	sw.cancel()
+	if err := returned(sn, sw); err != nil || is(sn) {
+		t.Fatalf("%s cancelled: WhileActive returned %v, job running %v", sn, err, is(sn))
+	}
+	mu.Lock()
+	t.Logf("events: %q", events)
+	mu.Unlock()
+}

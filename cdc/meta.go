@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/tidb-parity/parity/internal/bypasslog"
@@ -125,6 +126,8 @@ type meta struct {
 	// epoch is the lease this daemon applies under (ha.go): every write transaction
 	// checks it (fence). 0 without ha: no check.
 	epoch uint64
+	// ddlSeq numbers parity's DDL marks (markDDL): each changes the marker row.
+	ddlSeq atomic.Uint32
 }
 
 func newMeta(db *sql.DB, schema, changefeed string, timeout time.Duration) *meta {
@@ -357,7 +360,8 @@ func (m *meta) markDDL(ctx context.Context, conn *sql.Conn) error {
 	if err := conn.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&id); err != nil {
 		return fmt.Errorf("marking the DDL's connection: %w", err)
 	}
-	if _, err := conn.ExecContext(ctx, m.q(bypasslog.MarkDDLSQL), m.changefeed, id); err != nil {
+	mark := bypasslog.DDLMark(m.ddlSeq.Add(1), id)
+	if _, err := conn.ExecContext(ctx, m.q(bypasslog.MarkDDLSQL), m.changefeed, mark); err != nil {
 		return fmt.Errorf("marking the DDL's connection: %w", err)
 	}
 	return nil

@@ -1021,8 +1021,10 @@ func (s *session) markDDLThreads(e *replication.RowsEvent) {
 		if len(row) < 3 || text(row[0]) != s.d.cfg.Changefeed || text(row[1]) != bypasslog.DDLWriter {
 			continue
 		}
-		if id, err := strconv.ParseUint(fmt.Sprint(row[2]), 10, 32); err == nil {
-			s.ddlThreads[uint32(id)] = true
+		if mark, err := strconv.ParseUint(fmt.Sprint(row[2]), 10, 64); err == nil {
+			s.ddlThreads[bypasslog.DDLThread(mark)] = true
+		} else if mark, err := strconv.ParseInt(fmt.Sprint(row[2]), 10, 64); err == nil { // BIGINT UNSIGNED above 2^63, read signed
+			s.ddlThreads[bypasslog.DDLThread(uint64(mark))] = true
 		}
 	}
 }

@@ -20,7 +20,8 @@ type Config struct {
 	Enabled bool `toml:"enabled"`
 	// ServerID is the server id the detector's binlog client registers with, as a
 	// replica would: it must differ from every server and replica of the fallback's
-	// topology (a second client with the same id disconnects the first).
+	// topology (a second client with the same id disconnects the first). The daemons of
+	// one changefeed under [ha] share it: only the one holding the lease reads.
 	// Default: 4231
 	ServerID uint32 `toml:"server-id"`
 	// Schemas are the downstream schemas whose tables are replicated (watched).

@@ -164,11 +164,15 @@ func TestCoverage(t *testing.T) {
 	if err := conn.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&id); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := conn.ExecContext(ctx, strings.ReplaceAll(bypasslog.MarkDDLSQL, "%s", ident.Quote(meta.Name)), cf, id); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := conn.ExecContext(ctx, "ALTER TABLE t ADD COLUMN by_parity INT"); err != nil {
-		t.Fatal(err)
+	// Two DDLs of parity's on one connection, each marked (the second mark must change
+	// the row, or the server logs nothing).
+	for i, ddl := range []string{"ALTER TABLE t ADD COLUMN by_parity INT", "ALTER TABLE t ADD COLUMN by_parity2 INT"} {
+		if _, err := conn.ExecContext(ctx, strings.ReplaceAll(bypasslog.MarkDDLSQL, "%s", ident.Quote(meta.Name)), cf, bypasslog.DDLMark(uint32(i+1), id)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := conn.ExecContext(ctx, ddl); err != nil {
+			t.Fatal(err)
+		}
 	}
 	conn.Close()
 	exec(t, data, "ALTER TABLE t ADD COLUMN by_hand INT")

@@ -452,7 +452,8 @@ func runServe(parent context.Context, cfg serveConfig) error {
 		g.Go(func() error { return vs.Run(gctx) })
 	}
 	if bd != nil {
-		g.Go(func() error { return bd.Run(gctx) })
+		// Under [ha] only the daemon holding the lease reads the binlog (bypass_ha.go).
+		g.Go(func() error { return r.WhileActive(gctx, "bypass detection", bd.Run) })
 	}
 	if err := g.Wait(); err != nil {
 		log.Error("serve failed", "err", err)
@@ -474,7 +475,7 @@ func statusMux(r *cdc.Replicator, vs *verify.Service, rp *repairer, bd *bypass.D
 		cdc.NewCollector(r))
 	reg.MustRegister(extra...)
 	if bd != nil {
-		reg.MustRegister(bypass.NewCollector(bd))
+		reg.MustRegister(activeCollector{r: r, c: bypass.NewCollector(bd)})
 	}
 	if vs != nil {
 		reg.MustRegister(newVerifyCollector(vs))
@@ -498,8 +499,7 @@ func statusMux(r *cdc.Replicator, vs *verify.Service, rp *repairer, bd *bypass.D
 		enc.SetIndent("", "  ")
 		st := serveStatus{Status: r.Status(), Verify: verifyStatusOf(vs)}
 		if bd != nil {
-			b := bd.Status()
-			st.Bypass = &b
+			st.Bypass = bypassStatus(st.Status, bd)
 		}
 		_ = enc.Encode(st)
 	})

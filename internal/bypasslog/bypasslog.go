@@ -20,10 +20,12 @@
 // crash cannot separate a row from its marker.
 //
 // A DDL is its own transaction and cannot carry a row of write_marker. Before executing
-// one, parity upserts the row (changefeed, "ddl", writes = the DDL connection's
-// CONNECTION_ID()) on the same connection (MarkDDLSQL): the detector then takes the DDL
-// query event whose thread id (its slave_proxy_id) is that one for parity's, and records
-// every other DDL on a watched table as a detection of kind "ddl".
+// one, parity upserts the row (changefeed, "ddl", writes = DDLMark(seq, the DDL
+// connection's CONNECTION_ID())) on the same connection (MarkDDLSQL; seq changes with
+// every DDL, so the row always changes and the server always logs it): the detector then
+// takes the next DDL query event whose thread id (its slave_proxy_id) is that one for
+// parity's, and records every other DDL on a watched table as a detection of kind
+// "ddl".
 //
 // # The detections
 //
@@ -97,9 +99,16 @@ const CoverageTable = "bypass_coverage"
 const DDLWriter = "ddl"
 
 // MarkDDLSQL marks the connection that is about to execute parity's DDL: "%s" is the
-// quoted meta schema; its arguments the changefeed and CONNECTION_ID().
+// quoted meta schema; its arguments the changefeed and DDLMark(seq, CONNECTION_ID()).
 const MarkDDLSQL = `INSERT INTO %s.` + MarkerTable + ` (changefeed, writer, writes) VALUES (?, '` + DDLWriter + `', ?)
 	ON DUPLICATE KEY UPDATE writes = VALUES(writes)`
+
+// DDLMark is the marker row's writes value for parity's DDL number seq (any number that
+// differs from the previous DDL's) on connection id.
+func DDLMark(seq uint32, id uint64) uint64 { return uint64(seq)<<32 | id&0xFFFFFFFF }
+
+// DDLThread is the connection id a DDLMark value names.
+func DDLThread(mark uint64) uint32 { return uint32(mark) }
 
 // Coverage is what the bypass detector vouches for: every transaction of the fallback
 // committed after Since and before Through was read, and its detections are saved.
