@@ -132,7 +132,7 @@ func diffProto(r verify.RunRecord, active *verify.ActiveRun, instance string) *p
 	}
 	for _, t := range r.Tables {
 		tr := &parityv1.TableResult{Table: t.Schema + "." + t.Table, Result: t.Result, RowsChecked: t.RowsChecked,
-			Differences: t.Differences, Error: t.Error}
+			Differences: t.Differences, Error: t.Error, Scope: t.Scope, ScopeKeys: t.ScopeKeys, Bypass: t.Bypass, BypassKeys: t.BypassKeys, BypassNote: t.BypassNote}
 		for _, seq := range t.Pairs {
 			if i, ok := index[seq]; ok {
 				tr.Pairs = append(tr.Pairs, i)

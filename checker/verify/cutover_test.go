@@ -242,6 +242,13 @@ func TestCutoverCheckBypass(t *testing.T) {
 	if res = check(CutoverRequest{Full: true}); !res.Passed || !res.Tables[0].Full {
 		t.Fatalf("check with bypass detection off, compared whole: %+v", res)
 	}
+	// A scoped run may complete without a detector; its history says the writes that
+	// bypassed parity were not among its keys.
+	cdc := manual(t, off, Request{Scope: ScopeCDC, Tables: []string{t1}})
+	if h := recordOf(t, off, cdc.RunID); h.Result != ResultEqual || len(h.Tables) != 1 || h.Tables[0].Scope != "keys" || h.Tables[0].Bypass != checker.BypassOff ||
+		!strings.Contains(h.Tables[0].BypassNote, "bypass detection is off") {
+		t.Fatalf("a cdc-scoped run without a detector, in the history: %+v", h)
+	}
 }
 
 // TestCutoverCheck: the cutover gate on the real TiDB and fallback, with the ledger

@@ -103,6 +103,10 @@ var migrations = []metaschema.Step{
 	{Name: "verification run history: differences gone when read again at the same pair", Stmts: []string{
 		`ALTER TABLE %s.` + RunsTable + ` ADD COLUMN unconfirmed BIGINT NOT NULL DEFAULT 0 AFTER resolved`,
 	}},
+	{Name: "verification run history: a table's scope and whether writes that bypassed parity were among its keys", Stmts: []string{
+		`ALTER TABLE %s.` + TablesTable + ` ADD COLUMN scope VARCHAR(16) NOT NULL DEFAULT '', ADD COLUMN scope_keys BIGINT NOT NULL DEFAULT 0,
+			ADD COLUMN bypass VARCHAR(16) NOT NULL DEFAULT '', ADD COLUMN bypass_keys BIGINT NOT NULL DEFAULT 0, ADD COLUMN bypass_note TEXT NULL`,
+	}},
 }
 
 func init() {
@@ -196,9 +200,9 @@ type TableRecord struct {
 	Result      string `json:"result"`
 	Error       string `json:"error,omitempty"`
 	// What the run compared of the table (checker.TableReport's fields of the same
-	// names; not kept in the history: a record read back from it has them empty): its
-	// scope, the keys' window and how many, and whether the writes that bypassed parity
-	// are among them.
+	// names): its scope, the keys' window and how many, and whether the writes that
+	// bypassed parity are among them. The history keeps Scope, ScopeKeys, Bypass,
+	// BypassKeys and BypassNote; the others are the running service's only.
 	Scope         string    `json:"scope,omitempty"`
 	ScopeFromTs   uint64    `json:"scope_from_ts,omitempty"`
 	ScopeUntilTs  uint64    `json:"scope_until_ts,omitempty"`
@@ -286,8 +290,14 @@ func (h *history) table(ctx context.Context, runID string, t TableRecord) error 
 	for i, p := range t.Pairs {
 		pairs[i] = strconv.Itoa(p)
 	}
-	err := h.exec(ctx, "INSERT INTO %s."+TablesTable+" (run_id, seq, schema_name, table_name, diff_run_id, pairs, rows_checked, differences, result, error) VALUES (?,?,?,?,?,?,?,?,?,?)",
-		runID, t.Seq, t.Schema, t.Table, t.DiffRunID, strings.Join(pairs, ","), t.RowsChecked, t.Differences, t.Result, msg)
+	var note any
+	if t.BypassNote != "" {
+		note = t.BypassNote
+	}
+	err := h.exec(ctx, "INSERT INTO %s."+TablesTable+" (run_id, seq, schema_name, table_name, diff_run_id, pairs, rows_checked, differences, result, error,"+
+		" scope, scope_keys, bypass, bypass_keys, bypass_note) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+		runID, t.Seq, t.Schema, t.Table, t.DiffRunID, strings.Join(pairs, ","), t.RowsChecked, t.Differences, t.Result, msg,
+		t.Scope, t.ScopeKeys, t.Bypass, t.BypassKeys, note)
 	if err != nil {
 		return fmt.Errorf("recording table %s.%s of run %s: %w", t.Schema, t.Table, runID, err)
 	}
@@ -401,7 +411,8 @@ func (h *history) details(ctx context.Context, r *RunRecord) error {
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("reading the pairs of run %s: %w", r.RunID, err)
 	}
-	rows, err = h.db.QueryContext(ctx, h.q("SELECT seq, schema_name, table_name, diff_run_id, pairs, rows_checked, differences, result, COALESCE(error, '') FROM %s."+TablesTable+" WHERE run_id=? ORDER BY seq"), r.RunID)
+	rows, err = h.db.QueryContext(ctx, h.q("SELECT seq, schema_name, table_name, diff_run_id, pairs, rows_checked, differences, result, COALESCE(error, ''),"+
+		" scope, scope_keys, bypass, bypass_keys, COALESCE(bypass_note, '') FROM %s."+TablesTable+" WHERE run_id=? ORDER BY seq"), r.RunID)
 	if err != nil {
 		return fmt.Errorf("reading the tables of run %s: %w", r.RunID, err)
 	}
@@ -409,7 +420,8 @@ func (h *history) details(ctx context.Context, r *RunRecord) error {
 	for rows.Next() {
 		var t TableRecord
 		var pairs string
-		if err := rows.Scan(&t.Seq, &t.Schema, &t.Table, &t.DiffRunID, &pairs, &t.RowsChecked, &t.Differences, &t.Result, &t.Error); err != nil {
+		if err := rows.Scan(&t.Seq, &t.Schema, &t.Table, &t.DiffRunID, &pairs, &t.RowsChecked, &t.Differences, &t.Result, &t.Error,
+			&t.Scope, &t.ScopeKeys, &t.Bypass, &t.BypassKeys, &t.BypassNote); err != nil {
 			return fmt.Errorf("reading the tables of run %s: %w", r.RunID, err)
 		}
 		for _, s := range strings.Split(pairs, ",") {

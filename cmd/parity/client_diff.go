@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -410,7 +411,15 @@ func printDiff(w io.Writer, d *parityv1.Diff) error {
 	if len(d.GetTableResults()) > 0 {
 		fmt.Fprintln(w)
 		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "TABLE\tRESULT\tROWS\tDIFFERENCES\tPAIRS")
+		// A scoped run says, per table, what it compared and whether the writes that
+		// bypassed parity were among its keys.
+		scoped := slices.ContainsFunc(d.GetTableResults(), func(t *parityv1.TableResult) bool { return t.GetScope() == "keys" || t.GetScope() == "whole" })
+		if scoped {
+			fmt.Fprintln(tw, "TABLE\tRESULT\tROWS\tDIFFERENCES\tPAIRS\tSCOPE\tKEYS\tBYPASS\tBYPASS KEYS")
+		} else {
+			fmt.Fprintln(tw, "TABLE\tRESULT\tROWS\tDIFFERENCES\tPAIRS")
+		}
+		var notes []string
 		for _, t := range d.GetTableResults() {
 			pairs := make([]string, len(t.GetPairs()))
 			for i, p := range t.GetPairs() {
@@ -420,11 +429,37 @@ func printDiff(w io.Writer, d *parityv1.Diff) error {
 			if t.GetError() != "" {
 				res += ": " + t.GetError()
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\n", t.GetTable(), res, t.GetRowsChecked(), t.GetDifferences(), strings.Join(pairs, ","))
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s", t.GetTable(), res, t.GetRowsChecked(), t.GetDifferences(), strings.Join(pairs, ","))
+			if scoped {
+				bypass := t.GetBypass()
+				if bypass == "" {
+					bypass = "-"
+				}
+				fmt.Fprintf(tw, "\t%s\t%d\t%s\t%d", orDash(t.GetScope()), t.GetScopeKeys(), bypass, t.GetBypassKeys())
+				if t.GetBypassNote() != "" {
+					notes = append(notes, t.GetTable()+": "+t.GetBypassNote())
+				}
+			}
+			fmt.Fprintln(tw)
 		}
-		return tw.Flush()
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		if len(notes) > 0 {
+			fmt.Fprintln(w, "\nnot vouched for (writes straight into the fallback):")
+			for _, n := range notes {
+				fmt.Fprintf(w, "  - %s\n", n)
+			}
+		}
 	}
 	return nil
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }
 
 func newDiffCancelCommand() *cobra.Command {

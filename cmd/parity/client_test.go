@@ -107,6 +107,16 @@ func TestClientPrintersGolden(t *testing.T) {
 	must(t, printDiff(&b, runningDiff()))
 	sec("diff get (done, different)")
 	must(t, printDiff(&b, doneDiff()))
+	sec("diff get (scoped: cdc, bypass detection off for one table's window)")
+	scoped := doneDiff()
+	scoped.Scope = "cdc"
+	scoped.TableResults = []*parityv1.TableResult{
+		{Table: "shop.orders", Result: "different", RowsChecked: 1200, Differences: 3, Pairs: []int32{0}, Scope: "keys", ScopeKeys: 1200, Bypass: "included", BypassKeys: 4},
+		{Table: "shop.users", Result: "equal", RowsChecked: 80, Pairs: []int32{1}, Scope: "keys", ScopeKeys: 80, Bypass: "unwatched",
+			BypassNote: "the window starts at 2026-11-25T12:30:14Z (TSO 470708339081216007) but bypass detection watched the fallback only from 2026-11-25T12:40:00Z (first start): writes from 2026-11-25T12:30:14Z to 2026-11-25T12:40:00Z were not watched"},
+		{Table: "shop.log", Result: "equal", RowsChecked: 5000, Pairs: []int32{1}, Scope: "whole"},
+	}
+	must(t, printDiff(&b, scoped))
 	sec("diff list")
 	failed := &parityv1.Diff{RunId: "v2", Trigger: "nightly", Scope: "cdc", State: parityv1.DiffState_DIFF_STATE_FAILED,
 		Result: parityv1.DiffResult_DIFF_RESULT_FAILED, CreateTime: tstmp(-time.Hour), EndTime: tstmp(-time.Hour + time.Second), Error: "upstream: TSO past GC"}

@@ -1566,8 +1566,20 @@ type TableResult struct {
 	RowsChecked int64  `protobuf:"varint,3,opt,name=rows_checked,json=rowsChecked,proto3" json:"rows_checked,omitempty"`
 	Differences int64  `protobuf:"varint,4,opt,name=differences,proto3" json:"differences,omitempty"`
 	// The indexes (0-based) into Diff.pairs its chunks were compared at.
-	Pairs         []int32 `protobuf:"varint,5,rep,packed,name=pairs,proto3" json:"pairs,omitempty"`
-	Error         string  `protobuf:"bytes,6,opt,name=error,proto3" json:"error,omitempty"`
+	Pairs []int32 `protobuf:"varint,5,rep,packed,name=pairs,proto3" json:"pairs,omitempty"`
+	Error string  `protobuf:"bytes,6,opt,name=error,proto3" json:"error,omitempty"`
+	// What was compared: full (every row), keys (scope_keys keys changed in the run's
+	// window, read by key) or whole (every row, in a scoped run).
+	Scope     string `protobuf:"bytes,7,opt,name=scope,proto3" json:"scope,omitempty"`
+	ScopeKeys int64  `protobuf:"varint,8,opt,name=scope_keys,json=scopeKeys,proto3" json:"scope_keys,omitempty"`
+	// For a table compared by keys: whether the keys of writes straight into the
+	// fallback (the bypass detector's records) were among them: included (the detector
+	// watched the whole window; bypass_keys came from it), unwatched (bypass_note says
+	// which part of the window nobody watched) or off (no detector: the changefeed's keys
+	// only).
+	Bypass        string `protobuf:"bytes,9,opt,name=bypass,proto3" json:"bypass,omitempty"`
+	BypassKeys    int64  `protobuf:"varint,10,opt,name=bypass_keys,json=bypassKeys,proto3" json:"bypass_keys,omitempty"`
+	BypassNote    string `protobuf:"bytes,11,opt,name=bypass_note,json=bypassNote,proto3" json:"bypass_note,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1640,6 +1652,41 @@ func (x *TableResult) GetPairs() []int32 {
 func (x *TableResult) GetError() string {
 	if x != nil {
 		return x.Error
+	}
+	return ""
+}
+
+func (x *TableResult) GetScope() string {
+	if x != nil {
+		return x.Scope
+	}
+	return ""
+}
+
+func (x *TableResult) GetScopeKeys() int64 {
+	if x != nil {
+		return x.ScopeKeys
+	}
+	return 0
+}
+
+func (x *TableResult) GetBypass() string {
+	if x != nil {
+		return x.Bypass
+	}
+	return ""
+}
+
+func (x *TableResult) GetBypassKeys() int64 {
+	if x != nil {
+		return x.BypassKeys
+	}
+	return 0
+}
+
+func (x *TableResult) GetBypassNote() string {
+	if x != nil {
+		return x.BypassNote
 	}
 	return ""
 }
@@ -3448,14 +3495,23 @@ const file_parity_v1_parity_proto_rawDesc = "" +
 	"\vunconfirmed\x18\x17 \x01(\x03R\vunconfirmed\x1aE\n" +
 	"\x17DifferencesByClassEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xac\x01\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xbb\x02\n" +
 	"\vTableResult\x12\x14\n" +
 	"\x05table\x18\x01 \x01(\tR\x05table\x12\x16\n" +
 	"\x06result\x18\x02 \x01(\tR\x06result\x12!\n" +
 	"\frows_checked\x18\x03 \x01(\x03R\vrowsChecked\x12 \n" +
 	"\vdifferences\x18\x04 \x01(\x03R\vdifferences\x12\x14\n" +
 	"\x05pairs\x18\x05 \x03(\x05R\x05pairs\x12\x14\n" +
-	"\x05error\x18\x06 \x01(\tR\x05error\"\xa4\x03\n" +
+	"\x05error\x18\x06 \x01(\tR\x05error\x12\x14\n" +
+	"\x05scope\x18\a \x01(\tR\x05scope\x12\x1d\n" +
+	"\n" +
+	"scope_keys\x18\b \x01(\x03R\tscopeKeys\x12\x16\n" +
+	"\x06bypass\x18\t \x01(\tR\x06bypass\x12\x1f\n" +
+	"\vbypass_keys\x18\n" +
+	" \x01(\x03R\n" +
+	"bypassKeys\x12\x1f\n" +
+	"\vbypass_note\x18\v \x01(\tR\n" +
+	"bypassNote\"\xa4\x03\n" +
 	"\fDiffProgress\x12\x1f\n" +
 	"\vtables_done\x18\x01 \x01(\x05R\n" +
 	"tablesDone\x12!\n" +
