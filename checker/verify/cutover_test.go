@@ -188,7 +188,7 @@ func TestCutoverCheckBypass(t *testing.T) {
 		t.Fatalf("t1's evidence: %+v", ct)
 	}
 	var v string
-	if err := f.up.QueryRow("SELECT v FROM "+ident.Table(f.db, "t1")+" WHERE id=7").Scan(&v); err != nil {
+	if err := f.up.QueryRow("SELECT v FROM " + ident.Table(f.db, "t1") + " WHERE id=7").Scan(&v); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := f.down.Exec("UPDATE "+ident.Table(f.db, "t1")+" SET v=? WHERE id=7", v); err != nil { // put back (as a repair would)
