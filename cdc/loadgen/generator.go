@@ -45,7 +45,8 @@ type Generator struct {
 // Run sets up the tables, imports if configured, runs the workload until its limit or
 // until ctx ends, publishes a final resolved ts covering every committed transaction and
 // returns what it did. Cancelling ctx stops the workload; the final publish still runs
-// (bounded), so the changefeed ends complete.
+// (bounded), so the changefeed ends complete. With Heartbeat, a workload that reached its
+// limit is followed by a resolved ts every ResolvedInterval until ctx ends.
 func Run(ctx context.Context, cfg Config) (Result, error) {
 	if err := cfg.Validate(); err != nil {
 		return Result{}, fmt.Errorf("loadgen config: %w", err)
@@ -146,12 +147,61 @@ func (g *Generator) run(ctx context.Context) (res Result, err error) {
 
 	g.seq = newSequencer(res.StartTs)
 	err = g.workload(ctx)
+	g.result(&res)
+	if err != nil || !g.cfg.Heartbeat || ctx.Err() != nil {
+		return res, err
+	}
+	if g.cfg.WorkloadEnded != nil {
+		g.cfg.WorkloadEnded(res)
+	}
+	err = g.heartbeat(ctx)
+	g.result(&res)
+	return res, err
+}
+
+// result fills res's counts and resolved ts from the generator's.
+func (g *Generator) result(res *Result) {
 	res.ResolvedTs = g.resolved.Load()
 	res.Transactions = g.committed.Load()
 	res.Rows = g.rows.Load()
 	res.Records = g.records.Load()
 	res.Aborted = g.aborted.Load()
-	return res, err
+}
+
+// heartbeat publishes TiDB's current TSO as the resolved ts every ResolvedInterval until
+// ctx ends (then it returns nil). The workload has ended and every transaction it
+// committed is published, so a TSO fetched now is above all their commit ts.
+func (g *Generator) heartbeat(ctx context.Context) error {
+	g.log.Info("workload ended; publishing a resolved ts until stopped", "resolved_ts", g.resolved.Load(),
+		"interval", g.cfg.ResolvedInterval)
+	conn, err := g.up.Conn(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("heartbeat: upstream connection: %w", err)
+	}
+	defer conn.Close()
+	t := time.NewTicker(g.cfg.ResolvedInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			g.log.Info("heartbeat stopped", "resolved_ts", g.resolved.Load())
+			return nil
+		case <-t.C:
+		}
+		ts, err := currentTSO(ctx, conn)
+		if err == nil && ts > g.resolved.Load() {
+			if err = g.prod.resolved(ctx, ts); err == nil {
+				g.records.Add(int64(g.prod.partitions))
+				g.resolved.Store(ts)
+			}
+		}
+		if err != nil && ctx.Err() == nil {
+			return fmt.Errorf("heartbeat: %w", err)
+		}
+	}
 }
 
 // workload runs the workers and the publisher; it returns after the final resolved ts

@@ -106,6 +106,17 @@ type Config struct {
 	FlushInterval time.Duration
 	// ResolvedInterval is how often a resolved ts is broadcast (TiCDC: about 1 s). Default: 1s.
 	ResolvedInterval time.Duration
+	// Heartbeat keeps Run publishing a resolved ts (TiDB's current TSO) every
+	// ResolvedInterval after a workload that ended by Duration or Transactions, until ctx
+	// ends, as TiCDC keeps a changefeed's resolved ts moving while TiDB is idle: a
+	// consumer waiting for TiDB's current TSO (parity wait-applied --now) then sees it
+	// resolved. A workload stopped by ctx has no heartbeat. Default: false (Run returns
+	// when the workload ends).
+	Heartbeat bool
+	// WorkloadEnded, when set, is called with the workload's result once its final
+	// resolved ts is published, before the heartbeat starts (only with Heartbeat).
+	// Default: nil.
+	WorkloadEnded func(Result)
 	// TimeZone is the session time zone of TIMESTAMP values on both sides; the applier
 	// must use the same one (TiCDC's --tz). Default: "+00:00".
 	TimeZone string

@@ -34,13 +34,18 @@ its real commit ts, dispatched to partitions like TiCDC ("table" or "index-value
 with resolved events broadcast to every partition. A resolved ts is published only after
 every transaction committed at or before it is acknowledged by Kafka.
 
-It stops after --duration or --transactions (or on SIGINT/SIGTERM), publishes a final
-resolved ts covering everything it committed, and prints:
+The workload stops after --duration or --transactions (or on SIGINT/SIGTERM); loadgen
+publishes a final resolved ts covering everything it committed, and prints:
 
   start_ts=<ts>       where the changefeed starts (the import TSO with --import-rows)
   import_ts=<ts>      with --import-rows
   resolved_ts=<ts>    the final resolved ts: the fallback must equal TiDB at this TSO
   transactions=<n> rows=<n> records=<n> aborted=<n>
+
+After a workload that ended by --duration or --transactions it keeps running, as TiCDC
+does while TiDB is idle: it publishes TiDB's current TSO as the resolved ts every
+--resolved-interval (a heartbeat, so that parity wait-applied --now returns once the
+writes stopped) until SIGINT or SIGTERM; --heartbeat=false exits when the workload ends.
 
 With --big-transaction-rows N it runs no workload: after the set-up it runs ONE
 transaction inserting N rows into sbtest1 (multi-row INSERTs between BEGIN and COMMIT)
@@ -78,27 +83,36 @@ commit_ts=<ts> (the big transaction's commit ts).`,
 			var res loadgen.Result
 			var err error
 			var commitTs uint64
+			out := cmd.OutOrStdout()
+			printed := false
+			summary := func(res loadgen.Result) {
+				printed = true
+				if commitTs != 0 {
+					fmt.Fprintf(out, "commit_ts=%d\n", commitTs)
+				}
+				if res.StartTs != 0 {
+					fmt.Fprintf(out, "start_ts=%d\n", res.StartTs)
+				}
+				if res.ImportTs != 0 {
+					fmt.Fprintf(out, "import_ts=%d\n", res.ImportTs)
+				}
+				if res.ResolvedTs != 0 {
+					fmt.Fprintf(out, "resolved_ts=%d\n", res.ResolvedTs)
+				}
+				fmt.Fprintf(out, "transactions=%d rows=%d records=%d aborted=%d\n", res.Transactions, res.Rows, res.Records, res.Aborted)
+			}
 			if cmd.Flags().Changed("big-transaction-rows") {
 				var big loadgen.BigTxnResult
 				big, err = loadgen.RunBigTransaction(ctx, cfg, bigRows)
 				res, commitTs = big.Result, big.CommitTs
 			} else {
+				// The summary is printed when the workload ends, before the heartbeat.
+				cfg.WorkloadEnded = summary
 				res, err = loadgen.Run(ctx, cfg)
 			}
-			out := cmd.OutOrStdout()
-			if commitTs != 0 {
-				fmt.Fprintf(out, "commit_ts=%d\n", commitTs)
+			if !printed {
+				summary(res)
 			}
-			if res.StartTs != 0 {
-				fmt.Fprintf(out, "start_ts=%d\n", res.StartTs)
-			}
-			if res.ImportTs != 0 {
-				fmt.Fprintf(out, "import_ts=%d\n", res.ImportTs)
-			}
-			if res.ResolvedTs != 0 {
-				fmt.Fprintf(out, "resolved_ts=%d\n", res.ResolvedTs)
-			}
-			fmt.Fprintf(out, "transactions=%d rows=%d records=%d aborted=%d\n", res.Transactions, res.Rows, res.Records, res.Aborted)
 			if err != nil {
 				return &exitError{code: 1, err: err}
 			}
@@ -138,6 +152,7 @@ commit_ts=<ts> (the big transaction's commit ts).`,
 	fl.BoolVar(&cfg.CheckImages, "check-images", cfg.CheckImages, "re-read each committed transaction at its commit ts and stop on an image that differs from TiDB's row (one extra read per transaction)")
 	fl.DurationVar(&cfg.FlushInterval, "flush-interval", cfg.FlushInterval, "how often committed transactions are published")
 	fl.DurationVar(&cfg.ResolvedInterval, "resolved-interval", cfg.ResolvedInterval, "how often a resolved ts is broadcast")
+	fl.BoolVar(&cfg.Heartbeat, "heartbeat", true, "after a workload that ended by --duration or --transactions, keep publishing TiDB's current TSO as the resolved ts every --resolved-interval until SIGINT/SIGTERM, as TiCDC does while TiDB is idle (false: exit when the workload ends)")
 	fl.StringVar(&cfg.TimeZone, "time-zone", cfg.TimeZone, "session time zone of TIMESTAMP values (TiCDC's --tz)")
 	fl.IntVar(&cfg.Encoder.MaxBatchSize, "max-batch-size", cfg.Encoder.MaxBatchSize, "most row events per Kafka record")
 	fl.IntVar(&cfg.Encoder.MaxMessageBytes, "max-message-bytes", cfg.Encoder.MaxMessageBytes, "Kafka record size limit")

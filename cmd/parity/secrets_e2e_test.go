@@ -218,7 +218,7 @@ func TestSecretsNeverLeak(t *testing.T) {
 	lg := runParity(t, "loadgen", nil, "loadgen", "--upstream-dsn", upDSN, "--downstream-dsn", downDSN,
 		"--brokers", broker, "--topic", topic, "--database", db, "--tables", "2", "--import-rows", "300",
 		"--import-ts-file", filepath.Join(dir, "import_ts"), "--workers", "2", "--rate", "100", "--duration", "3s",
-		"--flush-interval", "5ms", "--resolved-interval", "100ms", "--log-level", "debug")
+		"--flush-interval", "5ms", "--resolved-interval", "100ms", "--heartbeat=false", "--log-level", "debug")
 	capture(lg)
 	expectCode(lg, 0)
 	field := func(out, key string) uint64 {
