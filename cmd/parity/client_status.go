@@ -8,8 +8,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os/signal"
 	"strconv"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -38,39 +40,20 @@ func newStatusCommand() *cobra.Command {
 		Use:   "status",
 		Short: "Print the applied checkpoint, resolved ts, lag, Kafka lag and verification freshness of a running `parity serve`",
 		Long: `status asks a running parity serve (its gRPC API, api.addr) for replication and
-verification progress. --watch prints it again every --interval until interrupted.
+verification progress. --watch prints it again every --interval until interrupted
+(SIGINT or SIGTERM ends it with exit status 0), or for --timeout when that is given;
+each update must arrive within the interval plus 10s, else the watch fails.
 
-Exit status: 0 when the applier is running, 1 when it is not (starting, stopped or
-failed: the state and last error are printed; a standby under [ha]: its role and the
-daemon it follows are printed), 2 on error.`,
+Exit status: 0 when the applier is running (with --watch: watched until interrupted or
+--timeout), 1 when it is not (starting, stopped or failed: the state and last error
+are printed; a standby under [ha]: its role and the daemon it follows are printed), 2 on
+error.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if watch {
+				return watchStatus(cmd, &cf, interval, cmd.Flags().Changed("timeout"))
+			}
 			return cf.call(cmd, 0, func(ctx context.Context, c parityv1.ParityClient) error {
-				out := cmd.OutOrStdout()
-				if watch {
-					stream, err := c.WatchStatus(ctx, &parityv1.WatchStatusRequest{Interval: durOrNil(interval)})
-					if err != nil {
-						return callErr("WatchStatus", err)
-					}
-					for {
-						st, err := stream.Recv()
-						if errors.Is(err, io.EOF) || status.Code(err) == codes.DeadlineExceeded && cf.timeout > 0 {
-							return nil
-						}
-						if err != nil {
-							return callErr("WatchStatus", err)
-						}
-						if cf.json {
-							err = printJSONLine(out, st)
-						} else {
-							err = printAPIStatus(out, st)
-							fmt.Fprintln(out)
-						}
-						if err != nil {
-							return err
-						}
-					}
-				}
 				st, err := c.GetStatus(ctx, &parityv1.GetStatusRequest{})
 				if err != nil {
 					return callErr("GetStatus", err)
@@ -86,10 +69,81 @@ daemon it follows are printed), 2 on error.`,
 		},
 	}
 	cf.register(cmd.Flags(), 10*time.Second)
-	cmd.Flags().BoolVar(&watch, "watch", false, "print the status again every --interval until interrupted (or --timeout)")
+	cmd.Flags().BoolVar(&watch, "watch", false, "print the status again every --interval until interrupted (or for --timeout when given)")
 	cmd.Flags().DurationVar(&interval, "interval", 0, "with --watch: how often (1s to 5m; default 5s)")
-	cmd.Flags().Lookup("timeout").Usage = "give up after this long (0: never; with --watch, how long to watch)"
+	cmd.Flags().Lookup("timeout").Usage = "give up after this long (0: never); with --watch, how long to watch (default: until interrupted)"
 	return cmd
+}
+
+// statusUpdateTimeout is how much longer than its interval a watched status update may
+// take before the watch fails (the daemon stopped answering, or the network did).
+const statusUpdateTimeout = 10 * time.Second
+
+// errNoUpdate ends a watch whose next update did not arrive in time.
+var errNoUpdate = errors.New("no status update")
+
+// watchStatus prints the status at once and every interval (the daemon's WatchStatus
+// stream) until SIGINT or SIGTERM (exit 0), the daemon ends the stream (it stops: exit
+// 0), or, when bounded (--timeout given), --timeout has passed (exit 0). Each update
+// must arrive within the interval plus statusUpdateTimeout.
+func watchStatus(cmd *cobra.Command, cf *clientFlags, interval time.Duration, bounded bool) error {
+	conn, c, err := cf.dial()
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	ctx := cmd.Context()
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if bounded && cf.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, cf.timeout)
+		defer cancel()
+	}
+	every := interval
+	if every <= 0 {
+		every = 5 * time.Second // the daemon's default
+	}
+	wait := every + statusUpdateTimeout
+	sctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	watchdog := time.AfterFunc(wait, func() {
+		cancel(fmt.Errorf("%w from %s within %v (the interval plus %v)", errNoUpdate, cf.addr, wait, statusUpdateTimeout))
+	})
+	defer watchdog.Stop()
+	ended := func(err error) error {
+		if cause := context.Cause(sctx); errors.Is(cause, errNoUpdate) {
+			return &exitError{code: 2, err: fmt.Errorf("WatchStatus: %w", cause)}
+		}
+		if ctx.Err() != nil || errors.Is(err, io.EOF) {
+			return nil // interrupted, --timeout passed, or the daemon stopped
+		}
+		return callErr("WatchStatus", err)
+	}
+	stream, err := c.WatchStatus(sctx, &parityv1.WatchStatusRequest{Interval: durOrNil(interval)})
+	if err != nil {
+		return ended(err)
+	}
+	out := cmd.OutOrStdout()
+	for {
+		st, err := stream.Recv()
+		if err != nil {
+			return ended(err)
+		}
+		watchdog.Reset(wait)
+		if cf.json {
+			err = printJSONLine(out, st)
+		} else {
+			err = printAPIStatus(out, st)
+			fmt.Fprintln(out)
+		}
+		if err != nil {
+			return err
+		}
+	}
 }
 
 // applierStateName is the state without its enum prefix: running, failed, ...
