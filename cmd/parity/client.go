@@ -190,14 +190,14 @@ func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]strin
 func (b bearer) RequireTransportSecurity() bool { return b.tls }
 
 // usageErr is a problem with the command line: exit 2.
-func usageErr(err error) error { return &exitError{code: 2, err: err} }
+func usageErr(err error) error { return &exitError{code: exitNoAnswer, err: err} }
 
 // callErr turns a failed call into exit 2 with the gRPC code and the ErrorInfo reason
 // (and its metadata) in the message, e.g.
 //
 //	GetDiff: NotFound DIFF_NOT_FOUND (name=diffs/x): verification run not found: x
 func callErr(rpc string, err error) error {
-	return &exitError{code: 2, err: errors.New(describeCallErr(rpc, err))}
+	return &exitError{code: exitNoAnswer, err: errors.New(describeCallErr(rpc, err))}
 }
 
 func describeCallErr(rpc string, err error) string {

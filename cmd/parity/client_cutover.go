@@ -84,7 +84,7 @@ Exit status: 0 passed, 1 failed (or the TSO was not applied within --wait-timeou
 				resp, err := c.CutoverCheck(ctx, req)
 				if status.Code(err) == codes.DeadlineExceeded && errorReason(err) == parityv1.ErrorReason_DEADLINE.String() {
 					fmt.Fprintf(cmd.ErrOrStderr(), "parity: cutover check FAILED: %s\n", describeCallErr("CutoverCheck", err))
-					return &exitError{code: 1}
+					return &exitError{code: exitNotClean}
 				}
 				if err != nil {
 					return callErr("CutoverCheck", err)
@@ -93,7 +93,7 @@ Exit status: 0 passed, 1 failed (or the TSO was not applied within --wait-timeou
 					return err
 				}
 				if !resp.GetPassed() {
-					return &exitError{code: 1}
+					return &exitError{code: exitNotClean}
 				}
 				return nil
 			})
@@ -257,7 +257,7 @@ const repairKeysShown = 20
 func apiRepairExit(r *parityv1.RepairResponse) error {
 	if r.GetDryRun() {
 		if r.GetUpserted()+r.GetDeleted()+r.GetRefused() > 0 {
-			return &exitError{code: 1}
+			return &exitError{code: exitNotClean}
 		}
 		return nil
 	}
@@ -265,14 +265,14 @@ func apiRepairExit(r *parityv1.RepairResponse) error {
 	case parityv1.DiffResult_DIFF_RESULT_EQUAL:
 		return nil
 	case parityv1.DiffResult_DIFF_RESULT_DIFFERENT:
-		return &exitError{code: 1}
+		return &exitError{code: exitNotClean}
 	case parityv1.DiffResult_DIFF_RESULT_UNSPECIFIED:
 		if len(r.GetKeys()) == 0 {
 			return nil // nothing to repair
 		}
-		return &exitError{code: 2, err: errors.New("the repaired tables were not verified again")}
+		return &exitError{code: exitNoAnswer, err: errors.New("the repaired tables were not verified again")}
 	}
-	return &exitError{code: 2, err: fmt.Errorf("re-verification run %s %s", runIDOf(r.GetVerifyDiff()), diffResultName(r.GetVerifyResult()))}
+	return &exitError{code: exitNoAnswer, err: fmt.Errorf("re-verification run %s %s", runIDOf(r.GetVerifyDiff()), diffResultName(r.GetVerifyResult()))}
 }
 
 func printAPIRepair(w io.Writer, runID string, r *parityv1.RepairResponse) error {

@@ -36,7 +36,8 @@ func init() {
 }
 
 const diffExitHelp = `Exit status: 0 equal (or, without waiting, started), 1 differences found, 2 when the
-run failed, was cancelled or skipped, or on error.`
+run has no verdict (it failed, was cancelled or skipped) or on error (README.md, "Exit
+status").`
 
 // newDiffStartCommand is `parity diff start`, and as `parity verify` the same command
 // watching the run by default (--no-wait returns once it started).
@@ -300,13 +301,14 @@ func isEnded(s parityv1.DiffState) bool {
 	return false
 }
 
-// diffExit is a run's exit status: 0 equal or not ended, 1 different, 2 otherwise.
+// diffExit is a run's exit status: exitClean equal or not ended, exitNotClean
+// different, exitNoAnswer without a verdict (failed, cancelled, skipped).
 func diffExit(d *parityv1.Diff) error {
 	switch d.GetResult() {
 	case parityv1.DiffResult_DIFF_RESULT_EQUAL:
 		return nil
 	case parityv1.DiffResult_DIFF_RESULT_DIFFERENT:
-		return &exitError{code: 1}
+		return &exitError{code: exitNotClean}
 	case parityv1.DiffResult_DIFF_RESULT_UNSPECIFIED:
 		if !isEnded(d.GetState()) {
 			return nil
@@ -319,7 +321,7 @@ func diffExit(d *parityv1.Diff) error {
 	if d.GetError() != "" {
 		msg += ": " + d.GetError()
 	}
-	return &exitError{code: 2, err: errors.New(msg)}
+	return &exitError{code: exitNoAnswer, err: errors.New(msg)}
 }
 
 func diffStateName(s parityv1.DiffState) string {

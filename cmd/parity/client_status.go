@@ -62,7 +62,7 @@ error.`,
 					return err
 				}
 				if st.GetApplierState() != parityv1.ApplierState_APPLIER_STATE_RUNNING {
-					return &exitError{code: 1}
+					return &exitError{code: exitNotClean}
 				}
 				return nil
 			})
@@ -116,7 +116,7 @@ func watchStatus(cmd *cobra.Command, cf *clientFlags, interval time.Duration, bo
 	defer watchdog.Stop()
 	ended := func(err error) error {
 		if cause := context.Cause(sctx); errors.Is(cause, errNoUpdate) {
-			return &exitError{code: 2, err: fmt.Errorf("WatchStatus: %w", cause)}
+			return &exitError{code: exitNoAnswer, err: fmt.Errorf("WatchStatus: %w", cause)}
 		}
 		if ctx.Err() != nil || errors.Is(err, io.EOF) {
 			return nil // interrupted, --timeout passed, or the daemon stopped
@@ -280,7 +280,7 @@ Exit status: 0 applied, 1 not applied within --timeout, 2 on error.`,
 				resp, err := c.WaitForApplied(ctx, req)
 				if status.Code(err) == codes.DeadlineExceeded {
 					fmt.Fprintf(cmd.ErrOrStderr(), "parity: %s\n", describeCallErr("WaitForApplied", err))
-					return &exitError{code: 1}
+					return &exitError{code: exitNotClean}
 				}
 				if err != nil {
 					return callErr("WaitForApplied", err)

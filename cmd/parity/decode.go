@@ -21,10 +21,10 @@ import (
 	"github.com/tidb-parity/parity/internal/tlsauth"
 )
 
-// Exit codes of `parity decode`.
+// Exit codes of `parity decode` (the rule of every command: exitClean and the others).
 const (
-	decodeExitUndecodable = 1 // a record could not be decoded (the error names it)
-	decodeExitUsage       = 2 // bad flags, unreadable files, Kafka unreachable
+	decodeExitUndecodable = exitNotClean // a record could not be decoded (the error names it)
+	decodeExitUsage       = exitNoAnswer // bad flags, unreadable files, Kafka unreachable
 )
 
 // decodeOptions are the flags of `parity decode`.

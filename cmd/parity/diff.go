@@ -60,7 +60,7 @@ verification runs of a running parity serve over its gRPC API instead.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			code, err := runDiff(cmd, &f)
-			if code == 0 {
+			if code == exitClean {
 				return nil
 			}
 			return &exitError{code: code, err: err}
@@ -166,14 +166,14 @@ func loadDiffConfig(cmd *cobra.Command, f *diffFlags) (checker.Config, error) {
 func runDiff(cmd *cobra.Command, f *diffFlags) (int, error) {
 	cfg, err := loadDiffConfig(cmd, f)
 	if err != nil {
-		return 2, err
+		return exitNoAnswer, err
 	}
 	stderr := cmd.ErrOrStderr()
 	for _, w := range cfg.TLSWarnings() {
 		fmt.Fprintln(stderr, "warning:", w)
 	}
 	if err := cfg.ApplyTLS(); err != nil {
-		return 2, err
+		return exitNoAnswer, err
 	}
 	level := slog.LevelWarn
 	switch {
@@ -196,11 +196,11 @@ func runDiff(cmd *cobra.Command, f *diffFlags) (int, error) {
 	if f.cpuProfile != "" {
 		pf, err := os.Create(f.cpuProfile)
 		if err != nil {
-			return 2, fmt.Errorf("cpu profile: %w", err)
+			return exitNoAnswer, fmt.Errorf("cpu profile: %w", err)
 		}
 		defer pf.Close()
 		if err := pprof.StartCPUProfile(pf); err != nil {
-			return 2, fmt.Errorf("cpu profile: %w", err)
+			return exitNoAnswer, fmt.Errorf("cpu profile: %w", err)
 		}
 		defer pprof.StopCPUProfile()
 	}
@@ -209,7 +209,7 @@ func runDiff(cmd *cobra.Command, f *diffFlags) (int, error) {
 	if cfg.Changefeed.ID != "" {
 		lag, closeLag, err := changefeedLag(cfg)
 		if err != nil {
-			return 2, err
+			return exitNoAnswer, err
 		}
 		defer closeLag()
 		cfg.Lag = lag
@@ -221,15 +221,15 @@ func runDiff(cmd *cobra.Command, f *diffFlags) (int, error) {
 		// A scope the ledger cannot serve is refused before anything is compared: there is
 		// nothing to resume.
 		if errors.As(err, &re) && !errors.Is(err, checker.ErrScopeUnavailable) {
-			return 2, fmt.Errorf("%w (resume with: parity diff --resume %s ...)", err, re.RunID)
+			return exitNoAnswer, fmt.Errorf("%w (resume with: parity diff --resume %s ...)", err, re.RunID)
 		}
-		return 2, err
+		return exitNoAnswer, err
 	}
 	printSummary(cmd.OutOrStdout(), rep, cfg.OutputDir)
 	if rep.Equal {
-		return 0, nil
+		return exitClean, nil
 	}
-	return 1, nil
+	return exitNotClean, nil
 }
 
 // progressPrinter draws a progress bar with ETA on a terminal, plain lines otherwise.

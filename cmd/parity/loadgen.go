@@ -47,6 +47,9 @@ does while TiDB is idle: it publishes TiDB's current TSO as the resolved ts ever
 --resolved-interval (a heartbeat, so that parity wait-applied --now returns once the
 writes stopped) until SIGINT or SIGTERM; --heartbeat=false exits when the workload ends.
 
+Exit status: 0 done (stopped by a signal, or the workload ended with --heartbeat=false),
+2 when the workload could not run to its end or on bad flags (the error is printed).
+
 With --big-transaction-rows N it runs no workload: after the set-up it runs ONE
 transaction inserting N rows into sbtest1 (multi-row INSERTs between BEGIN and COMMIT)
 and publishes all N rows with its commit ts, then a resolved ts after it; it also prints
@@ -58,7 +61,7 @@ commit_ts=<ts> (the big transaction's commit ts).`,
 			if claimCheckDir != "" {
 				dir, err := filepath.Abs(claimCheckDir)
 				if err != nil {
-					return &exitError{code: 2, err: fmt.Errorf("claim-check-dir: %w", err)}
+					return &exitError{code: exitNoAnswer, err: fmt.Errorf("claim-check-dir: %w", err)}
 				}
 				cfg.Encoder.ClaimCheckStorageURI = "file://" + dir
 				cfg.Encoder.ClaimCheckWrite = func(name string, data []byte) error {
@@ -67,7 +70,7 @@ commit_ts=<ts> (the big transaction's commit ts).`,
 			}
 			var lvl slog.Level
 			if err := lvl.UnmarshalText([]byte(logLevel)); err != nil {
-				return &exitError{code: 2, err: fmt.Errorf("log-level: %w", err)}
+				return &exitError{code: exitNoAnswer, err: fmt.Errorf("log-level: %w", err)}
 			}
 			cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
 			saslPasswordFromEnv(&cfg.KafkaSASL)
@@ -76,7 +79,7 @@ commit_ts=<ts> (the big transaction's commit ts).`,
 				validate = func() error { return cfg.ValidateBigTransaction(bigRows) }
 			}
 			if err := validate(); err != nil {
-				return &exitError{code: 2, err: err}
+				return &exitError{code: exitNoAnswer, err: err}
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
@@ -114,7 +117,7 @@ commit_ts=<ts> (the big transaction's commit ts).`,
 				summary(res)
 			}
 			if err != nil {
-				return &exitError{code: 1, err: err}
+				return &exitError{code: exitNoAnswer, err: err} // the workload could not run to its end
 			}
 			return nil
 		},

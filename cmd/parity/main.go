@@ -21,8 +21,31 @@ var (
 	commit  = "unknown"
 )
 
+// Exit statuses: one rule for every command (README.md, "Exit status"), so that a
+// runbook branches the same way on each: 0 go on, 1 act on what was printed, 2 fix the
+// cause and try again.
+const (
+	// exitClean: the command did what was asked and the answer is clean (equal, passed,
+	// applied, running; or it was done: started, cancelled, listed).
+	exitClean = 0
+	// exitNotClean: it did, and the answer is not clean: differences found or left, a
+	// failed cutover check, a TSO not applied within the timeout, an applier not running,
+	// an undecodable record, keys a dry run would repair. The output says which.
+	exitNotClean = 1
+	// exitNoAnswer: no answer: bad flags or configuration, a server or the daemon not
+	// reachable, a gRPC error, a workload that could not run, or a run with no verdict
+	// (failed, cancelled or skipped: it proved nothing and found nothing to act on; it
+	// is run again, as after an error).
+	exitNoAnswer = 2
+	// exitServeFailed is `parity serve`'s status when replication failed while running.
+	// The daemon answers nothing: its statuses are for the service manager, which
+	// restarts it on this one and not on exitNoAnswer (a configuration error; systemd's
+	// RestartPreventExitStatus=2).
+	exitServeFailed = 1
+)
+
 // exitError carries a process exit code chosen by a subcommand (for example `parity diff`
-// exits 1 when it found differences, 2 on error).
+// exits exitNotClean when it found differences, exitNoAnswer on error).
 type exitError struct {
 	code int
 	err  error
@@ -71,5 +94,5 @@ func main() {
 		os.Exit(ee.code)
 	}
 	fmt.Fprintln(os.Stderr, "parity:", err)
-	os.Exit(2)
+	os.Exit(exitNoAnswer)
 }

@@ -304,7 +304,7 @@ Exit status: 0 after a signal, 1 when replication failed, 2 for a configuration 
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := resolveServeConfig(cmd, f)
 			if err != nil {
-				return &exitError{code: 2, err: err}
+				return &exitError{code: exitNoAnswer, err: err}
 			}
 			if f.checkConfig {
 				return toml.NewEncoder(cmd.OutOrStdout()).Encode(cfg.redacted())
@@ -350,11 +350,11 @@ func runServe(parent context.Context, cfg serveConfig) error {
 	}
 	cfg, err := cfg.withTLS()
 	if err != nil {
-		return &exitError{code: 2, err: err}
+		return &exitError{code: exitNoAnswer, err: err}
 	}
 	r, err := cdc.New(cfg.cdc(), log)
 	if err != nil {
-		return &exitError{code: 2, err: err}
+		return &exitError{code: exitNoAnswer, err: err}
 	}
 	ctx, stop := signal.NotifyContext(parent, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
@@ -367,7 +367,7 @@ func runServe(parent context.Context, cfg serveConfig) error {
 	var watcher checker.BypassWatcher // nil, not a nil *Detector, when detection is off
 	if cfg.Bypass.Enabled {
 		if bd, err = bypass.New(cfg.bypass(), log); err != nil {
-			return &exitError{code: 2, err: err}
+			return &exitError{code: exitNoAnswer, err: err}
 		}
 		watcher = bd
 	}
@@ -382,7 +382,7 @@ func runServe(parent context.Context, cfg serveConfig) error {
 			Logger:        log,
 		})
 		if err != nil {
-			return &exitError{code: 2, err: err}
+			return &exitError{code: exitNoAnswer, err: err}
 		}
 	}
 
@@ -395,18 +395,18 @@ func runServe(parent context.Context, cfg serveConfig) error {
 	rp := newRepairer(r, vs)
 	if cfg.API.Addr != "" {
 		if auth, err = api.NewAuthenticator(cfg.API.TokenFile, cfg.API.TLS, log); err != nil {
-			return &exitError{code: 2, err: err}
+			return &exitError{code: exitNoAnswer, err: err}
 		}
 		if err := api.CheckExposure(cfg.API.Addr, cfg.API.Insecure, auth); err != nil {
-			return &exitError{code: 2, err: err}
+			return &exitError{code: exitNoAnswer, err: err}
 		}
 		backend, closeBackend := apiBackend(cfg, r, vs, rp)
 		defer closeBackend()
 		if apiSrv, err = api.New(cfg.API, backend, api.Options{Logger: log, Auth: auth, Changefeed: cfg.Changefeed.ID}); err != nil {
-			return &exitError{code: 2, err: err}
+			return &exitError{code: exitNoAnswer, err: err}
 		}
 		if apiLn, err = net.Listen("tcp", cfg.API.Addr); err != nil {
-			return &exitError{code: 2, err: fmt.Errorf("api.addr: %w", err)}
+			return &exitError{code: exitNoAnswer, err: fmt.Errorf("api.addr: %w", err)}
 		}
 		defer apiLn.Close()
 	}
@@ -418,7 +418,7 @@ func runServe(parent context.Context, cfg serveConfig) error {
 	if cfg.Status.Addr != "" {
 		ln, err := net.Listen("tcp", cfg.Status.Addr)
 		if err != nil {
-			return &exitError{code: 2, err: fmt.Errorf("status.addr: %w", err)}
+			return &exitError{code: exitNoAnswer, err: fmt.Errorf("status.addr: %w", err)}
 		}
 		var extra []prometheus.Collector
 		if apiSrv != nil {
@@ -457,7 +457,7 @@ func runServe(parent context.Context, cfg serveConfig) error {
 	}
 	if err := g.Wait(); err != nil {
 		log.Error("serve failed", "err", err)
-		return &exitError{code: 1, err: err}
+		return &exitError{code: exitServeFailed, err: err}
 	}
 	return nil
 }
