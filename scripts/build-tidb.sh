@@ -5,14 +5,19 @@
 # binary on stdout.
 #
 # Patches: each scripts/tidb/patches/*.patch names its module in a first line
-# `# module: PATH` and is applied (patch -p1) to a copy of that dependency, at the version
-# scripts/tidb/go.mod requires, taken from the module cache, and the build uses the copy through
-# a `replace` in a scratch copy of scripts/tidb (the module itself is never edited). Today:
-# badger-point-get-version.patch — unistore's storage engine answered a point read at an
-# old version with the key's newest version once the key had left the memtable and the
-# sstable's hash index fell back (github.com/pingcap/badger, table/sstable/table.go,
-# Table.Get); real TiKV is not this engine. internal/testenv's
-# TestTiDBOldPointReads proves the fix against the running server.
+# `# module: PATH` and is applied (patch -p1, in name order) to one copy of that dependency
+# per module, at the version scripts/tidb/go.mod requires, taken from the module cache, and
+# the build uses the copy through a `replace` in a scratch copy of scripts/tidb (the module
+# itself is never edited). Today two patches of unistore's storage engine
+# (github.com/pingcap/badger; real TiKV is not this engine), both about reads at an old
+# version once a key has left the memtable:
+# - badger-point-get-version.patch: a point read got the key's newest version when the
+#   sstable's hash index fell back (table/sstable/table.go, Table.Get);
+# - badger-compaction-old-versions.patch: a compaction lost the old versions of the first
+#   key with old versions in every table it built after its first (table/sstable/builder.go,
+#   resetBuffers dropped the old block's leading byte, so that key's old-version offset was 0,
+#   which means none): any read of it at an old version, point or scan, found nothing.
+# internal/testenv's TestTiDBOldPointReads proves both against the running server.
 #
 # Cache location: $PARITY_CACHE (default ~/.cache/parity). The binary is ~250 MiB; the
 # module and build caches it needs are ~4 GB and live beside it.
@@ -42,13 +47,15 @@ echo "building tidb-server (cold build takes 5-10 minutes; log: $log)" >&2
   rm -rf "$work" && mkdir -p "$work" && cp "$here/tidb/go.mod" "$here/tidb/go.sum" "$work/"
   cd "$work"
   for p in "$here"/tidb/patches/*.patch; do
-    mod="$(sed -n '1s/^# module: //p' "$p")"; name="$(basename "$p" .patch)"
+    mod="$(sed -n '1s/^# module: //p' "$p")"; name="$(echo "$mod" | tr / _)"
     [[ -n "$mod" ]] || { echo "patch $p: its first line must be '# module: PATH'" >&2; exit 1; }
-    dir="$(go mod download -json "$mod" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
-    [[ -d "$dir" ]] || { echo "patch $p: module $mod not in the module cache" >&2; exit 1; }
-    rm -rf "patched/$name" && mkdir -p patched && cp -r "$dir" "patched/$name" && chmod -R u+w "patched/$name"
+    if [[ ! -d "patched/$name" ]]; then # the module's first patch: copy it and use the copy
+      dir="$(go mod download -json "$mod" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
+      [[ -d "$dir" ]] || { echo "patch $p: module $mod not in the module cache" >&2; exit 1; }
+      mkdir -p patched && cp -r "$dir" "patched/$name" && chmod -R u+w "patched/$name"
+      go mod edit -replace "$mod=./patched/$name"
+    fi
     patch -p1 -d "patched/$name" <"$p" || { echo "patch $p does not apply to $mod" >&2; exit 1; }
-    go mod edit -replace "$mod=./patched/$name"
   done
   go build -o "$bin.tmp" \
     -ldflags "-X github.com/pingcap/tidb/pkg/parser/mysql.TiDBReleaseVersion=v8.5.6 \
