@@ -195,7 +195,7 @@ func usageErr(err error) error { return &exitError{code: exitNoAnswer, err: err}
 // callErr turns a failed call into exit 2 with the gRPC code and the ErrorInfo reason
 // (and its metadata) in the message, e.g.
 //
-//	GetDiff: NotFound DIFF_NOT_FOUND (name=diffs/x): verification run not found: x
+//	GetDiff: NotFound DIFF_NOT_FOUND (name=diffs/x): run x: verification run not found
 func callErr(rpc string, err error) error {
 	return &exitError{code: exitNoAnswer, err: errors.New(describeCallErr(rpc, err))}
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	parityv1 "github.com/tidb-parity/parity/api/parity/v1"
+	"github.com/tidb-parity/parity/internal/tso"
 )
 
 // runbookGrpcurl is what deploy/runbook.md says about grpcurl: its set-up block (the
@@ -221,5 +223,70 @@ func TestRunbookGrpcurlLines(t *testing.T) {
 	}
 	if len(names) < 2 {
 		t.Errorf("the runbook's lines named %d example runs, want the full run's and the cutover check's: %v", len(names), names)
+	}
+}
+
+// runbookErrorCommands are the commands whose errors deploy/runbook.md shows, by the
+// start of the error; future is a TSO an hour ahead.
+func runbookErrorCommands(future string) map[string][]string {
+	return map[string][]string{
+		"parity: GetDiff: ":                            {"diff", "get", "x"},
+		"parity: WaitForApplied: ":                     {"wait-applied", "--ts", future, "--timeout", "2s"},
+		"parity: cutover check FAILED: CutoverCheck: ": {"cutover-check", "--ts", future, "--wait-timeout", "2s"},
+	}
+}
+
+var (
+	textTime     = regexp.MustCompile(`\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}\.\d{3} UTC`)
+	textDuration = regexp.MustCompile(`\b(?:\d+(?:\.\d+)?(?:ms|µs|ns|h|m|s))+\b`)
+	textNumber   = regexp.MustCompile(`\d+`)
+)
+
+// textShape is an error text with its times, durations and numbers made placeholders:
+// what must be the same in the runbook and in a real run.
+func textShape(s string) string {
+	s = textTime.ReplaceAllString(strings.TrimSpace(s), "<time>")
+	s = textDuration.ReplaceAllString(s, "<duration>")
+	return textNumber.ReplaceAllString(s, "<n>")
+}
+
+// TestRunbookErrorTexts: every error deploy/runbook.md shows (an inline `parity: …`) is
+// what the command really prints on stderr, the real process against a live daemon,
+// but for its times, durations and numbers. The runbook once showed `… verification
+// run not found: x` where parity prints `… run x: verification run not found`.
+func TestRunbookErrorTexts(t *testing.T) {
+	raw, err := os.ReadFile("../../deploy/runbook.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	shown := regexp.MustCompile("`(parity: [^`]+)`").FindAllStringSubmatch(string(raw), -1)
+	if len(shown) < 3 {
+		t.Fatalf("deploy/runbook.md shows %d error texts: the test no longer finds them", len(shown))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	e := startRunbookEnv(t, ctx, "runbook_errors", true)
+	future := strconv.FormatUint(tso.FromTime(time.Now().Add(time.Hour)), 10)
+	commands := runbookErrorCommands(future)
+	for _, m := range shown {
+		text := m[1]
+		if text == "parity: RPC: Code REASON (metadata): message" {
+			continue // the form, not an error
+		}
+		var args []string
+		for prefix, a := range commands {
+			if strings.HasPrefix(text, prefix) {
+				args = a
+			}
+		}
+		if args == nil {
+			t.Errorf("the runbook shows %q, an error of a command this test does not know: add it to runbookErrorCommands", text)
+			continue
+		}
+		p := runParity(t, strings.Join(args, " "), nil, append(args, "--addr", e.apiAddr, "--token-file", e.tokenFile)...)
+		got := strings.TrimSpace(p.stderr.String())
+		if p.code == exitClean || textShape(got) != textShape(text) {
+			t.Errorf("parity %s (exit %d) printed\n  %s\nthe runbook shows\n  %s", strings.Join(args, " "), p.code, got, text)
+		}
 	}
 }
