@@ -213,12 +213,15 @@ applied checkpoint T, each key's row is read from TiDB at T and written to the
 fallback with the applier's own statements (REPLACE, or a delete by key when TiDB has
 no row), so no replicated change can race the fix; tables without a primary or NOT
 NULL unique key are refused. Every key is recorded in the meta schema's repairs table.
-Then the repaired keys are verified again at a new snapshot pair.
+Then the tables of the repaired keys are verified again, whole: a full verification
+run of those tables at a new snapshot pair (every row, not only the repaired keys).
 
 --dry-run examines every key the same way and prints what it would do, writing nothing.
 
 Exit status: 0 when the re-verification found the tables equal (a dry run: nothing to
-change), 1 when differences remain (a dry run: keys to repair), 2 on error.`,
+change), 1 when any of their rows still differ — a refused key, or another row that
+differs since the run (a dry run: keys to repair), 2 on error or when the
+re-verification has no verdict.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			switch {
