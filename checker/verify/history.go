@@ -280,7 +280,7 @@ func (h *history) ids(ctx context.Context, f ListFilter) ([]string, error) {
 	return ids, nil
 }
 
-// finishedRecord returns the run runID from the history: ErrRunNotFound when unknown,
+// finished returns the run runID from the history: ErrRunNotFound when unknown,
 // checker.ErrRunRunning while it runs.
 func (h *history) finished(ctx context.Context, runID string) (RunRecord, error) {
 	runs, err := h.list(ctx, 1, runID)
