@@ -108,13 +108,14 @@ func (sc *scheduler) begin(ctx context.Context, g *errgroup.Group, kind, name, r
 	return &Started{RunID: runID, st: st}, nil
 }
 
-// ended counts how st ended, then releases its trigger (so a reader of Stats sees it
-// counted before it is gone from the runs under way) and its waiters.
+// ended counts how st ended and releases its trigger in one step under sc.mu (Stats,
+// read under it too, sees a run under way or counted, never both or neither), then
+// its waiters. Lock order: sc.mu, then the stats' or a run's own.
 func (sc *scheduler) ended(st *runState) {
 	rec := st.rec
-	sc.count.ended(rec)
 	final := *rec
 	sc.mu.Lock()
+	sc.count.ended(rec)
 	delete(sc.active, rec.Trigger)
 	sc.mu.Unlock()
 	st.final = final
@@ -134,15 +135,16 @@ func (sc *scheduler) byID(runID string) (*runState, *ActiveRun) {
 	return nil, nil
 }
 
-// running returns the progress of the runs under way.
-func (sc *scheduler) running() []ActiveRun {
+// whileRunning calls f with the progress of the runs under way, under the lock ended
+// counts a run's end under.
+func (sc *scheduler) whileRunning(f func(active []ActiveRun)) {
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
 	var out []ActiveRun
 	for _, st := range sc.active {
 		out = append(out, st.activeOf())
 	}
-	return out
+	f(out)
 }
 
 // skipped records, as run runID, a firing skipped because the trigger's previous run

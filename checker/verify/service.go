@@ -356,7 +356,9 @@ func (s *Service) History(ctx context.Context, limit int, runID string) ([]RunRe
 // Stats returns the service's counters now.
 func (s *Service) Stats() Stats {
 	applied, _ := s.deps.Applier.Watermarks()
-	st := s.stats.read(time.Now(), applied, s.sched.running())
+	now := time.Now()
+	var st Stats
+	s.sched.whileRunning(func(active []ActiveRun) { st = s.stats.read(now, applied, active) })
 	st.Changefeed, st.Instance = s.cfg.Changefeed, s.cfg.Instance
 	return st
 }

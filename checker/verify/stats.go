@@ -375,8 +375,7 @@ func (c *stats) tableCompared(tb checker.TableReport) {
 }
 
 // read returns the counters at now with the applier's checkpoint applied and the runs
-// under way (read before the counters: a run ending meanwhile is counted twice, never
-// missed).
+// under way (the scheduler holds its lock, so no run ends meanwhile).
 func (c *stats) read(now time.Time, applied uint64, active []ActiveRun) Stats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
