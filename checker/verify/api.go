@@ -1,10 +1,10 @@
 package verify
 
 // api.go owns what callers outside the service's own loops ask of it (the daemon's gRPC
-// API): a run by id and its cancellation, the history filtered and paged, snapshot
-// points, a run's differences and fix SQL, and the request options and error sentinels
-// they share. Runs are still started and driven by service.go and run.go; the cutover
-// check is cutover.go.
+// API): a run by id and its cancellation, the history filtered and paged, a run's
+// differences and fix SQL, and the request options and error sentinels they share. Runs
+// are started by scheduler.go and executed by executor.go; snapshot points are
+// points.go, the cutover check cutover.go.
 
 import (
 	"context"
@@ -15,8 +15,6 @@ import (
 	"time"
 
 	"github.com/tidb-parity/parity/checker"
-	"github.com/tidb-parity/parity/internal/barrier"
-	"github.com/tidb-parity/parity/internal/position"
 	"github.com/tidb-parity/parity/internal/tso"
 )
 
@@ -77,7 +75,7 @@ func invalidField(field string, err error) error { return &RequestError{Field: f
 
 // checkRequest checks a request's scope, tables and options against the service's
 // limits; the errors match ErrInvalidRequest.
-func (s *Service) checkRequest(req Request) error {
+func (c *Config) checkRequest(req Request) error {
 	if req.Scope != "" {
 		if err := CheckScope(req.Scope); err != nil {
 			return invalidField(FieldScope, err)
@@ -91,14 +89,14 @@ func (s *Service) checkRequest(req Request) error {
 	switch v := req.MaxViewAge; {
 	case v < 0 || (v > 0 && v < time.Second):
 		return invalidField(FieldMaxViewAge, fmt.Errorf("max view age %v: want at least 1s", v))
-	case v > s.cfg.MaxViewAge:
-		return invalidField(FieldMaxViewAge, fmt.Errorf("max view age %v is above verify.max-view-age (%v)", v, s.cfg.MaxViewAge))
+	case v > c.MaxViewAge:
+		return invalidField(FieldMaxViewAge, fmt.Errorf("max view age %v is above verify.max-view-age (%v)", v, c.MaxViewAge))
 	}
 	switch v := req.MaxRowsPerSecond; {
 	case v < 0:
 		return invalidField(FieldMaxRowsPerSecond, fmt.Errorf("max rows per second %d: must not be negative", v))
-	case s.cfg.MaxRowsPerSecond > 0 && v > int64(s.cfg.MaxRowsPerSecond):
-		return invalidField(FieldMaxRowsPerSecond, fmt.Errorf("max rows per second %d is above verify.max-rows-per-second (%d)", v, s.cfg.MaxRowsPerSecond))
+	case c.MaxRowsPerSecond > 0 && v > int64(c.MaxRowsPerSecond):
+		return invalidField(FieldMaxRowsPerSecond, fmt.Errorf("max rows per second %d is above verify.max-rows-per-second (%d)", v, c.MaxRowsPerSecond))
 	}
 	if ts := req.MinTS; ts > 0 {
 		if at := tso.Time(ts); at.Year() < 2000 || at.After(time.Now().Add(24*time.Hour)) {
@@ -108,33 +106,16 @@ func (s *Service) checkRequest(req Request) error {
 	return nil
 }
 
-// options sets st's options from req (checked) and the service's defaults.
-func (s *Service) options(st *runState, req Request) {
-	st.maxViewAge = s.cfg.MaxViewAge
+// options are a run's options from req (checked) and the service's defaults.
+func (c *Config) options(req Request) runOptions {
+	o := runOptions{maxViewAge: c.MaxViewAge, rate: c.MaxRowsPerSecond, minTS: req.MinTS, whole: req.WholeTables}
 	if req.MaxViewAge > 0 {
-		st.maxViewAge = req.MaxViewAge
+		o.maxViewAge = req.MaxViewAge
 	}
-	st.rate = s.cfg.MaxRowsPerSecond
 	if req.MaxRowsPerSecond > 0 {
-		st.rate = int(req.MaxRowsPerSecond)
+		o.rate = int(req.MaxRowsPerSecond)
 	}
-	st.minTS = req.MinTS
-	st.whole = req.WholeTables
-}
-
-// serving returns ErrNotRunning unless Run serves (the pools and the history are open).
-func (s *Service) serving() error {
-	select {
-	case <-s.ready:
-	default:
-		return ErrNotRunning
-	}
-	select {
-	case <-s.done:
-		return ErrNotRunning
-	default:
-		return nil
-	}
+	return o
 }
 
 // UpstreamTSO returns TiDB's current TSO.
@@ -142,20 +123,7 @@ func (s *Service) UpstreamTSO(ctx context.Context) (uint64, error) {
 	if err := s.serving(); err != nil {
 		return 0, err
 	}
-	return s.upstreamTSO(ctx)
-}
-
-// activeByID returns the run runID while this service runs it (queued or running).
-func (s *Service) activeByID(runID string) (*runState, *ActiveRun) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, st := range s.active {
-		if st.initial.RunID == runID {
-			a := st.activeOf()
-			return st, &a
-		}
-	}
-	return nil, nil
+	return s.db.upstreamTSO(ctx, s.cfg.QueryTimeout)
 }
 
 // Ended returns a channel closed when the run runID has ended (its end recorded in the
@@ -163,7 +131,7 @@ func (s *Service) activeByID(runID string) (*runState, *ActiveRun) {
 // when it does not (an unknown run, one that has ended, one another daemon runs). A
 // watcher wakes on it for the run's final state instead of polling for it.
 func (s *Service) Ended(runID string) <-chan struct{} {
-	if st, _ := s.activeByID(runID); st != nil {
+	if st, _ := s.sched.byID(runID); st != nil {
 		return st.done
 	}
 	return nil
@@ -177,7 +145,7 @@ func (s *Service) Get(ctx context.Context, runID string) (RunRecord, *ActiveRun,
 	if err := s.serving(); err != nil {
 		return RunRecord{}, nil, err
 	}
-	st, a := s.activeByID(runID)
+	st, a := s.sched.byID(runID)
 	runs, err := s.hist.list(ctx, 1, runID)
 	if err != nil {
 		return RunRecord{}, nil, err
@@ -186,7 +154,7 @@ func (s *Service) Get(ctx context.Context, runID string) (RunRecord, *ActiveRun,
 		if st != nil {
 			return st.initial, a, nil
 		}
-		if st, a := s.activeByID(runID); st != nil { // it left the queue meanwhile
+		if st, a := s.sched.byID(runID); st != nil { // it left the queue meanwhile
 			return st.initial, a, nil
 		}
 		return RunRecord{}, nil, fmt.Errorf("run %s: %w", runID, ErrRunNotFound)
@@ -206,7 +174,7 @@ func (s *Service) Cancel(ctx context.Context, runID string) (RunRecord, error) {
 	if err := s.serving(); err != nil {
 		return RunRecord{}, err
 	}
-	st, _ := s.activeByID(runID)
+	st, _ := s.sched.byID(runID)
 	if st == nil {
 		rec, _, err := s.Get(ctx, runID)
 		if err == nil && rec.State == StateRunning {
@@ -278,156 +246,6 @@ func (s *Service) List(ctx context.Context, f ListFilter) ([]RunRecord, error) {
 	return out, nil
 }
 
-// ids returns the ids of the runs f selects, newest first.
-func (h *history) ids(ctx context.Context, f ListFilter) ([]string, error) {
-	where, args := []string{"changefeed=?"}, []any{h.changefeed}
-	if f.State != "" {
-		where, args = append(where, "state=?"), append(args, f.State)
-	}
-	if f.Trigger != "" {
-		where, args = append(where, "trigger_name=?"), append(args, f.Trigger)
-	}
-	if !f.StartedAfter.IsZero() {
-		where, args = append(where, "started_at>=?"), append(args, f.StartedAfter.UTC())
-	}
-	if !f.StartedBefore.IsZero() {
-		where, args = append(where, "started_at<?"), append(args, f.StartedBefore.UTC())
-	}
-	ids, err := h.column(ctx, "SELECT run_id FROM %s."+RunsTable+" WHERE "+strings.Join(where, " AND ")+
-		" ORDER BY started_at DESC, run_id DESC LIMIT ? OFFSET ?", append(args, f.Limit, f.Offset)...)
-	if err != nil {
-		return nil, fmt.Errorf("reading the verification history: %w", err)
-	}
-	return ids, nil
-}
-
-// Point is the fallback held exactly at an upstream TSO: a snapshot point.
-type Point struct {
-	TS uint64
-	// Position is the fallback's position at TS as the ts-map and the history record it
-	// ("mariadb-gtid:<gtid_binlog_pos>", "mysql-gtid:<gtid_executed>",
-	// "binlog:<file>:<offset>"; "" without a binary log); Source names its kind
-	// (PositionSource).
-	Position, Source string
-	// Pause is how long replication waited for the point (the applier's barrier).
-	Pause     time.Duration
-	CreatedAt time.Time
-}
-
-// PositionSource splits a position as Point.Position and PairRecord.Position hold it
-// into the server's own value and its kind: gtid_binlog_pos (MariaDB), gtid_executed
-// (MySQL) or binlog_pos (file:offset); "" for an empty position.
-func PositionSource(pos string) (value, source string) {
-	for _, p := range [][2]string{{"mariadb-gtid:", "gtid_binlog_pos"}, {"mysql-gtid:", "gtid_executed"}, {"binlog:", "binlog_pos"}} {
-		if v, ok := strings.CutPrefix(pos, p[0]); ok {
-			return v, p[1]
-		}
-	}
-	return pos, ""
-}
-
-// tsMapSource is the ts-map's source of snapshot points.
-const tsMapSource = "snapshot-point"
-
-// SnapshotPoint holds the fallback exactly at atTS — 0: the applier's resolved ts
-// (tried again at newer ones, then at TiDB's current TSO, when the applier passes it
-// first, as a run's pairs are) — reads its position inside the barrier, records the
-// point in the ts-map (source "snapshot-point") and returns it; the pause is counted in
-// Stats().Pause. An atTS the applier has applied beyond fails with the applier's error
-// (Deps.BarrierPassed); one TiDB's GC has passed with ErrPastGC. It waits while the
-// changefeed has not resolved atTS yet.
-func (s *Service) SnapshotPoint(ctx context.Context, atTS uint64) (Point, error) {
-	if err := s.serving(); err != nil {
-		return Point{}, err
-	}
-	log := s.log.With("component", "snapshot-point")
-	if atTS != 0 {
-		if err := checker.CheckSnapshotGC(ctx, s.cfg.UpstreamDSN, atTS, checkerQuiet(log)); err != nil {
-			return Point{}, pastGC(fmt.Errorf("snapshot point at %d (%s): %w", atTS, tso.Format(atTS), err))
-		}
-	}
-	var lastErr error
-	for attempt := 1; attempt <= pairAttempts; attempt++ {
-		ts := atTS
-		if ts == 0 {
-			var err error
-			if attempt <= resolvedAttempts {
-				ts, err = s.pairTS(ctx)
-			} else {
-				ts, err = s.upstreamTSO(ctx)
-			}
-			if err != nil {
-				return Point{}, err
-			}
-		}
-		p, err := s.holdPoint(ctx, ts)
-		if err == nil {
-			if rt := s.deps.RecordTSMap; rt != nil {
-				if err := rt(ctx, p.TS, p.Position, tsMapSource); err != nil {
-					return Point{}, fmt.Errorf("snapshot point at %d: recording it in the ts-map: %w", ts, err)
-				}
-			}
-			s.mu.Lock()
-			s.pause.observe(p.Pause)
-			s.mu.Unlock()
-			log.Info("snapshot point", "resolved_ts", p.TS, "position", p.Position, "pause", p.Pause)
-			return p, nil
-		}
-		lastErr = fmt.Errorf("snapshot point at %d: %w", ts, err)
-		if atTS != 0 || ctx.Err() != nil || (s.deps.BarrierPassed != nil && !errors.Is(err, s.deps.BarrierPassed)) {
-			return Point{}, lastErr
-		}
-		s.mu.Lock()
-		s.passed++
-		s.mu.Unlock()
-	}
-	return Point{}, fmt.Errorf("no snapshot point in %d attempts: %w", pairAttempts, lastErr)
-}
-
-// holdPoint holds the fallback at ts and reads its position there, on a connection
-// taken before the barrier (so the pause is one query).
-func (s *Service) holdPoint(ctx context.Context, ts uint64) (Point, error) {
-	conn, err := s.kill.Conn(ctx)
-	if err != nil {
-		return Point{}, fmt.Errorf("downstream: %w", err)
-	}
-	defer conn.Close()
-	p := Point{TS: ts}
-	_, err = barrier.Hold(ctx, s.deps.Applier.Barrier, ts, func(bctx context.Context) error {
-		start := time.Now()
-		defer func() { p.Pause = time.Since(start) }()
-		qctx, cancel := context.WithTimeout(bctx, min(s.cfg.QueryTimeout, 30*time.Second))
-		defer cancel()
-		pos, err := position.Read(qctx, conn)
-		p.Position, p.CreatedAt = pos, time.Now()
-		return err
-	})
-	if err != nil {
-		return Point{}, err
-	}
-	_, p.Source = PositionSource(p.Position)
-	return p, nil
-}
-
-// finishedRecord returns the run runID from the history: ErrRunNotFound when unknown,
-// checker.ErrRunRunning while it runs.
-func (s *Service) finishedRecord(ctx context.Context, runID string) (RunRecord, error) {
-	if err := s.serving(); err != nil {
-		return RunRecord{}, err
-	}
-	runs, err := s.hist.list(ctx, 1, runID)
-	if err != nil {
-		return RunRecord{}, err
-	}
-	if len(runs) == 0 {
-		return RunRecord{}, fmt.Errorf("run %s: %w", runID, ErrRunNotFound)
-	}
-	if runs[0].State == StateRunning {
-		return RunRecord{}, fmt.Errorf("verification run %s: %w: its differences are not final until it ends", runID, checker.ErrRunRunning)
-	}
-	return runs[0], nil
-}
-
 // runTables returns the tables of rec that patterns select (all when empty) and whose
 // checker run stored differences; a pattern that is none, or matches none of the run's
 // tables, is an error (ErrInvalidRequest).
@@ -467,7 +285,10 @@ func runTables(rec RunRecord, patterns []string) ([]TableRecord, error) {
 // table's key order; tables ("schema.table" patterns) keeps those tables' only.
 // Unknown: ErrRunNotFound; still running: checker.ErrRunRunning.
 func (s *Service) Differences(ctx context.Context, runID string, tables []string) ([]checker.StoredDifference, error) {
-	rec, err := s.finishedRecord(ctx, runID)
+	if err := s.serving(); err != nil {
+		return nil, err
+	}
+	rec, err := s.hist.finished(ctx, runID)
 	if err != nil {
 		return nil, err
 	}
@@ -477,7 +298,7 @@ func (s *Service) Differences(ctx context.Context, runID string, tables []string
 	}
 	var out []checker.StoredDifference
 	for _, t := range ts {
-		ds, err := checker.RunDifferences(ctx, s.meta, s.cfg.MetaSchema, t.DiffRunID, nil)
+		ds, err := checker.RunDifferences(ctx, s.db.meta, s.cfg.MetaSchema, t.DiffRunID, nil)
 		if err != nil {
 			return nil, fmt.Errorf("table %s.%s of verification run %s: %w", t.Schema, t.Table, runID, err)
 		}
@@ -491,7 +312,10 @@ func (s *Service) Differences(ctx context.Context, runID string, tables []string
 // the fallback's table ("schema.table") and whole statements ending in ";\n", a table's
 // header first. tables, errors: as Differences.
 func (s *Service) FixSQL(ctx context.Context, runID string, tables []string, emit func(table, sql string) error) error {
-	rec, err := s.finishedRecord(ctx, runID)
+	if err := s.serving(); err != nil {
+		return err
+	}
+	rec, err := s.hist.finished(ctx, runID)
 	if err != nil {
 		return err
 	}
@@ -500,7 +324,7 @@ func (s *Service) FixSQL(ctx context.Context, runID string, tables []string, emi
 		return err
 	}
 	for _, t := range ts {
-		if err := checker.RunFixSQL(ctx, s.meta, s.cfg.MetaSchema, t.DiffRunID, nil, emit); err != nil {
+		if err := checker.RunFixSQL(ctx, s.db.meta, s.cfg.MetaSchema, t.DiffRunID, nil, emit); err != nil {
 			return fmt.Errorf("table %s.%s of verification run %s: %w", t.Schema, t.Table, runID, err)
 		}
 	}

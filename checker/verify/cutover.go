@@ -10,12 +10,14 @@ package verify
 // pass unless the check compares it whole (CutoverRequest.Full, FullTables), and neither
 // does one with a DDL made straight in the fallback. The result is the evidence. The run
 // is an ordinary run of the service (trigger "cutover-check"), recorded in the history
-// and counted in Stats like the others. It must not compare anything itself.
+// and counted in Stats like the others. The gate starts it through the service
+// (gateRuns). It must not compare anything itself.
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sort"
 	"strings"
 	"time"
@@ -155,6 +157,30 @@ func (s *Service) CutoverCheck(ctx context.Context, req CutoverRequest) (Cutover
 	if err := s.serving(); err != nil {
 		return CutoverResult{}, err
 	}
+	return s.gate.check(ctx, req)
+}
+
+// gateRuns is what the gate needs of the service: a run started on a trigger of its
+// own, and the differences a run stored.
+type gateRuns interface {
+	trigger(ctx context.Context, kind, name string, req Request) (*Started, error)
+	Differences(ctx context.Context, runID string, tables []string) ([]checker.StoredDifference, error)
+}
+
+var _ gateRuns = (*Service)(nil)
+
+// gate is the cutover check.
+type gate struct {
+	cfg  Config
+	deps Deps
+	log  *slog.Logger
+	db   *pools
+	hist *history
+	runs gateRuns
+}
+
+// check runs a cutover check (Service.CutoverCheck).
+func (g *gate) check(ctx context.Context, req CutoverRequest) (CutoverResult, error) {
 	switch {
 	case req.Now == (req.UpstreamTS != 0):
 		return CutoverResult{}, invalidField(FieldUpstreamTS, errors.New("cutover check: give either an upstream TSO or now"))
@@ -165,9 +191,9 @@ func (s *Service) CutoverCheck(ctx context.Context, req CutoverRequest) (Cutover
 	}
 	patterns := req.Tables
 	if len(patterns) == 0 {
-		patterns = s.cfg.Tables
+		patterns = g.cfg.Tables
 	}
-	if err := s.checkRequest(Request{Tables: patterns}); err != nil {
+	if err := g.cfg.checkRequest(Request{Tables: patterns}); err != nil {
 		return CutoverResult{}, err
 	}
 	for i, t := range req.FullTables {
@@ -182,13 +208,13 @@ func (s *Service) CutoverCheck(ctx context.Context, req CutoverRequest) (Cutover
 	ts := req.UpstreamTS
 	if req.Now {
 		var err error
-		if ts, err = s.upstreamTSO(ctx); err != nil {
+		if ts, err = g.db.upstreamTSO(ctx, g.cfg.QueryTimeout); err != nil {
 			return CutoverResult{}, err
 		}
 	}
-	log := s.log.With("trigger", TriggerCutoverCheck, "upstream_ts", ts)
+	log := g.log.With("trigger", TriggerCutoverCheck, "upstream_ts", ts)
 	res := CutoverResult{UpstreamTS: ts, Bypass: "off"}
-	if s.deps.Bypass != nil {
+	if g.deps.Bypass != nil {
 		res.Bypass = "on"
 	}
 
@@ -202,12 +228,12 @@ func (s *Service) CutoverCheck(ctx context.Context, req CutoverRequest) (Cutover
 		wctx, cancel = context.WithTimeout(ctx, wait)
 	}
 	start := time.Now()
-	err := s.deps.Applier.WaitApplied(wctx, ts)
+	err := g.deps.Applier.WaitApplied(wctx, ts)
 	cancel()
 	res.Waited = time.Since(start)
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) {
-			applied, _ := s.deps.Applier.Watermarks()
+			applied, _ := g.deps.Applier.Watermarks()
 			return res, fmt.Errorf("cutover check: TSO %d (%s) not applied within %v (applied: %d, %s): %w",
 				ts, tso.Format(ts), res.Waited.Round(time.Millisecond), applied, tso.Format(applied), err)
 		}
@@ -216,11 +242,11 @@ func (s *Service) CutoverCheck(ctx context.Context, req CutoverRequest) (Cutover
 	log.Info("cutover check: upstream TSO applied", "waited", res.Waited.Round(time.Millisecond))
 
 	// Each table's last clean full verification.
-	tables, err := s.upstreamTables(ctx, patterns)
+	tables, err := g.upstreamTables(ctx, patterns)
 	if err != nil {
 		return res, err
 	}
-	full, err := s.hist.lastFull(ctx)
+	full, err := g.hist.lastFull(ctx)
 	if err != nil {
 		return res, err
 	}
@@ -231,7 +257,7 @@ func (s *Service) CutoverCheck(ctx context.Context, req CutoverRequest) (Cutover
 	for _, name := range tables {
 		ct := CutoverTable{Table: name}
 		sc, tb, _ := strings.Cut(name, ".")
-		ct.Full = req.Full || s.verifiable(req.FullTables, sc, tb)
+		ct.Full = req.Full || g.cfg.verifiable(req.FullTables, sc, tb)
 		if ct.Full {
 			whole = append(whole, name)
 			if f, ok := full[name]; ok {
@@ -265,7 +291,7 @@ func (s *Service) CutoverCheck(ctx context.Context, req CutoverRequest) (Cutover
 	if len(whole) == len(tables) {
 		run = Request{Scope: ScopeFull, Tables: patterns, MinTS: ts}
 	}
-	started, err := s.trigger(ctx, TriggerCutoverCheck, TriggerCutoverCheck, run)
+	started, err := g.runs.trigger(ctx, TriggerCutoverCheck, TriggerCutoverCheck, run)
 	if err != nil {
 		return res, err
 	}
@@ -343,7 +369,7 @@ func (s *Service) CutoverCheck(ctx context.Context, req CutoverRequest) (Cutover
 	case ResultEqual:
 	case ResultDifferent:
 		if rec.Differences > 0 {
-			if res.Differences, err = s.Differences(ctx, rec.RunID, nil); err != nil {
+			if res.Differences, err = g.runs.Differences(ctx, rec.RunID, nil); err != nil {
 				return res, err
 			}
 			res.Differences = res.Differences[:min(len(res.Differences), CutoverMaxDifferences)]
@@ -368,10 +394,10 @@ func (s *Service) CutoverCheck(ctx context.Context, req CutoverRequest) (Cutover
 
 // upstreamTables lists TiDB's tables now that patterns select for verification, as
 // "schema.table", in name order.
-func (s *Service) upstreamTables(ctx context.Context, patterns []string) ([]string, error) {
-	qctx, cancel := context.WithTimeout(ctx, min(s.cfg.QueryTimeout, time.Minute))
+func (g *gate) upstreamTables(ctx context.Context, patterns []string) ([]string, error) {
+	qctx, cancel := context.WithTimeout(ctx, min(g.cfg.QueryTimeout, time.Minute))
 	defer cancel()
-	rows, err := s.up.QueryContext(qctx, "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE TABLE_TYPE = 'BASE TABLE' ORDER BY TABLE_SCHEMA, TABLE_NAME")
+	rows, err := g.db.up.QueryContext(qctx, "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE TABLE_TYPE = 'BASE TABLE' ORDER BY TABLE_SCHEMA, TABLE_NAME")
 	if err != nil {
 		return nil, fmt.Errorf("listing upstream tables: %w", err)
 	}
@@ -382,7 +408,7 @@ func (s *Service) upstreamTables(ctx context.Context, patterns []string) ([]stri
 		if err := rows.Scan(&sc, &t); err != nil {
 			return nil, fmt.Errorf("listing upstream tables: %w", err)
 		}
-		if s.verifiable(patterns, sc, t) {
+		if g.cfg.verifiable(patterns, sc, t) {
 			out = append(out, sc+"."+t)
 		}
 	}
@@ -391,43 +417,6 @@ func (s *Service) upstreamTables(ctx context.Context, patterns []string) ([]stri
 	}
 	if len(out) == 0 {
 		return nil, invalidField(FieldTables, fmt.Errorf("no upstream table matches %s", strings.Join(patterns, ", ")))
-	}
-	return out, nil
-}
-
-// fullRun is a table's last clean full verification.
-type fullRun struct {
-	runID   string
-	firstTS uint64
-}
-
-// lastFull returns, by "schema.table", each table's newest clean full verification:
-// the full run with the newest first pair in which the table was equal (whatever the
-// run's other tables were). Runs that never recorded their end (interrupted) are not
-// counted.
-func (h *history) lastFull(ctx context.Context) (map[string]fullRun, error) {
-	qctx, cancel := context.WithTimeout(ctx, h.timeout)
-	defer cancel()
-	rows, err := h.db.QueryContext(qctx, h.q("SELECT t.schema_name, t.table_name, r.run_id, r.first_ts FROM %s."+TablesTable+" t JOIN %s."+RunsTable+
-		" r ON r.run_id = t.run_id WHERE r.changefeed=? AND r.scope=? AND t.result=? AND r.first_ts > 0 ORDER BY r.first_ts DESC"),
-		h.changefeed, ScopeFull, ResultEqual)
-	if err != nil {
-		return nil, fmt.Errorf("reading the last full verifications: %w", err)
-	}
-	defer rows.Close()
-	out := map[string]fullRun{}
-	for rows.Next() {
-		var sc, t string
-		var f fullRun
-		if err := rows.Scan(&sc, &t, &f.runID, &f.firstTS); err != nil {
-			return nil, fmt.Errorf("reading the last full verifications: %w", err)
-		}
-		if _, ok := out[sc+"."+t]; !ok {
-			out[sc+"."+t] = f
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("reading the last full verifications: %w", err)
 	}
 	return out, nil
 }

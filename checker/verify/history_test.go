@@ -114,7 +114,7 @@ func TestHistoryRetention(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	s.pruneHistory(ctx)
+	s.hist.pruneExpired(ctx, s.cfg, s.log)
 
 	for id, diffs := range gone {
 		for _, tb := range []string{RunsTable, PairsTable, TablesTable} {

@@ -1,64 +1,20 @@
 package verify
 
 // stats.go owns what the service counts for its readers (Stats: the daemon's metrics
-// collector, /status, parity status) and the freshness rule. It must not run queries.
+// collector, /status, parity status), under its own lock, and the freshness rule. It
+// must not run queries nor reach into the runs it counts: they report into it.
 
 import (
 	"maps"
 	"sort"
+	"sync"
 	"time"
+
+	"github.com/robfig/cron/v3"
 
 	"github.com/tidb-parity/parity/checker"
 	"github.com/tidb-parity/parity/internal/tso"
 )
-
-// PauseBuckets are the upper bounds of Stats.Pause's buckets.
-var PauseBuckets = []time.Duration{
-	time.Millisecond, 2 * time.Millisecond, 5 * time.Millisecond, 10 * time.Millisecond,
-	20 * time.Millisecond, 50 * time.Millisecond, 100 * time.Millisecond, 250 * time.Millisecond,
-	500 * time.Millisecond, time.Second, 2500 * time.Millisecond, 5 * time.Second,
-}
-
-// ChunkBuckets are the upper bounds of Stats.ChunkTime's buckets.
-var ChunkBuckets = []time.Duration{
-	5 * time.Millisecond, 10 * time.Millisecond, 25 * time.Millisecond, 50 * time.Millisecond, 100 * time.Millisecond,
-	250 * time.Millisecond, 500 * time.Millisecond, time.Second, 2500 * time.Millisecond, 5 * time.Second,
-	10 * time.Second, 30 * time.Second, time.Minute,
-}
-
-// Histogram counts durations: Counts[i] those at most its buckets' i-th bound
-// (PauseBuckets or ChunkBuckets; cumulative, as Prometheus reads buckets), Count all of
-// them, Sum their total.
-type Histogram struct {
-	Counts []uint64
-	Count  uint64
-	Sum    time.Duration
-}
-
-func (h *Histogram) observe(d time.Duration) { h.observeIn(PauseBuckets, d) }
-
-func (h *Histogram) observeIn(bounds []time.Duration, d time.Duration) {
-	if h.Counts == nil {
-		h.Counts = make([]uint64, len(bounds))
-	}
-	for i, b := range bounds {
-		if d <= b {
-			h.Counts[i]++
-		}
-	}
-	h.Count++
-	h.Sum += d
-}
-
-func (h Histogram) clone() Histogram { return h.cloneN(len(PauseBuckets)) }
-
-func (h Histogram) cloneN(n int) Histogram {
-	h.Counts = append([]uint64(nil), h.Counts...)
-	if h.Counts == nil {
-		h.Counts = make([]uint64, n)
-	}
-	return h
-}
 
 // LastRun is how a trigger's newest run ended (since the service started).
 type LastRun struct {
@@ -212,7 +168,7 @@ func sortedCounts(m map[[2]string]int64) []RunCount {
 }
 
 // observed is what the service counts for the metrics beyond its run counts; under
-// Service.mu.
+// stats.mu.
 type observed struct {
 	since     time.Time // the service's start
 	chunks    map[string]int64
@@ -221,21 +177,139 @@ type observed struct {
 	// unconfirmed: rows found different at a pair and gone when read again at it.
 	unconfirmed int64
 	last        map[string]LastRun // by trigger
-	// elsewhere is, by schedule, the newest fire another daemon claimed (fires.go): a
+	// elsewhere is, by schedule, the newest fire another daemon claimed (claims.go): a
 	// fire this daemon did not run because another one has it is not missed.
 	elsewhere map[string]time.Time
 	cleanAt   time.Time
 }
 
-// firedElsewhere records that another daemon claimed schedule's fire at.
-func (o *observed) firedElsewhere(schedule string, at time.Time) {
-	if o.elsewhere == nil {
-		o.elsewhere = map[string]time.Time{}
-	}
-	if at.After(o.elsewhere[schedule]) {
-		o.elsewhere[schedule] = at
+// stats is what the service counts, under its own lock: the executor reports into it
+// as runs go (runCounters), the scheduler as runs end or are skipped and as fires go
+// to other daemons; Stats reads it. It knows no other part of the service.
+type stats struct {
+	tables    []string // verify.tables: a clean run over them covers the applied changes
+	schedules []Schedule
+	crons     []cron.Schedule // parsed schedules, by index
+
+	mu           sync.Mutex
+	runs         map[[2]string]int64 // (trigger, result) → runs
+	rows         int64
+	diffs        int64
+	diffsByClass map[string]int64
+	pairs        int64
+	rotations    int64
+	passed       int64
+	pause        Histogram
+	throttled    time.Duration
+	lastRun      *RunRecord
+	covered      uint64
+	cleanID      string
+	lastErr      string
+	obs          observed
+}
+
+var _ runCounters = (*stats)(nil)
+
+func newStats(cfg Config, crons []cron.Schedule) *stats {
+	return &stats{tables: cfg.Tables, schedules: cfg.Schedules, crons: crons,
+		runs: map[[2]string]int64{}, diffsByClass: map[string]int64{}, obs: observed{since: time.Now()}}
+}
+
+// setErr records the service's own last problem (nil: none).
+func (c *stats) setErr(err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.lastErr = ""
+	if err != nil {
+		c.lastErr = err.Error()
 	}
 }
+
+// setClean records the newest clean run the history holds (at start).
+func (c *stats) setClean(clean *RunRecord) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.covered, c.cleanID, c.obs.cleanAt = clean.FirstTS, clean.RunID, clean.FinishedAt
+}
+
+// pairOpened counts a snapshot pair and how long replication waited for it.
+func (c *stats) pairOpened(pause time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.pairs++
+	c.pause.observe(pause)
+}
+
+// pointHeld counts how long replication waited for a snapshot point.
+func (c *stats) pointHeld(pause time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.pause.observe(pause)
+}
+
+// rotated counts a pair given up for a new one (its view's age).
+func (c *stats) rotated() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.rotations++
+}
+
+// barrierPassed counts a TSO the applier had applied beyond before its barrier.
+func (c *stats) barrierPassed() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.passed++
+}
+
+// throttledFor counts a wait for the applier's lag (verify.max-lag).
+func (c *stats) throttledFor(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.throttled += d
+}
+
+// firedElsewhere records that another daemon claimed schedule's fire at.
+func (c *stats) firedElsewhere(schedule string, at time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.obs.elsewhere == nil {
+		c.obs.elsewhere = map[string]time.Time{}
+	}
+	if at.After(c.obs.elsewhere[schedule]) {
+		c.obs.elsewhere[schedule] = at
+	}
+}
+
+// skipped counts a firing skipped because its trigger's previous run still ran.
+func (c *stats) skipped(rec *RunRecord) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.runs[[2]string{rec.Trigger, ResultSkipped}]++
+	c.obs.ended(rec)
+}
+
+// ended counts how a run ended.
+func (c *stats) ended(rec *RunRecord) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.runs[[2]string{rec.Trigger, rec.Result}]++
+	c.rows += rec.RowsChecked
+	c.diffs += rec.Differences
+	for class, n := range rec.DifferencesByClass {
+		c.diffsByClass[class] += n
+	}
+	final := *rec
+	c.lastRun = &final
+	c.obs.ended(rec)
+	// A clean full run covers every applied change up to its first pair; so does a clean
+	// cdc run (it refuses a table without an earlier clean verification, and covers the
+	// changes since it).
+	if rec.Result == ResultEqual && (rec.Scope == ScopeFull || rec.Scope == ScopeCDC) && samePatterns(rec.Patterns, c.tables) && rec.FirstTS > c.covered {
+		c.covered, c.cleanID, c.obs.cleanAt = rec.FirstTS, rec.RunID, rec.FinishedAt
+	}
+}
+
+func samePatterns(a, b []string) bool { return patternsText(a) == patternsText(b) }
 
 // ended records how rec's trigger's newest run ended.
 func (o *observed) ended(rec *RunRecord) {
@@ -247,36 +321,31 @@ func (o *observed) ended(rec *RunRecord) {
 }
 
 // chunkDone counts a chunk comparison (checker.Config.ChunkDone).
-func (s *Service) chunkDone(result string, took time.Duration) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.obs.chunks == nil {
-		s.obs.chunks = map[string]int64{}
+func (c *stats) chunkDone(result string, took time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.obs.chunks == nil {
+		c.obs.chunks = map[string]int64{}
 	}
-	s.obs.chunks[result]++
-	s.obs.chunkTime.observeIn(ChunkBuckets, took)
+	c.obs.chunks[result]++
+	c.obs.chunkTime.observeIn(ChunkBuckets, took)
 }
 
-// unconfirmed counts a table's differences gone when read again at the same pair.
-func (s *Service) unconfirmed(tb checker.TableReport) {
-	if tb.DifferencesUnconfirmed == 0 {
+// tableCompared counts a table's differences by kind and class — the kinds of the
+// listed ones, and the rest of each class (beyond the report's listing) as "unlisted" —
+// and those gone when read again at the same pair.
+func (c *stats) tableCompared(tb checker.TableReport) {
+	if tb.DifferencesTotal == 0 && tb.DifferencesUnconfirmed == 0 {
 		return
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.obs.unconfirmed += tb.DifferencesUnconfirmed
-}
-
-// tableDifferences counts a table's differences by kind and class: the kinds of the
-// listed ones, and the rest of each class (beyond the report's listing) as "unlisted".
-func (s *Service) tableDifferences(tb checker.TableReport) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.obs.unconfirmed += tb.DifferencesUnconfirmed
 	if tb.DifferencesTotal == 0 {
 		return
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.obs.byKind == nil {
-		s.obs.byKind = map[[2]string]int64{}
+	if c.obs.byKind == nil {
+		c.obs.byKind = map[[2]string]int64{}
 	}
 	listed := map[string]int64{}
 	var listedRows int64
@@ -286,7 +355,7 @@ func (s *Service) tableDifferences(tb checker.TableReport) {
 		if class == "" {
 			class = checker.ClassUnclassified
 		}
-		s.obs.byKind[[2]string{string(d.Kind), class}] += n
+		c.obs.byKind[[2]string{string(d.Kind), class}] += n
 		listed[class] += n
 		listedRows += n
 	}
@@ -296,18 +365,33 @@ func (s *Service) tableDifferences(tb checker.TableReport) {
 			continue
 		}
 		if k := min(n-listed[class], rest); k > 0 {
-			s.obs.byKind[[2]string{"unlisted", class}] += k
+			c.obs.byKind[[2]string{"unlisted", class}] += k
 			rest -= k
 		}
 	}
 	if rest > 0 {
-		s.obs.byKind[[2]string{"unlisted", checker.ClassUnclassified}] += rest
+		c.obs.byKind[[2]string{"unlisted", checker.ClassUnclassified}] += rest
 	}
 }
 
-// fillStats adds observed's counts to st; the caller holds s.mu.
-func (s *Service) fillStats(st *Stats, now time.Time) {
-	o := &s.obs
+// read returns the counters at now with the applier's checkpoint applied and the runs
+// under way (the scheduler holds its lock, so no run ends meanwhile).
+func (c *stats) read(now time.Time, applied uint64, active []ActiveRun) Stats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st := Stats{
+		Runs: sortedCounts(c.runs), RowsChecked: c.rows, Differences: c.diffs, DifferencesByClass: maps.Clone(c.diffsByClass),
+		Pairs: c.pairs, Rotations: c.rotations, BarrierPassed: c.passed, Pause: c.pause.clone(), Throttled: c.throttled,
+		Verified: c.covered > 0, CoveredTS: c.covered, CleanRunID: c.cleanID, AppliedTS: applied, LastError: c.lastErr,
+		Active: active, Running: len(active),
+	}
+	if c.lastRun != nil {
+		r := *c.lastRun
+		r.Pairs, r.Tables = nil, nil
+		st.LastRun = &r
+	}
+	st.Freshness, _ = Freshness(now, applied, c.covered)
+	o := &c.obs
 	st.Chunks = maps.Clone(o.chunks)
 	st.ChunkTime = o.chunkTime.cloneN(len(ChunkBuckets))
 	st.CleanAt = o.cleanAt
@@ -323,12 +407,16 @@ func (s *Service) fillStats(st *Stats, now time.Time) {
 		st.LastRuns = append(st.LastRuns, l)
 	}
 	sort.Slice(st.LastRuns, func(i, j int) bool { return st.LastRuns[i].Trigger < st.LastRuns[j].Trigger })
-	for i, sc := range s.cfg.Schedules {
-		if i >= len(s.crons) {
+	running := map[string]bool{}
+	for _, a := range active {
+		running[a.Trigger] = true
+	}
+	for i, sc := range c.schedules {
+		if i >= len(c.crons) {
 			break
 		}
-		next := s.crons[i].Next(now) // a run under way: nothing missed
-		if _, running := s.active[sc.Name]; !running {
+		next := c.crons[i].Next(now) // a run under way: nothing missed
+		if !running[sc.Name] {
 			base := o.since
 			if l, ok := o.last[sc.Name]; ok && l.StartedAt.After(base) {
 				base = l.StartedAt
@@ -336,8 +424,9 @@ func (s *Service) fillStats(st *Stats, now time.Time) {
 			if at := o.elsewhere[sc.Name]; at.After(base) {
 				base = at
 			}
-			next = s.crons[i].Next(base)
+			next = c.crons[i].Next(base)
 		}
 		st.Schedules = append(st.Schedules, ScheduleNext{Trigger: sc.Name, Next: next})
 	}
+	return st
 }
