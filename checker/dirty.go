@@ -176,7 +176,7 @@ func (r *runner) resolveScopes(ctx context.Context, targets []*target) ([]*table
 		return out, nil
 	}
 	var refused []string
-	cov := r.bypassCoverage(ctx)
+	cov := bypassCoverage(ctx, r.cfg.Bypass, r.log)
 	err = r.pair.withSide(ctx, Downstream, func(ctx context.Context, q Querier) error {
 		rd := ledgerReader(r.cfg, q)
 		bounds, err := rd.Bounds(ctx)
@@ -205,7 +205,7 @@ func (r *runner) resolveScopes(ctx context.Context, targets []*target) ([]*table
 				continue
 			}
 			if sc.mode == tableKeys {
-				if err := r.addBypassKeys(ctx, q, t, sc, cov); err != nil {
+				if err := addBypassKeys(ctx, r.cfg, q, t, sc, cov); err != nil {
 					return err
 				}
 			}

@@ -231,7 +231,7 @@ func (r *runner) run(ctx context.Context) error {
 	}
 	// The differences are final: classify them, and record the tables found equal at a
 	// snapshot pair as verified there.
-	cl, err := r.classify(ctx)
+	cl, err := (&classifier{cfg: r.cfg, log: r.log, st: r.st, track: r.track, pair: r.pair}).classify(ctx)
 	if err != nil {
 		return err
 	}
