@@ -38,9 +38,9 @@ const (
 	BypassOff       = "off"
 )
 
-// BypassCoverWait bounds how long a scoped run waits for the bypass detector to have
+// bypassCoverWait bounds how long a scoped run waits for the bypass detector to have
 // read the fallback's binlog up to the run's start.
-const BypassCoverWait = time.Minute
+const bypassCoverWait = time.Minute
 
 // bypassSkew is added before a window's start when its bypass writes are read: the
 // window starts at a TSO (TiDB's clock), the writes carry the fallback's binlog time in
@@ -62,7 +62,7 @@ func bypassCoverage(ctx context.Context, w BypassWatcher, log *slog.Logger) cove
 	if w == nil {
 		return coverage{off: true}
 	}
-	cctx, cancel := context.WithTimeout(ctx, BypassCoverWait)
+	cctx, cancel := context.WithTimeout(ctx, bypassCoverWait)
 	defer cancel()
 	c, err := w.Cover(cctx)
 	if err != nil {
@@ -130,7 +130,7 @@ func addBypassKeys(ctx context.Context, cfg *Config, q Querier, t *target, sc *t
 		k, ok := bypassKey(p, w)
 		if !ok {
 			if whole == "" {
-				whole = "a write that bypassed parity has no key of the compared key columns (" + strings.Join(p.KeyNames(), ", ") + "), compared whole"
+				whole = "a write that bypassed parity has no key of the compared key columns (" + strings.Join(p.keyNames(), ", ") + "), compared whole"
 			}
 			continue
 		}
@@ -162,7 +162,7 @@ func bypassKey(p *TablePlan, w bypasslog.Write) (rowkey.Key, bool) {
 		if j < 0 || w.Values[j] == nil {
 			return nil, false
 		}
-		vals[i] = keyValue(p.Columns[c], Value{Bytes: w.Values[j]})
+		vals[i] = keyValue(p.Columns[c], sqlValue{Bytes: w.Values[j]})
 	}
 	k, err := rowkey.Encode(vals...)
 	return k, err == nil

@@ -157,7 +157,7 @@ func TestKillAndResume(t *testing.T) {
 			cancel()
 		}
 	}
-	_, err := Run(ctx, cfg)
+	_, err := NewDiff(cfg, nil).Run(ctx)
 	var re *RunError
 	if err == nil || !asRunError(err, &re) || re.State != RunCancelled {
 		t.Fatalf("want a cancelled run error, got %v", err)
@@ -184,12 +184,12 @@ func TestKillAndResume(t *testing.T) {
 	cfg.Resume = runID
 	bad := cfg
 	bad.Hash = HashMD5
-	if _, err := Run(context.Background(), bad); err == nil || !strings.Contains(err.Error(), "hash") {
+	if _, err := NewDiff(bad, nil).Run(context.Background()); err == nil || !strings.Contains(err.Error(), "hash") {
 		t.Fatalf("resume with another hash: want an error naming hash, got %v", err)
 	}
 	rctx, rcancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer rcancel()
-	rep, err := Run(rctx, cfg)
+	rep, err := NewDiff(cfg, nil).Run(rctx)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,7 +22,7 @@ func (p *TablePlan) ChecksumSQL(s Side, r Range) string {
 	if p.batchFold(s) {
 		return p.tidbChecksumSQL(s, r, "")
 	}
-	return "SELECT COUNT(*) AS cnt, IFNULL(SUM(" + p.RowHash(s) + "),0) AS sum FROM " + p.table(s) + p.whereClause(s, r)
+	return "SELECT COUNT(*) AS cnt, IFNULL(SUM(" + p.rowHash(s) + "),0) AS sum FROM " + p.table(s) + p.whereClause(s, r)
 }
 
 // LowerBound selects a benchmark-only query (LowerBoundSQL) that bounds from below what
@@ -46,12 +46,12 @@ const (
 // by checksumming in SQL at all.
 func (p *TablePlan) LowerBoundSQL(s Side, r Range, b LowerBound) string {
 	if b == LowerBoundCRC32 {
-		return "SELECT COUNT(*), IFNULL(SUM(CRC32(" + p.RowEncoding(s) + ")),0) FROM " + p.table(s) + p.whereClause(s, r)
+		return "SELECT COUNT(*), IFNULL(SUM(CRC32(" + p.rowEncoding(s) + ")),0) FROM " + p.table(s) + p.whereClause(s, r)
 	}
 	aggs := []string{"COUNT(*)"}
 	for _, c := range p.Columns {
 		id := ident.Quote(c.Name)
-		if c.Kind == KindInt || c.Kind == KindBit {
+		if c.Kind == kindInt || c.Kind == kindBit {
 			aggs = append(aggs, "BIT_XOR("+id+")")
 		} else {
 			aggs = append(aggs, "SUM(LENGTH("+id+"))")
@@ -96,7 +96,7 @@ func (p *TablePlan) tidbChecksumSQL(s Side, r Range, group string) string {
 		sel, inner, tail = "g, ", group+" AS g, ", " GROUP BY g ORDER BY g"
 	}
 	return "SELECT " + sel + "COUNT(*) AS cnt, IFNULL(SUM(" + v.String() + "),0) AS sum FROM (SELECT " + inner + "UNHEX(" + digest + "(" +
-		p.RowEncoding(s) + ")) AS b FROM " + p.table(s) + p.whereClause(s, r) + " LIMIT 18446744073709551615) AS x" + tail
+		p.rowEncoding(s) + ")) AS b FROM " + p.table(s) + p.whereClause(s, r) + " LIMIT 18446744073709551615) AS x" + tail
 }
 
 func (p *TablePlan) whereClause(s Side, r Range) string {
@@ -113,7 +113,7 @@ func (p *TablePlan) whereClause(s Side, r Range) string {
 	return " WHERE " + strings.Join(conds, " AND ")
 }
 
-// binaryCollation stands, in PlanColumn.Collation, for a TiDB without new collations:
+// binaryCollation stands, in planColumn.Collation, for a TiDB without new collations:
 // whatever its columns declare, it compares strings as their bytes, NO PAD.
 const binaryCollation = "binary"
 
@@ -122,7 +122,7 @@ const binaryCollation = "binary"
 // key order, the chunk ranges and the other side's comparisons follow it (keyRef).
 func (p *TablePlan) compareBytes(s Side) {
 	for i := range p.Columns {
-		if p.Columns[i].Kind == KindString {
+		if p.Columns[i].Kind == kindString {
 			p.Columns[i].Collation[s] = binaryCollation
 		}
 	}
@@ -133,12 +133,12 @@ func (p *TablePlan) compareBytes(s Side) {
 // collation so a row falls into the same chunk on both sides; with binaryCollation it
 // compares the column's bytes (no COLLATE names that for a text column), and cannot use
 // its index for the range.
-func (p *TablePlan) keyRef(s Side, c PlanColumn) string {
+func (p *TablePlan) keyRef(s Side, c planColumn) string {
 	id := ident.Quote(c.Name)
 	if c.Enum {
 		id = "CAST(" + id + " AS CHAR)"
 	}
-	if s == Downstream && c.Kind == KindString && c.Collation[0] != "" && c.Collation[0] != c.Collation[1] {
+	if s == Downstream && c.Kind == kindString && c.Collation[0] != "" && c.Collation[0] != c.Collation[1] {
 		if c.Collation[0] == binaryCollation {
 			// TiDB compares the UTF-8 bytes it stores.
 			if !isUTF8(c.Charset[1]) {
@@ -188,7 +188,7 @@ func (p *TablePlan) byteRangeSuperset(s Side, r Range) string {
 		return ""
 	}
 	c := p.Columns[p.Key[0]]
-	if c.Kind != KindString || c.Enum || c.Collation[0] != binaryCollation || c.Charset[1] != "utf8mb4" {
+	if c.Kind != kindString || c.Enum || c.Collation[0] != binaryCollation || c.Charset[1] != "utf8mb4" {
 		return ""
 	}
 	var heaviest string
@@ -217,8 +217,8 @@ func (p *TablePlan) byteRangeSuperset(s Side, r Range) string {
 	}
 	m := padLowChars(c)
 	id := ident.Quote(c.Name)
-	low := predicateLiteral(KindString, Value{Bytes: append(pre, bytes.Repeat([]byte{0}, m)...)})
-	high := predicateLiteral(KindString, Value{Bytes: append(pre, strings.Repeat(heaviest, m)...)})
+	low := predicateLiteral(kindString, sqlValue{Bytes: append(pre, bytes.Repeat([]byte{0}, m)...)})
+	high := predicateLiteral(kindString, sqlValue{Bytes: append(pre, strings.Repeat(heaviest, m)...)})
 	return id + " >= " + low + " AND " + id + " <= " + high
 }
 
@@ -230,7 +230,7 @@ func (p *TablePlan) boundPredicate(s Side, b Bound, op string) string {
 	strict := op[:1] // ">" or "<"
 	refs := make([]string, n)
 	lits := make([]string, n)
-	cols := make([]PlanColumn, n)
+	cols := make([]planColumn, n)
 	for i := 0; i < n; i++ {
 		cols[i] = p.Columns[p.Key[i]]
 		refs[i] = p.keyRef(s, cols[i])
@@ -251,7 +251,7 @@ func (p *TablePlan) boundPredicate(s Side, b Bound, op string) string {
 // plain comparison except on a MySQL or MariaDB downstream of a TiDB upstream, for a
 // string key under a PAD SPACE collation: there the two servers order some strings
 // differently, and the comparison is written to follow TiDB's order (tidbPadOrder).
-func (p *TablePlan) compare(s Side, c PlanColumn, ref, op string, v Value) string {
+func (p *TablePlan) compare(s Side, c planColumn, ref, op string, v sqlValue) string {
 	lit := predicateLiteral(c.Kind, v)
 	plain := ref + " " + op + " " + lit
 	if v.Null || !p.tidbPadOrder(s, c) {
@@ -277,12 +277,12 @@ func (p *TablePlan) compare(s Side, c PlanColumn, ref, op string, v Value) strin
 	// an index scan misses the very strings at stake.) TestPadSpaceOrder compares every
 	// form with TiDB's own answers.
 	t := bytes.TrimRight(v.Bytes, " ")
-	low := predicateLiteral(KindString, Value{Bytes: append(t[:len(t):len(t)], make([]byte, padLowChars(c))...)})
+	low := predicateLiteral(kindString, sqlValue{Bytes: append(t[:len(t):len(t)], make([]byte, padLowChars(c))...)})
 	below := ""
 	if pre := prefixesBelow(v.Bytes); len(pre) > 0 {
 		lits := make([]string, len(pre))
 		for i, x := range pre {
-			lits[i] = predicateLiteral(c.Kind, Value{Bytes: x})
+			lits[i] = predicateLiteral(c.Kind, sqlValue{Bytes: x})
 		}
 		below = ref + " IN (" + strings.Join(lits, ", ") + ")"
 	}
@@ -313,7 +313,7 @@ func (p *TablePlan) compare(s Side, c PlanColumn, ref, op string, v Value) strin
 // padLowChars is how many NUL characters follow a bound's text in the lowest string that
 // extends it (compare): at least as many characters as the column holds, at most 3072
 // (the longest index key, and so the longest key value that can be cut on).
-func padLowChars(c PlanColumn) int {
+func padLowChars(c planColumn) int {
 	n := c.MaxBytes
 	if c.Charset[0] == "utf8mb4" && c.Charset[1] == "utf8mb4" {
 		n = (n + 3) / 4
@@ -326,8 +326,8 @@ func padLowChars(c PlanColumn) int {
 // downstream, for a string key column whose comparison collation (the upstream's, see
 // keyRef) pads with spaces. Boundaries come from the upstream's key order; evaluated in
 // the same order on both sides, the chunks hold the same keys.
-func (p *TablePlan) tidbPadOrder(s Side, c PlanColumn) bool {
-	if s != Downstream || p.Flavor[Upstream] != FlavorTiDB || p.Flavor[Downstream] == FlavorTiDB || c.Kind != KindString || c.Enum {
+func (p *TablePlan) tidbPadOrder(s Side, c planColumn) bool {
+	if s != Downstream || p.Flavor[Upstream] != FlavorTiDB || p.Flavor[Downstream] == FlavorTiDB || c.Kind != kindString || c.Enum {
 		return false
 	}
 	coll := c.Collation[1]
@@ -383,39 +383,39 @@ func (p *TablePlan) keySelect() string {
 // MariaDB prints a FLOAT with 6 digits (3.14159 for a stored 3.1415927), and a
 // FLOAT(M,D)/DOUBLE(M,D) with D decimals, while CAST(... AS DOUBLE) widens exactly and
 // prints in full (3.1415927410125732). The exact text also makes exact literals in fix SQL.
-func (p *TablePlan) selectExpr(c PlanColumn) string {
+func (p *TablePlan) selectExpr(c planColumn) string {
 	switch c.Kind {
-	case KindBit:
+	case kindBit:
 		return "CAST(" + ident.Quote(c.Name) + " AS UNSIGNED)"
-	case KindFloat, KindDouble:
+	case kindFloat, kindDouble:
 		return "CAST(" + ident.Quote(c.Name) + " AS DOUBLE)"
 	}
 	return ident.Quote(c.Name)
 }
 
-// BoundarySQL returns the key of the row `offset` rows past the start of range r in key
+// boundarySQL returns the key of the row `offset` rows past the start of range r in key
 // order (the index walk that cuts the next chunk), or no row when fewer remain.
-func (p *TablePlan) BoundarySQL(s Side, r Range, offset int) string {
+func (p *TablePlan) boundarySQL(s Side, r Range, offset int) string {
 	return fmt.Sprintf("SELECT %s FROM %s%s ORDER BY %s LIMIT %d,1", p.keySelect(), p.table(s), p.whereClause(s, r), p.keyList(s), offset)
 }
 
-// KeysSQL returns the first n keys of range r in key order (cutting several chunks with
+// keysSQL returns the first n keys of range r in key order (cutting several chunks with
 // one index walk).
-func (p *TablePlan) KeysSQL(s Side, r Range, n int) string {
+func (p *TablePlan) keysSQL(s Side, r Range, n int) string {
 	return fmt.Sprintf("SELECT %s FROM %s%s ORDER BY %s LIMIT %d", p.keySelect(), p.table(s), p.whereClause(s, r), p.keyList(s), n)
 }
 
-// RegionSampleSQL returns the first row key of every TiDB region of the table (TiDB only).
-func (p *TablePlan) RegionSampleSQL() string {
+// regionSampleSQL returns the first row key of every TiDB region of the table (TiDB only).
+func (p *TablePlan) regionSampleSQL() string {
 	return fmt.Sprintf("SELECT %s FROM %s TABLESAMPLE REGIONS() ORDER BY %s", p.keySelect(), p.table(Upstream), p.keyList(Upstream))
 }
 
 // orderExpr orders drill-down streams so that Go can merge them: strings by their UTF-8
 // bytes (no collation, no pad space, byteString), everything else by value.
-func (p *TablePlan) orderExpr(c PlanColumn, s Side) string {
+func (p *TablePlan) orderExpr(c planColumn, s Side) string {
 	id := ident.Quote(c.Name)
 	switch c.Kind {
-	case KindString:
+	case kindString:
 		if !isUTF8(c.Charset[s]) {
 			id = "CONVERT(" + id + " USING utf8mb4)"
 		}
@@ -463,9 +463,9 @@ func (p *TablePlan) width(s Side) int {
 	return len(p.Columns)
 }
 
-// RowsSQL streams the rows of a range on side s: every compared column (then the
+// rangeRowsSQL streams the rows of a range on side s: every compared column (then the
 // carried ones upstream), in the byte/value order of the key that compareKeys expects.
-func (p *TablePlan) RowsSQL(s Side, r Range) string {
+func (p *TablePlan) rangeRowsSQL(s Side, r Range) string {
 	return p.rowsSQL(s, p.whereClause(s, r))
 }
 
@@ -478,9 +478,9 @@ func (p *TablePlan) rowsSQL(s Side, where string) string {
 	return fmt.Sprintf("SELECT %s FROM %s%s ORDER BY %s", strings.Join(cols, ", "), p.table(s), where, strings.Join(order, ", "))
 }
 
-// RowsInRangesSQL streams the rows of several disjoint ranges (in key order) on side s,
-// in RowsSQL's columns and order: one query for the differing buckets of a chunk.
-func (p *TablePlan) RowsInRangesSQL(s Side, rs []Range) string {
+// rowsInRangesSQL streams the rows of several disjoint ranges (in key order) on side s,
+// in rangeRowsSQL's columns and order: one query for the differing buckets of a chunk.
+func (p *TablePlan) rowsInRangesSQL(s Side, rs []Range) string {
 	terms := make([]string, 0, len(rs))
 	for _, r := range rs {
 		if c := p.rangePredicate(s, r); c != "" {
@@ -496,12 +496,12 @@ func (p *TablePlan) RowsInRangesSQL(s Side, rs []Range) string {
 	return p.rowsSQL(s, where)
 }
 
-// RowsByKeysSQL reads the rows with the given keys (values in key order) on side s, in
-// RowsSQL's columns and order, within the user's row filter: the re-check reads the rows
+// rowsByKeysSQL reads the rows with the given keys (values in key order) on side s, in
+// rangeRowsSQL's columns and order, within the user's row filter: the re-check reads the rows
 // of stored differences again. Each key is an equality per key column (with the collation
 // of the range predicates), OR-ed: both servers' range optimizers turn it into point
 // lookups.
-func (p *TablePlan) RowsByKeysSQL(s Side, keys []Bound) string {
+func (p *TablePlan) rowsByKeysSQL(s Side, keys []Bound) string {
 	terms := make([]string, len(keys))
 	for i, k := range keys {
 		conds := make([]string, len(p.Key))
@@ -528,18 +528,18 @@ func (p *TablePlan) RowsByKeysSQL(s Side, keys []Bound) string {
 	return p.rowsSQL(s, where)
 }
 
-// HashGroupsSQL returns (h, n) for every distinct row hash of a range, ordered by h: the
+// hashGroupsSQL returns (h, n) for every distinct row hash of a range, ordered by h: the
 // drill-down of keyless tables compares these multisets.
-func (p *TablePlan) HashGroupsSQL(s Side, r Range) string {
-	return fmt.Sprintf("SELECT h, COUNT(*) FROM (SELECT %s AS h FROM %s%s) AS x GROUP BY h ORDER BY h", p.RowHash(s), p.table(s), p.whereClause(s, r))
+func (p *TablePlan) hashGroupsSQL(s Side, r Range) string {
+	return fmt.Sprintf("SELECT h, COUNT(*) FROM (SELECT %s AS h FROM %s%s) AS x GROUP BY h ORDER BY h", p.rowHash(s), p.table(s), p.whereClause(s, r))
 }
 
-// keylessFetchBatch is how many row hashes one RowsByHashesSQL query looks for.
+// keylessFetchBatch is how many row hashes one rowsByHashesSQL query looks for.
 const keylessFetchBatch = 256
 
-// RowsByHashesSQL returns the rows of a range whose row hash is one of hs (decimal
+// rowsByHashesSQL returns the rows of a range whose row hash is one of hs (decimal
 // strings), each followed by its hash.
-func (p *TablePlan) RowsByHashesSQL(s Side, r Range, hs []string) string {
+func (p *TablePlan) rowsByHashesSQL(s Side, r Range, hs []string) string {
 	lits := make([]string, len(hs))
 	for i, h := range hs {
 		lits[i] = h
@@ -554,7 +554,7 @@ func (p *TablePlan) RowsByHashesSQL(s Side, r Range, hs []string) string {
 	} else {
 		w += " AND "
 	}
-	h := p.RowHash(s)
+	h := p.rowHash(s)
 	return fmt.Sprintf("SELECT %s, %s FROM %s%s%s IN (%s)", strings.Join(cols, ", "), h, p.table(s), w, h, strings.Join(lits, ", "))
 }
 
@@ -563,7 +563,7 @@ func (p *TablePlan) RowsByHashesSQL(s Side, r Range, hs []string) string {
 func (p *TablePlan) numericKey() bool {
 	for _, k := range p.Key {
 		switch p.Columns[k].Kind {
-		case KindInt, KindDecimal, KindTemporal:
+		case kindInt, kindDecimal, kindTemporal:
 		default:
 			return false
 		}
@@ -572,18 +572,18 @@ func (p *TablePlan) numericKey() bool {
 }
 
 // intKey reports whether the table has a key of one integer column: such ranges are cut by
-// key value, and narrowed or grouped by key buckets (BucketChecksumSQL).
+// key value, and narrowed or grouped by key buckets (bucketChecksumSQL).
 func (p *TablePlan) intKey() bool {
-	return len(p.Key) == 1 && !p.Keyless && p.Columns[p.Key[0]].Kind == KindInt
+	return len(p.Key) == 1 && !p.Keyless && p.Columns[p.Key[0]].Kind == kindInt
 }
 
-// MinMaxSQL returns the smallest and largest key of a range (single-column keys).
-func (p *TablePlan) MinMaxSQL(s Side, r Range) string {
+// minMaxSQL returns the smallest and largest key of a range (single-column keys).
+func (p *TablePlan) minMaxSQL(s Side, r Range) string {
 	k := ident.Quote(p.Columns[p.Key[0]].Name)
 	return "SELECT MIN(" + k + "), MAX(" + k + ") FROM " + p.table(s) + p.whereClause(s, r)
 }
 
-// BucketChecksumSQL returns (bucket, cnt, sum) per bucket of an integer key range, where
+// bucketChecksumSQL returns (bucket, cnt, sum) per bucket of an integer key range, where
 // bucket = FLOOR((key - base) / width) computed exactly in DECIMAL: one scan yields the
 // checksums of many sub-ranges, so a mismatched chunk is narrowed in one query per side.
 //
@@ -593,7 +593,7 @@ func (p *TablePlan) MinMaxSQL(s Side, r Range) string {
 // (64-row buckets), MariaDB spent 2.15-2.45 s of CPU with integers and 2.29-2.89 s with
 // DECIMAL, against 1.70-1.95 s for the plain checksum; on TiDB the two forms cost the same
 // within noise.
-func (p *TablePlan) BucketChecksumSQL(s Side, r Range, base, width string, intMath bool) string {
+func (p *TablePlan) bucketChecksumSQL(s Side, r Range, base, width string, intMath bool) string {
 	k := ident.Quote(p.Columns[p.Key[0]].Name)
 	b := "FLOOR((CAST(" + k + " AS DECIMAL(65,0)) - " + base + ") / " + width + ")"
 	if intMath {
@@ -602,5 +602,5 @@ func (p *TablePlan) BucketChecksumSQL(s Side, r Range, base, width string, intMa
 	if p.batchFold(s) {
 		return p.tidbChecksumSQL(s, r, b)
 	}
-	return "SELECT " + b + " AS b, COUNT(*), IFNULL(SUM(" + p.RowHash(s) + "),0) FROM " + p.table(s) + p.whereClause(s, r) + " GROUP BY b ORDER BY b"
+	return "SELECT " + b + " AS b, COUNT(*), IFNULL(SUM(" + p.rowHash(s) + "),0) FROM " + p.table(s) + p.whereClause(s, r) + " GROUP BY b ORDER BY b"
 }

@@ -352,13 +352,13 @@ func (p *TablePlan) matchForm(vals []any) string {
 		c := p.Columns[idx[i]]
 		s, isText := v.(string)
 		switch {
-		case isText && c.Kind == KindDecimal:
-			v = canon(KindDecimal, StringValue(s))
-		case isText && c.Kind == KindTemporal:
+		case isText && c.Kind == kindDecimal:
+			v = canon(kindDecimal, stringValue(s))
+		case isText && c.Kind == kindTemporal:
 			if strings.Contains(s, ".") {
 				v = strings.TrimRight(strings.TrimRight(s, "0"), ".")
 			}
-		case isText && c.Kind == KindString:
+		case isText && c.Kind == kindString:
 			if class := keyClass(c); class != rowkey.Opaque {
 				if out, ok := rowkey.Append(dst, s, class); ok {
 					dst = out
@@ -505,9 +505,9 @@ func (c *classifier) classifyBypassTable(ctx context.Context, t *target, ws []by
 				ok = false
 				break
 			}
-			v := NullValue
+			v := nullValue
 			if w.Values[j] != nil {
-				v = Value{Bytes: w.Values[j]}
+				v = sqlValue{Bytes: w.Values[j]}
 			}
 			vals[i] = keyValue(p.Columns[col], v)
 		}

@@ -64,7 +64,7 @@ func finishedRun(ctx context.Context, db *sql.DB, metaSchema, runID string, tabl
 	if err != nil {
 		return nil, nil, fmt.Errorf("read run %s: %w", runID, err)
 	}
-	if state == RunRunning {
+	if state == runRunning {
 		return nil, nil, fmt.Errorf("run %s: %w: its differences are not final until it ends (resume it if it was interrupted)", runID, ErrRunRunning)
 	}
 	stored, err := s.tables(ctx)
@@ -168,7 +168,7 @@ func DeleteRun(ctx context.Context, db *sql.DB, metaSchema, runID string) (int64
 }
 
 // dropDifferences deletes the differences stored for chunk c.
-func (s *store) dropDifferences(ctx context.Context, c Chunk) error {
+func (s *store) dropDifferences(ctx context.Context, c keyChunk) error {
 	ctx, cancel := s.ctx(ctx)
 	defer cancel()
 	for _, t := range []string{"diff_differences", "diff_difference_parts"} {

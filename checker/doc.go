@@ -42,13 +42,13 @@
 // Where this differs from the shape first sketched for it (../shared/design/next-wave.md
 // section 3), and why:
 //   - Reading at a snapshot is what a source says of itself (a DSNSource opened at a
-//     tidb_snapshot, or ConnSourceConfig.Snapshot for connections opened inside the
+//     tidb_snapshot, or connSourceConfig.Snapshot for connections opened inside the
 //     applier's barrier), collected by the pair; not a flag given to the pair, which could
 //     then claim a snapshot its sources do not read at.
 //   - The difference budget and the storing sink are the tracker's; the comparer sees a
 //     two-method differenceSink (full, emit). The re-check hands it a sink that collects in
 //     memory, and a classification of differences can wrap one.
-//   - A timed-out query on a ConnSource is stopped with KILL QUERY and its connection kept
+//   - A timed-out query on a connSource is stopped with KILL QUERY and its connection kept
 //     (its transaction, and so its snapshot, cannot be reopened); on a DSNSource with KILL
 //     CONNECTION and the connection discarded (the pool reopens it at the same
 //     tidb_snapshot, and no late kill can reach the next statement).

@@ -2,7 +2,7 @@ package checker
 
 // encoding.go owns how a table pair is compared row by row: the plan (TablePlan: both
 // sides' tables, the compared columns, the key), each column's text on each side, the
-// row encoding (with the digests FitEncoding chooses for columns too long to
+// row encoding (with the digests fitEncoding chooses for columns too long to
 // concatenate within the packet) and the per-row hash over it. The statements that use
 // them are in checksum.go; it must not hold SQL statements itself, nor read a server.
 
@@ -54,10 +54,10 @@ func (s Side) String() string {
 	return "downstream"
 }
 
-// PlanColumn is a compared column: its name and the kind taken from the upstream.
-type PlanColumn struct {
+// planColumn is a compared column: its name and the kind taken from the upstream.
+type planColumn struct {
 	Name string
-	Kind Kind
+	Kind colKind
 	// NotNull is set when the column is NOT NULL on both sides (its encoding then needs
 	// no NULL marker).
 	NotNull bool
@@ -70,10 +70,10 @@ type PlanColumn struct {
 	// per side: character set and collation (index 0 upstream, 1 downstream).
 	Charset   [2]string
 	Collation [2]string
-	// MaxBytes bounds the column's text on either side (Column.MaxBytes).
+	// MaxBytes bounds the column's text on either side (schemaColumn.MaxBytes).
 	MaxBytes int64
 	// Digest puts SHA1 of the column's text into the row encoding instead of the text
-	// (FitEncoding), for columns too long to concatenate.
+	// (fitEncoding), for columns too long to concatenate.
 	Digest bool
 }
 
@@ -83,7 +83,7 @@ type TablePlan struct {
 	Schema  [2]string // per side
 	Table   [2]string
 	Flavor  [2]Flavor
-	Columns []PlanColumn
+	Columns []planColumn
 	// Key holds the indexes into Columns of the row key, in key order. For a keyless
 	// table it holds the NOT NULL, orderable columns used only to cut chunks (possibly
 	// none), and Keyless is true.
@@ -96,7 +96,7 @@ type TablePlan struct {
 	// downstream): not compared, but read from the upstream after the compared columns,
 	// so that fix SQL inserts a missing row whole, with the upstream's values, instead of
 	// leaving them to their defaults (which a NOT NULL column without one refuses).
-	Carried []PlanColumn
+	Carried []planColumn
 	// Referenced is set when a foreign key references the downstream table: fix SQL then
 	// updates rows in place instead of replacing them, because REPLACE deletes the old row
 	// first and an ON DELETE CASCADE would delete its children with it.
@@ -113,8 +113,8 @@ type TablePlan struct {
 
 func (p *TablePlan) table(s Side) string { return ident.Table(p.Schema[s], p.Table[s]) }
 
-// KeyNames returns the key column names.
-func (p *TablePlan) KeyNames() []string {
+// keyNames returns the key column names.
+func (p *TablePlan) keyNames() []string {
 	out := make([]string, len(p.Key))
 	for i, k := range p.Key {
 		out[i] = p.Columns[k].Name
@@ -131,24 +131,24 @@ func isUTF8(cs string) bool {
 }
 
 // text returns an expression yielding the column's value as text (bytes) on side s.
-func (p *TablePlan) text(s Side, c PlanColumn) string {
+func (p *TablePlan) text(s Side, c planColumn) string {
 	id := ident.Quote(c.Name)
 	switch c.Kind {
-	case KindString:
+	case kindString:
 		if !isUTF8(c.Charset[s]) {
 			return "CONVERT(" + id + " USING utf8mb4)"
 		}
 		return id
-	case KindJSON:
-		if p.Flavor[s] == FlavorMariaDB {
+	case kindJSON:
+		if p.Flavor[s] == flavorMariaDB {
 			return id // LONGTEXT: the stored text (what TiCDC wrote, in TiDB's format)
 		}
 		return "CAST(" + id + " AS CHAR)"
-	case KindBit:
+	case kindBit:
 		return "CAST(" + id + " AS UNSIGNED)"
-	case KindFloat:
+	case kindFloat:
 		return floatText("CAST(" + id + " AS DOUBLE)")
-	case KindDouble:
+	case kindDouble:
 		return floatText(id)
 	}
 	return id
@@ -188,8 +188,8 @@ func floatText(x string) string {
 // The length as a field of its own costs one CONCAT_WS argument where CONCAT(LENGTH(x),
 // ':', x) built a temporary string per value: 0.52 s against 0.68 s per 1M sysbench rows
 // on MariaDB and 1.17 s against 1.72 s on TiDB for the whole-table SUM(LENGTH(encoding))
-// (docs/diff.md). RowEncoding proves the row encoding injective.
-func (p *TablePlan) fields(s Side, c PlanColumn) []string {
+// (docs/diff.md). rowEncoding proves the row encoding injective.
+func (p *TablePlan) fields(s Side, c planColumn) []string {
 	x := p.text(s, c)
 	if c.Kind.variableBytes() {
 		if c.NotNull {
@@ -205,7 +205,7 @@ func (p *TablePlan) fields(s Side, c PlanColumn) []string {
 
 // encode returns the encoding of column c alone as one expression (for tests that show
 // which column differs).
-func (p *TablePlan) encode(s Side, c PlanColumn) string {
+func (p *TablePlan) encode(s Side, c planColumn) string {
 	f := p.fields(s, c)
 	if len(f) == 1 {
 		return f[0]
@@ -213,7 +213,7 @@ func (p *TablePlan) encode(s Side, c PlanColumn) string {
 	return "CONCAT_WS(','," + strings.Join(f, ",") + ")"
 }
 
-// RowEncoding returns the SQL expression of the row encoding on side s: the fields of
+// rowEncoding returns the SQL expression of the row encoding on side s: the fields of
 // every compared column (see fields) joined by CONCAT_WS(',', ...) in plan order, except
 // that the last NOT NULL string or binary column r (if any) is moved to the end as its
 // bare bytes, without a length field.
@@ -240,7 +240,7 @@ func (p *TablePlan) encode(s Side, c PlanColumn) string {
 // counts. Leaving r without a length saves a LENGTH and a field per row.
 // TestRowEncodingDecodes decodes the encodings that MariaDB computes for rows built to
 // collide under careless encodings.
-func (p *TablePlan) RowEncoding(s Side) string {
+func (p *TablePlan) rowEncoding(s Side) string {
 	raw := p.rawLast()
 	parts := make([]string, 0, 2*len(p.Columns))
 	for i, c := range p.Columns {
@@ -259,27 +259,27 @@ func (p *TablePlan) RowEncoding(s Side) string {
 
 // value returns the value field of a variable-bytes column c: its text, or for a Digest
 // column SHA1 of its text, 40 hexadecimal digits (NULL for NULL, as the text).
-func (p *TablePlan) value(s Side, c PlanColumn) string {
+func (p *TablePlan) value(s Side, c planColumn) string {
 	if c.Digest {
 		return "SHA1(" + p.text(s, c) + ")"
 	}
 	return p.text(s, c)
 }
 
-// encodingSlack is what FitEncoding leaves free of a server's max_allowed_packet.
+// encodingSlack is what fitEncoding leaves free of a server's max_allowed_packet.
 const encodingSlack = 1024
 
-// FitEncoding makes every row's encoding fit in packet bytes, the smaller
+// fitEncoding makes every row's encoding fit in packet bytes, the smaller
 // max_allowed_packet of the two servers. Both MariaDB/MySQL and TiDB turn a CONCAT_WS
 // result longer than max_allowed_packet into NULL (with a warning only), so the row's
 // hash would be NULL and SUM would skip it: with rows that wide on both sides, a
-// difference in them would never be seen. FitEncoding bounds the encoding's length from
+// difference in them would never be seen. fitEncoding bounds the encoding's length from
 // the columns' maximum lengths and, while the bound exceeds packet, turns the longest
 // remaining variable-bytes column into a Digest column (its value field becomes SHA1 of
 // its text, 40 bytes). It returns the digested columns' names. Columns of the sizes
 // people mostly use (VARCHAR, TEXT) stay inline; LONGTEXT, LONGBLOB and JSON are digested
 // under every packet size, MEDIUMTEXT and MEDIUMBLOB under the 16 MiB default.
-func (p *TablePlan) FitEncoding(packet int64) []string {
+func (p *TablePlan) fitEncoding(packet int64) []string {
 	var out []string
 	for p.encodingBound() > packet-encodingSlack {
 		best := -1
@@ -321,16 +321,16 @@ func (p *TablePlan) encodingBound() int64 {
 // NOT NULL string or binary column, or -1.
 func (p *TablePlan) rawLast() int {
 	for i := len(p.Columns) - 1; i >= 0; i-- {
-		if c := p.Columns[i]; c.NotNull && (c.Kind == KindString || c.Kind == KindBinary) {
+		if c := p.Columns[i]; c.NotNull && (c.Kind == kindString || c.Kind == kindBinary) {
 			return i
 		}
 	}
 	return -1
 }
 
-// RowHash returns the SQL expression of the 64-bit unsigned per-row hash on side s.
-func (p *TablePlan) RowHash(s Side) string {
-	return hashExpr(p.Hash, p.RowEncoding(s), p.Flavor[s] == FlavorTiDB && p.Pushdown[s])
+// rowHash returns the SQL expression of the 64-bit unsigned per-row hash on side s.
+func (p *TablePlan) rowHash(s Side) string {
+	return hashExpr(p.Hash, p.rowEncoding(s), p.Flavor[s] == FlavorTiDB && p.Pushdown[s])
 }
 
 // hashExpr folds the digest of row to its first 64 bits. pushdown writes SUBSTRING(h,1,16)

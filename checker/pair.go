@@ -313,7 +313,7 @@ func queryRow(ctx context.Context, q Querier, query string, dest ...any) error {
 
 // firstRow returns the first row of query's n columns as values, or nil when it returns
 // no row.
-func firstRow(ctx context.Context, q Querier, query string, n int) ([]Value, error) {
+func firstRow(ctx context.Context, q Querier, query string, n int) ([]sqlValue, error) {
 	rows, err := q.QueryContext(ctx, query)
 	if err != nil {
 		return nil, err

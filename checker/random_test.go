@@ -725,7 +725,7 @@ func runInterrupted(t *testing.T, cfg Config, after int) *Report {
 			cancel()
 		}
 	}
-	rep, err := Run(ctx, c)
+	rep, err := NewDiff(c, nil).Run(ctx)
 	if err == nil {
 		t.Logf("the run ended before its progress report %d", after)
 		return rep

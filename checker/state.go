@@ -150,8 +150,8 @@ var steps = []metaschema.Step{
 
 // Run states.
 const (
-	RunRunning   = "running"
-	RunDone      = "done"
+	runRunning   = "running"
+	runDone      = "done"
 	RunFailed    = "failed"
 	RunCancelled = "cancelled"
 )
@@ -215,7 +215,7 @@ func (s *store) createRun(ctx context.Context, cfg *Config) error {
 	defer cancel()
 	data, _ := json.Marshal(cfg)
 	_, err := s.db.ExecContext(ctx, s.q("INSERT INTO %s.diff_runs (run_id, state, config, created_at, updated_at) VALUES (?, ?, ?, NOW(3), NOW(3))"),
-		s.runID, RunRunning, string(data))
+		s.runID, runRunning, string(data))
 	if err != nil {
 		return fmt.Errorf("create run: %w", err)
 	}
@@ -261,7 +261,7 @@ func (s *store) resumeRun(ctx context.Context, cfg *Config) error {
 	if len(changed) > 0 {
 		return fmt.Errorf("resume %s: settings changed since the run started: %s (start a new run instead)", s.runID, strings.Join(changed, ", "))
 	}
-	if _, err := s.db.ExecContext(ctx, s.q("UPDATE %s.diff_runs SET state = ?, error = NULL, updated_at = NOW(3) WHERE run_id = ?"), RunRunning, s.runID); err != nil {
+	if _, err := s.db.ExecContext(ctx, s.q("UPDATE %s.diff_runs SET state = ?, error = NULL, updated_at = NOW(3) WHERE run_id = ?"), runRunning, s.runID); err != nil {
 		return fmt.Errorf("mark run %s running: %w", s.runID, err)
 	}
 	// Chunks that were in flight start over.
@@ -355,7 +355,7 @@ func truncateRunes(s string, n int) string {
 
 // addChunks records newly cut chunks (pending) in one statement; the table's split is
 // recorded with them when the batch holds its last chunk.
-func (s *store) addChunks(ctx context.Context, cs []Chunk) error {
+func (s *store) addChunks(ctx context.Context, cs []keyChunk) error {
 	if len(cs) == 0 {
 		return nil
 	}
@@ -401,7 +401,7 @@ func (s *store) addChunks(ctx context.Context, cs []Chunk) error {
 }
 
 type storedChunk struct {
-	Chunk
+	keyChunk
 	state string
 	res   chunkResult // the counts of a done chunk (no sums, no durations)
 }
@@ -446,7 +446,7 @@ func (s *store) chunksWhere(ctx context.Context, table int, clause string) ([]st
 
 // startChunk marks a retried chunk (c.retry: resumed, or failed before) in flight and
 // drops differences a previous attempt recorded; a first attempt goes through the journal.
-func (s *store) startChunk(ctx context.Context, c Chunk) error {
+func (s *store) startChunk(ctx context.Context, c keyChunk) error {
 	ctx, cancel := s.ctx(ctx)
 	defer cancel()
 	if _, err := s.db.ExecContext(ctx, s.q("UPDATE %s.diff_chunks SET state = ?, attempts = attempts + 1, updated_at = NOW(3) WHERE run_id = ? AND table_idx = ? AND seq = ?"),
@@ -505,7 +505,7 @@ func (s *store) commitChunks(ctx context.Context, batch []chunkUpdate, checkpoin
 // chunkUpdate is one chunk's row in a journal batch: started (running, one more
 // attempt), finished (done, with res), or both.
 type chunkUpdate struct {
-	chunk    Chunk
+	chunk    keyChunk
 	started  bool
 	finished bool
 	res      chunkResult

@@ -142,7 +142,7 @@ func (r *runner) compareTable(ctx context.Context, seq int, t [2]string) TableRe
 		dc.Started = func(id string) { diffID = id }
 		src := r.pair.Sources
 		src.Meta = r.s.meta
-		d := checker.NewDiffWith(dc, src)
+		d := checker.NewDiff(dc, &src)
 		r.progress(func(st *runState) { st.diff = d })
 		tctx, cancel := context.WithCancelCause(ctx)
 		watchdog := time.AfterFunc(r.st.maxViewAge-r.pair.Age(), func() { cancel(errViewExpired) })
