@@ -322,7 +322,7 @@ func newHandleKey(up *Table, p *TablePlan, f Flavor) handleKey {
 		if !c.Enum {
 			continue
 		}
-		uc, _ := up.Column(c.Name)
+		uc, _ := up.column(c.Name)
 		m, err := enumMembers(uc.ColumnType, f != FlavorTiDB)
 		if err != nil {
 			return handleKey{why: fmt.Sprintf("key column %s: %v, compared whole", c.Name, err)}

@@ -52,7 +52,7 @@ func newSourcePair(up, down Source, timeout time.Duration) *sourcePair {
 	p := &sourcePair{src: [2]Source{up, down}, flavor: [2]Flavor{up.Flavor(), down.Flavor()}, timeout: timeout}
 	for s, src := range p.src {
 		if r, ok := src.(snapshotReader); ok {
-			p.snapshot[s] = r.Snapshot()
+			p.snapshot[s] = r.readsAt()
 		}
 	}
 	return p
@@ -111,7 +111,7 @@ func (p *sourcePair) withSide(ctx context.Context, s Side, fn func(context.Conte
 	qctx := ctx
 	if k, ok := src.(queryKiller); ok {
 		var stop func()
-		qctx, stop = k.KillOnDone(ctx, q)
+		qctx, stop = k.killOnDone(ctx, q)
 		defer stop()
 	}
 	err = fn(qctx, q)

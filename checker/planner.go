@@ -204,7 +204,7 @@ func NewPlan(up, down *Table, ignored func(string) bool) (*TablePlan, error) {
 	}
 	p := &TablePlan{Schema: [2]string{up.Schema, down.Schema}, Table: [2]string{up.Name, down.Name}, Hash: HashSHA1}
 	for _, uc := range up.Columns {
-		dc, ok := down.Column(uc.Name)
+		dc, ok := down.column(uc.Name)
 		if !ok || dc.Generated {
 			continue
 		}
@@ -223,7 +223,7 @@ func NewPlan(up, down *Table, ignored func(string) bool) (*TablePlan, error) {
 			MaxBytes: max(uc.MaxBytes, dc.MaxBytes)})
 	}
 	for _, dc := range down.Columns {
-		if _, ok := up.Column(dc.Name); !ok || ignored(dc.Name) || dc.Generated {
+		if _, ok := up.column(dc.Name); !ok || ignored(dc.Name) || dc.Generated {
 			if !dc.Generated {
 				p.PartialColumns = true
 			}
@@ -260,8 +260,8 @@ func NewPlan(up, down *Table, ignored func(string) bool) (*TablePlan, error) {
 				break
 			}
 			c := p.Columns[i]
-			uc, _ := up.Column(c.Name)
-			dc, _ := down.Column(c.Name)
+			uc, _ := up.column(c.Name)
+			dc, _ := down.column(c.Name)
 			if uc.Nullable || dc.Nullable || uc.Kind != dc.Kind {
 				break
 			}

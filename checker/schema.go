@@ -65,8 +65,8 @@ type Table struct {
 	Referenced bool
 }
 
-// Column returns the named column (case-insensitive, as MySQL column names are).
-func (t *Table) Column(name string) (schemaColumn, bool) {
+// column returns the named column (case-insensitive, as MySQL column names are).
+func (t *Table) column(name string) (schemaColumn, bool) {
 	for _, c := range t.Columns {
 		if strings.EqualFold(c.Name, name) {
 			return c, true
@@ -204,7 +204,7 @@ func LoadTable(ctx context.Context, q Querier, schema, table string) (*Table, er
 		}
 		ok := true
 		for _, name := range ix.cols {
-			c, found := t.Column(name)
+			c, found := t.column(name)
 			if !found || c.Nullable {
 				ok = false
 			}
@@ -292,7 +292,7 @@ func compareStructure(up, down *Table, ignored func(string) bool) []StructurePro
 		if ignored(uc.Name) {
 			continue
 		}
-		dc, ok := down.Column(uc.Name)
+		dc, ok := down.column(uc.Name)
 		if !ok {
 			out = append(out, StructureProblem{Column: uc.Name, Problem: "column missing downstream"})
 			continue
@@ -317,7 +317,7 @@ func compareStructure(up, down *Table, ignored func(string) bool) []StructurePro
 		if ignored(dc.Name) {
 			continue
 		}
-		if _, ok := up.Column(dc.Name); !ok {
+		if _, ok := up.column(dc.Name); !ok {
 			out = append(out, StructureProblem{Column: dc.Name, Problem: "column missing upstream (extra downstream)"})
 		}
 	}
@@ -362,8 +362,8 @@ func chooseKey(up, down *Table, ignored func(string) bool) (key []string, keyles
 	for _, k := range cands {
 		ok := true
 		for _, name := range k {
-			uc, _ := up.Column(name)
-			dc, found := down.Column(name)
+			uc, _ := up.column(name)
+			dc, found := down.column(name)
 			// JSON keys have no order both servers share: such tables are compared as
 			// multisets of rows instead. FLOAT and DOUBLE keys are read as exact DOUBLE
 			// text (selectExpr), which compares exactly with the column on both servers

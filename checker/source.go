@@ -75,7 +75,7 @@ type DSNSource struct {
 	desc     string
 	snapshot string
 
-	// killDB runs KILL CONNECTION for queries whose context ended (KillOnDone); ids maps each
+	// killDB runs KILL CONNECTION for queries whose context ended (killOnDone); ids maps each
 	// physical connection (the driver's connection, as sql.Conn.Raw shows it) to its
 	// server connection id.
 	killDB *sql.DB
@@ -200,20 +200,20 @@ func statementLimit(ctx context.Context, db *sql.DB, f Flavor, timeout time.Dura
 
 // queryKiller is a Source that can stop a query on the server.
 type queryKiller interface {
-	// KillOnDone kills the statement running on q, a connection the source gave out, if
+	// killOnDone kills the statement running on q, a connection the source gave out, if
 	// ctx ends before stop is called. The statement runs under qctx: ctx itself when the
 	// kill gives the connection up (the driver closes it when ctx ends, and it is
 	// discarded when released), or a context that outlives ctx by a bound when the kill
 	// keeps the connection (the driver must not close it first). stop waits for a kill
 	// under way, so that none reaches the connection's next statement.
-	KillOnDone(ctx context.Context, q Querier) (qctx context.Context, stop func())
+	killOnDone(ctx context.Context, q Querier) (qctx context.Context, stop func())
 }
 
 // snapshotReader is a Source that may read at a fixed point in time.
 type snapshotReader interface {
-	// Snapshot names the point every connection of the source reads at (a TiDB TSO or
+	// readsAt names the point every connection of the source reads at (a TiDB TSO or
 	// datetime, or the label its caller gave), or "" when they read the latest data.
-	Snapshot() string
+	readsAt() string
 }
 
 // connKey returns the physical connection under c.
@@ -223,9 +223,9 @@ func connKey(c *sql.Conn) any {
 	return key
 }
 
-// KillOnDone implements queryKiller: the connection is killed (KILL CONNECTION) and
+// killOnDone implements queryKiller: the connection is killed (KILL CONNECTION) and
 // discarded; the pool opens another, at the same snapshot.
-func (s *DSNSource) KillOnDone(ctx context.Context, q Querier) (context.Context, func()) {
+func (s *DSNSource) killOnDone(ctx context.Context, q Querier) (context.Context, func()) {
 	c, ok := q.(*sql.Conn)
 	if !ok {
 		return ctx, func() {}
@@ -360,7 +360,7 @@ func (s *DSNSource) Acquire(ctx context.Context) (Querier, func(), error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("connect to %s: %w", s.desc, err)
 	}
-	// A new physical connection: read its id, for KillOnDone.
+	// A new physical connection: read its id, for killOnDone.
 	key := connKey(c)
 	s.mu.Lock()
 	_, known := s.ids[key]
@@ -381,8 +381,8 @@ func (s *DSNSource) Acquire(ctx context.Context) (Querier, func(), error) {
 func (s *DSNSource) Flavor() Flavor   { return s.flavor }
 func (s *DSNSource) Describe() string { return s.desc }
 
-// Snapshot implements snapshotReader: the tidb_snapshot the source was opened at.
-func (s *DSNSource) Snapshot() string { return s.snapshot }
+// readsAt implements snapshotReader: the tidb_snapshot the source was opened at.
+func (s *DSNSource) readsAt() string { return s.snapshot }
 
 // DB returns the underlying pool (for callers that need to run their own queries).
 func (s *DSNSource) DB() *sql.DB { return s.db }
@@ -540,12 +540,12 @@ func connValid(c *sql.Conn) bool {
 func (s *connSource) Flavor() Flavor   { return s.flavor }
 func (s *connSource) Describe() string { return s.desc }
 
-// Snapshot implements snapshotReader: connSourceConfig.Snapshot.
-func (s *connSource) Snapshot() string { return s.snapshot }
+// readsAt implements snapshotReader: connSourceConfig.Snapshot.
+func (s *connSource) readsAt() string { return s.snapshot }
 
-// KillOnDone implements queryKiller: KILL QUERY, and the connection stays in its
+// killOnDone implements queryKiller: KILL QUERY, and the connection stays in its
 // transaction (see killQueryOnDone).
-func (s *connSource) KillOnDone(ctx context.Context, q Querier) (context.Context, func()) {
+func (s *connSource) killOnDone(ctx context.Context, q Querier) (context.Context, func()) {
 	c, ok := q.(*sql.Conn)
 	if !ok {
 		return ctx, func() {}

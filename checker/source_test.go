@@ -160,7 +160,7 @@ func TestAbandonedQueryKilled(t *testing.T) {
 				defer qcancel()
 				stop := func() {}
 				if kill {
-					_, stop = src.KillOnDone(qctx, q)
+					_, stop = src.killOnDone(qctx, q)
 				}
 				start := time.Now()
 				// Read the result, as the engine does inside its watch: TiDB sends the
