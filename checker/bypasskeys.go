@@ -6,8 +6,8 @@ package checker
 // row is only in the detector's records, and a scoped run that read the ledger alone
 // would never look at it. It also says, per table, whether the detector watched the
 // whole window (a window nobody watched is not vouched for). The scope resolution
-// (dirty.go) calls it with what it needs; it holds no state of the run. It must not compare rows
-// (the comparer does) nor write the records (the detector does).
+// (dirty.go) calls its functions with what they need; it holds no state of the run. It
+// must not compare rows (the comparer does) nor write the records (the detector does).
 
 import (
 	"context"
