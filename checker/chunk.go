@@ -1,5 +1,10 @@
 package checker
 
+// chunk.go owns key ranges and chunks: a Bound and a Range, how key values order in Go
+// as the drill-down queries order them, a chunk (one unit of work), the chunk sizer fed
+// by the comparer's timings and difference counts, and cutting a range by value. It
+// must not query a server (the scopes cut through the pair) nor store chunks (state.go).
+
 import (
 	"bytes"
 	"cmp"

@@ -1,5 +1,10 @@
 package checker
 
+// schema.go owns what the servers say about a table's structure: each column's kind
+// (how it is encoded, ordered and compared), the table read from information_schema
+// (LoadTable), the key choice and the structure differences between the sides. It must
+// not build the row encoding (encoding.go) nor compare rows.
+
 import (
 	"context"
 	"database/sql"

@@ -1,5 +1,9 @@
 package checker
 
+// sqltext.go owns value literals: a column value as the server printed it, the SQL
+// literal of it for fix SQL and predicates, and reading a literal back. Identifiers go
+// through internal/ident, never here. It must not build statements (checksum.go, fix.go).
+
 import (
 	"bytes"
 	"encoding/hex"
