@@ -100,7 +100,7 @@ func TestBusyGateHoldsRun(t *testing.T) {
 		err error
 	}
 	done := make(chan result, 1)
-	d := NewDiff(cfg)
+	d := NewDiff(cfg, nil)
 	go func() {
 		rep, err := d.Run(ctx)
 		done <- result{rep, err}
@@ -122,7 +122,7 @@ func TestBusyGateHoldsRun(t *testing.T) {
 	if n := chunksDone.Load(); n != 0 {
 		t.Fatalf("%d chunks compared while the downstream was busy", n)
 	}
-	if st := d.Stats(); st.ChunksDone != 0 || !st.Pausing || st.Pauses != 1 || st.Paused < 1500*time.Millisecond || st.Phase != PhaseComparing {
+	if st := d.Stats(); st.ChunksDone != 0 || !st.Pausing || st.Pauses != 1 || st.Paused < 1500*time.Millisecond || st.Phase != phaseComparing {
 		t.Fatalf("stats while held: %+v", st)
 	}
 	if !strings.Contains(logs.String(), "downstream busy; pausing") {

@@ -5,13 +5,15 @@ package checker
 // the keys the changefeed changed; a write made straight in the fallback on any other
 // row is only in the detector's records, and a scoped run that read the ledger alone
 // would never look at it. It also says, per table, whether the detector watched the
-// whole window (a window nobody watched is not vouched for). It must not compare rows
-// (the comparer does) nor write the records (the detector does).
+// whole window (a window nobody watched is not vouched for). The scope resolution
+// (dirty.go) calls its functions with what they need; it holds no state of the run. It
+// must not compare rows (the comparer does) nor write the records (the detector does).
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"time"
@@ -36,9 +38,9 @@ const (
 	BypassOff       = "off"
 )
 
-// BypassCoverWait bounds how long a scoped run waits for the bypass detector to have
+// bypassCoverWait bounds how long a scoped run waits for the bypass detector to have
 // read the fallback's binlog up to the run's start.
-const BypassCoverWait = time.Minute
+const bypassCoverWait = time.Minute
 
 // bypassSkew is added before a window's start when its bypass writes are read: the
 // window starts at a TSO (TiDB's clock), the writes carry the fallback's binlog time in
@@ -56,15 +58,15 @@ type coverage struct {
 // bypassCoverage asks the detector, once per run, to catch up with the fallback's
 // binlog: after it returns, every write made before the run's snapshot pair (opened
 // before the scopes are resolved) is in the records.
-func (r *runner) bypassCoverage(ctx context.Context) coverage {
-	if r.cfg.Bypass == nil {
+func bypassCoverage(ctx context.Context, w BypassWatcher, log *slog.Logger) coverage {
+	if w == nil {
 		return coverage{off: true}
 	}
-	cctx, cancel := context.WithTimeout(ctx, BypassCoverWait)
+	cctx, cancel := context.WithTimeout(ctx, bypassCoverWait)
 	defer cancel()
-	c, err := r.cfg.Bypass.Cover(cctx)
+	c, err := w.Cover(cctx)
 	if err != nil {
-		r.log.Warn("the bypass detector cannot vouch for the run's windows", "err", err)
+		log.Warn("the bypass detector cannot vouch for the run's windows", "err", err)
 		return coverage{err: err}
 	}
 	return coverage{c: c}
@@ -74,7 +76,7 @@ func (r *runner) bypassCoverage(ctx context.Context) coverage {
 // parity in its window, and records whether the window was watched. A table with a
 // recorded DDL, or with a write whose key is not the one compared (a keyless table
 // downstream, another key), is compared whole.
-func (r *runner) addBypassKeys(ctx context.Context, q Querier, t *target, sc *tableScope, cov coverage) error {
+func addBypassKeys(ctx context.Context, cfg *Config, q Querier, t *target, sc *tableScope, cov coverage) error {
 	start := tso.Time(sc.from)
 	sc.bypassSince, sc.bypassWatched = start.Add(-bypassSkew).Truncate(time.Second), cov.c.Since
 	switch {
@@ -91,9 +93,9 @@ func (r *runner) addBypassKeys(ctx context.Context, q Querier, t *target, sc *ta
 	default:
 		sc.bypass = BypassIncluded
 	}
-	qctx, cancel := context.WithTimeout(ctx, r.cfg.QueryTimeout)
+	qctx, cancel := context.WithTimeout(ctx, cfg.QueryTimeout)
 	defer cancel()
-	ws, err := bypasslog.Read(qctx, q, r.cfg.Changefeed.MetaSchema, r.cfg.Changefeed.ID, t.stored.downSchema, t.stored.downName,
+	ws, err := bypasslog.Read(qctx, q, cfg.Changefeed.MetaSchema, cfg.Changefeed.ID, t.stored.downSchema, t.stored.downName,
 		sc.bypassSince, time.Now().Add(time.Hour))
 	if errors.Is(err, bypasslog.ErrNoTable) {
 		return nil // no detector ever ran against this meta schema: nothing recorded
@@ -128,7 +130,7 @@ func (r *runner) addBypassKeys(ctx context.Context, q Querier, t *target, sc *ta
 		k, ok := bypassKey(p, w)
 		if !ok {
 			if whole == "" {
-				whole = "a write that bypassed parity has no key of the compared key columns (" + strings.Join(p.KeyNames(), ", ") + "), compared whole"
+				whole = "a write that bypassed parity has no key of the compared key columns (" + strings.Join(p.keyNames(), ", ") + "), compared whole"
 			}
 			continue
 		}
@@ -160,7 +162,7 @@ func bypassKey(p *TablePlan, w bypasslog.Write) (rowkey.Key, bool) {
 		if j < 0 || w.Values[j] == nil {
 			return nil, false
 		}
-		vals[i] = keyValue(p.Columns[c], Value{Bytes: w.Values[j]})
+		vals[i] = keyValue(p.Columns[c], sqlValue{Bytes: w.Values[j]})
 	}
 	k, err := rowkey.Encode(vals...)
 	return k, err == nil

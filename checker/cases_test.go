@@ -157,7 +157,7 @@ func TestKillAndResume(t *testing.T) {
 			cancel()
 		}
 	}
-	_, err := Run(ctx, cfg)
+	_, err := NewDiff(cfg, nil).Run(ctx)
 	var re *RunError
 	if err == nil || !asRunError(err, &re) || re.State != RunCancelled {
 		t.Fatalf("want a cancelled run error, got %v", err)
@@ -184,12 +184,12 @@ func TestKillAndResume(t *testing.T) {
 	cfg.Resume = runID
 	bad := cfg
 	bad.Hash = HashMD5
-	if _, err := Run(context.Background(), bad); err == nil || !strings.Contains(err.Error(), "hash") {
+	if _, err := NewDiff(bad, nil).Run(context.Background()); err == nil || !strings.Contains(err.Error(), "hash") {
 		t.Fatalf("resume with another hash: want an error naming hash, got %v", err)
 	}
 	rctx, rcancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer rcancel()
-	rep, err := Run(rctx, cfg)
+	rep, err := NewDiff(cfg, nil).Run(rctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -549,83 +549,6 @@ func testGeneratedColumns(t *testing.T, p pair) {
 	}
 }
 
-// TestFixSQLForeignKeys: fix SQL for a table that a foreign key references updates rows
-// in place. REPLACE deletes the old row first, and the ON DELETE CASCADE of the child
-// table deleted the children of every row the fix repaired.
-func TestFixSQLForeignKeys(t *testing.T) {
-	p := mariaPair(t)
-	p.both(t, "CREATE TABLE fp (id INT PRIMARY KEY, v INT)",
-		"CREATE TABLE fc (id INT PRIMARY KEY, pid INT NOT NULL, FOREIGN KEY (pid) REFERENCES fp (id) ON DELETE CASCADE)",
-		"INSERT INTO fp VALUES (1, 1), (2, 2), (3, 3)",
-		"INSERT INTO fc VALUES (10, 1), (20, 2), (30, 3)")
-	exec(t, p.down.DB, "UPDATE fp SET v = 99 WHERE id = 2", "DELETE FROM fc WHERE id = 30", "DELETE FROM fp WHERE id = 3")
-	cfg := p.config(t, "fp", "fc")
-	rep := run(t, cfg)
-	tr := tableReport(t, rep, "fp")
-	if tr.DifferencesTotal != 2 {
-		t.Fatalf("fp: %d differences, want 2", tr.DifferencesTotal)
-	}
-	fix := readFix(t, cfg, tr)
-	if strings.Contains(fix, "REPLACE INTO") || !strings.Contains(fix, "ON DUPLICATE KEY UPDATE") {
-		t.Fatalf("fix SQL of a referenced table:\n%s", fix)
-	}
-	applyFix(t, p.down.DB, fix) // the parent rows first, then the children
-	applyFix(t, p.down.DB, readFix(t, cfg, tableReport(t, rep, "fc")))
-	var children int
-	if err := p.down.QueryRowContext(context.Background(), "SELECT COUNT(*) FROM fc").Scan(&children); err != nil || children != 3 {
-		t.Fatalf("%d child rows after the fix (%v), want 3", children, err)
-	}
-	// The child table itself is not referenced: REPLACE stays.
-	if tr := tableReport(t, rep, "fc"); !strings.Contains(readFix(t, cfg, tr), "REPLACE INTO") {
-		t.Error("fix SQL of an unreferenced table does not use REPLACE")
-	}
-	cfg.OutputDir = t.TempDir()
-	if rep := run(t, cfg); !rep.Equal {
-		t.Errorf("after the fix SQL: %+v", rep.Tables)
-	}
-}
-
-// TestFixSQLZeroDates: fix SQL applies on a server whose sql_mode refuses zero dates
-// (MySQL 8's default has NO_ZERO_DATE and NO_ZERO_IN_DATE): the rows hold them upstream,
-// and the header lifts those two modes for its session only.
-func TestFixSQLZeroDates(t *testing.T) {
-	p := mariaPair(t)
-	p.both(t, "CREATE TABLE zd (id INT PRIMARY KEY, d DATETIME, dt DATE)")
-	execSession(t, &p, true, "SET SESSION sql_mode = ''",
-		"INSERT INTO zd VALUES (1, '0000-00-00 00:00:00', '2020-00-15'), (2, '2021-01-01 00:00:00', '0000-00-00'), (3, NULL, '2022-02-02')")
-	execSession(t, &p, false, "SET SESSION sql_mode = ''", "INSERT INTO zd VALUES (3, NULL, '2022-02-02')")
-	cfg := p.config(t, "zd")
-	tr := tableReport(t, run(t, cfg), "zd")
-	if tr.DifferencesTotal != 2 {
-		t.Fatalf("%d differences, want 2", tr.DifferencesTotal)
-	}
-	ctx := context.Background()
-	conn, err := p.down.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	if _, err := conn.ExecContext(ctx, "SET SESSION sql_mode = 'STRICT_TRANS_TABLES,NO_ZERO_IN_DATE,NO_ZERO_DATE,ERROR_FOR_DIVISION_BY_ZERO'"); err != nil {
-		t.Fatal(err)
-	}
-	for line := range strings.SplitSeq(readFix(t, cfg, tr), "\n") {
-		if line == "" || strings.HasPrefix(line, "--") {
-			continue
-		}
-		if _, err := conn.ExecContext(ctx, line); err != nil {
-			t.Fatalf("apply %q under a strict sql_mode: %v", line, err)
-		}
-	}
-	var mode string
-	if err := conn.QueryRowContext(ctx, "SELECT @@SESSION.sql_mode").Scan(&mode); err != nil || mode != "STRICT_TRANS_TABLES,ERROR_FOR_DIVISION_BY_ZERO" {
-		t.Errorf("sql_mode after the header %q (%v): only the zero-date modes should go", mode, err)
-	}
-	cfg.OutputDir = t.TempDir()
-	if rep := run(t, cfg); !rep.Equal {
-		t.Errorf("after the fix SQL: %+v", rep.Tables)
-	}
-}
-
 // TestKeylessManyDifferences: a keyless table without an index (one chunk) with 1,200
 // differing rows. Their rows are read 256 row hashes per query (one query per hash scanned
 // the table 1,200 times); with max_differences below the count of differing row groups,
@@ -688,30 +611,6 @@ func TestBucketDrillBounds(t *testing.T) {
 	}
 	if tr.DifferencesTotal != 11000 || len(seen) != 11000 || dups != 0 {
 		t.Fatalf("want the 11000 changed rows once each, got %d differences, %d distinct keys, %d repeated", tr.DifferencesTotal, len(seen), dups)
-	}
-}
-
-// TestFixSQLIgnoredColumns: an ignored column is not compared, but a row the fix SQL
-// inserts gets the upstream's value of it (a NOT NULL column without a default refused the
-// insert before), also for a long column (a JSON document here), while rows that exist
-// downstream keep theirs.
-func TestFixSQLIgnoredColumns(t *testing.T) {
-	p := mariaPair(t)
-	p.both(t, "CREATE TABLE ig (id INT PRIMARY KEY, v INT, note VARCHAR(20) NOT NULL, big JSON NOT NULL)")
-	exec(t, p.up.DB, `INSERT INTO ig VALUES (1, 1, 'n1', '{"b":1}'), (2, 2, 'n2', '{"b":2}'), (3, 3, 'n3', '{"b":3}')`)
-	exec(t, p.down.DB, `INSERT INTO ig VALUES (1, -1, 'down1', '"x"'), (3, 3, 'down3', '"y"')`)
-	cfg := p.config(t, "ig")
-	cfg.IgnoreColumns = []string{"*.ig.note", "*.ig.big"}
-	rep := run(t, cfg)
-	tr := tableReport(t, rep, "ig")
-	if got := diffsByKind(tr); tr.DifferencesTotal != 2 || got[Missing] != 1 || got[Differing] != 1 {
-		t.Fatalf("want row 2 missing and row 1 differing (in v), got %+v", tr.Differences)
-	}
-	applyFix(t, p.down.DB, readFix(t, cfg, tr))
-	got := firstColumn(t, p.down.DB, "SELECT CONCAT_WS(',', id, v, note, big) FROM ig ORDER BY id")
-	want := []string{`1,1,down1,"x"`, `2,2,n2,{"b":2}`, `3,3,down3,"y"`}
-	if strings.Join(got, ";") != strings.Join(want, ";") {
-		t.Fatalf("downstream after the fix: %q, want %q", got, want)
 	}
 }
 

@@ -1,5 +1,11 @@
 package checker
 
+// checksum.go owns every SQL statement that reads table data, on the encoding of
+// encoding.go: the per-chunk checksum (and TiDB's forms of it), the key predicates of a
+// range, the boundary walk, the drill-down row streams, the keyless hash groups and the
+// benchmark-only lower bounds. Identifiers go through ident.Quote only. It must not
+// execute a statement (the pair and the comparer do).
+
 import (
 	"bytes"
 	"fmt"
@@ -9,350 +15,6 @@ import (
 	"github.com/tidb-parity/parity/internal/ident"
 )
 
-// This file holds every SQL statement that reads table data: the per-chunk checksum, the
-// boundary walk, the drill-down row streams. Identifiers go through ident.Quote only.
-
-// Hash selects the per-row hash of the checksum query. Every variant yields a 64-bit
-// unsigned integer per row; rows are aggregated with SUM (exact DECIMAL on both servers, so
-// duplicated rows never cancel out as they do under BIT_XOR) and paired with COUNT(*).
-type Hash string
-
-const (
-	// HashSHA1 takes the first 64 bits of SHA1 of the row encoding (the default: measured
-	// fastest of the cryptographic hashes on both MariaDB and TiDB, see docs/diff.md).
-	HashSHA1 Hash = "sha1"
-	// HashMD5 takes the first 64 bits of MD5.
-	HashMD5 Hash = "md5"
-	// HashCRC32Pair concatenates CRC32(row) and CRC32(REVERSE(row)). Kept only for
-	// benchmarks: CRC is affine over GF(2), so two rows that swap equal-length values
-	// collide under XOR-style aggregates, and salting does not add bits (CRC of a prefixed
-	// string is a function of the CRC of the string). Never the default.
-	HashCRC32Pair Hash = "crc32pair"
-)
-
-// TiDBChecksum is where a TiDB side computes checksums (Config.TiDBChecksum).
-type TiDBChecksum string
-
-const (
-	TiDBChecksumAuto     TiDBChecksum = "auto"
-	TiDBChecksumPushdown TiDBChecksum = "pushdown"
-	TiDBChecksumTiDB     TiDBChecksum = "tidb"
-)
-
-// Side is upstream or downstream.
-type Side int
-
-const (
-	Upstream Side = iota
-	Downstream
-)
-
-func (s Side) String() string {
-	if s == Upstream {
-		return "upstream"
-	}
-	return "downstream"
-}
-
-// PlanColumn is a compared column: its name and the kind taken from the upstream.
-type PlanColumn struct {
-	Name string
-	Kind Kind
-	// NotNull is set when the column is NOT NULL on both sides (its encoding then needs
-	// no NULL marker).
-	NotNull bool
-	// Enum is set for ENUM and SET columns: their index orders by member number, but
-	// they compare with strings as text, so key predicates and walks use their text.
-	Enum bool
-	// Unsigned is set for an integer column that is UNSIGNED upstream: its key values are
-	// uint64 (keyValue).
-	Unsigned bool
-	// per side: character set and collation (index 0 upstream, 1 downstream).
-	Charset   [2]string
-	Collation [2]string
-	// MaxBytes bounds the column's text on either side (Column.MaxBytes).
-	MaxBytes int64
-	// Digest puts SHA1 of the column's text into the row encoding instead of the text
-	// (FitEncoding), for columns too long to concatenate.
-	Digest bool
-}
-
-// TablePlan is how one table pair is compared: the tables on both sides, the compared
-// columns (upstream order, ignored and generated columns removed) and the key.
-type TablePlan struct {
-	Schema  [2]string // per side
-	Table   [2]string
-	Flavor  [2]Flavor
-	Columns []PlanColumn
-	// Key holds the indexes into Columns of the row key, in key order. For a keyless
-	// table it holds the NOT NULL, orderable columns used only to cut chunks (possibly
-	// none), and Keyless is true.
-	Key     []int
-	Keyless bool
-	// PartialColumns is set when some downstream columns are not compared (ignored, or
-	// absent upstream): fix SQL then updates instead of replacing whole rows.
-	PartialColumns bool
-	// Carried are the ignored columns that both sides have (plain, not generated,
-	// downstream): not compared, but read from the upstream after the compared columns,
-	// so that fix SQL inserts a missing row whole, with the upstream's values, instead of
-	// leaving them to their defaults (which a NOT NULL column without one refuses).
-	Carried []PlanColumn
-	// Referenced is set when a foreign key references the downstream table: fix SQL then
-	// updates rows in place instead of replacing them, because REPLACE deletes the old row
-	// first and an ON DELETE CASCADE would delete its children with it.
-	Referenced bool
-	Hash       Hash
-	// Pushdown, per side, marks a TiDB whose checksum expressions are written so that TiDB
-	// pushes them down to its coprocessor (every function on TiKV's list: SUBSTRING, not
-	// LEFT; no derived table). Otherwise a TiDB side uses tidbChecksumSQL's form,
-	// evaluated in TiDB.
-	Pushdown [2]bool
-	// Where is the user's optional row filter, applied on both sides.
-	Where string
-}
-
-func (p *TablePlan) table(s Side) string { return ident.Table(p.Schema[s], p.Table[s]) }
-
-// KeyNames returns the key column names.
-func (p *TablePlan) KeyNames() []string {
-	out := make([]string, len(p.Key))
-	for i, k := range p.Key {
-		out[i] = p.Columns[k].Name
-	}
-	return out
-}
-
-func isUTF8(cs string) bool {
-	switch cs {
-	case "", "utf8mb4", "utf8", "utf8mb3", "binary":
-		return true
-	}
-	return false
-}
-
-// text returns an expression yielding the column's value as text (bytes) on side s.
-func (p *TablePlan) text(s Side, c PlanColumn) string {
-	id := ident.Quote(c.Name)
-	switch c.Kind {
-	case KindString:
-		if !isUTF8(c.Charset[s]) {
-			return "CONVERT(" + id + " USING utf8mb4)"
-		}
-		return id
-	case KindJSON:
-		if p.Flavor[s] == FlavorMariaDB {
-			return id // LONGTEXT: the stored text (what TiCDC wrote, in TiDB's format)
-		}
-		return "CAST(" + id + " AS CHAR)"
-	case KindBit:
-		return "CAST(" + id + " AS UNSIGNED)"
-	case KindFloat:
-		return floatText("CAST(" + id + " AS DOUBLE)")
-	case KindDouble:
-		return floatText(id)
-	}
-	return id
-}
-
-// floatText encodes a FLOAT/DOUBLE exactly and identically on TiDB and MySQL/MariaDB,
-// which print floating-point values differently (TiDB: 3.1415927, 100000000000000000000;
-// MariaDB: 3.14159, 1e20): as its binary form m 'p' E, the integer mantissa and the binary
-// exponent, x = m × 2^(E-52) (m has 53 bits and the sign; subnormals keep E = -1022 and a
-// shorter m). x is a DOUBLE expression (a FLOAT column is widened exactly by CAST).
-//
-// Only exact IEEE operations decide the result: dividing by a power of two (exact while
-// the quotient is normal or an integer) and comparing. LOG2 merely guesses the exponent:
-// TiDB's and MariaDB's LOG2 differ in the last bit, and LOG2(1.7976931348623157e308) is
-// 1024 on both. Taking the floor of LOG2(|x|) - 1e-9 makes the guess g either the
-// exponent or one less (never 1024, so POW never overflows, which would be an error, not
-// infinity); |x| / 2^g >= 2 says which. The encoding is injective (different doubles
-// never encode alike, unlike a decimal rounding of LOG10/POW(10) arithmetic, which also
-// differs between the servers for about a third of random doubles at 17 digits), and 0
-// and -0 both encode as 0. NaN and infinities cannot be stored in MySQL, TiDB or MariaDB.
-func floatText(x string) string {
-	a := "ABS(" + x + ")"
-	g := "GREATEST(FLOOR(LOG2(" + a + ") - 1e-9), -1074)"
-	e := "GREATEST(" + g + " + (" + a + " / POW(2, " + g + ") >= 2), -1022)"
-	m := "CAST(" + x + " / POW(2, " + e + " - 52) AS SIGNED)"
-	return "CASE WHEN " + x + " = 0 THEN '0' ELSE IFNULL(CONCAT(" + m + ", 'p', CAST(" + e + " AS SIGNED)), CONCAT('raw', " + x + ")) END"
-}
-
-// fields returns the CONCAT_WS fields that encode column c on side s:
-//
-//   - numbers, temporal values, BIT and FLOAT/DOUBLE: one field, their text, which never
-//     contains ',' and never equals 'N'; 'N' for NULL (IFNULL(x,'N')).
-//   - strings, binaries and JSON (variable bytes): two fields, the byte length and then the
-//     bytes, LENGTH(x) and x; for NULL the length field is 'N' and the value field is NULL,
-//     which CONCAT_WS skips (IFNULL(LENGTH(x),'N') and x).
-//
-// The length as a field of its own costs one CONCAT_WS argument where CONCAT(LENGTH(x),
-// ':', x) built a temporary string per value: 0.52 s against 0.68 s per 1M sysbench rows
-// on MariaDB and 1.17 s against 1.72 s on TiDB for the whole-table SUM(LENGTH(encoding))
-// (docs/diff.md). RowEncoding proves the row encoding injective.
-func (p *TablePlan) fields(s Side, c PlanColumn) []string {
-	x := p.text(s, c)
-	if c.Kind.variableBytes() {
-		if c.NotNull {
-			return []string{"LENGTH(" + x + ")", p.value(s, c)}
-		}
-		return []string{"IFNULL(LENGTH(" + x + "),'N')", p.value(s, c)}
-	}
-	if c.NotNull {
-		return []string{x}
-	}
-	return []string{"IFNULL(" + x + ",'N')"}
-}
-
-// encode returns the encoding of column c alone as one expression (for tests that show
-// which column differs).
-func (p *TablePlan) encode(s Side, c PlanColumn) string {
-	f := p.fields(s, c)
-	if len(f) == 1 {
-		return f[0]
-	}
-	return "CONCAT_WS(','," + strings.Join(f, ",") + ")"
-}
-
-// RowEncoding returns the SQL expression of the row encoding on side s: the fields of
-// every compared column (see fields) joined by CONCAT_WS(',', ...) in plan order, except
-// that the last NOT NULL string or binary column r (if any) is moved to the end as its
-// bare bytes, without a length field.
-//
-// The encoding is injective: given the plan (which fixes the sequence of columns and their
-// kinds), the row is decoded from its encoding left to right, so two different rows never
-// encode alike.
-//
-//   - A text column (number, temporal, BIT, FLOAT/DOUBLE): its field runs to the next ','
-//     (its text never contains ','); 'N' is NULL (no such text equals 'N').
-//   - A variable-bytes column: its first field runs to the next ',' (a decimal length
-//     never contains ','). 'N' means NULL, and the value field is absent (CONCAT_WS
-//     skipped it), so the next column starts right after. A length L means the value is
-//     exactly the L bytes after that ',', whatever they contain (',', 'N', digits), and
-//     the next column starts after the ',' that follows them. So NULL ('N'), ” ('0,'),
-//     'N' ('1,N') and 'NULL' ('4,NULL') all differ, and a separator inside a value, or
-//     bytes moved from one column to the next, change a length.
-//   - r: everything after the last ',' consumed by the fields before it. r is NOT NULL,
-//     so CONCAT_WS never skips it; a nullable column cannot go there ('N' would be both
-//     NULL and the string 'N').
-//
-// CONCAT_WS never skips any other field: text fields and length fields are wrapped in
-// IFNULL. Moving r last is a fixed permutation of the columns, so column order still
-// counts. Leaving r without a length saves a LENGTH and a field per row.
-// TestRowEncodingDecodes decodes the encodings that MariaDB computes for rows built to
-// collide under careless encodings.
-func (p *TablePlan) RowEncoding(s Side) string {
-	raw := p.rawLast()
-	parts := make([]string, 0, 2*len(p.Columns))
-	for i, c := range p.Columns {
-		if i != raw {
-			parts = append(parts, p.fields(s, c)...)
-		}
-	}
-	if raw >= 0 {
-		parts = append(parts, p.value(s, p.Columns[raw]))
-	}
-	if len(parts) == 1 {
-		return parts[0]
-	}
-	return "CONCAT_WS(','," + strings.Join(parts, ",") + ")"
-}
-
-// value returns the value field of a variable-bytes column c: its text, or for a Digest
-// column SHA1 of its text, 40 hexadecimal digits (NULL for NULL, as the text).
-func (p *TablePlan) value(s Side, c PlanColumn) string {
-	if c.Digest {
-		return "SHA1(" + p.text(s, c) + ")"
-	}
-	return p.text(s, c)
-}
-
-// encodingSlack is what FitEncoding leaves free of a server's max_allowed_packet.
-const encodingSlack = 1024
-
-// FitEncoding makes every row's encoding fit in packet bytes, the smaller
-// max_allowed_packet of the two servers. Both MariaDB/MySQL and TiDB turn a CONCAT_WS
-// result longer than max_allowed_packet into NULL (with a warning only), so the row's
-// hash would be NULL and SUM would skip it: with rows that wide on both sides, a
-// difference in them would never be seen. FitEncoding bounds the encoding's length from
-// the columns' maximum lengths and, while the bound exceeds packet, turns the longest
-// remaining variable-bytes column into a Digest column (its value field becomes SHA1 of
-// its text, 40 bytes). It returns the digested columns' names. Columns of the sizes
-// people mostly use (VARCHAR, TEXT) stay inline; LONGTEXT, LONGBLOB and JSON are digested
-// under every packet size, MEDIUMTEXT and MEDIUMBLOB under the 16 MiB default.
-func (p *TablePlan) FitEncoding(packet int64) []string {
-	var out []string
-	for p.encodingBound() > packet-encodingSlack {
-		best := -1
-		for i, c := range p.Columns {
-			if c.MaxBytes > 40 && !c.Digest && c.Kind.variableBytes() &&
-				(best < 0 || c.MaxBytes > p.Columns[best].MaxBytes) {
-				best = i
-			}
-		}
-		if best < 0 {
-			break // every long column is digested; what is left cannot be shortened
-		}
-		p.Columns[best].Digest = true
-		out = append(out, p.Columns[best].Name)
-	}
-	return out
-}
-
-// encodingBound is an upper bound of the row encoding's length in bytes: per column its
-// separator, a length field of up to 20 digits and the value (its MaxBytes, or 40 for a
-// digest) for variable-bytes kinds, and 100 bytes for the others (a DECIMAL(65,30) prints
-// in 67).
-func (p *TablePlan) encodingBound() int64 {
-	var n int64
-	for _, c := range p.Columns {
-		switch {
-		case !c.Kind.variableBytes():
-			n += 100
-		case c.Digest:
-			n += 22 + 40
-		default:
-			n += 22 + c.MaxBytes
-		}
-	}
-	return n
-}
-
-// rawLast returns the index of the column encoded last without a length field: the last
-// NOT NULL string or binary column, or -1.
-func (p *TablePlan) rawLast() int {
-	for i := len(p.Columns) - 1; i >= 0; i-- {
-		if c := p.Columns[i]; c.NotNull && (c.Kind == KindString || c.Kind == KindBinary) {
-			return i
-		}
-	}
-	return -1
-}
-
-// RowHash returns the SQL expression of the 64-bit unsigned per-row hash on side s.
-func (p *TablePlan) RowHash(s Side) string {
-	return hashExpr(p.Hash, p.RowEncoding(s), p.Flavor[s] == FlavorTiDB && p.Pushdown[s])
-}
-
-// hashExpr folds the digest of row to its first 64 bits. pushdown writes SUBSTRING(h,1,16)
-// instead of LEFT(h,16) (the same value): TiDB pushes SUBSTRING down to TiKV, not LEFT.
-// Kept in TiDB, the LEFT form was about 1 s cheaper per 1M rows on unistore (1.7-1.8 s
-// against 2.6-3.0 s), whose coprocessor evaluates a pushed-down expression row by row.
-func hashExpr(h Hash, row string, pushdown bool) string {
-	left := func(x string) string {
-		if pushdown {
-			return "SUBSTRING(" + x + ",1,16)"
-		}
-		return "LEFT(" + x + ",16)"
-	}
-	switch h {
-	case HashMD5:
-		return "CAST(CONV(" + left("MD5("+row+")") + ",16,10) AS UNSIGNED)"
-	case HashCRC32Pair:
-		return "((CRC32(" + row + ") << 32) | CRC32(REVERSE(" + row + ")))"
-	}
-	return "CAST(CONV(" + left("SHA1("+row+")") + ",16,10) AS UNSIGNED)"
-}
-
 // ChecksumSQL returns the chunk checksum query for side s: one row (cnt, sum) where cnt is
 // COUNT(*) and sum the exact SUM of the per-row hashes as a decimal string ('0' for no
 // rows). r is the key range of the chunk.
@@ -360,7 +22,7 @@ func (p *TablePlan) ChecksumSQL(s Side, r Range) string {
 	if p.batchFold(s) {
 		return p.tidbChecksumSQL(s, r, "")
 	}
-	return "SELECT COUNT(*) AS cnt, IFNULL(SUM(" + p.RowHash(s) + "),0) AS sum FROM " + p.table(s) + p.whereClause(s, r)
+	return "SELECT COUNT(*) AS cnt, IFNULL(SUM(" + p.rowHash(s) + "),0) AS sum FROM " + p.table(s) + p.whereClause(s, r)
 }
 
 // LowerBound selects a benchmark-only query (LowerBoundSQL) that bounds from below what
@@ -384,12 +46,12 @@ const (
 // by checksumming in SQL at all.
 func (p *TablePlan) LowerBoundSQL(s Side, r Range, b LowerBound) string {
 	if b == LowerBoundCRC32 {
-		return "SELECT COUNT(*), IFNULL(SUM(CRC32(" + p.RowEncoding(s) + ")),0) FROM " + p.table(s) + p.whereClause(s, r)
+		return "SELECT COUNT(*), IFNULL(SUM(CRC32(" + p.rowEncoding(s) + ")),0) FROM " + p.table(s) + p.whereClause(s, r)
 	}
 	aggs := []string{"COUNT(*)"}
 	for _, c := range p.Columns {
 		id := ident.Quote(c.Name)
-		if c.Kind == KindInt || c.Kind == KindBit {
+		if c.Kind == kindInt || c.Kind == kindBit {
 			aggs = append(aggs, "BIT_XOR("+id+")")
 		} else {
 			aggs = append(aggs, "SUM(LENGTH("+id+"))")
@@ -434,7 +96,7 @@ func (p *TablePlan) tidbChecksumSQL(s Side, r Range, group string) string {
 		sel, inner, tail = "g, ", group+" AS g, ", " GROUP BY g ORDER BY g"
 	}
 	return "SELECT " + sel + "COUNT(*) AS cnt, IFNULL(SUM(" + v.String() + "),0) AS sum FROM (SELECT " + inner + "UNHEX(" + digest + "(" +
-		p.RowEncoding(s) + ")) AS b FROM " + p.table(s) + p.whereClause(s, r) + " LIMIT 18446744073709551615) AS x" + tail
+		p.rowEncoding(s) + ")) AS b FROM " + p.table(s) + p.whereClause(s, r) + " LIMIT 18446744073709551615) AS x" + tail
 }
 
 func (p *TablePlan) whereClause(s Side, r Range) string {
@@ -451,7 +113,7 @@ func (p *TablePlan) whereClause(s Side, r Range) string {
 	return " WHERE " + strings.Join(conds, " AND ")
 }
 
-// binaryCollation stands, in PlanColumn.Collation, for a TiDB without new collations:
+// binaryCollation stands, in planColumn.Collation, for a TiDB without new collations:
 // whatever its columns declare, it compares strings as their bytes, NO PAD.
 const binaryCollation = "binary"
 
@@ -460,7 +122,7 @@ const binaryCollation = "binary"
 // key order, the chunk ranges and the other side's comparisons follow it (keyRef).
 func (p *TablePlan) compareBytes(s Side) {
 	for i := range p.Columns {
-		if p.Columns[i].Kind == KindString {
+		if p.Columns[i].Kind == kindString {
 			p.Columns[i].Collation[s] = binaryCollation
 		}
 	}
@@ -471,12 +133,12 @@ func (p *TablePlan) compareBytes(s Side) {
 // collation so a row falls into the same chunk on both sides; with binaryCollation it
 // compares the column's bytes (no COLLATE names that for a text column), and cannot use
 // its index for the range.
-func (p *TablePlan) keyRef(s Side, c PlanColumn) string {
+func (p *TablePlan) keyRef(s Side, c planColumn) string {
 	id := ident.Quote(c.Name)
 	if c.Enum {
 		id = "CAST(" + id + " AS CHAR)"
 	}
-	if s == Downstream && c.Kind == KindString && c.Collation[0] != "" && c.Collation[0] != c.Collation[1] {
+	if s == Downstream && c.Kind == kindString && c.Collation[0] != "" && c.Collation[0] != c.Collation[1] {
 		if c.Collation[0] == binaryCollation {
 			// TiDB compares the UTF-8 bytes it stores.
 			if !isUTF8(c.Charset[1]) {
@@ -526,7 +188,7 @@ func (p *TablePlan) byteRangeSuperset(s Side, r Range) string {
 		return ""
 	}
 	c := p.Columns[p.Key[0]]
-	if c.Kind != KindString || c.Enum || c.Collation[0] != binaryCollation || c.Charset[1] != "utf8mb4" {
+	if c.Kind != kindString || c.Enum || c.Collation[0] != binaryCollation || c.Charset[1] != "utf8mb4" {
 		return ""
 	}
 	var heaviest string
@@ -555,8 +217,8 @@ func (p *TablePlan) byteRangeSuperset(s Side, r Range) string {
 	}
 	m := padLowChars(c)
 	id := ident.Quote(c.Name)
-	low := predicateLiteral(KindString, Value{Bytes: append(pre, bytes.Repeat([]byte{0}, m)...)})
-	high := predicateLiteral(KindString, Value{Bytes: append(pre, strings.Repeat(heaviest, m)...)})
+	low := predicateLiteral(kindString, sqlValue{Bytes: append(pre, bytes.Repeat([]byte{0}, m)...)})
+	high := predicateLiteral(kindString, sqlValue{Bytes: append(pre, strings.Repeat(heaviest, m)...)})
 	return id + " >= " + low + " AND " + id + " <= " + high
 }
 
@@ -568,7 +230,7 @@ func (p *TablePlan) boundPredicate(s Side, b Bound, op string) string {
 	strict := op[:1] // ">" or "<"
 	refs := make([]string, n)
 	lits := make([]string, n)
-	cols := make([]PlanColumn, n)
+	cols := make([]planColumn, n)
 	for i := 0; i < n; i++ {
 		cols[i] = p.Columns[p.Key[i]]
 		refs[i] = p.keyRef(s, cols[i])
@@ -589,7 +251,7 @@ func (p *TablePlan) boundPredicate(s Side, b Bound, op string) string {
 // plain comparison except on a MySQL or MariaDB downstream of a TiDB upstream, for a
 // string key under a PAD SPACE collation: there the two servers order some strings
 // differently, and the comparison is written to follow TiDB's order (tidbPadOrder).
-func (p *TablePlan) compare(s Side, c PlanColumn, ref, op string, v Value) string {
+func (p *TablePlan) compare(s Side, c planColumn, ref, op string, v sqlValue) string {
 	lit := predicateLiteral(c.Kind, v)
 	plain := ref + " " + op + " " + lit
 	if v.Null || !p.tidbPadOrder(s, c) {
@@ -615,12 +277,12 @@ func (p *TablePlan) compare(s Side, c PlanColumn, ref, op string, v Value) strin
 	// an index scan misses the very strings at stake.) TestPadSpaceOrder compares every
 	// form with TiDB's own answers.
 	t := bytes.TrimRight(v.Bytes, " ")
-	low := predicateLiteral(KindString, Value{Bytes: append(t[:len(t):len(t)], make([]byte, padLowChars(c))...)})
+	low := predicateLiteral(kindString, sqlValue{Bytes: append(t[:len(t):len(t)], make([]byte, padLowChars(c))...)})
 	below := ""
 	if pre := prefixesBelow(v.Bytes); len(pre) > 0 {
 		lits := make([]string, len(pre))
 		for i, x := range pre {
-			lits[i] = predicateLiteral(c.Kind, Value{Bytes: x})
+			lits[i] = predicateLiteral(c.Kind, sqlValue{Bytes: x})
 		}
 		below = ref + " IN (" + strings.Join(lits, ", ") + ")"
 	}
@@ -651,7 +313,7 @@ func (p *TablePlan) compare(s Side, c PlanColumn, ref, op string, v Value) strin
 // padLowChars is how many NUL characters follow a bound's text in the lowest string that
 // extends it (compare): at least as many characters as the column holds, at most 3072
 // (the longest index key, and so the longest key value that can be cut on).
-func padLowChars(c PlanColumn) int {
+func padLowChars(c planColumn) int {
 	n := c.MaxBytes
 	if c.Charset[0] == "utf8mb4" && c.Charset[1] == "utf8mb4" {
 		n = (n + 3) / 4
@@ -664,8 +326,8 @@ func padLowChars(c PlanColumn) int {
 // downstream, for a string key column whose comparison collation (the upstream's, see
 // keyRef) pads with spaces. Boundaries come from the upstream's key order; evaluated in
 // the same order on both sides, the chunks hold the same keys.
-func (p *TablePlan) tidbPadOrder(s Side, c PlanColumn) bool {
-	if s != Downstream || p.Flavor[Upstream] != FlavorTiDB || p.Flavor[Downstream] == FlavorTiDB || c.Kind != KindString || c.Enum {
+func (p *TablePlan) tidbPadOrder(s Side, c planColumn) bool {
+	if s != Downstream || p.Flavor[Upstream] != FlavorTiDB || p.Flavor[Downstream] == FlavorTiDB || c.Kind != kindString || c.Enum {
 		return false
 	}
 	coll := c.Collation[1]
@@ -721,39 +383,39 @@ func (p *TablePlan) keySelect() string {
 // MariaDB prints a FLOAT with 6 digits (3.14159 for a stored 3.1415927), and a
 // FLOAT(M,D)/DOUBLE(M,D) with D decimals, while CAST(... AS DOUBLE) widens exactly and
 // prints in full (3.1415927410125732). The exact text also makes exact literals in fix SQL.
-func (p *TablePlan) selectExpr(c PlanColumn) string {
+func (p *TablePlan) selectExpr(c planColumn) string {
 	switch c.Kind {
-	case KindBit:
+	case kindBit:
 		return "CAST(" + ident.Quote(c.Name) + " AS UNSIGNED)"
-	case KindFloat, KindDouble:
+	case kindFloat, kindDouble:
 		return "CAST(" + ident.Quote(c.Name) + " AS DOUBLE)"
 	}
 	return ident.Quote(c.Name)
 }
 
-// BoundarySQL returns the key of the row `offset` rows past the start of range r in key
+// boundarySQL returns the key of the row `offset` rows past the start of range r in key
 // order (the index walk that cuts the next chunk), or no row when fewer remain.
-func (p *TablePlan) BoundarySQL(s Side, r Range, offset int) string {
+func (p *TablePlan) boundarySQL(s Side, r Range, offset int) string {
 	return fmt.Sprintf("SELECT %s FROM %s%s ORDER BY %s LIMIT %d,1", p.keySelect(), p.table(s), p.whereClause(s, r), p.keyList(s), offset)
 }
 
-// KeysSQL returns the first n keys of range r in key order (cutting several chunks with
+// keysSQL returns the first n keys of range r in key order (cutting several chunks with
 // one index walk).
-func (p *TablePlan) KeysSQL(s Side, r Range, n int) string {
+func (p *TablePlan) keysSQL(s Side, r Range, n int) string {
 	return fmt.Sprintf("SELECT %s FROM %s%s ORDER BY %s LIMIT %d", p.keySelect(), p.table(s), p.whereClause(s, r), p.keyList(s), n)
 }
 
-// RegionSampleSQL returns the first row key of every TiDB region of the table (TiDB only).
-func (p *TablePlan) RegionSampleSQL() string {
+// regionSampleSQL returns the first row key of every TiDB region of the table (TiDB only).
+func (p *TablePlan) regionSampleSQL() string {
 	return fmt.Sprintf("SELECT %s FROM %s TABLESAMPLE REGIONS() ORDER BY %s", p.keySelect(), p.table(Upstream), p.keyList(Upstream))
 }
 
 // orderExpr orders drill-down streams so that Go can merge them: strings by their UTF-8
 // bytes (no collation, no pad space, byteString), everything else by value.
-func (p *TablePlan) orderExpr(c PlanColumn, s Side) string {
+func (p *TablePlan) orderExpr(c planColumn, s Side) string {
 	id := ident.Quote(c.Name)
 	switch c.Kind {
-	case KindString:
+	case kindString:
 		if !isUTF8(c.Charset[s]) {
 			id = "CONVERT(" + id + " USING utf8mb4)"
 		}
@@ -801,9 +463,9 @@ func (p *TablePlan) width(s Side) int {
 	return len(p.Columns)
 }
 
-// RowsSQL streams the rows of a range on side s: every compared column (then the
+// rangeRowsSQL streams the rows of a range on side s: every compared column (then the
 // carried ones upstream), in the byte/value order of the key that compareKeys expects.
-func (p *TablePlan) RowsSQL(s Side, r Range) string {
+func (p *TablePlan) rangeRowsSQL(s Side, r Range) string {
 	return p.rowsSQL(s, p.whereClause(s, r))
 }
 
@@ -816,9 +478,9 @@ func (p *TablePlan) rowsSQL(s Side, where string) string {
 	return fmt.Sprintf("SELECT %s FROM %s%s ORDER BY %s", strings.Join(cols, ", "), p.table(s), where, strings.Join(order, ", "))
 }
 
-// RowsInRangesSQL streams the rows of several disjoint ranges (in key order) on side s,
-// in RowsSQL's columns and order: one query for the differing buckets of a chunk.
-func (p *TablePlan) RowsInRangesSQL(s Side, rs []Range) string {
+// rowsInRangesSQL streams the rows of several disjoint ranges (in key order) on side s,
+// in rangeRowsSQL's columns and order: one query for the differing buckets of a chunk.
+func (p *TablePlan) rowsInRangesSQL(s Side, rs []Range) string {
 	terms := make([]string, 0, len(rs))
 	for _, r := range rs {
 		if c := p.rangePredicate(s, r); c != "" {
@@ -834,12 +496,12 @@ func (p *TablePlan) RowsInRangesSQL(s Side, rs []Range) string {
 	return p.rowsSQL(s, where)
 }
 
-// RowsByKeysSQL reads the rows with the given keys (values in key order) on side s, in
-// RowsSQL's columns and order, within the user's row filter: the re-check reads the rows
+// rowsByKeysSQL reads the rows with the given keys (values in key order) on side s, in
+// rangeRowsSQL's columns and order, within the user's row filter: the re-check reads the rows
 // of stored differences again. Each key is an equality per key column (with the collation
 // of the range predicates), OR-ed: both servers' range optimizers turn it into point
 // lookups.
-func (p *TablePlan) RowsByKeysSQL(s Side, keys []Bound) string {
+func (p *TablePlan) rowsByKeysSQL(s Side, keys []Bound) string {
 	terms := make([]string, len(keys))
 	for i, k := range keys {
 		conds := make([]string, len(p.Key))
@@ -866,18 +528,18 @@ func (p *TablePlan) RowsByKeysSQL(s Side, keys []Bound) string {
 	return p.rowsSQL(s, where)
 }
 
-// HashGroupsSQL returns (h, n) for every distinct row hash of a range, ordered by h: the
+// hashGroupsSQL returns (h, n) for every distinct row hash of a range, ordered by h: the
 // drill-down of keyless tables compares these multisets.
-func (p *TablePlan) HashGroupsSQL(s Side, r Range) string {
-	return fmt.Sprintf("SELECT h, COUNT(*) FROM (SELECT %s AS h FROM %s%s) AS x GROUP BY h ORDER BY h", p.RowHash(s), p.table(s), p.whereClause(s, r))
+func (p *TablePlan) hashGroupsSQL(s Side, r Range) string {
+	return fmt.Sprintf("SELECT h, COUNT(*) FROM (SELECT %s AS h FROM %s%s) AS x GROUP BY h ORDER BY h", p.rowHash(s), p.table(s), p.whereClause(s, r))
 }
 
-// keylessFetchBatch is how many row hashes one RowsByHashesSQL query looks for.
+// keylessFetchBatch is how many row hashes one rowsByHashesSQL query looks for.
 const keylessFetchBatch = 256
 
-// RowsByHashesSQL returns the rows of a range whose row hash is one of hs (decimal
+// rowsByHashesSQL returns the rows of a range whose row hash is one of hs (decimal
 // strings), each followed by its hash.
-func (p *TablePlan) RowsByHashesSQL(s Side, r Range, hs []string) string {
+func (p *TablePlan) rowsByHashesSQL(s Side, r Range, hs []string) string {
 	lits := make([]string, len(hs))
 	for i, h := range hs {
 		lits[i] = h
@@ -892,7 +554,7 @@ func (p *TablePlan) RowsByHashesSQL(s Side, r Range, hs []string) string {
 	} else {
 		w += " AND "
 	}
-	h := p.RowHash(s)
+	h := p.rowHash(s)
 	return fmt.Sprintf("SELECT %s, %s FROM %s%s%s IN (%s)", strings.Join(cols, ", "), h, p.table(s), w, h, strings.Join(lits, ", "))
 }
 
@@ -901,7 +563,7 @@ func (p *TablePlan) RowsByHashesSQL(s Side, r Range, hs []string) string {
 func (p *TablePlan) numericKey() bool {
 	for _, k := range p.Key {
 		switch p.Columns[k].Kind {
-		case KindInt, KindDecimal, KindTemporal:
+		case kindInt, kindDecimal, kindTemporal:
 		default:
 			return false
 		}
@@ -910,18 +572,18 @@ func (p *TablePlan) numericKey() bool {
 }
 
 // intKey reports whether the table has a key of one integer column: such ranges are cut by
-// key value, and narrowed or grouped by key buckets (BucketChecksumSQL).
+// key value, and narrowed or grouped by key buckets (bucketChecksumSQL).
 func (p *TablePlan) intKey() bool {
-	return len(p.Key) == 1 && !p.Keyless && p.Columns[p.Key[0]].Kind == KindInt
+	return len(p.Key) == 1 && !p.Keyless && p.Columns[p.Key[0]].Kind == kindInt
 }
 
-// MinMaxSQL returns the smallest and largest key of a range (single-column keys).
-func (p *TablePlan) MinMaxSQL(s Side, r Range) string {
+// minMaxSQL returns the smallest and largest key of a range (single-column keys).
+func (p *TablePlan) minMaxSQL(s Side, r Range) string {
 	k := ident.Quote(p.Columns[p.Key[0]].Name)
 	return "SELECT MIN(" + k + "), MAX(" + k + ") FROM " + p.table(s) + p.whereClause(s, r)
 }
 
-// BucketChecksumSQL returns (bucket, cnt, sum) per bucket of an integer key range, where
+// bucketChecksumSQL returns (bucket, cnt, sum) per bucket of an integer key range, where
 // bucket = FLOOR((key - base) / width) computed exactly in DECIMAL: one scan yields the
 // checksums of many sub-ranges, so a mismatched chunk is narrowed in one query per side.
 //
@@ -931,7 +593,7 @@ func (p *TablePlan) MinMaxSQL(s Side, r Range) string {
 // (64-row buckets), MariaDB spent 2.15-2.45 s of CPU with integers and 2.29-2.89 s with
 // DECIMAL, against 1.70-1.95 s for the plain checksum; on TiDB the two forms cost the same
 // within noise.
-func (p *TablePlan) BucketChecksumSQL(s Side, r Range, base, width string, intMath bool) string {
+func (p *TablePlan) bucketChecksumSQL(s Side, r Range, base, width string, intMath bool) string {
 	k := ident.Quote(p.Columns[p.Key[0]].Name)
 	b := "FLOOR((CAST(" + k + " AS DECIMAL(65,0)) - " + base + ") / " + width + ")"
 	if intMath {
@@ -940,5 +602,5 @@ func (p *TablePlan) BucketChecksumSQL(s Side, r Range, base, width string, intMa
 	if p.batchFold(s) {
 		return p.tidbChecksumSQL(s, r, b)
 	}
-	return "SELECT " + b + " AS b, COUNT(*), IFNULL(SUM(" + p.RowHash(s) + "),0) FROM " + p.table(s) + p.whereClause(s, r) + " GROUP BY b ORDER BY b"
+	return "SELECT " + b + " AS b, COUNT(*), IFNULL(SUM(" + p.rowHash(s) + "),0) FROM " + p.table(s) + p.whereClause(s, r) + " GROUP BY b ORDER BY b"
 }

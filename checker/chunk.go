@@ -1,5 +1,10 @@
 package checker
 
+// chunk.go owns key ranges and chunks: a Bound and a Range, how key values order in Go
+// as the drill-down queries order them, a chunk (one unit of work), the chunk sizer fed
+// by the comparer's timings and difference counts, and cutting a range by value. It
+// must not query a server (the scopes cut through the pair) nor store chunks (state.go).
+
 import (
 	"bytes"
 	"cmp"
@@ -10,7 +15,7 @@ import (
 )
 
 // Bound is a key tuple (one value per key column).
-type Bound []Value
+type Bound []sqlValue
 
 // Range is the key range lo < key <= hi of a chunk. A nil Lo means from the start of the
 // table, a nil Hi means to its end.
@@ -21,7 +26,7 @@ type Range struct {
 // compareValue orders two non-NULL key values of kind k the way the drill-down queries
 // order them (orderExpr): numbers by value, strings and binaries by bytes, temporal values
 // by their fixed-width text. NULL sorts first, as in MySQL.
-func compareValue(k Kind, a, b Value) int {
+func compareValue(k colKind, a, b sqlValue) int {
 	switch {
 	case a.Null && b.Null:
 		return 0
@@ -31,7 +36,7 @@ func compareValue(k Kind, a, b Value) int {
 		return 1
 	}
 	switch k {
-	case KindInt, KindBit:
+	case kindInt, kindBit:
 		// Fast path without allocation (the drill-down compares every row's key).
 		if x, err1 := strconv.ParseInt(string(a.Bytes), 10, 64); err1 == nil {
 			if y, err2 := strconv.ParseInt(string(b.Bytes), 10, 64); err2 == nil {
@@ -43,19 +48,19 @@ func compareValue(k Kind, a, b Value) int {
 		if ok1 && ok2 {
 			return x.Cmp(y)
 		}
-	case KindDecimal:
+	case kindDecimal:
 		x, ok1 := new(big.Rat).SetString(string(a.Bytes))
 		y, ok2 := new(big.Rat).SetString(string(b.Bytes))
 		if ok1 && ok2 {
 			return x.Cmp(y)
 		}
-	case KindFloat, KindDouble:
+	case kindFloat, kindDouble:
 		x, err1 := strconv.ParseFloat(string(a.Bytes), 64)
 		y, err2 := strconv.ParseFloat(string(b.Bytes), 64)
 		if err1 == nil && err2 == nil {
 			return cmp.Compare(x, y) // no NaN in MySQL; -0 and 0 compare equal
 		}
-	case KindTemporal:
+	case kindTemporal:
 		// TIME values (negative, or with more than two hour digits) do not order by text;
 		// dates and datetimes (fixed width) do.
 		if isTime(a.Bytes) && isTime(b.Bytes) {
@@ -98,7 +103,7 @@ func compareTime(a, b string) int {
 }
 
 // compareKeys orders two key tuples.
-func (p *TablePlan) compareKeys(a, b []Value) int {
+func (p *TablePlan) compareKeys(a, b []sqlValue) int {
 	for i, k := range p.Key {
 		if c := compareValue(p.Columns[k].Kind, a[i], b[i]); c != 0 {
 			return c
@@ -107,8 +112,8 @@ func (p *TablePlan) compareKeys(a, b []Value) int {
 	return 0
 }
 
-// Chunk is one unit of work: a key range of one table.
-type Chunk struct {
+// keyChunk is one unit of work: a key range of one table.
+type keyChunk struct {
 	Table int // index into the run's tables
 	Seq   int // 0-based position of the chunk in its table's key order
 	Range Range
@@ -197,7 +202,7 @@ func (s *chunkSizer) size() int {
 }
 
 // plan returns the next chunks' size and whether they are checksummed per key bucket
-// (BucketChecksumSQL, about bucketRows rows each) instead of as a whole: a grouped chunk
+// (bucketChecksumSQL, about bucketRows rows each) instead of as a whole: a grouped chunk
 // query costs more (groupedExtra per row), but a mismatched chunk then reads only the
 // rows of its differing buckets instead of the whole chunk. Grouping is chosen when, at
 // the rate of differences seen so far, it costs less than the best ungrouped chunk size;

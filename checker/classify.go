@@ -6,12 +6,15 @@ package checker
 // difference's class with it (diff_differences.class) and counts them per class for the
 // report and Stats. A classification is a result: what cannot be classified is
 // "unclassified", with a note in the report saying why; it never fails a run that found
-// differences. It must not compare rows nor change which differences are stored.
+// differences. The classifier is its own part, beside the comparer: the runner hands it
+// the store, the tracker and the pair once the differences are final. It must not
+// compare rows nor change which differences are stored.
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"time"
@@ -73,6 +76,18 @@ func (c *Classification) note(format string, args ...any) {
 	c.Notes = append(c.Notes, fmt.Sprintf(format, args...))
 }
 
+// classifier is the classification part of a run, beside the comparer: it reads the
+// stored differences (store), the ledger and the bypass records (through the pair's
+// downstream or the meta database), stores each difference's class and counts the
+// classes in the tracker. The runner builds one once the differences are final.
+type classifier struct {
+	cfg   *Config
+	log   *slog.Logger
+	st    *store
+	track *tracker
+	pair  *sourcePair
+}
+
 // classRef is a stored difference to classify, with the rows it stands for.
 type classRef struct {
 	ref  diffRef
@@ -82,30 +97,30 @@ type classRef struct {
 // classify classifies the stored differences of every table that holds some, stores
 // their classes and counts them in the tracker. Errors of the meta schema (storing the
 // classes) fail the run; what the ledger cannot tell is classified unclassified.
-func (r *runner) classify(ctx context.Context) (*Classification, error) {
-	cl, err := r.classifyBase(ctx)
+func (c *classifier) classify(ctx context.Context) (*Classification, error) {
+	cl, err := c.classifyBase(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return r.classifyBypass(ctx, cl)
+	return c.classifyBypass(ctx, cl)
 }
 
 // classifyBase classifies by the ledger or the re-check (every class but bypass).
-func (r *runner) classifyBase(ctx context.Context) (*Classification, error) {
+func (c *classifier) classifyBase(ctx context.Context) (*Classification, error) {
 	cl := &Classification{}
-	pending, _ := r.track.pending()
+	pending, _ := c.track.pending()
 	if len(pending) == 0 {
 		return nil, nil // nothing to classify (the re-check's resolved rows are counted in-flight)
 	}
-	ts, atPair := r.pair.pairTS()
+	ts, atPair := c.pair.pairTS()
 	if !atPair {
 		class := ClassDiverged
-		if !recheckEnabled(r.cfg, r.pair) {
+		if !recheckEnabled(c.cfg, c.pair) {
 			class = ClassUnclassified
 			cl.note("not at a snapshot pair and not re-checked (recheck-rounds 0): a difference may have been in flight")
 		}
 		for _, t := range pending {
-			if err := r.classifyAll(ctx, t, class); err != nil {
+			if err := c.classifyAll(ctx, t, class); err != nil {
 				return nil, err
 			}
 		}
@@ -115,11 +130,11 @@ func (r *runner) classifyBase(ctx context.Context) (*Classification, error) {
 		return cl, nil
 	}
 	cl.AtTs = ts
-	cl.CaughtUpLag = r.cfg.CaughtUpLag.String()
-	if r.cfg.Changefeed.ID == "" {
+	cl.CaughtUpLag = c.cfg.CaughtUpLag.String()
+	if c.cfg.Changefeed.ID == "" {
 		cl.note("no changefeed (changefeed.id): where a difference comes from is not known")
 		for _, t := range pending {
-			if err := r.classifyAll(ctx, t, ClassUnclassified); err != nil {
+			if err := c.classifyAll(ctx, t, ClassUnclassified); err != nil {
 				return nil, err
 			}
 		}
@@ -129,7 +144,7 @@ func (r *runner) classifyBase(ctx context.Context) (*Classification, error) {
 	for _, t := range pending {
 		if !t.handle.ok {
 			cl.note("%s: %s: its differences are unclassified", t.name, strings.TrimSuffix(t.handle.why, ", compared whole"))
-			if err := r.classifyAll(ctx, t, ClassUnclassified); err != nil {
+			if err := c.classifyAll(ctx, t, ClassUnclassified); err != nil {
 				return nil, err
 			}
 			continue
@@ -139,14 +154,14 @@ func (r *runner) classifyBase(ctx context.Context) (*Classification, error) {
 	if len(keyed) == 0 {
 		return cl, nil
 	}
-	err := r.pair.withSide(ctx, Downstream, func(ctx context.Context, q Querier) error {
-		rd := ledgerReader(r.cfg, q)
+	err := c.pair.withSide(ctx, Downstream, func(ctx context.Context, q Querier) error {
+		rd := ledgerReader(c.cfg, q)
 		bounds, err := rd.Bounds(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				return err
 			}
-			r.log.Warn("classification: the changefeed's ledger cannot be read; differences unclassified", "changefeed", r.cfg.Changefeed.ID, "err", err)
+			c.log.Warn("classification: the changefeed's ledger cannot be read; differences unclassified", "changefeed", c.cfg.Changefeed.ID, "err", err)
 			cl.note("%v: differences unclassified", err)
 			return errLedgerUnusable
 		}
@@ -155,12 +170,12 @@ func (r *runner) classifyBase(ctx context.Context) (*Classification, error) {
 			cl.note("the changefeed's ledger covers (%d, %d], not the pair's TSO %d: differences unclassified", bounds.Since, bounds.Applied, ts)
 			return errLedgerUnusable
 		}
-		up, err := rd.CaughtUp(ctx, r.cfg.CaughtUpLag)
+		up, err := rd.CaughtUp(ctx, c.cfg.CaughtUpLag)
 		if err != nil {
 			if ctx.Err() != nil {
 				return err
 			}
-			r.log.Warn("classification: the changefeed's ts-map cannot be read; differences unclassified", "changefeed", r.cfg.Changefeed.ID, "err", err)
+			c.log.Warn("classification: the changefeed's ts-map cannot be read; differences unclassified", "changefeed", c.cfg.Changefeed.ID, "err", err)
 			cl.note("%v: differences unclassified", err)
 			return errLedgerUnusable
 		}
@@ -168,7 +183,7 @@ func (r *runner) classifyBase(ctx context.Context) (*Classification, error) {
 		case up.Rows == 0:
 			cl.note("the changefeed's ts-map is empty: when the applier caught up is not known, every changed key is classed cdc")
 		case !up.Found:
-			cl.note("the applier has not come within caught-up-lag %v of real time (ts-map since %s): every changed key is post-import", r.cfg.CaughtUpLag, tso.Format(up.First))
+			cl.note("the applier has not come within caught-up-lag %v of real time (ts-map since %s): every changed key is post-import", c.cfg.CaughtUpLag, tso.Format(up.First))
 		default:
 			cl.CaughtUpTs = up.Ts
 			if up.First == up.Ts && up.First > bounds.Since {
@@ -176,7 +191,7 @@ func (r *runner) classifyBase(ctx context.Context) (*Classification, error) {
 			}
 		}
 		for _, t := range keyed {
-			if err := r.classifyKeyed(ctx, rd, t, bounds.Since, ts, up, cl); err != nil {
+			if err := c.classifyKeyed(ctx, rd, t, bounds.Since, ts, up, cl); err != nil {
 				return fmt.Errorf("classify the differences of %s: %w", t.name, err)
 			}
 		}
@@ -184,7 +199,7 @@ func (r *runner) classifyBase(ctx context.Context) (*Classification, error) {
 	})
 	if errors.Is(err, errLedgerUnusable) {
 		for _, t := range keyed {
-			if err := r.classifyAll(ctx, t, ClassUnclassified); err != nil {
+			if err := c.classifyAll(ctx, t, ClassUnclassified); err != nil {
 				return nil, err
 			}
 		}
@@ -199,27 +214,27 @@ func (r *runner) classifyBase(ctx context.Context) (*Classification, error) {
 var errLedgerUnusable = errors.New("ledger unusable for classification")
 
 // classifyAll gives every stored difference of t the same class.
-func (r *runner) classifyAll(ctx context.Context, t *target, class string) error {
-	if err := r.st.setClassAll(ctx, t.idx, class); err != nil {
+func (c *classifier) classifyAll(ctx context.Context, t *target, class string) error {
+	if err := c.st.setClassAll(ctx, t.idx, class); err != nil {
 		return err
 	}
-	tl := r.track.tally(t.idx)
+	tl := c.track.tally(t.idx)
 	tl.mu.Lock()
 	n := tl.differences
 	tl.mu.Unlock()
-	r.track.classified(t.idx, map[string]int64{class: n})
+	c.track.classified(t.idx, map[string]int64{class: n})
 	return nil
 }
 
 // classifyKeyed classifies the stored differences of keyed table t, found at the pair's
 // TSO ts, by the last change of each key in the ledger's window (since, ts].
-func (r *runner) classifyKeyed(ctx context.Context, rd ledger.Reader, t *target, since, ts uint64, up ledger.CaughtUp, cl *Classification) error {
+func (c *classifier) classifyKeyed(ctx context.Context, rd ledger.Reader, t *target, since, ts uint64, up ledger.CaughtUp, cl *Classification) error {
 	p := t.plan
 	refs := map[string][]classRef{} // match form → stored differences
 	counts := map[string]int64{}
 	var unclassified []classRef
 	limit := -1
-	err := r.st.scanDifferences(ctx, t.idx, "", -1, -1, &limit, func(seq, n int64, d Difference, _ string) error {
+	err := c.st.scanDifferences(ctx, t.idx, "", -1, -1, &limit, func(seq, n int64, d Difference, _ string) error {
 		ref := classRef{ref: diffRef{seq: int(seq), n: int(n)}, rows: int64(max(1, d.Count))}
 		vals, err := p.keyValues(d)
 		if err != nil {
@@ -268,9 +283,9 @@ func (r *runner) classifyKeyed(ctx context.Context, rd ledger.Reader, t *target,
 			return err
 		}
 		// What the ledger cannot tell is unclassified, not a failed run.
-		r.log.Warn("classification: the ledger of a table cannot be read; its differences unclassified", "table", t.name, "err", err)
+		c.log.Warn("classification: the ledger of a table cannot be read; its differences unclassified", "table", t.name, "err", err)
 		cl.note("%s: %v: its differences are unclassified", t.name, err)
-		return r.classifyAll(ctx, t, ClassUnclassified)
+		return c.classifyAll(ctx, t, ClassUnclassified)
 	}
 	order := -1
 	for o, ok := range fits {
@@ -279,13 +294,13 @@ func (r *runner) classifyKeyed(ctx context.Context, rd ledger.Reader, t *target,
 		}
 		if order >= 0 {
 			cl.note("%s: the column order of its composite key in the changefeed's messages is ambiguous: its differences are unclassified", t.name)
-			return r.classifyAll(ctx, t, ClassUnclassified)
+			return c.classifyAll(ctx, t, ClassUnclassified)
 		}
 		order = o
 	}
 	if order < 0 {
 		cl.note("%s: the changefeed's keys do not fit its key columns: its differences are unclassified", t.name)
-		return r.classifyAll(ctx, t, ClassUnclassified)
+		return c.classifyAll(ctx, t, ClassUnclassified)
 	}
 	byClass := map[string][]diffRef{}
 	for form, rs := range refs {
@@ -301,11 +316,11 @@ func (r *runner) classifyKeyed(ctx context.Context, rd ledger.Reader, t *target,
 		counts[ClassUnclassified] += ref.rows
 	}
 	for class, rs := range byClass {
-		if err := r.st.setClass(ctx, t.idx, class, rs); err != nil {
+		if err := c.st.setClass(ctx, t.idx, class, rs); err != nil {
 			return err
 		}
 	}
-	r.track.classified(t.idx, counts)
+	c.track.classified(t.idx, counts)
 	return nil
 }
 
@@ -337,13 +352,13 @@ func (p *TablePlan) matchForm(vals []any) string {
 		c := p.Columns[idx[i]]
 		s, isText := v.(string)
 		switch {
-		case isText && c.Kind == KindDecimal:
-			v = canon(KindDecimal, StringValue(s))
-		case isText && c.Kind == KindTemporal:
+		case isText && c.Kind == kindDecimal:
+			v = canon(kindDecimal, stringValue(s))
+		case isText && c.Kind == kindTemporal:
 			if strings.Contains(s, ".") {
 				v = strings.TrimRight(strings.TrimRight(s, "0"), ".")
 			}
-		case isText && c.Kind == KindString:
+		case isText && c.Kind == kindString:
 			if class := keyClass(c); class != rowkey.Opaque {
 				if out, ok := rowkey.Append(dst, s, class); ok {
 					dst = out
@@ -413,17 +428,17 @@ func (s *store) setClass(ctx context.Context, table int, class string, refs []di
 // (bypasslog: recorded in the applier's meta schema, with a commit time up to now)
 // the class bypass, whatever class they had. Without the table (no detector ever ran)
 // nothing changes; what cannot be read is a note, not a failed run.
-func (r *runner) classifyBypass(ctx context.Context, cl *Classification) (*Classification, error) {
-	if r.cfg.Changefeed.ID == "" || r.cfg.Changefeed.MetaSchema == "" {
+func (c *classifier) classifyBypass(ctx context.Context, cl *Classification) (*Classification, error) {
+	if c.cfg.Changefeed.ID == "" || c.cfg.Changefeed.MetaSchema == "" {
 		return cl, nil
 	}
-	pending, _ := r.track.pending()
+	pending, _ := c.track.pending()
 	until := time.Now()
 	for _, t := range pending {
 		if t.plan == nil {
 			continue
 		}
-		ws, err := r.readBypass(ctx, t, until)
+		ws, err := c.readBypass(ctx, t, until)
 		if errors.Is(err, bypasslog.ErrNoTable) {
 			return cl, nil
 		}
@@ -431,7 +446,7 @@ func (r *runner) classifyBypass(ctx context.Context, cl *Classification) (*Class
 			if ctx.Err() != nil {
 				return nil, err
 			}
-			r.log.Warn("classification: the writes that bypassed parity cannot be read", "table", t.name, "err", err)
+			c.log.Warn("classification: the writes that bypassed parity cannot be read", "table", t.name, "err", err)
 			if cl == nil {
 				cl = &Classification{}
 			}
@@ -441,7 +456,7 @@ func (r *runner) classifyBypass(ctx context.Context, cl *Classification) (*Class
 		if len(ws) == 0 {
 			continue
 		}
-		if err := r.classifyBypassTable(ctx, t, ws); err != nil {
+		if err := c.classifyBypassTable(ctx, t, ws); err != nil {
 			return nil, fmt.Errorf("classify the differences of %s: %w", t.name, err)
 		}
 	}
@@ -451,20 +466,20 @@ func (r *runner) classifyBypass(ctx context.Context, cl *Classification) (*Class
 // readBypass reads the recorded bypass writes of t's downstream table: through the
 // meta database when the applier's meta schema is there (it sees the newest
 // detections), else through the downstream.
-func (r *runner) readBypass(ctx context.Context, t *target, until time.Time) ([]bypasslog.Write, error) {
+func (c *classifier) readBypass(ctx context.Context, t *target, until time.Time) ([]bypasslog.Write, error) {
 	read := func(ctx context.Context, q Querier) ([]bypasslog.Write, error) {
-		qctx, cancel := context.WithTimeout(ctx, r.cfg.QueryTimeout)
+		qctx, cancel := context.WithTimeout(ctx, c.cfg.QueryTimeout)
 		defer cancel()
-		return bypasslog.Read(qctx, q, r.cfg.Changefeed.MetaSchema, r.cfg.Changefeed.ID, t.stored.downSchema, t.stored.downName, time.Time{}, until)
+		return bypasslog.Read(qctx, q, c.cfg.Changefeed.MetaSchema, c.cfg.Changefeed.ID, t.stored.downSchema, t.stored.downName, time.Time{}, until)
 	}
-	if r.st != nil && r.st.db != nil {
-		ws, err := read(ctx, r.st.db)
+	if c.st != nil && c.st.db != nil {
+		ws, err := read(ctx, c.st.db)
 		if !errors.Is(err, bypasslog.ErrNoTable) {
 			return ws, err
 		}
 	}
 	var ws []bypasslog.Write
-	err := r.pair.withSide(ctx, Downstream, func(ctx context.Context, q Querier) error {
+	err := c.pair.withSide(ctx, Downstream, func(ctx context.Context, q Querier) error {
 		var err error
 		ws, err = read(ctx, q)
 		return err
@@ -474,7 +489,7 @@ func (r *runner) readBypass(ctx context.Context, t *target, until time.Time) ([]
 
 // classifyBypassTable moves the stored differences of t whose key is one of ws's to
 // the class bypass, and their rows in the tracker's counts.
-func (r *runner) classifyBypassTable(ctx context.Context, t *target, ws []bypasslog.Write) error {
+func (c *classifier) classifyBypassTable(ctx context.Context, t *target, ws []bypasslog.Write) error {
 	p := t.plan
 	idx := p.diffKeyColumns()
 	forms := map[string]bool{}
@@ -484,17 +499,17 @@ func (r *runner) classifyBypassTable(ctx context.Context, t *target, ws []bypass
 		}
 		vals := make([]any, len(idx))
 		ok := true
-		for i, c := range idx {
-			j := slices.IndexFunc(w.Columns, func(n string) bool { return strings.EqualFold(n, p.Columns[c].Name) })
+		for i, col := range idx {
+			j := slices.IndexFunc(w.Columns, func(n string) bool { return strings.EqualFold(n, p.Columns[col].Name) })
 			if j < 0 {
 				ok = false
 				break
 			}
-			v := NullValue
+			v := nullValue
 			if w.Values[j] != nil {
-				v = Value{Bytes: w.Values[j]}
+				v = sqlValue{Bytes: w.Values[j]}
 			}
-			vals[i] = keyValue(p.Columns[c], v)
+			vals[i] = keyValue(p.Columns[col], v)
 		}
 		if ok {
 			forms[p.matchForm(vals)] = true
@@ -506,7 +521,7 @@ func (r *runner) classifyBypassTable(ctx context.Context, t *target, ws []bypass
 	var refs []diffRef
 	moved := map[string]int64{}
 	limit := -1
-	err := r.st.scanDifferences(ctx, t.idx, "", -1, -1, &limit, func(seq, n int64, d Difference, _ string) error {
+	err := c.st.scanDifferences(ctx, t.idx, "", -1, -1, &limit, func(seq, n int64, d Difference, _ string) error {
 		if d.Class == ClassBypass {
 			return nil
 		}
@@ -521,9 +536,9 @@ func (r *runner) classifyBypassTable(ctx context.Context, t *target, ws []bypass
 	if err != nil || len(refs) == 0 {
 		return err
 	}
-	if err := r.st.setClass(ctx, t.idx, ClassBypass, refs); err != nil {
+	if err := c.st.setClass(ctx, t.idx, ClassBypass, refs); err != nil {
 		return err
 	}
-	r.track.reclassified(t.idx, moved, ClassBypass)
+	c.track.reclassified(t.idx, moved, ClassBypass)
 	return nil
 }

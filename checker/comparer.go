@@ -75,7 +75,7 @@ func (c *comparer) compare(ctx context.Context, t *target, u unit, sink differen
 		}
 		p := t.plan
 		start := time.Now()
-		rows, err := c.mergeCounted(ctx, t, p.RowsByKeysSQL(Upstream, u.keys), p.RowsByKeysSQL(Downstream, u.keys), sink.emit)
+		rows, err := c.mergeCounted(ctx, t, p.rowsByKeysSQL(Upstream, u.keys), p.rowsByKeysSQL(Downstream, u.keys), sink.emit)
 		res.up = checksum{count: rows[Upstream], dur: time.Since(start)}
 		res.down = checksum{count: rows[Downstream], dur: res.up.dur}
 		if errors.Is(err, errMaxDifferences) {

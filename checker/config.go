@@ -1,5 +1,10 @@
 package checker
 
+// config.go owns a run's configuration: Config and its parts (sides, routes, tables,
+// changefeed), each field's default (DefaultConfig), TLS, and Validate, which reports
+// every problem with its key path; and the table patterns the daemon shares. It must not
+// open connections nor decide anything at run time.
+
 import (
 	"context"
 	"errors"

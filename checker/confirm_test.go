@@ -30,7 +30,7 @@ func TestConfirmAtSnapshotPair(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	open := func(db *sql.DB, label string, snapshot bool) *ConnSource {
+	open := func(db *sql.DB, label string, snapshot bool) *connSource {
 		t.Helper()
 		var conns []*sql.Conn
 		for range 2 {
@@ -48,7 +48,7 @@ func TestConfirmAtSnapshotPair(t *testing.T) {
 			}
 			conns = append(conns, c)
 		}
-		src, err := NewConnSource(ctx, conns, ConnSourceConfig{Desc: label, Snapshot: label, Kill: db})
+		src, err := newConnSource(ctx, conns, connSourceConfig{Desc: label, Snapshot: label, Kill: db})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -70,7 +70,7 @@ func TestConfirmAtSnapshotPair(t *testing.T) {
 			exec(t, p.up.DB, "UPDATE cf SET v = 7 WHERE id = 7", "UPDATE cfk SET w = 3 WHERE v = 3")
 		}
 	}
-	d := NewDiffWith(cfg, Sources{Upstream: up, Downstream: down, Meta: p.down.DB})
+	d := NewDiff(cfg, &Sources{Upstream: up, Downstream: down, Meta: p.down.DB})
 	rep, err := d.Run(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -107,8 +107,8 @@ func TestConfirmAtSnapshotPair(t *testing.T) {
 	if st.DifferencesUnconfirmed != 3 || st.DifferencesResolved != 0 || st.Differences != 2 {
 		t.Errorf("stats: %d unconfirmed, %d resolved, %d differences; want 3, 0, 2", st.DifferencesUnconfirmed, st.DifferencesResolved, st.Differences)
 	}
-	if _, ok := st.PhaseTimes[PhaseConfirming]; !ok {
-		t.Errorf("phase times %v: no %s", st.PhaseTimes, PhaseConfirming)
+	if _, ok := st.PhaseTimes[phaseConfirming]; !ok {
+		t.Errorf("phase times %v: no %s", st.PhaseTimes, phaseConfirming)
 	}
 	var resolved, unconfirmed int64
 	if err := p.down.QueryRow("SELECT COALESCE(SUM(resolved), 0), COALESCE(SUM(unconfirmed), 0) FROM "+metaTable("diff_rechecks")+" WHERE run_id = ?", rep.RunID).Scan(&resolved, &unconfirmed); err != nil {

@@ -96,7 +96,7 @@ func TestCrashAndResume(t *testing.T) {
 	}
 	var doneBefore, inFlight, chunks int
 	var state string
-	if err := p.down.QueryRow("SELECT state FROM "+metaTable("diff_runs")+" WHERE run_id = ?", runID).Scan(&state); err != nil || state != RunRunning {
+	if err := p.down.QueryRow("SELECT state FROM "+metaTable("diff_runs")+" WHERE run_id = ?", runID).Scan(&state); err != nil || state != runRunning {
 		t.Fatalf("killed run state %q (%v), want running", state, err)
 	}
 	if err := p.down.QueryRow("SELECT SUM(state = 'done'), SUM(state = 'running'), COUNT(*) FROM "+metaTable("diff_chunks")+" WHERE run_id = ?", runID).Scan(&doneBefore, &inFlight, &chunks); err != nil {
@@ -109,7 +109,7 @@ func TestCrashAndResume(t *testing.T) {
 	cfg.Resume = runID
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	rep, err := Run(ctx, cfg)
+	rep, err := NewDiff(cfg, nil).Run(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +161,7 @@ func crashChild() {
 	}
 	held := &holdingSource{Source: up}
 	held.left.Store(crashChildQueries)
-	_, err = RunWith(ctx, cfg, Sources{Upstream: held, Downstream: down, Meta: meta})
+	_, err = NewDiff(cfg, &Sources{Upstream: held, Downstream: down, Meta: meta}).Run(ctx)
 	fail(fmt.Errorf("the run ended before it was held: %v", err))
 }
 

@@ -32,8 +32,8 @@ func TestChecksumMatchesAcrossServers(t *testing.T) {
 	for _, digest := range []bool{false, true} {
 		if digest {
 			// Every string, binary and JSON column enters the row as SHA1 of its text
-			// (FitEncoding under a packet nothing fits in), as wide columns do.
-			if got := plan.FitEncoding(0); len(got) < 5 {
+			// (fitEncoding under a packet nothing fits in), as wide columns do.
+			if got := plan.fitEncoding(0); len(got) < 5 {
 				t.Fatalf("FitEncoding(0) digested only %v", got)
 			}
 		}
@@ -101,7 +101,7 @@ func TestTiDBChecksumForm(t *testing.T) {
 	exec(t, p.up.DB, "INSERT INTO f VALUES "+strings.Join(vals, ","))
 	ctx := context.Background()
 	plan := p.plan(t, "f", FlavorTiDB)
-	bound := func(id int) Bound { return Bound{StringValue(fmt.Sprint(id))} }
+	bound := func(id int) Bound { return Bound{stringValue(fmt.Sprint(id))} }
 	for _, h := range []Hash{HashSHA1, HashMD5} {
 		plan.Hash = h
 		conv := "SELECT COUNT(*), IFNULL(SUM(%s),0) FROM %s%s"
@@ -114,7 +114,7 @@ func TestTiDBChecksumForm(t *testing.T) {
 			if err := p.up.QueryRowContext(ctx, q).Scan(&got.count, &got.sum); err != nil {
 				t.Fatal(err)
 			}
-			wq := fmt.Sprintf(conv, plan.RowHash(Upstream), plan.table(Upstream), plan.whereClause(Upstream, rng))
+			wq := fmt.Sprintf(conv, plan.rowHash(Upstream), plan.table(Upstream), plan.whereClause(Upstream, rng))
 			if err := p.up.QueryRowContext(ctx, wq).Scan(&want.count, &want.sum); err != nil {
 				t.Fatal(err)
 			}
@@ -124,12 +124,12 @@ func TestTiDBChecksumForm(t *testing.T) {
 		}
 		// Bucket checksums (the drill-down of big integer-key ranges): the same per bucket.
 		rng := Range{Lo: bound(100), Hi: bound(2900)}
-		q := plan.BucketChecksumSQL(Upstream, rng, "101", "97", false)
+		q := plan.bucketChecksumSQL(Upstream, rng, "101", "97", false)
 		if !strings.Contains(q, "ASCII(SUBSTRING(b,8,1))") {
 			t.Fatalf("%s: bucket query not in the batch form on TiDB: %s", h, q)
 		}
 		k := "FLOOR((CAST(`id` AS DECIMAL(65,0)) - 101) / 97)"
-		wq := "SELECT " + k + " AS b, COUNT(*), IFNULL(SUM(" + plan.RowHash(Upstream) + "),0) FROM " + plan.table(Upstream) +
+		wq := "SELECT " + k + " AS b, COUNT(*), IFNULL(SUM(" + plan.rowHash(Upstream) + "),0) FROM " + plan.table(Upstream) +
 			plan.whereClause(Upstream, rng) + " GROUP BY b ORDER BY b"
 		read := func(q string) []string {
 			rows, err := p.up.QueryContext(ctx, q)
@@ -152,7 +152,7 @@ func TestTiDBChecksumForm(t *testing.T) {
 			t.Errorf("%s buckets: batch form %v, CONV form %v", h, got, want)
 		}
 		// Integer bucket arithmetic (keys >= base): the same buckets.
-		if got := read(plan.BucketChecksumSQL(Upstream, rng, "101", "97", true)); strings.Join(got, " ") != strings.Join(want, " ") {
+		if got := read(plan.bucketChecksumSQL(Upstream, rng, "101", "97", true)); strings.Join(got, " ") != strings.Join(want, " ") {
 			t.Errorf("%s buckets: integer arithmetic %v, DECIMAL %v", h, got, want)
 		}
 
@@ -182,7 +182,7 @@ func TestTiDBChecksumForm(t *testing.T) {
 			}
 		}
 		for _, intMath := range []bool{false, true} {
-			pq := plan.BucketChecksumSQL(Upstream, rng, "101", "97", intMath)
+			pq := plan.bucketChecksumSQL(Upstream, rng, "101", "97", intMath)
 			if got := read(pq); strings.Join(got, " ") != strings.Join(want, " ") {
 				t.Errorf("%s buckets (integer arithmetic %v): pushdown form %v, CONV form %v", h, intMath, got, want)
 			}

@@ -176,7 +176,7 @@ func (r *runner) resolveScopes(ctx context.Context, targets []*target) ([]*table
 		return out, nil
 	}
 	var refused []string
-	cov := r.bypassCoverage(ctx)
+	cov := bypassCoverage(ctx, r.cfg.Bypass, r.log)
 	err = r.pair.withSide(ctx, Downstream, func(ctx context.Context, q Querier) error {
 		rd := ledgerReader(r.cfg, q)
 		bounds, err := rd.Bounds(ctx)
@@ -205,7 +205,7 @@ func (r *runner) resolveScopes(ctx context.Context, targets []*target) ([]*table
 				continue
 			}
 			if sc.mode == tableKeys {
-				if err := r.addBypassKeys(ctx, q, t, sc, cov); err != nil {
+				if err := addBypassKeys(ctx, r.cfg, q, t, sc, cov); err != nil {
 					return err
 				}
 			}
@@ -304,7 +304,7 @@ func newHandleKey(up *Table, p *TablePlan, f Flavor) handleKey {
 	if p.Keyless {
 		return handleKey{why: "keyless: no key to scope by, compared whole"}
 	}
-	names := p.KeyNames()
+	names := p.keyNames()
 	switch {
 	case len(up.PrimaryKey) > 0:
 		if !equalFoldSlices(up.PrimaryKey, names) {
@@ -322,7 +322,7 @@ func newHandleKey(up *Table, p *TablePlan, f Flavor) handleKey {
 		if !c.Enum {
 			continue
 		}
-		uc, _ := up.Column(c.Name)
+		uc, _ := up.column(c.Name)
 		m, err := enumMembers(uc.ColumnType, f != FlavorTiDB)
 		if err != nil {
 			return handleKey{why: fmt.Sprintf("key column %s: %v, compared whole", c.Name, err)}
@@ -373,12 +373,12 @@ func (h *handleKey) translate(p *TablePlan, o int, k rowkey.Key) (rowkey.Key, bo
 }
 
 // value turns ledger value v of key column c (the i-th) into keyValue's type for it.
-func (h *handleKey) value(c PlanColumn, i int, v any) (any, bool) {
+func (h *handleKey) value(c planColumn, i int, v any) (any, bool) {
 	if v == nil {
 		return nil, true
 	}
 	switch c.Kind {
-	case KindInt:
+	case kindInt:
 		switch x := v.(type) {
 		case int64:
 			if c.Unsigned {
@@ -391,19 +391,19 @@ func (h *handleKey) value(c PlanColumn, i int, v any) (any, bool) {
 			}
 			return x, true
 		}
-	case KindBit:
+	case kindBit:
 		x, ok := v.(uint64)
 		return x, ok
-	case KindFloat, KindDouble:
+	case kindFloat, kindDouble:
 		x, ok := v.(float64)
 		return x, ok
-	case KindDecimal, KindTemporal, KindJSON:
+	case kindDecimal, kindTemporal, kindJSON:
 		x, ok := v.(string)
 		return x, ok
-	case KindBinary:
+	case kindBinary:
 		x, ok := v.([]byte)
 		return x, ok
-	case KindString:
+	case kindString:
 		if h.members[i] == nil {
 			x, ok := v.(string)
 			return x, ok
@@ -461,7 +461,7 @@ func (h *handleKey) translateAll(p *TablePlan, entries []ledger.Entry) (keys []r
 	}
 	switch len(fits) {
 	case 0:
-		return nil, "the changefeed's keys of the table do not fit its key columns (" + strings.Join(p.KeyNames(), ", ") + "), compared whole"
+		return nil, "the changefeed's keys of the table do not fit its key columns (" + strings.Join(p.keyNames(), ", ") + "), compared whole"
 	case 2:
 		return nil, "composite key whose column order in the changefeed's messages is ambiguous (TiCDC lists columns by name or in table order), compared whole"
 	}
@@ -530,7 +530,7 @@ func enumMembers(columnType string, backslash bool) ([]string, error) {
 }
 
 // scopeBatch is how many keys one key unit of a scoped table holds: one query per side
-// reads their rows (RowsByKeysSQL).
+// reads their rows (rowsByKeysSQL).
 const scopeBatch = 512
 
 // scopeCutBatch is how many key units are recorded in one statement.
@@ -592,7 +592,7 @@ func openKeyListScope(ctx context.Context, cfg *Config, t *target, sc *tableScop
 			if keys == nil {
 				keys = []Bound{}
 			}
-			s.queue = append(s.queue, unit{Chunk: c.Chunk, keys: keys})
+			s.queue = append(s.queue, unit{keyChunk: c.keyChunk, keys: keys})
 		}
 	}
 	for i, k := range s.rest {
@@ -614,7 +614,7 @@ func rawBound(s string) (rowkey.Key, error) {
 	return rowkey.Key(raw), err
 }
 
-// keyBoundValues returns key k's values as a Bound (what RowsByKeysSQL reads by).
+// keyBoundValues returns key k's values as a Bound (what rowsByKeysSQL reads by).
 func keyBoundValues(k rowkey.Key) (Bound, error) {
 	vals, err := k.Values()
 	if err != nil {
@@ -639,21 +639,21 @@ func (s *keyListScope) next(ctx context.Context) (unit, bool, error) {
 
 // cut records the next scopeCutBatch units and queues them.
 func (s *keyListScope) cut(ctx context.Context) error {
-	var batch []Chunk
+	var batch []keyChunk
 	var units []unit
 	for len(batch) < scopeCutBatch && (len(s.rest) > 0 || !s.cut0) {
 		n := min(scopeBatch, len(s.rest))
 		keys := s.rest[:n]
 		s.rest = s.rest[n:]
 		s.cut0 = true
-		c := Chunk{Table: s.t.idx, Seq: s.seq, Last: len(s.rest) == 0}
+		c := keyChunk{Table: s.t.idx, Seq: s.seq, Last: len(s.rest) == 0}
 		if n > 0 {
 			c.bounds = [2]string{keyBound(keys[0]), keyBound(keys[n-1])}
 		} else {
 			c.bounds = [2]string{keyBound(nil), keyBound(nil)}
 		}
 		s.seq++
-		u := unit{Chunk: c, keys: make([]Bound, 0, n)}
+		u := unit{keyChunk: c, keys: make([]Bound, 0, n)}
 		for _, k := range keys {
 			b, err := keyBoundValues(k)
 			if err != nil {

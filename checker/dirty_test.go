@@ -118,7 +118,7 @@ func scopeRun(t *testing.T, p pair, meta *changefeedMeta, ts uint64, scope strin
 	cfg.Scope = scope
 	src := pr.Sources
 	src.Meta = p.down.DB
-	rep, err := RunWith(ctx, cfg, src)
+	rep, err := NewDiff(cfg, &src).Run(ctx)
 	return rep, cfg, err
 }
 
@@ -321,7 +321,7 @@ func TestScopesAndClasses(t *testing.T) {
 	if kv.ScopeKeys != 2 || kv.RowsChecked != 2 || kv.ScopeFromTs != ts1 || kv.ScopeUntilTs != ts2 {
 		t.Errorf("kv cdc: %d keys in (%d, %d], %d rows; want 2 in (%d, %d]", kv.ScopeKeys, kv.ScopeFromTs, kv.ScopeUntilTs, kv.RowsChecked, ts1, ts2)
 	}
-	if v, ok, err := LastVerification(context.Background(), p.down.DB, meta.schema, "cf", up, "kv"); err != nil || !ok || v.Ts != ts1 {
+	if v, ok, err := lastVerification(context.Background(), p.down.DB, meta.schema, "cf", up, "kv"); err != nil || !ok || v.Ts != ts1 {
 		t.Errorf("kv verified at %+v, %v, %v; want %d (the cdc run found a difference)", v, ok, err, ts1)
 	}
 }
@@ -376,7 +376,7 @@ func TestScopedRunResumes(t *testing.T) {
 		}
 		src := pr.Sources
 		src.Meta = p.down.DB
-		return RunWith(rctx, cfg, src)
+		return NewDiff(cfg, &src).Run(rctx)
 	}
 	_, err = runAt(ts, "", true)
 	var re *RunError

@@ -167,12 +167,12 @@ func key(t testing.TB, vals ...any) rowkey.Key {
 // compared key is not the changefeed's handle, or whose candidate orders both fit, is
 // compared whole.
 func TestHandleKey(t *testing.T) {
-	cols := []Column{
-		{Name: "z_enum", DataType: "enum", ColumnType: "enum('a','it''s','b\\\\c')", Kind: KindString, Collation: "utf8mb4_bin"},
-		{Name: "a_dec", DataType: "decimal", ColumnType: "decimal(10,2)", Kind: KindDecimal},
-		{Name: "m_id", DataType: "bigint", ColumnType: "bigint unsigned", Kind: KindInt},
-		{Name: "s", DataType: "set", ColumnType: "set('p','q')", Kind: KindString, Collation: "utf8mb4_bin"},
-		{Name: "v", DataType: "int", ColumnType: "int", Kind: KindInt},
+	cols := []schemaColumn{
+		{Name: "z_enum", DataType: "enum", ColumnType: "enum('a','it''s','b\\\\c')", Kind: kindString, Collation: "utf8mb4_bin"},
+		{Name: "a_dec", DataType: "decimal", ColumnType: "decimal(10,2)", Kind: kindDecimal},
+		{Name: "m_id", DataType: "bigint", ColumnType: "bigint unsigned", Kind: kindInt},
+		{Name: "s", DataType: "set", ColumnType: "set('p','q')", Kind: kindString, Collation: "utf8mb4_bin"},
+		{Name: "v", DataType: "int", ColumnType: "int", Kind: kindInt},
 	}
 	up := &Table{Schema: "s", Name: "t", Columns: cols, PrimaryKey: []string{"a_dec", "z_enum", "m_id"}}
 	down := &Table{Schema: "s", Name: "t", Columns: cols, PrimaryKey: []string{"a_dec", "z_enum", "m_id"}}
@@ -180,7 +180,7 @@ func TestHandleKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := newHandleKey(up, p, FlavorMariaDB)
+	h := newHandleKey(up, p, flavorMariaDB)
 	if !h.ok || len(h.orders) != 2 {
 		t.Fatalf("handle %+v", h)
 	}
@@ -206,7 +206,7 @@ func TestHandleKey(t *testing.T) {
 		}
 	}
 	// Two integer key columns whose table and name orders differ: ambiguous.
-	cols2 := []Column{{Name: "b", DataType: "int", ColumnType: "int", Kind: KindInt}, {Name: "a", DataType: "int", ColumnType: "int", Kind: KindInt}}
+	cols2 := []schemaColumn{{Name: "b", DataType: "int", ColumnType: "int", Kind: kindInt}, {Name: "a", DataType: "int", ColumnType: "int", Kind: kindInt}}
 	up2 := &Table{Columns: cols2, PrimaryKey: []string{"a", "b"}}
 	p2, _ := NewPlan(up2, up2, nil)
 	h2 := newHandleKey(up2, p2, FlavorTiDB)
@@ -274,11 +274,11 @@ func TestClassOf(t *testing.T) {
 // keys under their collation, DECIMAL by value, temporal text without trailing
 // fractional zeros; different rows do not.
 func TestMatchForm(t *testing.T) {
-	p := &TablePlan{Columns: []PlanColumn{
-		{Name: "s", Kind: KindString, Collation: [2]string{"utf8mb4_general_ci", "utf8mb4_general_ci"}},
-		{Name: "d", Kind: KindDecimal},
-		{Name: "t", Kind: KindTemporal},
-		{Name: "b", Kind: KindString, Collation: [2]string{"utf8mb4_bin", "utf8mb4_bin"}},
+	p := &TablePlan{Columns: []planColumn{
+		{Name: "s", Kind: kindString, Collation: [2]string{"utf8mb4_general_ci", "utf8mb4_general_ci"}},
+		{Name: "d", Kind: kindDecimal},
+		{Name: "t", Kind: kindTemporal},
+		{Name: "b", Kind: kindString, Collation: [2]string{"utf8mb4_bin", "utf8mb4_bin"}},
 	}, Key: []int{0, 1, 2, 3}}
 	same := [][2][]any{
 		{{"Ase", "1.50", "2026-01-02 03:04:05.100", "x"}, {"ASE ", "1.5", "2026-01-02 03:04:05.1", "x "}},

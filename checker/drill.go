@@ -36,7 +36,7 @@ func (c *comparer) drill(ctx context.Context, t *target, rng Range, up, down che
 	}
 	var mid Bound
 	err := c.pair.withSide(ctx, side, func(ctx context.Context, q Querier) error {
-		row, err := firstRow(ctx, q, p.BoundarySQL(side, rng, int(n/2)-1), len(p.Key))
+		row, err := firstRow(ctx, q, p.boundarySQL(side, rng, int(n/2)-1), len(p.Key))
 		mid = Bound(row)
 		return err
 	})
@@ -135,7 +135,7 @@ func (c *comparer) readBuckets(ctx context.Context, t *target, rng Range, lo, hi
 		out := bucketSums{sums: map[string]checksum{}}
 		err := c.pair.withSide(ctx, side, func(ctx context.Context, q Querier) error {
 			start := time.Now()
-			rows, err := q.QueryContext(ctx, p.BucketChecksumSQL(side, rng, lo.String(), width.String(), intMath))
+			rows, err := q.QueryContext(ctx, p.bucketChecksumSQL(side, rng, lo.String(), width.String(), intMath))
 			if err != nil {
 				return err
 			}
@@ -251,7 +251,7 @@ func (c *comparer) followBuckets(ctx context.Context, t *target, rng Range, lo, 
 		if end.Cmp(hi) > 0 {
 			end = hi
 		}
-		sub := Range{Lo: Bound{StringValue(new(big.Int).Sub(start, big.NewInt(1)).String())}, Hi: Bound{StringValue(end.String())}}
+		sub := Range{Lo: Bound{stringValue(new(big.Int).Sub(start, big.NewInt(1)).String())}, Hi: Bound{stringValue(end.String())}}
 		if b == 0 {
 			sub.Lo = rng.Lo
 		}
@@ -309,7 +309,7 @@ func intKeyBounds(ctx context.Context, pair *sourcePair, t *target, rng Range) (
 	for _, side := range []Side{Upstream, Downstream} {
 		err := pair.withSide(ctx, side, func(ctx context.Context, q Querier) error {
 			var mn, mx sql.NullString
-			if err := queryRow(ctx, q, p.MinMaxSQL(side, rng), &mn, &mx); err != nil {
+			if err := queryRow(ctx, q, p.minMaxSQL(side, rng), &mn, &mx); err != nil {
 				return err
 			}
 			if !mn.Valid && !mx.Valid {

@@ -34,7 +34,7 @@ func TestRowEncodingInjective(t *testing.T) {
 		if s == Downstream {
 			db = p.down.DB
 		}
-		out := firstColumn(t, db, "SELECT "+plan.RowHash(s)+" FROM "+plan.table(s))
+		out := firstColumn(t, db, "SELECT "+plan.rowHash(s)+" FROM "+plan.table(s))
 		slices.Sort(out)
 		return out
 	}
@@ -45,20 +45,20 @@ func TestRowEncodingInjective(t *testing.T) {
 			t.Fatalf("%d hashes for %d rows", len(uh), len(vals))
 		}
 		if n := len(slices.Compact(slices.Clone(uh))); n != len(vals) {
-			t.Errorf("%d distinct hashes for %d distinct rows: the encoding is not injective\n%s", n, len(vals), plan.RowEncoding(Upstream))
+			t.Errorf("%d distinct hashes for %d distinct rows: the encoding is not injective\n%s", n, len(vals), plan.rowEncoding(Upstream))
 		}
 		if !slices.Equal(uh, dh) {
-			t.Errorf("TiDB and MariaDB hash equal rows differently\n%s\n%s", plan.RowEncoding(Upstream), plan.RowEncoding(Downstream))
+			t.Errorf("TiDB and MariaDB hash equal rows differently\n%s\n%s", plan.rowEncoding(Upstream), plan.rowEncoding(Downstream))
 		}
 	}
 	check()
-	// Every string column digested (as FitEncoding digests wide ones; these are short):
+	// Every string column digested (as fitEncoding digests wide ones; these are short):
 	// still injective, with the digested raw-last column too.
 	for i, c := range plan.Columns {
-		plan.Columns[i].Digest = c.Kind == KindString || c.Kind == KindBinary
+		plan.Columns[i].Digest = c.Kind == kindString || c.Kind == kindBinary
 	}
-	if !strings.Contains(plan.RowEncoding(Upstream), "SHA1(`b`)") {
-		t.Fatalf("the raw-last column b is not digested: %s", plan.RowEncoding(Upstream))
+	if !strings.Contains(plan.rowEncoding(Upstream), "SHA1(`b`)") {
+		t.Fatalf("the raw-last column b is not digested: %s", plan.rowEncoding(Upstream))
 	}
 	check()
 }
@@ -85,7 +85,7 @@ func TestRowEncodingDecodes(t *testing.T) {
 		if s == Downstream {
 			db = p.down.DB
 		}
-		rows, err := db.QueryContext(context.Background(), "SELECT n, a, i, b, z, "+plan.RowEncoding(s)+" FROM "+plan.table(s))
+		rows, err := db.QueryContext(context.Background(), "SELECT n, a, i, b, z, "+plan.rowEncoding(s)+" FROM "+plan.table(s))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -159,9 +159,9 @@ func show(v *string) string {
 	return fmt.Sprintf("%q", *v)
 }
 
-// decodeRow inverts RowEncoding: it returns the value of every plan column (nil for NULL)
+// decodeRow inverts rowEncoding: it returns the value of every plan column (nil for NULL)
 // read from an encoding, using only the plan, or an error when the encoding is not one
-// RowEncoding can produce.
+// rowEncoding can produce.
 func decodeRow(p *TablePlan, enc []byte) ([]*string, error) {
 	out := make([]*string, len(p.Columns))
 	pos, ended := 0, false
@@ -194,7 +194,7 @@ func decodeRow(p *TablePlan, enc []byte) ([]*string, error) {
 			continue // NULL (a variable-bytes column's value field was skipped)
 		}
 		switch c.Kind {
-		case KindString, KindBinary, KindJSON:
+		case kindString, kindBinary, kindJSON:
 			n, err := strconv.Atoi(f)
 			if err != nil || n < 0 || pos+n > len(enc) || ended {
 				return nil, fmt.Errorf("column %s: bad length field %q", c.Name, f)

@@ -1,6 +1,14 @@
 package checker
 
+// fix.go owns fix SQL, which makes the downstream equal to the upstream: the statements
+// of a difference, built when it is stored, and a table's fix SQL streamed from the
+// stored differences, the one form of it, which parity diff writes to its fix files
+// (report.go) and RunFixSQL hands to callers outside the checker (the daemon's API). It
+// must not execute fix SQL.
+
 import (
+	"context"
+	"database/sql"
 	"fmt"
 	"slices"
 	"strings"
@@ -15,11 +23,11 @@ import (
 
 // insertColumns returns the columns a fix statement writes for an upstream row: the
 // compared ones, and the carried ones it was read with.
-func (p *TablePlan) insertColumns(row []Value) []PlanColumn {
+func (p *TablePlan) insertColumns(row []sqlValue) []planColumn {
 	return slices.Concat(p.Columns, p.Carried[:len(row)-len(p.Columns)])
 }
 
-func columnList(cols []PlanColumn) string {
+func columnList(cols []planColumn) string {
 	names := make([]string, len(cols))
 	for i, c := range cols {
 		names[i] = ident.Quote(c.Name)
@@ -46,11 +54,11 @@ type fixStatement struct {
 // lit returns the SQL of value v of column c: its literal, or for a long value a user
 // variable built by pre-statements (a string or JSON value converted from the variable's
 // bytes as utf8mb4, as its literal would be read).
-func (f *fixStatement) lit(c PlanColumn, v Value) string {
+func (f *fixStatement) lit(c planColumn, v sqlValue) string {
 	// A literal is never shorter than its value's bytes: a longer value is not rendered
 	// whole only to be measured.
 	if len(v.Bytes) <= fixLiteralBytes {
-		if l := Literal(c.Kind, v); len(l) <= fixLiteralBytes {
+		if l := sqlLiteral(c.Kind, v); len(l) <= fixLiteralBytes {
 			return l
 		}
 	}
@@ -64,7 +72,7 @@ func (f *fixStatement) lit(c PlanColumn, v Value) string {
 			f.pre = append(f.pre, "SET "+name+" = CONCAT("+name+", "+piece+");")
 		}
 	}
-	if c.Kind == KindString || c.Kind == KindJSON {
+	if c.Kind == kindString || c.Kind == kindJSON {
 		return "CONVERT(" + name + " USING utf8mb4)"
 	}
 	return name
@@ -92,7 +100,7 @@ func (f *fixStatement) sql(stmt string) string {
 	return sb.String()
 }
 
-func valueList(f *fixStatement, cols []PlanColumn, row []Value) string {
+func valueList(f *fixStatement, cols []planColumn, row []sqlValue) string {
 	vals := make([]string, len(cols))
 	for i, c := range cols {
 		vals[i] = f.lit(c, row[i])
@@ -104,7 +112,7 @@ func valueList(f *fixStatement, cols []PlanColumn, row []Value) string {
 // foreign key references the table, otherwise INSERT ... ON DUPLICATE KEY UPDATE, so that
 // ignored columns keep their values and children of the row are not deleted by an ON
 // DELETE CASCADE (REPLACE deletes the old row before it inserts the new one).
-func (p *TablePlan) upsert(row []Value) string {
+func (p *TablePlan) upsert(row []sqlValue) string {
 	var f fixStatement
 	t := p.table(Downstream)
 	cols := p.insertColumns(row)
@@ -120,13 +128,13 @@ func (p *TablePlan) upsert(row []Value) string {
 }
 
 // difference returns a difference of kind about row, with its key.
-func (p *TablePlan) difference(kind DiffKind, row []Value) Difference {
+func (p *TablePlan) difference(kind DiffKind, row []sqlValue) Difference {
 	d := Difference{Kind: kind}
 	d.Key, d.rk = p.keyFor(row)
 	return d
 }
 
-func (p *TablePlan) missing(row []Value, n int) Difference {
+func (p *TablePlan) missing(row []sqlValue, n int) Difference {
 	d := p.difference(Missing, row)
 	if p.Keyless {
 		var f fixStatement
@@ -142,13 +150,13 @@ func (p *TablePlan) missing(row []Value, n int) Difference {
 	return d
 }
 
-func (p *TablePlan) differing(row []Value, cols []string) Difference {
+func (p *TablePlan) differing(row []sqlValue, cols []string) Difference {
 	d := p.difference(Differing, row)
 	d.Columns, d.fix = cols, p.upsert(row)
 	return d
 }
 
-func (p *TablePlan) extra(row []Value, n int) Difference {
+func (p *TablePlan) extra(row []sqlValue, n int) Difference {
 	d := p.difference(Extra, row)
 	var f fixStatement
 	var conds []string
@@ -161,7 +169,7 @@ func (p *TablePlan) extra(row []Value, n int) Difference {
 		for i, c := range p.Columns {
 			l := f.lit(c, row[i])
 			cond := ident.Quote(c.Name) + " <=> " + l
-			if c.Kind == KindString && !row[i].Null {
+			if c.Kind == kindString && !row[i].Null {
 				f := p.Flavor[Downstream]
 				cond += " AND " + byteString(f, p.text(Downstream, c)) + " = " + byteString(f, l)
 			}
@@ -193,4 +201,49 @@ func fixHeader(runID, down, up string) string {
 		"-- Zero dates are data here (the upstream holds them): allow them, and keep the rest of sql_mode.\n"+
 		"SET SESSION sql_mode = TRIM(BOTH ',' FROM REPLACE(REPLACE(CONCAT(',', @@SESSION.sql_mode, ','), ',NO_ZERO_DATE,', ','), ',NO_ZERO_IN_DATE,', ','));\n",
 		runID, down, up)
+}
+
+// fixSQL streams table t's fix SQL to emit: the header, then the stored fix statements
+// (deletes first), each ending in ";\n". Without stored differences only the header
+// is emitted when always is set (a fix file is never empty), else nothing.
+func (s *store) fixSQL(ctx context.Context, t storedTable, always bool, emit func(sql string) error) error {
+	header := false
+	head := func() error {
+		header = true
+		return emit(fixHeader(s.runID, ident.Table(t.downSchema, t.downName), ident.Table(t.upSchema, t.upTable)))
+	}
+	if always {
+		if err := head(); err != nil {
+			return err
+		}
+	}
+	return s.differences(ctx, t.idx, -1, true, func(_ Difference, fix string) error {
+		if !header {
+			if err := head(); err != nil {
+				return err
+			}
+		}
+		return emit(fix + "\n")
+	})
+}
+
+// RunFixSQL streams the fix SQL of the finished checker run runID in the meta schema
+// metaSchema of db — exactly what parity diff writes to its fix files — table by table
+// in the run's order: emit gets the downstream table ("schema.table", unquoted) and
+// whole statements (first the table's header of SET statements and comments, then one
+// call per difference's statements, deletes first), each ending in ";\n". Tables
+// without differences emit nothing. tables filters as RunDifferences does; an unknown
+// run is ErrRunNotFound, one still running ErrRunRunning.
+func RunFixSQL(ctx context.Context, db *sql.DB, metaSchema, runID string, tables []string, emit func(table, sql string) error) error {
+	s, keep, err := finishedRun(ctx, db, metaSchema, runID, tables)
+	if err != nil {
+		return err
+	}
+	for _, t := range keep {
+		name := t.downSchema + "." + t.downName
+		if err := s.fixSQL(ctx, t, false, func(sql string) error { return emit(name, sql) }); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -154,7 +154,7 @@ var floatRows = []struct {
 // digit or its last bit and a FLOAT changed in its last bit are found, by the checksum
 // and by the drill-down, as exactly that row and column, keyed and keyless; the fix SQL
 // (exact literals) makes the sides equal.
-func TestFloatExactMariaDB(t *testing.T) { testFloatExact(t, mariaPair(t), FlavorMariaDB) }
+func TestFloatExactMariaDB(t *testing.T) { testFloatExact(t, mariaPair(t), flavorMariaDB) }
 func TestFloatExactTiDB(t *testing.T)    { testFloatExact(t, tidbPair(t), FlavorTiDB) }
 
 func testFloatExact(t *testing.T, p pair, upFlavor Flavor) {

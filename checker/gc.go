@@ -1,5 +1,11 @@
 package checker
 
+// gc.go owns what TiDB's GC means for a run that reads at a snapshot: the snapshot's
+// time, the safe point and GC life it is checked against before anything reads
+// (CheckSnapshotGC for callers that open a snapshot pair themselves, checkSnapshotGC for a
+// run from DSNs), and the advice error 8055 is turned into. TSOs go through
+// internal/tso. It must not open snapshot pairs (snapshot.go does).
+
 import (
 	"context"
 	"fmt"
@@ -17,6 +23,20 @@ import (
 // 8055. parity has no PD connection to register a GC service safe point (as
 // sync-diff-inspector does), so it checks the snapshot before the run, says until when it
 // stays readable, and turns error 8055 into advice.
+
+// CheckSnapshotGC refuses an upstream TSO that TiDB's GC has passed, before anything
+// reads at it: the error names the TSO, its time and the GC safe point (mysql.tidb's
+// tikv_gc_safe_point). It logs until about when GC keeps ts, and warns when that is
+// soon. For callers that open a snapshot pair themselves (OpenSnapshotPair does not
+// check); a run from DSNs checks its snapshots in the same way. A server that is not
+// TiDB, or a safe point it may not read, is left to TiDB's own check (error 8055 when
+// the snapshot is set). log may be nil (slog.Default()).
+func CheckSnapshotGC(ctx context.Context, upstreamDSN string, ts uint64, log *slog.Logger) error {
+	if log == nil {
+		log = slog.Default()
+	}
+	return checkSnapshotGC(ctx, upstreamDSN, strconv.FormatUint(ts, 10), time.Now(), log)
+}
 
 // tidbSafePointLayout is how TiDB stores tikv_gc_safe_point in mysql.tidb.
 const tidbSafePointLayout = "20060102-15:04:05.000 -0700"

@@ -86,7 +86,7 @@ func TestSnapshotGC(t *testing.T) {
 
 	cfg := p.config(t, "g")
 	cfg.Upstream.Snapshot = snapshot(now.Add(-time.Hour))
-	_, err = Run(context.Background(), cfg)
+	_, err = NewDiff(cfg, nil).Run(context.Background())
 	if err == nil || !strings.Contains(err.Error(), "older than TiDB's GC safe point") {
 		t.Fatalf("snapshot an hour old: %v", err)
 	}
@@ -96,7 +96,7 @@ func TestSnapshotGC(t *testing.T) {
 	var logs bytes.Buffer
 	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 	cfg.Upstream.Snapshot = fmt.Sprint(testenv.TiDBTSO(t, p.up.DB))
-	rep, err := Run(context.Background(), cfg)
+	rep, err := NewDiff(cfg, nil).Run(context.Background())
 	if err != nil {
 		t.Fatalf("snapshot of now: %v", err)
 	}

@@ -29,7 +29,7 @@ func BenchmarkHashSQL(b *testing.B) {
 		db   *testenv.DB
 		fl   Flavor
 	}{
-		{"mariadb", testenv.Downstream(b), FlavorMariaDB},
+		{"mariadb", testenv.Downstream(b), flavorMariaDB},
 		{"tidb", testenv.Upstream(b), FlavorTiDB},
 	}
 	ctx := context.Background()
@@ -68,7 +68,7 @@ func BenchmarkHashSQL(b *testing.B) {
 			struct{ name, sql string }{"crc32-xor-bare", "SELECT COUNT(*), BIT_XOR(CRC32(CONCAT_WS('#', id, k, c, pad))) FROM " + plan.table(Upstream)},
 			// What the injective encoding costs: the same hashes over a plain CONCAT_WS.
 			struct{ name, sql string }{"sha1-sum-bare", "SELECT COUNT(*), SUM(CAST(CONV(SUBSTRING(SHA1(CONCAT_WS('#', id, k, c, pad)),1,16),16,10) AS UNSIGNED)) FROM " + plan.table(Upstream)},
-			struct{ name, sql string }{"crc32-xor-ours", "SELECT COUNT(*), BIT_XOR(CRC32(" + plan.RowEncoding(Upstream) + ")) FROM " + plan.table(Upstream)},
+			struct{ name, sql string }{"crc32-xor-ours", "SELECT COUNT(*), BIT_XOR(CRC32(" + plan.rowEncoding(Upstream) + ")) FROM " + plan.table(Upstream)},
 		)
 		// Interleaved rounds, fastest of each: other load on the machine moves single
 		// timings a lot.

@@ -92,7 +92,7 @@ func (p pair) plan(t *testing.T, table string, upFlavor Flavor) *TablePlan {
 	if err != nil {
 		t.Fatal(err)
 	}
-	plan.Flavor = [2]Flavor{upFlavor, FlavorMariaDB}
+	plan.Flavor = [2]Flavor{upFlavor, flavorMariaDB}
 	return plan
 }
 
@@ -101,7 +101,7 @@ func (p pair) plan(t *testing.T, table string, upFlavor Flavor) *TablePlan {
 func (p pair) rowChecksums(t *testing.T, plan *TablePlan, id int) (up, down checksum) {
 	t.Helper()
 	ctx := context.Background()
-	rng := Range{Lo: Bound{StringValue(fmt.Sprint(id - 1))}, Hi: Bound{StringValue(fmt.Sprint(id))}}
+	rng := Range{Lo: Bound{stringValue(fmt.Sprint(id - 1))}, Hi: Bound{stringValue(fmt.Sprint(id))}}
 	if err := p.up.QueryRowContext(ctx, plan.ChecksumSQL(Upstream, rng)).Scan(&up.count, &up.sum); err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +130,7 @@ func run(t *testing.T, cfg Config) *Report {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	rep, err := Run(ctx, cfg)
+	rep, err := NewDiff(cfg, nil).Run(ctx)
 	if err != nil {
 		t.Fatalf("run: %v", err)
 	}

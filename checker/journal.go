@@ -37,7 +37,7 @@ type journal struct {
 }
 
 type journalEntry struct {
-	chunk    Chunk
+	chunk    keyChunk
 	finished bool // false: started
 	res      chunkResult
 }
@@ -49,12 +49,12 @@ func newJournal(st *store, queue int, checkpoints map[int]int, reach func(int, f
 }
 
 // started queues the running state of a chunk.
-func (j *journal) started(ctx context.Context, c Chunk) error {
+func (j *journal) started(ctx context.Context, c keyChunk) error {
 	return j.send(ctx, journalEntry{chunk: c})
 }
 
 // finished queues the result of a chunk (its differences are already stored).
-func (j *journal) finished(ctx context.Context, c Chunk, res chunkResult) error {
+func (j *journal) finished(ctx context.Context, c keyChunk, res chunkResult) error {
 	return j.send(ctx, journalEntry{chunk: c, finished: true, res: res})
 }
 

@@ -21,7 +21,7 @@ import (
 	"github.com/tidb-parity/parity/internal/rowkey"
 )
 
-// The checker reads values through SQL as text (Value), with each column's kind known.
+// The checker reads values through SQL as text (sqlValue), with each column's kind known.
 // A key value becomes a Go value of rowkey's types, as the applier's decoder (cdc/open)
 // types the same column, so that one row has one rowkey.Key in the ledger and here:
 //
@@ -42,14 +42,14 @@ import (
 // bytes, integers and floats their shortest decimal text (what the driver prints too).
 
 // keyValue returns the Go value of value v of column c (see above).
-func keyValue(c PlanColumn, v Value) any {
+func keyValue(c planColumn, v sqlValue) any {
 	if v.Null {
 		return nil
 	}
 	s := string(v.Bytes)
 	switch c.Kind {
-	case KindInt, KindBit:
-		unsigned := c.Unsigned || c.Kind == KindBit
+	case kindInt, kindBit:
+		unsigned := c.Unsigned || c.Kind == kindBit
 		if unsigned {
 			if u, err := strconv.ParseUint(s, 10, 64); err == nil {
 				return u
@@ -66,43 +66,43 @@ func keyValue(c PlanColumn, v Value) any {
 				return u // above a signed column's range: an unsigned downstream's value
 			}
 		}
-	case KindFloat, KindDouble:
+	case kindFloat, kindDouble:
 		// Only SQL's decimal spellings: ParseFloat also reads "NaN", "0x1p-2" and "1_0".
 		if numericText.MatchString(s) {
 			if f, err := strconv.ParseFloat(s, 64); err == nil && !math.IsInf(f, 0) {
 				return f
 			}
 		}
-	case KindBinary:
+	case kindBinary:
 		return bytes.Clone(v.Bytes)
 	}
 	return s
 }
 
-// valueOfKey returns the Value of a key value (keyValue's inverse, up to the spelling of
+// valueOfKey returns the sqlValue of a key value (keyValue's inverse, up to the spelling of
 // numbers).
-func valueOfKey(x any) Value {
+func valueOfKey(x any) sqlValue {
 	switch x := x.(type) {
 	case nil:
-		return NullValue
+		return nullValue
 	case int64:
-		return StringValue(strconv.FormatInt(x, 10))
+		return stringValue(strconv.FormatInt(x, 10))
 	case uint64:
-		return StringValue(strconv.FormatUint(x, 10))
+		return stringValue(strconv.FormatUint(x, 10))
 	case float64:
-		return StringValue(strconv.FormatFloat(x, 'g', -1, 64))
+		return stringValue(strconv.FormatFloat(x, 'g', -1, 64))
 	case string:
-		return StringValue(x)
+		return stringValue(x)
 	case []byte:
-		return Value{Bytes: bytes.Clone(x)}
+		return sqlValue{Bytes: bytes.Clone(x)}
 	}
-	return StringValue(fmt.Sprint(x)) // not a type rowkey decodes to
+	return stringValue(fmt.Sprint(x)) // not a type rowkey decodes to
 }
 
 // appendKey appends the exact key of values vals of columns cols (indexes into
 // p.Columns) to dst. ok is false only for a type rowkey cannot hold, which keyValue
 // never returns.
-func (p *TablePlan) appendKey(dst []byte, cols []int, vals []Value) (out []byte, ok bool) {
+func (p *TablePlan) appendKey(dst []byte, cols []int, vals []sqlValue) (out []byte, ok bool) {
 	for i, c := range cols {
 		if dst, ok = rowkey.Append(dst, keyValue(p.Columns[c], vals[i]), rowkey.Exact); !ok {
 			return dst, false
@@ -166,10 +166,10 @@ func decodeBound(s string) (Bound, error) {
 		b := make(Bound, len(in))
 		for i, v := range in {
 			if v.Null {
-				b[i] = NullValue
+				b[i] = nullValue
 				continue
 			}
-			b[i] = Value{Bytes: v.X}
+			b[i] = sqlValue{Bytes: v.X}
 			if b[i].Bytes == nil {
 				b[i].Bytes = []byte{}
 			}
@@ -199,12 +199,12 @@ func (p *TablePlan) diffKeyColumns() []int {
 
 // keyFor returns the key of a difference's row: its report form (the key columns' SQL
 // literals) and its exact rowkey.Key.
-func (p *TablePlan) keyFor(row []Value) (Key, rowkey.Key) {
+func (p *TablePlan) keyFor(row []sqlValue) (Key, rowkey.Key) {
 	idx := p.diffKeyColumns()
 	k := make(Key, len(idx))
-	vals := make([]Value, len(idx))
+	vals := make([]sqlValue, len(idx))
 	for i, c := range idx {
-		k[i] = KeyValue{Column: p.Columns[c].Name, Value: Literal(p.Columns[c].Kind, row[c])}
+		k[i] = KeyValue{Column: p.Columns[c].Name, Value: sqlLiteral(p.Columns[c].Kind, row[c])}
 		vals[i] = row[c]
 	}
 	rk, ok := p.appendKey(nil, idx, vals)
@@ -330,7 +330,7 @@ func (p *TablePlan) looseKey(vals []any) string {
 	idx := p.diffKeyColumns()
 	var dst []byte
 	for i, v := range vals {
-		if p.Columns[idx[i]].Kind == KindString {
+		if p.Columns[idx[i]].Kind == kindString {
 			dst = append(dst, anyValue)
 			continue
 		}
@@ -345,8 +345,8 @@ const anyValue = 0x00
 
 // keyClass is how Go may fold column c's values to decide that two keys are one: for a
 // character column the coarser of its two sides' collation classes, otherwise exact.
-func keyClass(c PlanColumn) rowkey.Class {
-	if c.Kind != KindString {
+func keyClass(c planColumn) rowkey.Class {
+	if c.Kind != kindString {
 		return rowkey.Exact
 	}
 	a, b := rowkey.ClassOf(c.Collation[0]), rowkey.ClassOf(c.Collation[1])

@@ -16,16 +16,16 @@ import (
 // keysPlan has a key of every kind keys.go types differently, and a non-key column.
 func keysPlan() *TablePlan {
 	return &TablePlan{
-		Columns: []PlanColumn{
-			{Name: "s", Kind: KindString, Collation: [2]string{"utf8mb4_general_ci", "utf8mb4_general_ci"}},
-			{Name: "i", Kind: KindInt},
-			{Name: "u", Kind: KindInt, Unsigned: true},
-			{Name: "f", Kind: KindDouble},
-			{Name: "d", Kind: KindDecimal},
-			{Name: "t", Kind: KindTemporal},
-			{Name: "b", Kind: KindBinary},
-			{Name: "bit", Kind: KindBit},
-			{Name: "v", Kind: KindString},
+		Columns: []planColumn{
+			{Name: "s", Kind: kindString, Collation: [2]string{"utf8mb4_general_ci", "utf8mb4_general_ci"}},
+			{Name: "i", Kind: kindInt},
+			{Name: "u", Kind: kindInt, Unsigned: true},
+			{Name: "f", Kind: kindDouble},
+			{Name: "d", Kind: kindDecimal},
+			{Name: "t", Kind: kindTemporal},
+			{Name: "b", Kind: kindBinary},
+			{Name: "bit", Kind: kindBit},
+			{Name: "v", Kind: kindString},
 		},
 		Key: []int{0, 1, 2, 3, 4, 5, 6, 7},
 	}
@@ -35,39 +35,39 @@ func keysPlan() *TablePlan {
 // documents) and that the Value read back is the same SQL value.
 func TestKeyValues(t *testing.T) {
 	p := keysPlan()
-	col := func(name string) PlanColumn {
+	col := func(name string) planColumn {
 		for _, c := range p.Columns {
 			if c.Name == name {
 				return c
 			}
 		}
 		t.Fatalf("no column %s", name)
-		return PlanColumn{}
+		return planColumn{}
 	}
 	for _, c := range []struct {
 		col  string
-		in   Value
+		in   sqlValue
 		want any
 		back string // the Value's text read back ("" : the same as in)
 	}{
-		{"s", StringValue("o'k é"), "o'k é", ""},
-		{"s", NullValue, nil, ""},
-		{"s", StringValue(""), "", ""},
-		{"i", StringValue("-42"), int64(-42), ""},
-		{"i", StringValue("18446744073709551615"), uint64(math.MaxUint64), ""}, // an unsigned downstream's value
-		{"i", StringValue("0000"), int64(0), "0"},                              // YEAR 0
-		{"i", StringValue("99999999999999999999"), "99999999999999999999", ""}, // no server prints it: its text
-		{"u", StringValue("7"), uint64(7), ""},
-		{"u", StringValue("-1"), int64(-1), ""}, // a signed downstream's value
-		{"bit", StringValue("5"), uint64(5), ""},
-		{"f", StringValue("1e+21"), 1e21, ""},
-		{"f", StringValue("1e21"), 1e21, "1e+21"},
-		{"f", StringValue("-0"), math.Copysign(0, -1), "0"}, // rowkey: -0 is 0
-		{"f", StringValue("NaN"), "NaN", ""},
-		{"d", StringValue("-0.50"), "-0.50", ""},
-		{"t", StringValue("2024-02-29 23:59:59.500"), "2024-02-29 23:59:59.500", ""},
-		{"b", Value{Bytes: []byte{0, 0xff}}, []byte{0, 0xff}, ""},
-		{"b", Value{Bytes: []byte{}}, []byte{}, ""},
+		{"s", stringValue("o'k é"), "o'k é", ""},
+		{"s", nullValue, nil, ""},
+		{"s", stringValue(""), "", ""},
+		{"i", stringValue("-42"), int64(-42), ""},
+		{"i", stringValue("18446744073709551615"), uint64(math.MaxUint64), ""}, // an unsigned downstream's value
+		{"i", stringValue("0000"), int64(0), "0"},                              // YEAR 0
+		{"i", stringValue("99999999999999999999"), "99999999999999999999", ""}, // no server prints it: its text
+		{"u", stringValue("7"), uint64(7), ""},
+		{"u", stringValue("-1"), int64(-1), ""}, // a signed downstream's value
+		{"bit", stringValue("5"), uint64(5), ""},
+		{"f", stringValue("1e+21"), 1e21, ""},
+		{"f", stringValue("1e21"), 1e21, "1e+21"},
+		{"f", stringValue("-0"), math.Copysign(0, -1), "0"}, // rowkey: -0 is 0
+		{"f", stringValue("NaN"), "NaN", ""},
+		{"d", stringValue("-0.50"), "-0.50", ""},
+		{"t", stringValue("2024-02-29 23:59:59.500"), "2024-02-29 23:59:59.500", ""},
+		{"b", sqlValue{Bytes: []byte{0, 0xff}}, []byte{0, 0xff}, ""},
+		{"b", sqlValue{Bytes: []byte{}}, []byte{}, ""},
 	} {
 		got := keyValue(col(c.col), c.in)
 		if !reflect.DeepEqual(got, c.want) {
@@ -85,7 +85,7 @@ func TestKeyValues(t *testing.T) {
 		back := valueOfKey(vals[0])
 		want := c.in
 		if c.back != "" {
-			want = StringValue(c.back)
+			want = stringValue(c.back)
 		}
 		if back.Null != want.Null || !bytes.Equal(back.Bytes, want.Bytes) {
 			t.Errorf("%s %q read back as %q, want %q", c.col, c.in.Bytes, back.Bytes, want.Bytes)
@@ -98,8 +98,8 @@ func TestKeyValues(t *testing.T) {
 // decode.
 func TestBoundForms(t *testing.T) {
 	p := keysPlan()
-	b := Bound{StringValue("Ésa"), StringValue("-3"), StringValue("18446744073709551615"), StringValue("2.5"),
-		StringValue("-0.01"), StringValue("2038-01-19 03:14:07.000"), {Bytes: []byte{0, '\''}}, NullValue}
+	b := Bound{stringValue("Ésa"), stringValue("-3"), stringValue("18446744073709551615"), stringValue("2.5"),
+		stringValue("-0.01"), stringValue("2038-01-19 03:14:07.000"), {Bytes: []byte{0, '\''}}, nullValue}
 	enc, err := p.encodeBound(b)
 	if err != nil {
 		t.Fatal(err)
@@ -130,12 +130,12 @@ func TestBoundForms(t *testing.T) {
 	if got, err := decodeBound(boundPrefix); got == nil || len(got) != 0 || err != nil {
 		t.Errorf("a bound of no values read as %#v (%v): nil is an open end", got, err)
 	}
-	if _, err := p.encodeBound(append(b, StringValue("x"))); err == nil {
+	if _, err := p.encodeBound(append(b, stringValue("x"))); err == nil {
 		t.Error("a bound longer than the key was stored")
 	}
 	old := `[{"x":"azAwOTk="},{"x":"OTk="},{"x":"LTc1LjI1"},{"x":"MjAyNC0wMy0wMSAwMDowMTozOC41MDA="},{"x":"AAK1"},{"n":true},{}]`
 	got, err = decodeBound(old)
-	want := Bound{StringValue("k0099"), StringValue("99"), StringValue("-75.25"), StringValue("2024-03-01 00:01:38.500"), {Bytes: []byte{0, 2, 0xb5}}, NullValue, StringValue("")}
+	want := Bound{stringValue("k0099"), stringValue("99"), stringValue("-75.25"), stringValue("2024-03-01 00:01:38.500"), {Bytes: []byte{0, 2, 0xb5}}, nullValue, stringValue("")}
 	if err != nil || !reflect.DeepEqual(got, want) {
 		t.Errorf("old bound %s: %+v (%v)", old, got, err)
 	}
@@ -151,8 +151,8 @@ func TestBoundForms(t *testing.T) {
 // checker/testdata/oldrun) gives the same key values from its literals.
 func TestStoredDifferenceForms(t *testing.T) {
 	p := keysPlan()
-	row := []Value{StringValue("o'k"), StringValue("-5"), StringValue("9223372036854775808"), StringValue("1e+21"),
-		StringValue("-0.01"), StringValue("1999-12-31 23:59:59.999"), {Bytes: []byte{0x27}}, StringValue("3"), StringValue("v")}
+	row := []sqlValue{stringValue("o'k"), stringValue("-5"), stringValue("9223372036854775808"), stringValue("1e+21"),
+		stringValue("-0.01"), stringValue("1999-12-31 23:59:59.999"), {Bytes: []byte{0x27}}, stringValue("3"), stringValue("v")}
 	d := p.missing(row, 1)
 	stored := marshalDifference(d)
 	report, err := json.Marshal(d)
@@ -202,7 +202,7 @@ func TestStoredDifferenceForms(t *testing.T) {
 // more, never fewer.
 func TestSameKey(t *testing.T) {
 	plan := func(up, down string) *TablePlan {
-		return &TablePlan{Columns: []PlanColumn{{Name: "s", Kind: KindString, Collation: [2]string{up, down}}, {Name: "i", Kind: KindInt}}, Key: []int{0, 1}}
+		return &TablePlan{Columns: []planColumn{{Name: "s", Kind: kindString, Collation: [2]string{up, down}}, {Name: "i", Kind: kindInt}}, Key: []int{0, 1}}
 	}
 	form := func(p *TablePlan, s string, i int64) string {
 		f, ok := p.sameKey([]any{s, i})
@@ -251,7 +251,7 @@ func TestSameKey(t *testing.T) {
 // TestFoundChunk: a row the re-check reads again by key goes back to the chunk its key
 // was stored in, however the collation lets it be spelled now.
 func TestFoundChunk(t *testing.T) {
-	p := &TablePlan{Columns: []PlanColumn{{Name: "s", Kind: KindString, Collation: [2]string{"utf8mb4_general_ci", "utf8mb4_general_ci"}}, {Name: "i", Kind: KindInt}}, Key: []int{0, 1}}
+	p := &TablePlan{Columns: []planColumn{{Name: "s", Kind: kindString, Collation: [2]string{"utf8mb4_general_ci", "utf8mb4_general_ci"}}, {Name: "i", Kind: kindInt}}, Key: []int{0, 1}}
 	f := newFoundDiffs()
 	for i, k := range []struct {
 		s   string
@@ -262,7 +262,7 @@ func TestFoundChunk(t *testing.T) {
 		}
 	}
 	found := func(s string, i int64) int {
-		d := p.missing([]Value{StringValue(s), StringValue(fmt.Sprint(i))}, 1)
+		d := p.missing([]sqlValue{stringValue(s), stringValue(fmt.Sprint(i))}, 1)
 		c, ok := f.chunkOf(p, d)
 		if !ok {
 			t.Fatalf("%q: no chunk", s)
@@ -291,19 +291,19 @@ func TestFoundChunk(t *testing.T) {
 // values; the same number for integers and floats), and stored again identically; any
 // text (either stored form, or neither) decodes to a bound or an error.
 func FuzzBoundRoundTrip(f *testing.F) {
-	f.Add([]byte("a"), []byte{}, uint8(KindString), uint8(KindBinary), true)
-	f.Add([]byte("-12"), []byte("1e21"), uint8(KindInt), uint8(KindDouble), false)
-	f.Add([]byte("0000"), []byte("-0"), uint8(KindInt), uint8(KindFloat), false)
-	f.Add([]byte("18446744073709551615"), []byte("-0.50"), uint8(KindBit), uint8(KindDecimal), false)
-	f.Add([]byte(`[{"x":"MTIz"},{"n":true},{}]`), []byte("rk:AgAAAAAAAAAB"), uint8(KindJSON), uint8(KindTemporal), true)
+	f.Add([]byte("a"), []byte{}, uint8(kindString), uint8(kindBinary), true)
+	f.Add([]byte("-12"), []byte("1e21"), uint8(kindInt), uint8(kindDouble), false)
+	f.Add([]byte("0000"), []byte("-0"), uint8(kindInt), uint8(kindFloat), false)
+	f.Add([]byte("18446744073709551615"), []byte("-0.50"), uint8(kindBit), uint8(kindDecimal), false)
+	f.Add([]byte(`[{"x":"MTIz"},{"n":true},{}]`), []byte("rk:AgAAAAAAAAAB"), uint8(kindJSON), uint8(kindTemporal), true)
 	f.Fuzz(func(t *testing.T, a, b []byte, ka, kb uint8, null bool) {
-		p := &TablePlan{Columns: []PlanColumn{
-			{Name: "a", Kind: Kind(int(ka) % (int(KindJSON) + 1)), Unsigned: ka > 128},
-			{Name: "b", Kind: Kind(int(kb) % (int(KindJSON) + 1))},
+		p := &TablePlan{Columns: []planColumn{
+			{Name: "a", Kind: colKind(int(ka) % (int(kindJSON) + 1)), Unsigned: ka > 128},
+			{Name: "b", Kind: colKind(int(kb) % (int(kindJSON) + 1))},
 		}, Key: []int{0, 1}}
 		in := Bound{{Bytes: a}, {Bytes: b}}
 		if null {
-			in[1] = NullValue
+			in[1] = nullValue
 		}
 		s, err := p.encodeBound(in)
 		if err != nil {
@@ -354,11 +354,11 @@ func FuzzStoredKey(f *testing.F) {
 	f.Add([]byte("o'k"), []byte("-5"), []byte(`{"kind":"missing","key":{"s":"'a'","i":"1"},"rk":"CGEAAQIAAAAAAAAAAQ=="}`))
 	f.Add([]byte{0xff, 0}, []byte("18446744073709551615"), []byte(`{"kind":"extra","key":{"s":"X'FF'","i":"NULL"}}`))
 	f.Fuzz(func(t *testing.T, s, i, stored []byte) {
-		p := &TablePlan{Columns: []PlanColumn{
-			{Name: "s", Kind: KindString, Collation: [2]string{"utf8mb4_general_ci", "utf8mb4_bin"}},
-			{Name: "i", Kind: KindInt},
+		p := &TablePlan{Columns: []planColumn{
+			{Name: "s", Kind: kindString, Collation: [2]string{"utf8mb4_general_ci", "utf8mb4_bin"}},
+			{Name: "i", Kind: kindInt},
 		}, Key: []int{0, 1}}
-		row := []Value{{Bytes: s}, {Bytes: i}}
+		row := []sqlValue{{Bytes: s}, {Bytes: i}}
 		d := p.missing(row, 1)
 		want := []any{keyValue(p.Columns[0], row[0]), keyValue(p.Columns[1], row[1])}
 		for _, form := range []string{marshalDifference(d), marshalDifference(Difference{Kind: d.Kind, Key: d.Key})} {

@@ -97,7 +97,7 @@ func TestResumeOldFormatRun(t *testing.T) {
 	}
 	resumedCfg := config()
 	resumedCfg.Resume = runID
-	resumed, err := Run(ctx, resumedCfg)
+	resumed, err := NewDiff(resumedCfg, nil).Run(ctx)
 	if err != nil {
 		t.Fatalf("resume the old run: %v", err)
 	}

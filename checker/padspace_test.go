@@ -46,7 +46,7 @@ func TestPadSpaceOrder(t *testing.T) {
 	}
 	checked, differ := 0, 0
 	for _, name := range []string{"sb", "sc"} {
-		var col PlanColumn
+		var col planColumn
 		for _, c := range plan.Columns {
 			if c.Name == name {
 				col = c
@@ -57,9 +57,9 @@ func TestPadSpaceOrder(t *testing.T) {
 		}
 		for _, b := range all {
 			for _, op := range []string{">", ">=", "<", "<="} {
-				v := StringValue(b)
-				up := ids(p.up.DB, "", name+" "+op+" "+predicateLiteral(KindString, v))
-				plain := ids(p.down.DB, "", name+" "+op+" "+predicateLiteral(KindString, v))
+				v := stringValue(b)
+				up := ids(p.up.DB, "", name+" "+op+" "+predicateLiteral(kindString, v))
+				plain := ids(p.down.DB, "", name+" "+op+" "+predicateLiteral(kindString, v))
 				// Through the index (a range scan) and without it (every row evaluated).
 				for _, hint := range []string{"FORCE INDEX (" + name + ")", "IGNORE INDEX (" + name + ")"} {
 					if down := ids(p.down.DB, hint, plan.compare(Downstream, col, name, op, v)); up != down {

@@ -52,7 +52,7 @@ func newSourcePair(up, down Source, timeout time.Duration) *sourcePair {
 	p := &sourcePair{src: [2]Source{up, down}, flavor: [2]Flavor{up.Flavor(), down.Flavor()}, timeout: timeout}
 	for s, src := range p.src {
 		if r, ok := src.(snapshotReader); ok {
-			p.snapshot[s] = r.Snapshot()
+			p.snapshot[s] = r.readsAt()
 		}
 	}
 	return p
@@ -111,7 +111,7 @@ func (p *sourcePair) withSide(ctx context.Context, s Side, fn func(context.Conte
 	qctx := ctx
 	if k, ok := src.(queryKiller); ok {
 		var stop func()
-		qctx, stop = k.KillOnDone(ctx, q)
+		qctx, stop = k.killOnDone(ctx, q)
 		defer stop()
 	}
 	err = fn(qctx, q)
@@ -313,7 +313,7 @@ func queryRow(ctx context.Context, q Querier, query string, dest ...any) error {
 
 // firstRow returns the first row of query's n columns as values, or nil when it returns
 // no row.
-func firstRow(ctx context.Context, q Querier, query string, n int) ([]Value, error) {
+func firstRow(ctx context.Context, q Querier, query string, n int) ([]sqlValue, error) {
 	rows, err := q.QueryContext(ctx, query)
 	if err != nil {
 		return nil, err

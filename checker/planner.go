@@ -178,14 +178,14 @@ func (pl *planner) planTable(ctx context.Context, st storedTable) (*target, erro
 	plan.Pushdown = pl.pair.pushdown
 	for _, k := range plan.Key {
 		c := plan.Columns[k]
-		if c.Kind == KindString && c.Collation[0] != c.Collation[1] {
+		if c.Kind == kindString && c.Collation[0] != c.Collation[1] {
 			pl.log.Warn("key column collations differ: the downstream compares chunk ranges with the upstream collation and may not use its index",
 				"table", t.name, "column", c.Name, "upstream", c.Collation[0], "downstream", c.Collation[1])
 		}
 	}
 	plan.Hash = cfg.Hash
 	plan.Where = cfg.where(st.upSchema, st.upTable)
-	if cols := plan.FitEncoding(pl.pair.packet); len(cols) > 0 {
+	if cols := plan.fitEncoding(pl.pair.packet); len(cols) > 0 {
 		pl.log.Info("long columns enter the row hash as their SHA1", "table", t.name, "columns", cols, "max_allowed_packet", pl.pair.packet)
 	}
 	t.plan = plan
@@ -204,7 +204,7 @@ func NewPlan(up, down *Table, ignored func(string) bool) (*TablePlan, error) {
 	}
 	p := &TablePlan{Schema: [2]string{up.Schema, down.Schema}, Table: [2]string{up.Name, down.Name}, Hash: HashSHA1}
 	for _, uc := range up.Columns {
-		dc, ok := down.Column(uc.Name)
+		dc, ok := down.column(uc.Name)
 		if !ok || dc.Generated {
 			continue
 		}
@@ -212,18 +212,18 @@ func NewPlan(up, down *Table, ignored func(string) bool) (*TablePlan, error) {
 			// Not compared, but carried into the rows fix SQL inserts. Long ones too (a
 			// LONGBLOB, a JSON document): a NOT NULL column without a default refuses an
 			// insert without it, and only the rows of mismatched ranges are read.
-			p.Carried = append(p.Carried, PlanColumn{Name: uc.Name, Kind: uc.Kind, Charset: [2]string{uc.Charset, dc.Charset},
+			p.Carried = append(p.Carried, planColumn{Name: uc.Name, Kind: uc.Kind, Charset: [2]string{uc.Charset, dc.Charset},
 				Collation: [2]string{uc.Collation, dc.Collation}, MaxBytes: max(uc.MaxBytes, dc.MaxBytes)})
 			continue
 		}
-		p.Columns = append(p.Columns, PlanColumn{Name: uc.Name, Kind: uc.Kind, NotNull: !uc.Nullable && !dc.Nullable,
+		p.Columns = append(p.Columns, planColumn{Name: uc.Name, Kind: uc.Kind, NotNull: !uc.Nullable && !dc.Nullable,
 			Enum:     uc.DataType == "enum" || uc.DataType == "set",
-			Unsigned: uc.Kind == KindInt && strings.Contains(uc.ColumnType, "unsigned"),
+			Unsigned: uc.Kind == kindInt && strings.Contains(uc.ColumnType, "unsigned"),
 			Charset:  [2]string{uc.Charset, dc.Charset}, Collation: [2]string{uc.Collation, dc.Collation},
 			MaxBytes: max(uc.MaxBytes, dc.MaxBytes)})
 	}
 	for _, dc := range down.Columns {
-		if _, ok := up.Column(dc.Name); !ok || ignored(dc.Name) || dc.Generated {
+		if _, ok := up.column(dc.Name); !ok || ignored(dc.Name) || dc.Generated {
 			if !dc.Generated {
 				p.PartialColumns = true
 			}
@@ -260,16 +260,16 @@ func NewPlan(up, down *Table, ignored func(string) bool) (*TablePlan, error) {
 				break
 			}
 			c := p.Columns[i]
-			uc, _ := up.Column(c.Name)
-			dc, _ := down.Column(c.Name)
+			uc, _ := up.column(c.Name)
+			dc, _ := down.column(c.Name)
 			if uc.Nullable || dc.Nullable || uc.Kind != dc.Kind {
 				break
 			}
 			ok := false
 			switch c.Kind {
-			case KindInt, KindDecimal, KindTemporal:
+			case kindInt, kindDecimal, kindTemporal:
 				ok = true
-			case KindString:
+			case kindString:
 				ok = !strings.Contains(uc.DataType, "text") && c.Collation[0] == c.Collation[1]
 			}
 			if !ok {

@@ -321,7 +321,7 @@ func (rc *rechecker) redrillKeyless(ctx context.Context, t *target, c storedChun
 	case err != nil:
 		return nil, false, err
 	}
-	keep := func(kind DiffKind, row []Value, n int64) int64 {
+	keep := func(kind DiffKind, row []sqlValue, n int64) int64 {
 		_, rk := p.keyFor(row)
 		k := rowKey(kind, string(rk))
 		n = min(n, before[k])

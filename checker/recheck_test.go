@@ -196,7 +196,7 @@ func TestRecheckResume(t *testing.T) {
 		cancel() // stop the run here: the differences are stored, none re-checked
 		return time.Hour, nil
 	}
-	_, err := Run(ctx, cfg)
+	_, err := NewDiff(cfg, nil).Run(ctx)
 	var re *RunError
 	if !asRunError(err, &re) || re.State != RunCancelled {
 		t.Fatalf("want a cancelled run, got %v", err)

@@ -25,7 +25,7 @@ type Report struct {
 	Upstream   string    `json:"upstream"`
 	Downstream string    `json:"downstream"`
 	// UpstreamSnapshot and DownstreamSnapshot name the points the sides were read at, when
-	// set (a TiDB TSO or datetime, or the label of a snapshot source, ConnSourceConfig):
+	// set (a TiDB TSO or datetime, or the label of a snapshot source, connSourceConfig):
 	// "equal" holds between those points.
 	UpstreamSnapshot   string `json:"upstream_snapshot,omitempty"`
 	DownstreamSnapshot string `json:"downstream_snapshot,omitempty"`
@@ -137,22 +137,22 @@ type Progress struct {
 type Phase string
 
 const (
-	// PhaseStarting: opening the sources and the meta schema, storing the run.
-	PhaseStarting Phase = "starting"
-	// PhasePlanning: asking the servers what the comparison depends on, listing the
+	// phaseStarting: opening the sources and the meta schema, storing the run.
+	phaseStarting Phase = "starting"
+	// phasePlanning: asking the servers what the comparison depends on, listing the
 	// tables, loading and comparing their structures.
-	PhasePlanning Phase = "planning"
-	// PhaseComparing: cutting the tables into chunks and comparing them.
-	PhaseComparing Phase = "comparing"
-	// PhaseRechecking: reading the differences found again (Config.RecheckRounds).
-	PhaseRechecking Phase = "rechecking"
-	// PhaseConfirming: reading the differences found at a snapshot pair again at the
+	phasePlanning Phase = "planning"
+	// phaseComparing: cutting the tables into chunks and comparing them.
+	phaseComparing Phase = "comparing"
+	// phaseRechecking: reading the differences found again (Config.RecheckRounds).
+	phaseRechecking Phase = "rechecking"
+	// phaseConfirming: reading the differences found at a snapshot pair again at the
 	// same pair (recheck.go).
-	PhaseConfirming Phase = "confirming"
-	// PhaseReporting: writing the report and the fix SQL.
-	PhaseReporting Phase = "reporting"
-	// PhaseFinished: the run has ended (Stats.State says how).
-	PhaseFinished Phase = "finished"
+	phaseConfirming Phase = "confirming"
+	// phaseReporting: writing the report and the fix SQL.
+	phaseReporting Phase = "reporting"
+	// phaseFinished: the run has ended (Stats.State says how).
+	phaseFinished Phase = "finished"
 )
 
 // Stats are a run's counters and gauges at one moment, for metrics: a daemon exports them
@@ -162,7 +162,7 @@ const (
 // stored.
 type Stats struct {
 	RunID string
-	// State is the run's state (RunRunning until it ends); Phase what it does.
+	// State is the run's state (runRunning until it ends); Phase what it does.
 	State string
 	Phase Phase
 	// PhaseTimes is how long each phase took, the current one so far (as vitess's vdiff
@@ -217,7 +217,7 @@ type Stats struct {
 func (tk *tracker) report(ctx context.Context, pair *sourcePair) (*Report, error) {
 	tk.mu.Lock()
 	targets, tallies, rechecks, scopes, classes := tk.targets, tk.tallies, tk.rechecks, tk.scopes, tk.classes
-	rep := &Report{RunID: tk.st.runID, State: RunDone, StartedAt: tk.start.UTC(), FinishedAt: time.Now().UTC(),
+	rep := &Report{RunID: tk.st.runID, State: runDone, StartedAt: tk.start.UTC(), FinishedAt: time.Now().UTC(),
 		Upstream: pair.src[Upstream].Describe(), Downstream: pair.src[Downstream].Describe(), Equal: true,
 		UpstreamSnapshot: pair.snapshot[Upstream], DownstreamSnapshot: pair.snapshot[Downstream],
 		RecheckRounds: rechecks, Classification: tk.classification}
@@ -236,7 +236,7 @@ func (tk *tracker) report(ctx context.Context, pair *sourcePair) (*Report, error
 		if t.plan != nil {
 			tr.Keyless = t.plan.Keyless
 			if !t.plan.Keyless {
-				tr.Key = t.plan.KeyNames()
+				tr.Key = t.plan.keyNames()
 			}
 		}
 		tl := tallies[i]

@@ -38,7 +38,7 @@ func TestChunkErrorsPermanent(t *testing.T) {
 			cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			d := NewDiff(cfg)
+			d := NewDiff(cfg, nil)
 			_, err := d.Run(ctx)
 			var re *RunError
 			if !errors.As(err, &re) || re.State != RunFailed {

@@ -108,13 +108,13 @@ type Difference struct {
 // exactly), parsed to float64 and compared bit for bit, except that -0 equals 0 (as in the
 // checksum SQL, see floatText; NaN cannot be stored). DECIMAL by value (1.5 = 1.50), BIT by value, JSON by structure (key order, spacing and
 // number spelling ignored).
-func canon(k Kind, v Value) string {
+func canon(k colKind, v sqlValue) string {
 	if v.Null {
 		return "\x00NULL"
 	}
 	s := string(v.Bytes)
 	switch k {
-	case KindFloat, KindDouble:
+	case kindFloat, kindDouble:
 		f, err := strconv.ParseFloat(s, 64)
 		if err != nil {
 			return s
@@ -124,19 +124,19 @@ func canon(k Kind, v Value) string {
 		}
 		// The shortest text that parses back to f: one text per float64 value.
 		return strconv.FormatFloat(f, 'g', -1, 64)
-	case KindDecimal:
+	case kindDecimal:
 		r, ok := new(big.Rat).SetString(s)
 		if !ok {
 			return s
 		}
 		return r.RatString()
-	case KindInt, KindBit:
+	case kindInt, kindBit:
 		i, ok := new(big.Int).SetString(s, 10)
 		if !ok {
 			return s
 		}
 		return i.String()
-	case KindJSON:
+	case kindJSON:
 		var x any
 		dec := json.NewDecoder(strings.NewReader(s))
 		dec.UseNumber()
@@ -203,13 +203,13 @@ type rowStream struct {
 	vals    []driver.Value // its current row
 	scratch [][]byte       // per column: the text of a number the driver parsed
 
-	cur  []Value
+	cur  []sqlValue
 	done bool
 	read int64 // rows read so far
 }
 
 func newRowStream(rows *sql.Rows, n int) *rowStream {
-	s := &rowStream{rows: rows, raw: make([]sql.RawBytes, n), ptrs: make([]any, n), cur: make([]Value, n)}
+	s := &rowStream{rows: rows, raw: make([]sql.RawBytes, n), ptrs: make([]any, n), cur: make([]sqlValue, n)}
 	for i := range s.raw {
 		s.ptrs[i] = &s.raw[i]
 	}
@@ -220,7 +220,7 @@ func newRowStream(rows *sql.Rows, n int) *rowStream {
 // conversions per value: per 350,000 four-column sysbench rows from MariaDB, 0.24-0.27 s of
 // parity's CPU against 0.33-0.38 s through *sql.Rows.
 func newDriverRowStream(rows driver.Rows, n int) *rowStream {
-	return &rowStream{drv: rows, vals: make([]driver.Value, n), scratch: make([][]byte, n), cur: make([]Value, n)}
+	return &rowStream{drv: rows, vals: make([]driver.Value, n), scratch: make([][]byte, n), cur: make([]sqlValue, n)}
 }
 
 // next advances; the current row stays valid until the following call.
@@ -241,9 +241,9 @@ func (s *rowStream) next() error {
 	s.read++
 	for i, r := range s.raw {
 		if r == nil {
-			s.cur[i] = NullValue
+			s.cur[i] = nullValue
 		} else {
-			s.cur[i] = Value{Bytes: r}
+			s.cur[i] = sqlValue{Bytes: r}
 		}
 	}
 	return nil
@@ -266,10 +266,10 @@ func (s *rowStream) nextDriver() error {
 		b := s.scratch[i][:0]
 		switch v := v.(type) {
 		case nil:
-			s.cur[i] = NullValue
+			s.cur[i] = nullValue
 			continue
 		case []byte:
-			s.cur[i] = Value{Bytes: v}
+			s.cur[i] = sqlValue{Bytes: v}
 			continue
 		case int64:
 			b = strconv.AppendInt(b, v, 10)
@@ -285,22 +285,22 @@ func (s *rowStream) nextDriver() error {
 			return fmt.Errorf("column %d: unexpected driver value of type %T", i, v)
 		}
 		s.scratch[i] = b
-		s.cur[i] = Value{Bytes: b}
+		s.cur[i] = sqlValue{Bytes: b}
 	}
 	return nil
 }
 
-func (s *rowStream) row() []Value {
-	out := make([]Value, len(s.cur))
+func (s *rowStream) row() []sqlValue {
+	out := make([]sqlValue, len(s.cur))
 	for i, v := range s.cur {
 		out[i] = v.clone()
 	}
 	return out
 }
 
-// compareRowKeys orders two full rows (RowsSQL's columns, in plan order) by key, like
+// compareRowKeys orders two full rows (rangeRowsSQL's columns, in plan order) by key, like
 // compareKeys of their key values, without copying the keys.
-func (p *TablePlan) compareRowKeys(a, b []Value) int {
+func (p *TablePlan) compareRowKeys(a, b []sqlValue) int {
 	for _, k := range p.Key {
 		if c := compareValue(p.Columns[k].Kind, a[k], b[k]); c != 0 {
 			return c
@@ -310,7 +310,7 @@ func (p *TablePlan) compareRowKeys(a, b []Value) int {
 }
 
 // differingColumns returns the names of the columns whose canonical values differ.
-func (p *TablePlan) differingColumns(up, down []Value) []string {
+func (p *TablePlan) differingColumns(up, down []sqlValue) []string {
 	var out []string
 	for i, c := range p.Columns {
 		if up[i].Null == down[i].Null && bytes.Equal(up[i].Bytes, down[i].Bytes) {
@@ -327,7 +327,7 @@ func (p *TablePlan) differingColumns(up, down []Value) []string {
 // emit. Memory: two rows at a time.
 func (c *comparer) mergeRows(ctx context.Context, t *target, rng Range, emit func(Difference) error) error {
 	p := t.plan
-	return c.mergeQueries(ctx, t, p.RowsSQL(Upstream, rng), p.RowsSQL(Downstream, rng), emit)
+	return c.mergeQueries(ctx, t, p.rangeRowsSQL(Upstream, rng), p.rangeRowsSQL(Downstream, rng), emit)
 }
 
 // mergeRanges merge-compares the rows of several disjoint ranges, given in key order,
@@ -340,10 +340,10 @@ func (c *comparer) mergeRanges(ctx context.Context, t *target, rngs []Range, emi
 		return c.mergeRows(ctx, t, rngs[0], emit)
 	}
 	p := t.plan
-	return c.mergeQueries(ctx, t, p.RowsInRangesSQL(Upstream, rngs), p.RowsInRangesSQL(Downstream, rngs), emit)
+	return c.mergeQueries(ctx, t, p.rowsInRangesSQL(Upstream, rngs), p.rowsInRangesSQL(Downstream, rngs), emit)
 }
 
-// mergeQueries merge-compares the rows of two queries in RowsSQL's columns and order.
+// mergeQueries merge-compares the rows of two queries in rangeRowsSQL's columns and order.
 func (c *comparer) mergeQueries(ctx context.Context, t *target, uSQL, dSQL string, emit func(Difference) error) error {
 	_, err := c.mergeCounted(ctx, t, uSQL, dSQL, emit)
 	return err
@@ -475,16 +475,16 @@ type hashGroup struct {
 // differ across servers, e.g. JSON spelling), and reports the rest as missing or extra
 // with their multiplicity. keep, when set, says how many of n differing copies of a row
 // to report (the re-check reports a row only as often as it was found before).
-func (c *comparer) diffKeyless(ctx context.Context, t *target, rng Range, emit func(Difference) error, keep func(kind DiffKind, row []Value, n int64) int64) error {
+func (c *comparer) diffKeyless(ctx context.Context, t *target, rng Range, emit func(Difference) error, keep func(kind DiffKind, row []sqlValue, n int64) int64) error {
 	p := t.plan
 	var upOnly, downOnly []hashGroup
 	err := c.pair.withBoth(ctx, func(ctx context.Context, uq, dq Querier) error {
-		urows, err := uq.QueryContext(ctx, p.HashGroupsSQL(Upstream, rng))
+		urows, err := uq.QueryContext(ctx, p.hashGroupsSQL(Upstream, rng))
 		if err != nil {
 			return fmt.Errorf("read upstream row hashes of %s: %w", t.name, err)
 		}
 		defer urows.Close()
-		drows, err := dq.QueryContext(ctx, p.HashGroupsSQL(Downstream, rng))
+		drows, err := dq.QueryContext(ctx, p.hashGroupsSQL(Downstream, rng))
 		if err != nil {
 			return fmt.Errorf("read downstream row hashes of %s: %w", t.name, err)
 		}
@@ -556,7 +556,7 @@ func (c *comparer) diffKeyless(ctx context.Context, t *target, rng Range, emit f
 		return nil
 	}
 	type counted struct {
-		row   []Value
+		row   []sqlValue
 		canon string
 		n     int64
 	}
@@ -575,7 +575,7 @@ func (c *comparer) diffKeyless(ctx context.Context, t *target, rng Range, emit f
 				hs[i] = g.h
 			}
 			err := c.pair.withSide(ctx, side, func(ctx context.Context, q Querier) error {
-				rows, err := q.QueryContext(ctx, p.RowsByHashesSQL(side, rng, hs))
+				rows, err := q.QueryContext(ctx, p.rowsByHashesSQL(side, rng, hs))
 				if err != nil {
 					return err
 				}
@@ -654,7 +654,7 @@ func (c *comparer) diffKeyless(ctx context.Context, t *target, rng Range, emit f
 	return nil
 }
 
-func (p *TablePlan) canonRow(row []Value) string {
+func (p *TablePlan) canonRow(row []sqlValue) string {
 	var b strings.Builder
 	for i, c := range p.Columns {
 		s := canon(c.Kind, row[i])

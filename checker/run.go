@@ -24,17 +24,6 @@ import (
 	"github.com/tidb-parity/parity/internal/retry"
 )
 
-// Run opens the sources from cfg's DSNs (each side read at its Snapshot when set), runs
-// the diff and closes them. The run state goes to cfg.MetaDSN (default: the downstream
-// DSN).
-func Run(ctx context.Context, cfg Config) (*Report, error) { return NewDiff(cfg).Run(ctx) }
-
-// RunWith runs a diff on the given sources (for callers that hold snapshot connections,
-// see NewConnSource). cfg's DSNs are not used.
-func RunWith(ctx context.Context, cfg Config, src Sources) (*Report, error) {
-	return NewDiffWith(cfg, src).Run(ctx)
-}
-
 // Diff is one diff run whose Stats can be read, from any goroutine, while it runs.
 type Diff struct {
 	cfg Config
@@ -42,17 +31,18 @@ type Diff struct {
 	cur atomic.Pointer[runner]
 }
 
-// NewDiff returns a run on the sources of cfg's DSNs (see Run).
-func NewDiff(cfg Config) *Diff { return &Diff{cfg: cfg} }
-
-// NewDiffWith returns a run on the given sources (see RunWith).
-func NewDiffWith(cfg Config, src Sources) *Diff { return &Diff{cfg: cfg, src: &src} }
+// NewDiff returns a diff run, the checker's one entry point. With src nil, Run opens
+// the sources from cfg's DSNs (each side read at its Snapshot when set), and closes
+// them when it returns; the run state goes to cfg.MetaDSN (default: the downstream
+// DSN). With src, the run reads the given sources (for callers that hold snapshot
+// connections, see newConnSource and OpenSnapshotPair) and cfg's DSNs are not used.
+func NewDiff(cfg Config, src *Sources) *Diff { return &Diff{cfg: cfg, src: src} }
 
 // Stats returns the run's counters now (see Stats).
 func (d *Diff) Stats() Stats {
 	r := d.cur.Load()
 	if r == nil {
-		return Stats{State: RunRunning, Phase: PhaseStarting, PhaseTimes: map[Phase]time.Duration{}}
+		return Stats{State: runRunning, Phase: phaseStarting, PhaseTimes: map[Phase]time.Duration{}}
 	}
 	s := r.track.stats()
 	if g := r.gate.Load(); g != nil {
@@ -142,7 +132,7 @@ func (d *Diff) run(ctx context.Context, cfg *Config, src Sources, log *slog.Logg
 	log.Info("diff started", "resume", cfg.Resume != "", "upstream", src.Upstream.Describe(), "downstream", src.Downstream.Describe())
 
 	err := r.run(ctx)
-	state := RunDone
+	state := runDone
 	switch {
 	case err == nil:
 	case ctx.Err() != nil:
@@ -158,7 +148,7 @@ func (d *Diff) run(ctx context.Context, cfg *Config, src Sources, log *slog.Logg
 		log.Error("diff stopped", "state", state, "err", err)
 		return nil, &RunError{RunID: st.runID, State: state, Err: err}
 	}
-	track.enter(PhaseReporting)
+	track.enter(phaseReporting)
 	rep, err := track.report(context.WithoutCancel(ctx), r.pair)
 	track.finish(state)
 	if err != nil {
@@ -171,7 +161,7 @@ func (d *Diff) run(ctx context.Context, cfg *Config, src Sources, log *slog.Logg
 // run is the story: open the pair, plan, compare every table's scope, confirm or
 // re-check.
 func (r *runner) run(ctx context.Context) error {
-	r.track.enter(PhasePlanning)
+	r.track.enter(phasePlanning)
 	pair, err := openPair(ctx, r.cfg, r.src.Upstream, r.src.Downstream, r.log)
 	if err != nil {
 		return err
@@ -192,7 +182,7 @@ func (r *runner) run(ctx context.Context) error {
 
 	// The journal's writer outlives the workers: it stores what they queued, even after a
 	// cancellation, and stops the workers if it fails.
-	r.track.enter(PhaseComparing)
+	r.track.enter(phaseComparing)
 	journal := r.track.openJournal()
 	wctx, stopWorkers := context.WithCancel(ctx)
 	defer stopWorkers()
@@ -216,7 +206,7 @@ func (r *runner) run(ctx context.Context) error {
 	if confirmEnabled(pair) {
 		// At a snapshot pair: the differences found are read again at the same pair
 		// before they are reported (recheck.go).
-		r.track.enter(PhaseConfirming)
+		r.track.enter(phaseConfirming)
 		if err := (&rechecker{cfg: r.cfg, log: r.log, st: r.st, cmp: r.cmp, track: r.track, confirming: true}).confirm(ctx); err != nil {
 			return err
 		}
@@ -224,14 +214,14 @@ func (r *runner) run(ctx context.Context) error {
 	if recheckEnabled(r.cfg, pair) {
 		// The re-check starts once the journal has stored every chunk's result: it
 		// updates the chunks' difference counts itself.
-		r.track.enter(PhaseRechecking)
+		r.track.enter(phaseRechecking)
 		if err := (&rechecker{cfg: r.cfg, log: r.log, st: r.st, cmp: r.cmp, track: r.track}).run(ctx, readEnd); err != nil {
 			return err
 		}
 	}
 	// The differences are final: classify them, and record the tables found equal at a
 	// snapshot pair as verified there.
-	cl, err := r.classify(ctx)
+	cl, err := (&classifier{cfg: r.cfg, log: r.log, st: r.st, track: r.track, pair: r.pair}).classify(ctx)
 	if err != nil {
 		return err
 	}
@@ -352,10 +342,10 @@ func (r *runner) work(ctx context.Context, j job) (err error) {
 			}
 		}()
 	}
-	if err := r.track.started(ctx, j.u.Chunk); err != nil {
+	if err := r.track.started(ctx, j.u.keyChunk); err != nil {
 		return err
 	}
-	sink := r.track.sink(ctx, j.t, j.u.Chunk)
+	sink := r.track.sink(ctx, j.t, j.u.keyChunk)
 	res, err = r.cmp.compare(ctx, j.t, j.u, sink)
 	if err != nil {
 		return err
@@ -369,7 +359,7 @@ func (r *runner) work(ctx context.Context, j job) (err error) {
 	}
 	// The chunk counts as done only once the journal has stored its result (after its
 	// differences, stored above).
-	if err := r.track.finished(ctx, j.u.Chunk, res); err != nil {
+	if err := r.track.finished(ctx, j.u.keyChunk, res); err != nil {
 		return err
 	}
 	return r.limiter.take(ctx, int(max(res.up.count, res.down.count)))

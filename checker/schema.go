@@ -1,5 +1,10 @@
 package checker
 
+// schema.go owns what the servers say about a table's structure: each column's kind
+// (how it is encoded, ordered and compared), the table read from information_schema
+// (LoadTable), the key choice and the structure differences between the sides. It must
+// not build the row encoding (encoding.go) nor compare rows.
+
 import (
 	"context"
 	"database/sql"
@@ -9,33 +14,33 @@ import (
 	"strings"
 )
 
-// Kind is how the checker encodes, orders and compares a column.
-type Kind int
+// colKind is how the checker encodes, orders and compares a column.
+type colKind int
 
 const (
-	KindString   Kind = iota // char, varchar, text, enum, set: bytes, ordered by bytes in drill-down
-	KindBinary               // binary, varbinary, blob
-	KindInt                  // all integer types and YEAR
-	KindDecimal              // DECIMAL/NUMERIC
-	KindFloat                // FLOAT (single precision)
-	KindDouble               // DOUBLE/REAL
-	KindTemporal             // DATE, DATETIME, TIMESTAMP, TIME
-	KindBit                  // BIT(n)
-	KindJSON                 // JSON (MariaDB: LONGTEXT with a json_valid check)
+	kindString   colKind = iota // char, varchar, text, enum, set: bytes, ordered by bytes in drill-down
+	kindBinary                  // binary, varbinary, blob
+	kindInt                     // all integer types and YEAR
+	kindDecimal                 // DECIMAL/NUMERIC
+	kindFloat                   // FLOAT (single precision)
+	kindDouble                  // DOUBLE/REAL
+	kindTemporal                // DATE, DATETIME, TIMESTAMP, TIME
+	kindBit                     // BIT(n)
+	kindJSON                    // JSON (MariaDB: LONGTEXT with a json_valid check)
 )
 
 // variableBytes reports whether the row encoding writes a column of kind k as its byte
 // length and its bytes (strings, binaries and JSON), rather than as one short text field.
-func (k Kind) variableBytes() bool {
-	return k == KindString || k == KindBinary || k == KindJSON
+func (k colKind) variableBytes() bool {
+	return k == kindString || k == kindBinary || k == kindJSON
 }
 
-func (k Kind) String() string {
+func (k colKind) String() string {
 	return [...]string{"string", "binary", "int", "decimal", "float", "double", "temporal", "bit", "json"}[k]
 }
 
-// Column is one column as information_schema describes it.
-type Column struct {
+// schemaColumn is one column as information_schema describes it.
+type schemaColumn struct {
 	Name       string
 	DataType   string // lower case, e.g. "varchar"
 	ColumnType string // lower case, e.g. "varchar(20)", "int(10) unsigned"
@@ -43,7 +48,7 @@ type Column struct {
 	Collation  string
 	Nullable   bool
 	Generated  bool
-	Kind       Kind
+	Kind       colKind
 	// MaxBytes bounds the length of the column's text in the row encoding (see
 	// maxTextBytes): 0 for the kinds whose text is short (numbers, temporal values, BIT).
 	MaxBytes int64
@@ -53,7 +58,7 @@ type Column struct {
 type Table struct {
 	Schema  string
 	Name    string
-	Columns []Column
+	Columns []schemaColumn
 	// PrimaryKey lists the primary key columns; UniqueKeys every other unique index whose
 	// columns are all NOT NULL.
 	PrimaryKey []string
@@ -65,40 +70,40 @@ type Table struct {
 	Referenced bool
 }
 
-// Column returns the named column (case-insensitive, as MySQL column names are).
-func (t *Table) Column(name string) (Column, bool) {
+// column returns the named column (case-insensitive, as MySQL column names are).
+func (t *Table) column(name string) (schemaColumn, bool) {
 	for _, c := range t.Columns {
 		if strings.EqualFold(c.Name, name) {
 			return c, true
 		}
 	}
-	return Column{}, false
+	return schemaColumn{}, false
 }
 
-func kindOf(dataType, columnType string, check bool) Kind {
+func kindOf(dataType, columnType string, check bool) colKind {
 	switch dataType {
 	case "tinyint", "smallint", "mediumint", "int", "integer", "bigint", "year":
-		return KindInt
+		return kindInt
 	case "decimal", "numeric":
-		return KindDecimal
+		return kindDecimal
 	case "float":
-		return KindFloat
+		return kindFloat
 	case "double", "real", "double precision":
-		return KindDouble
+		return kindDouble
 	case "date", "datetime", "timestamp", "time":
-		return KindTemporal
+		return kindTemporal
 	case "bit":
-		return KindBit
+		return kindBit
 	case "json":
-		return KindJSON
+		return kindJSON
 	case "binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob":
-		return KindBinary
+		return kindBinary
 	case "longtext":
 		if check {
-			return KindJSON
+			return kindJSON
 		}
 	}
-	return KindString
+	return kindString
 }
 
 // LoadTable reads the structure of schema.table through q. It returns (nil, nil) when the
@@ -131,7 +136,7 @@ func LoadTable(ctx context.Context, q Querier, schema, table string) (*Table, er
 	}
 	t := &Table{Schema: schema, Name: table}
 	for rows.Next() {
-		var c Column
+		var c schemaColumn
 		var nullable, extra, gen string
 		var maxChars, maxOctets sql.NullInt64
 		if err := rows.Scan(&c.Name, &c.DataType, &c.ColumnType, &c.Charset, &c.Collation, &nullable, &extra, &gen, &maxChars, &maxOctets); err != nil {
@@ -204,7 +209,7 @@ func LoadTable(ctx context.Context, q Querier, schema, table string) (*Table, er
 		}
 		ok := true
 		for _, name := range ix.cols {
-			c, found := t.Column(name)
+			c, found := t.column(name)
 			if !found || c.Nullable {
 				ok = false
 			}
@@ -236,12 +241,12 @@ const unboundedBytes int64 = 1 << 40
 // (bytes): the octet length for binary and UTF-8 columns, four bytes per character for
 // other character sets (converted to utf8mb4), unboundedBytes when the server gives no
 // length for a variable-length kind, and 0 for the kinds whose text is short.
-func maxTextBytes(c Column, maxChars, maxOctets sql.NullInt64) int64 {
+func maxTextBytes(c schemaColumn, maxChars, maxOctets sql.NullInt64) int64 {
 	if !c.Kind.variableBytes() {
 		return 0
 	}
 	n := maxOctets.Int64
-	if c.Kind == KindString && !isUTF8(c.Charset) && maxChars.Valid {
+	if c.Kind == kindString && !isUTF8(c.Charset) && maxChars.Valid {
 		n = max(n, 4*maxChars.Int64)
 	}
 	if !maxOctets.Valid || n <= 0 || n > unboundedBytes {
@@ -254,9 +259,9 @@ func maxTextBytes(c Column, maxChars, maxOctets sql.NullInt64) int64 {
 // (MySQL 8 drops them, TiDB and MariaDB print them) and the zerofill-free spelling.
 var intWidth = regexp.MustCompile(`^(tinyint|smallint|mediumint|int|bigint)\(\d+\)`)
 
-func normalizedType(c Column) string {
+func normalizedType(c schemaColumn) string {
 	t := intWidth.ReplaceAllString(c.ColumnType, "$1")
-	if c.Kind == KindJSON {
+	if c.Kind == kindJSON {
 		return "json"
 	}
 	return t
@@ -292,7 +297,7 @@ func compareStructure(up, down *Table, ignored func(string) bool) []StructurePro
 		if ignored(uc.Name) {
 			continue
 		}
-		dc, ok := down.Column(uc.Name)
+		dc, ok := down.column(uc.Name)
 		if !ok {
 			out = append(out, StructureProblem{Column: uc.Name, Problem: "column missing downstream"})
 			continue
@@ -309,7 +314,7 @@ func compareStructure(up, down *Table, ignored func(string) bool) []StructurePro
 		if uc.Nullable != dc.Nullable {
 			out = append(out, StructureProblem{Column: uc.Name, Problem: fmt.Sprintf("nullability differs: upstream nullable=%v, downstream nullable=%v", uc.Nullable, dc.Nullable)})
 		}
-		if uc.Collation != dc.Collation && uc.Kind == KindString {
+		if uc.Collation != dc.Collation && uc.Kind == kindString {
 			out = append(out, StructureProblem{Column: uc.Name, Problem: fmt.Sprintf("collation differs: upstream %s, downstream %s", uc.Collation, dc.Collation), Warning: true})
 		}
 	}
@@ -317,7 +322,7 @@ func compareStructure(up, down *Table, ignored func(string) bool) []StructurePro
 		if ignored(dc.Name) {
 			continue
 		}
-		if _, ok := up.Column(dc.Name); !ok {
+		if _, ok := up.column(dc.Name); !ok {
 			out = append(out, StructureProblem{Column: dc.Name, Problem: "column missing upstream (extra downstream)"})
 		}
 	}
@@ -362,13 +367,13 @@ func chooseKey(up, down *Table, ignored func(string) bool) (key []string, keyles
 	for _, k := range cands {
 		ok := true
 		for _, name := range k {
-			uc, _ := up.Column(name)
-			dc, found := down.Column(name)
+			uc, _ := up.column(name)
+			dc, found := down.column(name)
 			// JSON keys have no order both servers share: such tables are compared as
 			// multisets of rows instead. FLOAT and DOUBLE keys are read as exact DOUBLE
 			// text (selectExpr), which compares exactly with the column on both servers
 			// (as floating-point values), so they range-cut like any number.
-			if !found || ignored(name) || uc.Kind == KindJSON || uc.Kind != dc.Kind {
+			if !found || ignored(name) || uc.Kind == kindJSON || uc.Kind != dc.Kind {
 				ok = false
 			}
 		}

@@ -32,7 +32,7 @@ var (
 
 // unit is one piece of a table's comparison: a key range (a chunk), or a list of keys.
 type unit struct {
-	Chunk
+	keyChunk
 	// grouped: the range is checksummed per key bucket of about size/bucketRows keys
 	// (chunkSizer.plan, when the unit was handed out).
 	grouped bool
@@ -88,7 +88,7 @@ func openRangeScope(ctx context.Context, cfg *Config, t *target, pair *sourcePai
 			s.split = s.split || c.Last
 			if c.state != chunkDone {
 				c.retry = true
-				s.queue = append(s.queue, unit{Chunk: c.Chunk})
+				s.queue = append(s.queue, unit{keyChunk: c.keyChunk})
 			}
 		}
 		if s.split {
@@ -142,7 +142,7 @@ func (s *rangeScope) cut(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	batch := make([]Chunk, len(his))
+	batch := make([]keyChunk, len(his))
 	lo, err := s.t.plan.encodeBound(s.lo)
 	if err != nil {
 		return fmt.Errorf("table %s: %w", s.t.name, err)
@@ -152,7 +152,7 @@ func (s *rangeScope) cut(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("table %s: %w", s.t.name, err)
 		}
-		batch[i] = Chunk{Table: s.t.idx, Seq: s.seq, Range: Range{Lo: s.lo, Hi: hi}, Last: hi == nil, bounds: [2]string{lo, enc}}
+		batch[i] = keyChunk{Table: s.t.idx, Seq: s.seq, Range: Range{Lo: s.lo, Hi: hi}, Last: hi == nil, bounds: [2]string{lo, enc}}
 		lo = enc
 		if widths != nil {
 			batch[i].width = widths[i]
@@ -169,7 +169,7 @@ func (s *rangeScope) cut(ctx context.Context) error {
 	}
 	s.track.cut(s.t.idx, batch)
 	for _, c := range batch {
-		s.queue = append(s.queue, unit{Chunk: c})
+		s.queue = append(s.queue, unit{keyChunk: c})
 	}
 	return nil
 }
@@ -192,7 +192,7 @@ func (s *rangeScope) feedback(u unit, res chunkResult) {
 func (s *rangeScope) loadRegions(ctx context.Context) {
 	p := s.t.plan
 	err := s.pair.withSide(ctx, Upstream, func(ctx context.Context, q Querier) error {
-		rows, err := q.QueryContext(ctx, p.RegionSampleSQL())
+		rows, err := q.QueryContext(ctx, p.regionSampleSQL())
 		if err != nil {
 			return err
 		}
@@ -266,9 +266,9 @@ func (s *rangeScope) nextBoundaries(ctx context.Context, lo Bound) ([]Bound, []f
 	}
 	full := false
 	err := s.pair.withSide(ctx, side, func(ctx context.Context, q Querier) error {
-		query := p.BoundarySQL(side, rng, size-1)
+		query := p.boundarySQL(side, rng, size-1)
 		if batch > 1 {
-			query = p.KeysSQL(side, rng, batch*size)
+			query = p.keysSQL(side, rng, batch*size)
 		}
 		rows, err := q.QueryContext(ctx, query)
 		if err != nil {
@@ -328,7 +328,7 @@ func (s *rangeScope) cutByValue(lo, limit Bound, size int) (his []Bound, widths 
 	his = make([]Bound, len(ints))
 	for i, v := range ints {
 		if v != nil {
-			his[i] = Bound{StringValue(v.String())}
+			his[i] = Bound{stringValue(v.String())}
 		}
 	}
 	return his, widths, true
@@ -345,7 +345,7 @@ func cutSide(p *TablePlan) Side {
 		return Upstream
 	}
 	for _, k := range p.Key {
-		if c := p.Columns[k]; c.Enum || (c.Kind == KindString && c.Collation[0] != c.Collation[1]) {
+		if c := p.Columns[k]; c.Enum || (c.Kind == kindString && c.Collation[0] != c.Collation[1]) {
 			return Upstream
 		}
 	}
@@ -353,7 +353,7 @@ func cutSide(p *TablePlan) Side {
 }
 
 // recheckBatch is how many differences one key unit of a keyScope holds (one pair of
-// RowsByKeysSQL queries re-reads them).
+// rowsByKeysSQL queries re-reads them).
 const recheckBatch = 256
 
 // recheckBatchBytes ends a key unit early once the fix SQL of its differences (which holds
@@ -455,7 +455,7 @@ func openKeyScope(ctx context.Context, t *target, st *store) (*keyScope, error) 
 func (s *keyScope) next(ctx context.Context) (unit, bool, error) {
 	p := s.t.plan
 	for !s.ended {
-		u := unit{Chunk: Chunk{Table: s.t.idx}, found: newFoundDiffs()}
+		u := unit{keyChunk: keyChunk{Table: s.t.idx}, found: newFoundDiffs()}
 		bytes := 0
 		limit := recheckBatch
 		err := s.st.scanDifferences(ctx, s.t.idx, "", s.seq, s.after, &limit, func(sq, n int64, d Difference, fix string) error {

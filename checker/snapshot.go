@@ -155,7 +155,7 @@ func OpenSnapshotPair(ctx context.Context, b Barrierer, cfg SnapshotPairConfig) 
 	if err != nil {
 		return nil, fmt.Errorf("snapshot pair at %d: downstream: %w", cfg.TS, err)
 	}
-	down, err := NewConnSource(ctx, p.conns, ConnSourceConfig{Desc: "downstream@" + ts, Snapshot: ts, Kill: cfg.Kill})
+	down, err := newConnSource(ctx, p.conns, connSourceConfig{Desc: "downstream@" + ts, Snapshot: ts, Kill: cfg.Kill})
 	if err != nil {
 		return nil, fmt.Errorf("snapshot pair at %d: %w", cfg.TS, err)
 	}

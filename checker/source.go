@@ -38,8 +38,8 @@ var (
 type Flavor int
 
 const (
-	FlavorMySQL Flavor = iota
-	FlavorMariaDB
+	flavorMySQL Flavor = iota
+	flavorMariaDB
 	FlavorTiDB
 )
 
@@ -51,9 +51,9 @@ func flavorOf(version string) Flavor {
 	case strings.Contains(v, "tidb"):
 		return FlavorTiDB
 	case strings.Contains(v, "mariadb"):
-		return FlavorMariaDB
+		return flavorMariaDB
 	}
-	return FlavorMySQL
+	return flavorMySQL
 }
 
 // Source is one side of a diff: a bounded pool of connections that all read the same
@@ -75,7 +75,7 @@ type DSNSource struct {
 	desc     string
 	snapshot string
 
-	// killDB runs KILL CONNECTION for queries whose context ended (KillOnDone); ids maps each
+	// killDB runs KILL CONNECTION for queries whose context ended (killOnDone); ids maps each
 	// physical connection (the driver's connection, as sql.Conn.Raw shows it) to its
 	// server connection id.
 	killDB *sql.DB
@@ -185,7 +185,7 @@ func statementLimit(ctx context.Context, db *sql.DB, f Flavor, timeout time.Dura
 	// query) normally comes first.
 	timeout += time.Second
 	name, value = "max_execution_time", strconv.FormatInt(timeout.Milliseconds(), 10)
-	if f == FlavorMariaDB {
+	if f == flavorMariaDB {
 		name, value = "max_statement_time", strconv.FormatFloat(timeout.Seconds(), 'f', 3, 64)
 	}
 	if _, user := set[name]; user {
@@ -200,20 +200,20 @@ func statementLimit(ctx context.Context, db *sql.DB, f Flavor, timeout time.Dura
 
 // queryKiller is a Source that can stop a query on the server.
 type queryKiller interface {
-	// KillOnDone kills the statement running on q, a connection the source gave out, if
+	// killOnDone kills the statement running on q, a connection the source gave out, if
 	// ctx ends before stop is called. The statement runs under qctx: ctx itself when the
 	// kill gives the connection up (the driver closes it when ctx ends, and it is
 	// discarded when released), or a context that outlives ctx by a bound when the kill
 	// keeps the connection (the driver must not close it first). stop waits for a kill
 	// under way, so that none reaches the connection's next statement.
-	KillOnDone(ctx context.Context, q Querier) (qctx context.Context, stop func())
+	killOnDone(ctx context.Context, q Querier) (qctx context.Context, stop func())
 }
 
 // snapshotReader is a Source that may read at a fixed point in time.
 type snapshotReader interface {
-	// Snapshot names the point every connection of the source reads at (a TiDB TSO or
+	// readsAt names the point every connection of the source reads at (a TiDB TSO or
 	// datetime, or the label its caller gave), or "" when they read the latest data.
-	Snapshot() string
+	readsAt() string
 }
 
 // connKey returns the physical connection under c.
@@ -223,9 +223,9 @@ func connKey(c *sql.Conn) any {
 	return key
 }
 
-// KillOnDone implements queryKiller: the connection is killed (KILL CONNECTION) and
+// killOnDone implements queryKiller: the connection is killed (KILL CONNECTION) and
 // discarded; the pool opens another, at the same snapshot.
-func (s *DSNSource) KillOnDone(ctx context.Context, q Querier) (context.Context, func()) {
+func (s *DSNSource) killOnDone(ctx context.Context, q Querier) (context.Context, func()) {
 	c, ok := q.(*sql.Conn)
 	if !ok {
 		return ctx, func() {}
@@ -360,7 +360,7 @@ func (s *DSNSource) Acquire(ctx context.Context) (Querier, func(), error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("connect to %s: %w", s.desc, err)
 	}
-	// A new physical connection: read its id, for KillOnDone.
+	// A new physical connection: read its id, for killOnDone.
 	key := connKey(c)
 	s.mu.Lock()
 	_, known := s.ids[key]
@@ -381,8 +381,8 @@ func (s *DSNSource) Acquire(ctx context.Context) (Querier, func(), error) {
 func (s *DSNSource) Flavor() Flavor   { return s.flavor }
 func (s *DSNSource) Describe() string { return s.desc }
 
-// Snapshot implements snapshotReader: the tidb_snapshot the source was opened at.
-func (s *DSNSource) Snapshot() string { return s.snapshot }
+// readsAt implements snapshotReader: the tidb_snapshot the source was opened at.
+func (s *DSNSource) readsAt() string { return s.snapshot }
 
 // DB returns the underlying pool (for callers that need to run their own queries).
 func (s *DSNSource) DB() *sql.DB { return s.db }
@@ -393,15 +393,15 @@ func (s *DSNSource) Close() error {
 	return errors.Join(s.db.Close(), s.killDB.Close())
 }
 
-// ConnSource is a Source over connections the caller has already placed inside
+// connSource is a Source over connections the caller has already placed inside
 // transactions at the same snapshot (START TRANSACTION WITH CONSISTENT SNAPSHOT, opened
 // while the applier was paused at a resolved ts). The checker only reads through them and
 // never commits, rolls back or closes them. A query that outlives its timeout is stopped
-// with KILL QUERY through ConnSourceConfig.Kill, and its connection stays in its
+// with KILL QUERY through connSourceConfig.Kill, and its connection stays in its
 // transaction for the next query; a connection that is lost all the same (the server
 // went away, or the killed query did not end within KillWait) is never handed out again,
 // and Acquire fails once none is left.
-type ConnSource struct {
+type connSource struct {
 	pool     chan *sql.Conn
 	flavor   Flavor
 	desc     string
@@ -416,13 +416,13 @@ type ConnSource struct {
 }
 
 var (
-	_ Source         = (*ConnSource)(nil)
-	_ queryKiller    = (*ConnSource)(nil)
-	_ snapshotReader = (*ConnSource)(nil)
+	_ Source         = (*connSource)(nil)
+	_ queryKiller    = (*connSource)(nil)
+	_ snapshotReader = (*connSource)(nil)
 )
 
-// ConnSourceConfig says what NewConnSource wraps.
-type ConnSourceConfig struct {
+// connSourceConfig says what newConnSource wraps.
+type connSourceConfig struct {
 	// Desc names the source in logs and errors (never a password). Default: "snapshot".
 	Desc string
 	// Snapshot names the point the transactions read at: for connections opened inside
@@ -441,13 +441,13 @@ type ConnSourceConfig struct {
 	KillWait time.Duration
 }
 
-// DefaultConnSourceConfig returns a ConnSourceConfig with every default filled in.
-func DefaultConnSourceConfig() ConnSourceConfig {
-	return ConnSourceConfig{Desc: "snapshot", KillWait: 5 * time.Second}
+// defaultConnSourceConfig returns a connSourceConfig with every default filled in.
+func defaultConnSourceConfig() connSourceConfig {
+	return connSourceConfig{Desc: "snapshot", KillWait: 5 * time.Second}
 }
 
 // Validate reports every problem with its key path.
-func (c ConnSourceConfig) Validate() error {
+func (c connSourceConfig) Validate() error {
 	var errs []error
 	if c.Kill == nil {
 		errs = append(errs, errors.New("kill: a pool to stop timed-out queries is required"))
@@ -458,11 +458,11 @@ func (c ConnSourceConfig) Validate() error {
 	return errors.Join(errs...)
 }
 
-// NewConnSource wraps conns. It sets time_zone '+00:00' and the utf8mb4 connection
+// newConnSource wraps conns. It sets time_zone '+00:00' and the utf8mb4 connection
 // character set on each (session settings do not end the transaction) and reads their
 // connection ids. Zero fields of cfg take their defaults.
-func NewConnSource(ctx context.Context, conns []*sql.Conn, cfg ConnSourceConfig) (*ConnSource, error) {
-	def := DefaultConnSourceConfig()
+func newConnSource(ctx context.Context, conns []*sql.Conn, cfg connSourceConfig) (*connSource, error) {
+	def := defaultConnSourceConfig()
 	if cfg.Desc == "" {
 		cfg.Desc = def.Desc
 	}
@@ -476,7 +476,7 @@ func NewConnSource(ctx context.Context, conns []*sql.Conn, cfg ConnSourceConfig)
 	if len(conns) == 0 {
 		return nil, errors.New("snapshot source " + desc + ": no connections")
 	}
-	s := &ConnSource{pool: make(chan *sql.Conn, len(conns)), desc: desc, snapshot: cfg.Snapshot, kill: cfg.Kill,
+	s := &connSource{pool: make(chan *sql.Conn, len(conns)), desc: desc, snapshot: cfg.Snapshot, kill: cfg.Kill,
 		killWait: cfg.KillWait, ids: make(map[*sql.Conn]int64, len(conns)), live: len(conns), lost: make(chan struct{})}
 	for i, c := range conns {
 		if _, err := c.ExecContext(ctx, "SET SESSION time_zone = '+00:00', NAMES utf8mb4"); err != nil {
@@ -499,7 +499,7 @@ func NewConnSource(ctx context.Context, conns []*sql.Conn, cfg ConnSourceConfig)
 	return s, nil
 }
 
-func (s *ConnSource) Acquire(ctx context.Context) (Querier, func(), error) {
+func (s *connSource) Acquire(ctx context.Context) (Querier, func(), error) {
 	select {
 	case c := <-s.pool:
 		return c, func() { s.release(c) }, nil
@@ -511,7 +511,7 @@ func (s *ConnSource) Acquire(ctx context.Context) (Querier, func(), error) {
 }
 
 // release hands c out again, unless the driver has given it up.
-func (s *ConnSource) release(c *sql.Conn) {
+func (s *connSource) release(c *sql.Conn) {
 	if connValid(c) {
 		s.pool <- c
 		return
@@ -537,15 +537,15 @@ func connValid(c *sql.Conn) bool {
 	return err == nil && valid
 }
 
-func (s *ConnSource) Flavor() Flavor   { return s.flavor }
-func (s *ConnSource) Describe() string { return s.desc }
+func (s *connSource) Flavor() Flavor   { return s.flavor }
+func (s *connSource) Describe() string { return s.desc }
 
-// Snapshot implements snapshotReader: ConnSourceConfig.Snapshot.
-func (s *ConnSource) Snapshot() string { return s.snapshot }
+// readsAt implements snapshotReader: connSourceConfig.Snapshot.
+func (s *connSource) readsAt() string { return s.snapshot }
 
-// KillOnDone implements queryKiller: KILL QUERY, and the connection stays in its
+// killOnDone implements queryKiller: KILL QUERY, and the connection stays in its
 // transaction (see killQueryOnDone).
-func (s *ConnSource) KillOnDone(ctx context.Context, q Querier) (context.Context, func()) {
+func (s *connSource) killOnDone(ctx context.Context, q Querier) (context.Context, func()) {
 	c, ok := q.(*sql.Conn)
 	if !ok {
 		return ctx, func() {}

@@ -37,7 +37,7 @@ func TestConnSourceSnapshot(t *testing.T) {
 	}
 	exec(t, p.down.DB, "UPDATE cs SET v = 99 WHERE id = 2", "DELETE FROM cs WHERE id = 3")
 
-	down, err := NewConnSource(ctx, conns, ConnSourceConfig{Desc: "downstream snapshot", Kill: p.down.DB})
+	down, err := newConnSource(ctx, conns, connSourceConfig{Desc: "downstream snapshot", Kill: p.down.DB})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +48,7 @@ func TestConnSourceSnapshot(t *testing.T) {
 	defer up.Close()
 	cfg := p.config(t, "cs")
 	cfg.Concurrency = 2
-	rep, err := RunWith(ctx, cfg, Sources{Upstream: up, Downstream: down, Meta: p.down.DB})
+	rep, err := NewDiff(cfg, &Sources{Upstream: up, Downstream: down, Meta: p.down.DB}).Run(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,7 +160,7 @@ func TestAbandonedQueryKilled(t *testing.T) {
 				defer qcancel()
 				stop := func() {}
 				if kill {
-					_, stop = src.KillOnDone(qctx, q)
+					_, stop = src.killOnDone(qctx, q)
 				}
 				start := time.Now()
 				// Read the result, as the engine does inside its watch: TiDB sends the
@@ -228,7 +228,7 @@ func TestAbandonedQueryKilled(t *testing.T) {
 	}
 }
 
-// TestConnSourceTimeout: a query on a snapshot connection (ConnSource) that outlives its
+// TestConnSourceTimeout: a query on a snapshot connection (connSource) that outlives its
 // timeout is killed on the server, and the connection stays usable at its snapshot: the
 // next query on it succeeds and sees the snapshot, and the server shows no leftover query.
 func TestConnSourceTimeout(t *testing.T) {
@@ -298,9 +298,9 @@ func TestConnSourceTimeout(t *testing.T) {
 }
 
 // newTestConnSource wraps conn (inside a snapshot transaction) as a one-connection
-// ConnSource whose kills go through db.
-func newTestConnSource(ctx context.Context, db *sql.DB, conn *sql.Conn) (*ConnSource, error) {
-	return NewConnSource(ctx, []*sql.Conn{conn}, ConnSourceConfig{Desc: "test snapshot", Kill: db})
+// connSource whose kills go through db.
+func newTestConnSource(ctx context.Context, db *sql.DB, conn *sql.Conn) (*connSource, error) {
+	return newConnSource(ctx, []*sql.Conn{conn}, connSourceConfig{Desc: "test snapshot", Kill: db})
 }
 
 // testSides pairs src with itself, with the given query timeout.
@@ -309,7 +309,7 @@ func testSides(src Source, timeout time.Duration) *sourcePair {
 }
 
 // TestConnSourcePairAtSnapshot: a pair of ConnSources opened inside a barrier and
-// labelled with its point (ConnSourceConfig.Snapshot) counts as read at a snapshot: the
+// labelled with its point (connSourceConfig.Snapshot) counts as read at a snapshot: the
 // run does not re-check its differences (reading again reads the same data; here a live
 // re-check would even see the downstream repaired after the snapshot) and the report and
 // Stats name both points.
@@ -319,7 +319,7 @@ func TestConnSourcePairAtSnapshot(t *testing.T) {
 	exec(t, p.down.DB, "DELETE FROM ps WHERE id = 2")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	open := func(db *sql.DB, label string) *ConnSource {
+	open := func(db *sql.DB, label string) *connSource {
 		t.Helper()
 		var conns []*sql.Conn
 		for range 2 {
@@ -337,7 +337,7 @@ func TestConnSourcePairAtSnapshot(t *testing.T) {
 			exec1("SELECT COUNT(*) FROM ps")
 			conns = append(conns, c)
 		}
-		src, err := NewConnSource(ctx, conns, ConnSourceConfig{Desc: label, Snapshot: label, Kill: db})
+		src, err := newConnSource(ctx, conns, connSourceConfig{Desc: label, Snapshot: label, Kill: db})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -347,7 +347,7 @@ func TestConnSourcePairAtSnapshot(t *testing.T) {
 	exec(t, p.down.DB, "INSERT INTO ps VALUES (2, 2)") // after the snapshot
 	cfg := p.config(t, "ps")
 	cfg.Concurrency = 2
-	d := NewDiffWith(cfg, Sources{Upstream: up, Downstream: down, Meta: p.down.DB})
+	d := NewDiff(cfg, &Sources{Upstream: up, Downstream: down, Meta: p.down.DB})
 	rep, err := d.Run(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -361,7 +361,7 @@ func TestConnSourcePairAtSnapshot(t *testing.T) {
 		t.Errorf("report snapshots %q, %q", rep.UpstreamSnapshot, rep.DownstreamSnapshot)
 	}
 	st := d.Stats()
-	if st.State != RunDone || st.Phase != PhaseFinished || st.UpstreamSnapshot != "barrier-up-42" || st.DownstreamSnapshot != "barrier-down-42" ||
+	if st.State != runDone || st.Phase != phaseFinished || st.UpstreamSnapshot != "barrier-up-42" || st.DownstreamSnapshot != "barrier-down-42" ||
 		st.ChunksDone != tr.Chunks || st.Differences != 1 || st.RowsChecked != 3 {
 		t.Errorf("stats %+v", st)
 	}

@@ -1,5 +1,9 @@
 package checker
 
+// sqltext.go owns value literals: a column value as the server printed it, the SQL
+// literal of it for fix SQL and predicates, and reading a literal back. Identifiers go
+// through internal/ident, never here. It must not build statements (checksum.go, fix.go).
+
 import (
 	"bytes"
 	"encoding/hex"
@@ -9,29 +13,29 @@ import (
 	"unicode/utf8"
 )
 
-// Value is one column value as the server printed it in the text protocol. Null
+// sqlValue is one column value as the server printed it in the text protocol. Null
 // distinguishes SQL NULL from an empty string.
-type Value struct {
+type sqlValue struct {
 	Null  bool
 	Bytes []byte
 }
 
-// NullValue is SQL NULL.
-var NullValue = Value{Null: true}
+// nullValue is SQL NULL.
+var nullValue = sqlValue{Null: true}
 
-// StringValue returns a non-NULL value with the given text.
-func StringValue(s string) Value { return Value{Bytes: []byte(s)} }
+// stringValue returns a non-NULL value with the given text.
+func stringValue(s string) sqlValue { return sqlValue{Bytes: []byte(s)} }
 
-func (v Value) clone() Value {
+func (v sqlValue) clone() sqlValue {
 	if v.Null {
 		return v
 	}
-	return Value{Bytes: bytes.Clone(v.Bytes)}
+	return sqlValue{Bytes: bytes.Clone(v.Bytes)}
 }
 
 var numericText = regexp.MustCompile(`^[-+]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?$`)
 
-// Literal renders v as SQL text for a column of kind k, so that it can be pasted into any
+// sqlLiteral renders v as SQL text for a column of kind k, so that it can be pasted into any
 // statement regardless of the session's sql_mode: numbers unquoted, text quoted with ”
 // when it is plain printable UTF-8 without quotes or backslashes, other text as a hex
 // literal with the _utf8mb4 introducer (_utf8mb4 X'..'), and binary values as a bare hex
@@ -42,26 +46,26 @@ var numericText = regexp.MustCompile(`^[-+]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?
 // byte for byte (UTF-8 bytes, not the characters), where _utf8mb4 X'..' is converted to
 // the column's character set on assignment. Only text that is not valid UTF-8 (which a
 // server reading as utf8mb4 does not send) stays a bare X'..', its bytes as read.
-func Literal(k Kind, v Value) string {
+func sqlLiteral(k colKind, v sqlValue) string {
 	if v.Null {
 		return "NULL"
 	}
 	switch k {
-	case KindInt, KindDecimal, KindFloat, KindDouble, KindBit: // BIT is read as its integer
+	case kindInt, kindDecimal, kindFloat, kindDouble, kindBit: // BIT is read as its integer
 		if numericText.Match(v.Bytes) {
 			return string(v.Bytes)
 		}
-	case KindBinary:
+	case kindBinary:
 		return hexLiteral(v.Bytes)
 	}
 	if plainText(v.Bytes) {
 		return "'" + string(v.Bytes) + "'"
 	}
-	if k == KindJSON {
+	if k == kindJSON {
 		// MySQL and TiDB refuse JSON from a binary string.
 		return "CONVERT(" + hexLiteral(v.Bytes) + " USING utf8mb4)"
 	}
-	if k == KindString && len(v.Bytes) > 0 && utf8.Valid(v.Bytes) {
+	if k == kindString && len(v.Bytes) > 0 && utf8.Valid(v.Bytes) {
 		return utf8Introducer + hexLiteral(v.Bytes)
 	}
 	return hexLiteral(v.Bytes)
@@ -74,17 +78,17 @@ const utf8Introducer = "_utf8mb4 "
 // predicate. Text gets the _utf8mb4 introducer so the comparison uses the column's own
 // collation (a bare X'..' would compare as binary); the connection character set of every
 // checker session is utf8mb4.
-func predicateLiteral(k Kind, v Value) string {
+func predicateLiteral(k colKind, v sqlValue) string {
 	if v.Null {
 		return "NULL"
 	}
 	switch k {
-	case KindString:
+	case kindString:
 		return utf8Introducer + hexLiteral(v.Bytes)
-	case KindJSON:
+	case kindJSON:
 		return "CAST(" + utf8Introducer + hexLiteral(v.Bytes) + " AS JSON)"
 	}
-	return Literal(k, v)
+	return sqlLiteral(k, v)
 }
 
 func hexLiteral(b []byte) string {
@@ -106,22 +110,22 @@ func plainText(b []byte) bool {
 	return true
 }
 
-// parseLiteral reads back a literal written by Literal: NULL, a number, 'plain text',
+// parseLiteral reads back a literal written by sqlLiteral: NULL, a number, 'plain text',
 // X'hex', _utf8mb4 X'hex' or CONVERT(X'hex' USING utf8mb4). It reads the keys of
 // differences stored by releases before rowkey, which kept only their literals
 // (keys.go, storedDifference).
-func parseLiteral(s string) (Value, error) {
-	hexOf := func(h string) (Value, error) {
+func parseLiteral(s string) (sqlValue, error) {
+	hexOf := func(h string) (sqlValue, error) {
 		b, err := hex.DecodeString(h)
 		if err != nil {
-			return Value{}, fmt.Errorf("literal %.40q: %w", s, err)
+			return sqlValue{}, fmt.Errorf("literal %.40q: %w", s, err)
 		}
-		return Value{Bytes: b}, nil
+		return sqlValue{Bytes: b}, nil
 	}
 	const convOpen, convClose = "CONVERT(X'", "' USING utf8mb4)"
 	switch {
 	case s == "NULL":
-		return NullValue, nil
+		return nullValue, nil
 	case len(s) >= len(convOpen)+len(convClose) && strings.HasPrefix(s, convOpen) && strings.HasSuffix(s, convClose):
 		return hexOf(s[len(convOpen) : len(s)-len(convClose)])
 	case strings.HasPrefix(s, "X'") && strings.HasSuffix(s, "'") && len(s) >= 3:
@@ -129,9 +133,9 @@ func parseLiteral(s string) (Value, error) {
 	case strings.HasPrefix(s, utf8Introducer+"X'") && strings.HasSuffix(s, "'") && len(s) >= len(utf8Introducer)+3:
 		return hexOf(s[len(utf8Introducer)+2 : len(s)-1])
 	case len(s) >= 2 && s[0] == '\'' && s[len(s)-1] == '\'' && !strings.ContainsAny(s[1:len(s)-1], `'\`):
-		return Value{Bytes: []byte(s[1 : len(s)-1])}, nil
+		return sqlValue{Bytes: []byte(s[1 : len(s)-1])}, nil
 	case numericText.MatchString(s):
-		return Value{Bytes: []byte(s)}, nil
+		return sqlValue{Bytes: []byte(s)}, nil
 	}
-	return Value{}, fmt.Errorf("not a literal parity writes: %.40q", s)
+	return sqlValue{}, fmt.Errorf("not a literal parity writes: %.40q", s)
 }

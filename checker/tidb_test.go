@@ -213,7 +213,7 @@ func TestTiDBWithoutNewCollations(t *testing.T) {
 	ranged := 0
 	for i := 0; i+1 < len(keys); i += 37 {
 		for _, j := range []int{i + 1, min(i+60, len(keys)-1), len(keys) - 1} {
-			lo, hi := Bound{Value{Bytes: keys[i]}}, Bound{Value{Bytes: keys[j]}}
+			lo, hi := Bound{sqlValue{Bytes: keys[i]}}, Bound{sqlValue{Bytes: keys[j]}}
 			where := plan.rangePredicate(Downstream, Range{Lo: lo, Hi: hi})
 			var got, want int
 			if err := p.down.QueryRow("SELECT COUNT(*) FROM oc WHERE " + where).Scan(&got); err != nil {
@@ -244,7 +244,7 @@ func TestTiDBWithoutNewCollations(t *testing.T) {
 		"UPDATE oc SET v = -1 WHERE s = "+sqlString(changed),
 		"DELETE FROM oc WHERE s = "+sqlString(missing),
 		"INSERT INTO oc VALUES ("+sqlString(extra)+", 1)")
-	lit := func(s string) string { return Literal(KindString, Value{Bytes: []byte(s)}) }
+	lit := func(s string) string { return sqlLiteral(kindString, sqlValue{Bytes: []byte(s)}) }
 	want := map[string]string{
 		lit(changed): string(Differing) + " v",
 		lit(missing): string(Missing) + " ",

@@ -227,9 +227,9 @@ func TestDriverRowStream(t *testing.T) {
 	plan := p.plan(t, "torture", FlavorTiDB)
 	ctx := context.Background()
 	for side, db := range map[Side]*sql.DB{Upstream: p.up.DB, Downstream: p.down.DB} {
-		q := plan.RowsSQL(side, Range{})
-		read := func(s *rowStream) [][]Value {
-			var out [][]Value
+		q := plan.rangeRowsSQL(side, Range{})
+		read := func(s *rowStream) [][]sqlValue {
+			var out [][]sqlValue
 			for {
 				if err := s.next(); err != nil {
 					t.Fatal(err)
@@ -250,7 +250,7 @@ func TestDriverRowStream(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var got [][]Value
+		var got [][]sqlValue
 		err = conn.Raw(func(dc any) error {
 			drows, err := dc.(driver.QueryerContext).QueryContext(ctx, q, nil)
 			if err != nil {

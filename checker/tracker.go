@@ -97,8 +97,8 @@ type tracker struct {
 
 // newTracker returns the tracker of the run stored in st, which started at start.
 func newTracker(cfg *Config, st *store, log *slog.Logger, start time.Time) *tracker {
-	return &tracker{cfg: cfg, st: st, log: log, start: start, phase: PhaseStarting, phaseStart: start,
-		phaseTimes: map[Phase]time.Duration{}, state: RunRunning}
+	return &tracker{cfg: cfg, st: st, log: log, start: start, phase: phaseStarting, phaseStart: start,
+		phaseTimes: map[Phase]time.Duration{}, state: runRunning}
 }
 
 // enter starts a phase of the run.
@@ -112,7 +112,7 @@ func (tk *tracker) enter(p Phase) {
 
 // finish records the run's end state.
 func (tk *tracker) finish(state string) {
-	tk.enter(PhaseFinished)
+	tk.enter(phaseFinished)
 	tk.mu.Lock()
 	tk.state = state
 	tk.mu.Unlock()
@@ -143,7 +143,7 @@ func (tk *tracker) tally(table int) *tally {
 }
 
 // countCut counts a chunk stored as cut; the caller holds tl.mu.
-func (tl *tally) countCut(c Chunk) {
+func (tl *tally) countCut(c keyChunk) {
 	tl.chunks++
 	tl.splitDone = tl.splitDone || c.Last
 }
@@ -154,7 +154,7 @@ func (tk *tracker) restore(table int, stored []storedChunk) {
 	tl.mu.Lock()
 	defer tl.mu.Unlock()
 	for _, c := range stored {
-		tl.countCut(c.Chunk)
+		tl.countCut(c.keyChunk)
 		if c.state == chunkDone {
 			tl.countDone(c.Seq, c.res)
 			tl.drilled = tl.differences
@@ -163,7 +163,7 @@ func (tk *tracker) restore(table int, stored []storedChunk) {
 }
 
 // cut counts chunks just stored as cut.
-func (tk *tracker) cut(table int, batch []Chunk) {
+func (tk *tracker) cut(table int, batch []keyChunk) {
 	tl := tk.tally(table)
 	tl.mu.Lock()
 	defer tl.mu.Unlock()
@@ -214,7 +214,7 @@ func (tk *tracker) committed(updates []chunkUpdate) {
 // started records that a chunk is being compared: a retried one (resumed, or failed
 // before) at once, dropping what earlier attempts stored; a first attempt through the
 // journal.
-func (tk *tracker) started(ctx context.Context, ch Chunk) error {
+func (tk *tracker) started(ctx context.Context, ch keyChunk) error {
 	if ch.retry {
 		return tk.st.startChunk(ctx, ch)
 	}
@@ -223,7 +223,7 @@ func (tk *tracker) started(ctx context.Context, ch Chunk) error {
 
 // finished records a chunk's result (its differences are stored): it counts as done once
 // the journal has stored it.
-func (tk *tracker) finished(ctx context.Context, ch Chunk, res chunkResult) error {
+func (tk *tracker) finished(ctx context.Context, ch keyChunk, res chunkResult) error {
 	return tk.journal.finished(ctx, ch, res)
 }
 
@@ -355,7 +355,7 @@ func (tk *tracker) stats() Stats {
 	s := Stats{RunID: tk.st.runID, State: tk.state, Phase: tk.phase, Tables: len(tk.targets), RecheckRounds: tk.rechecks,
 		Elapsed: now.Sub(tk.start), PhaseTimes: maps.Clone(tk.phaseTimes),
 		UpstreamSnapshot: tk.snapshot[Upstream], DownstreamSnapshot: tk.snapshot[Downstream]}
-	if tk.phase != PhaseFinished {
+	if tk.phase != phaseFinished {
 		s.PhaseTimes[tk.phase] += now.Sub(tk.phaseStart)
 	}
 	targets, tallies, scopes := tk.targets, tk.tallies, tk.scopes
@@ -402,7 +402,7 @@ func (tk *tracker) stats() Stats {
 var errMaxDifferences = errors.New("max_differences reached")
 
 // sink returns the sink of a chunk's differences.
-func (tk *tracker) sink(ctx context.Context, t *target, ch Chunk) *diffSink {
+func (tk *tracker) sink(ctx context.Context, t *target, ch keyChunk) *diffSink {
 	return &diffSink{ctx: ctx, st: tk.st, tl: tk.tally(ch.Table), limit: tk.cfg.MaxDifferences, chunk: ch, table: t.name, log: tk.log}
 }
 
@@ -417,7 +417,7 @@ type diffSink struct {
 	st    *store
 	tl    *tally
 	limit int64
-	chunk Chunk
+	chunk keyChunk
 	table string
 	log   *slog.Logger
 

@@ -44,15 +44,15 @@ func FuzzLiteral(f *testing.F) {
 	f.Add([]byte("1.5e3"), uint8(2))
 	f.Add([]byte("1; DROP TABLE t"), uint8(2))
 	f.Fuzz(func(t *testing.T, b []byte, k uint8) {
-		kind := Kind(int(k) % (int(KindJSON) + 1))
-		lit := Literal(kind, Value{Bytes: b})
+		kind := colKind(int(k) % (int(kindJSON) + 1))
+		lit := sqlLiteral(kind, sqlValue{Bytes: b})
 		if strings.HasPrefix(lit, utf8Introducer) {
 			// Text only, and only valid UTF-8: the server converts it from utf8mb4.
-			if kind != KindString || !utf8.Valid(b) {
+			if kind != kindString || !utf8.Valid(b) {
 				t.Fatalf("%s for %q of kind %s", lit, b, kind)
 			}
 			lit = strings.TrimPrefix(lit, utf8Introducer)
-		} else if strings.HasPrefix(lit, "X'") && kind == KindString && utf8.Valid(b) {
+		} else if strings.HasPrefix(lit, "X'") && kind == kindString && utf8.Valid(b) {
 			t.Fatalf("UTF-8 text %q as a binary literal %s", b, lit)
 		}
 		switch {
@@ -79,14 +79,14 @@ func FuzzLiteral(f *testing.F) {
 // every literal Literal writes back to its value, and refuses, without panicking, what it
 // did not write.
 func FuzzLiteralRoundTrip(f *testing.F) {
-	f.Add([]byte("o'k"), uint8(KindString))
-	f.Add([]byte("-1.5e3"), uint8(KindDecimal))
-	f.Add([]byte{0, 0xff}, uint8(KindBinary))
-	f.Add([]byte(`{"a":1}`), uint8(KindJSON))
-	f.Add([]byte("CONVERT(X'41' USING utf8mb4)"), uint8(KindString))
+	f.Add([]byte("o'k"), uint8(kindString))
+	f.Add([]byte("-1.5e3"), uint8(kindDecimal))
+	f.Add([]byte{0, 0xff}, uint8(kindBinary))
+	f.Add([]byte(`{"a":1}`), uint8(kindJSON))
+	f.Add([]byte("CONVERT(X'41' USING utf8mb4)"), uint8(kindString))
 	f.Fuzz(func(t *testing.T, b []byte, kind uint8) {
-		v := Value{Bytes: b}
-		lit := Literal(Kind(kind%uint8(KindJSON+1)), v)
+		v := sqlValue{Bytes: b}
+		lit := sqlLiteral(colKind(kind%uint8(kindJSON+1)), v)
 		got, err := parseLiteral(lit)
 		if err != nil {
 			t.Fatalf("parseLiteral(%q) of %q: %v", lit, b, err)
@@ -100,48 +100,48 @@ func FuzzLiteralRoundTrip(f *testing.F) {
 
 func TestCanon(t *testing.T) {
 	eq := []struct {
-		k    Kind
+		k    colKind
 		a, b string
 	}{
-		{KindFloat, "3.1415927410125732", "3.14159274101257320"},
-		{KindFloat, "3.4028234663852886e38", "340282346638528860000000000000000000000"},
-		{KindFloat, "-0", "0"},
-		{KindDouble, "0.30000000000000004", "0.30000000000000004"},
-		{KindDouble, "1e20", "100000000000000000000"},
-		{KindDouble, "5e-324", "4.9406564584124654e-324"},
-		{KindDouble, "1.7976931348623157e308", "1.7976931348623157E+308"},
-		{KindDouble, "-0", "0"},
-		{KindDecimal, "1.50", "1.5"},
-		{KindDecimal, "-0.000", "0.000"},
-		{KindJSON, `{"b":1, "a":[1, 2.0]}`, `{"a": [1, 2], "b": 1}`},
-		{KindJSON, `{"x": 1.5e3}`, `{"x": 1500}`},
-		{KindInt, "007", "7"},
+		{kindFloat, "3.1415927410125732", "3.14159274101257320"},
+		{kindFloat, "3.4028234663852886e38", "340282346638528860000000000000000000000"},
+		{kindFloat, "-0", "0"},
+		{kindDouble, "0.30000000000000004", "0.30000000000000004"},
+		{kindDouble, "1e20", "100000000000000000000"},
+		{kindDouble, "5e-324", "4.9406564584124654e-324"},
+		{kindDouble, "1.7976931348623157e308", "1.7976931348623157E+308"},
+		{kindDouble, "-0", "0"},
+		{kindDecimal, "1.50", "1.5"},
+		{kindDecimal, "-0.000", "0.000"},
+		{kindJSON, `{"b":1, "a":[1, 2.0]}`, `{"a": [1, 2], "b": 1}`},
+		{kindJSON, `{"x": 1.5e3}`, `{"x": 1500}`},
+		{kindInt, "007", "7"},
 	}
 	for _, c := range eq {
-		if canon(c.k, StringValue(c.a)) != canon(c.k, StringValue(c.b)) {
+		if canon(c.k, stringValue(c.a)) != canon(c.k, stringValue(c.b)) {
 			t.Errorf("%s %q and %q should be equal", c.k, c.a, c.b)
 		}
 	}
 	ne := []struct {
-		k    Kind
-		a, b Value
+		k    colKind
+		a, b sqlValue
 	}{
-		{KindString, StringValue("a"), StringValue("A")},
-		{KindString, StringValue(""), NullValue},
-		{KindString, StringValue("NULL"), NullValue},
-		{KindString, StringValue("a "), StringValue("a")},
-		{KindFloat, StringValue("1.2345"), StringValue("1.23457")},
+		{kindString, stringValue("a"), stringValue("A")},
+		{kindString, stringValue(""), nullValue},
+		{kindString, stringValue("NULL"), nullValue},
+		{kindString, stringValue("a "), stringValue("a")},
+		{kindFloat, stringValue("1.2345"), stringValue("1.23457")},
 		// MariaDB prints a FLOAT 3.1415927 as 3.14159: FLOAT is read widened, exactly.
-		{KindFloat, StringValue("3.14159"), StringValue("3.1415927410125732")},
-		{KindFloat, StringValue("3.1415927410125732"), StringValue("3.1415929794311523")}, // last bit
-		{KindDouble, StringValue("0.3"), StringValue("0.30000000000001")},
-		{KindDouble, StringValue("0.3"), StringValue("0.30000000000000004")},               // 17th digit
-		{KindDouble, StringValue("1.2345678901234567"), StringValue("1.2345678901234569")}, // last bit
-		{KindDouble, StringValue("5e-324"), StringValue("1e-323")},
-		{KindDouble, StringValue("0"), StringValue("5e-324")},
-		{KindJSON, StringValue(`{"a":1}`), StringValue(`{"a":"1"}`)},
-		{KindJSON, StringValue(`[1,2]`), StringValue(`[2,1]`)},
-		{KindBinary, Value{Bytes: []byte{0}}, Value{Bytes: []byte{}}},
+		{kindFloat, stringValue("3.14159"), stringValue("3.1415927410125732")},
+		{kindFloat, stringValue("3.1415927410125732"), stringValue("3.1415929794311523")}, // last bit
+		{kindDouble, stringValue("0.3"), stringValue("0.30000000000001")},
+		{kindDouble, stringValue("0.3"), stringValue("0.30000000000000004")},               // 17th digit
+		{kindDouble, stringValue("1.2345678901234567"), stringValue("1.2345678901234569")}, // last bit
+		{kindDouble, stringValue("5e-324"), stringValue("1e-323")},
+		{kindDouble, stringValue("0"), stringValue("5e-324")},
+		{kindJSON, stringValue(`{"a":1}`), stringValue(`{"a":"1"}`)},
+		{kindJSON, stringValue(`[1,2]`), stringValue(`[2,1]`)},
+		{kindBinary, sqlValue{Bytes: []byte{0}}, sqlValue{Bytes: []byte{}}},
 	}
 	for _, c := range ne {
 		if canon(c.k, c.a) == canon(c.k, c.b) {
@@ -153,13 +153,13 @@ func TestCanon(t *testing.T) {
 func testPlan() *TablePlan {
 	return &TablePlan{
 		Schema: [2]string{"up`db", "down"}, Table: [2]string{"t", "t`2"},
-		Columns: []PlanColumn{
-			{Name: "region", Kind: KindString, Collation: [2]string{"utf8mb4_bin", "utf8mb4_general_ci"}, Charset: [2]string{"utf8mb4", "utf8mb4"}},
-			{Name: "id", Kind: KindInt},
-			{Name: "v", Kind: KindString},
-			{Name: "b", Kind: KindBinary},
-			{Name: "f", Kind: KindFloat},
-			{Name: "j", Kind: KindJSON},
+		Columns: []planColumn{
+			{Name: "region", Kind: kindString, Collation: [2]string{"utf8mb4_bin", "utf8mb4_general_ci"}, Charset: [2]string{"utf8mb4", "utf8mb4"}},
+			{Name: "id", Kind: kindInt},
+			{Name: "v", Kind: kindString},
+			{Name: "b", Kind: kindBinary},
+			{Name: "f", Kind: kindFloat},
+			{Name: "j", Kind: kindJSON},
 		},
 		Key:  []int{0, 1},
 		Hash: HashSHA1,
@@ -168,43 +168,43 @@ func testPlan() *TablePlan {
 
 func TestRangePredicates(t *testing.T) {
 	p := testPlan()
-	lo := Bound{StringValue("a'b"), StringValue("10")}
-	hi := Bound{StringValue("z"), StringValue("-5")}
+	lo := Bound{stringValue("a'b"), stringValue("10")}
+	hi := Bound{stringValue("z"), stringValue("-5")}
 	var out strings.Builder
 	for _, s := range []Side{Upstream, Downstream} {
 		for _, r := range []Range{{}, {Lo: lo}, {Hi: hi}, {Lo: lo, Hi: hi}} {
 			out.WriteString(s.String() + ": " + p.rangePredicate(s, r) + "\n")
 		}
 	}
-	single := &TablePlan{Columns: []PlanColumn{{Name: "id", Kind: KindInt}}, Key: []int{0}}
-	out.WriteString("single: " + single.rangePredicate(Upstream, Range{Lo: Bound{StringValue("1")}, Hi: Bound{StringValue("9")}}) + "\n")
+	single := &TablePlan{Columns: []planColumn{{Name: "id", Kind: kindInt}}, Key: []int{0}}
+	out.WriteString("single: " + single.rangePredicate(Upstream, Range{Lo: Bound{stringValue("1")}, Hi: Bound{stringValue("9")}}) + "\n")
 	p.Where = "id > 0"
 	out.WriteString("checksum: " + p.ChecksumSQL(Downstream, Range{Lo: lo}) + "\n")
-	out.WriteString("rows: " + p.RowsSQL(Upstream, Range{Hi: hi}) + "\n")
-	out.WriteString("boundary: " + p.BoundarySQL(Downstream, Range{Lo: lo}, 999) + "\n")
+	out.WriteString("rows: " + p.rangeRowsSQL(Upstream, Range{Hi: hi}) + "\n")
+	out.WriteString("boundary: " + p.boundarySQL(Downstream, Range{Lo: lo}, 999) + "\n")
 	// A TiDB upstream without new collations compares bytes; a latin1 downstream column is
 	// compared as the UTF-8 bytes TiDB holds, and looked up by key through its own index.
 	b := testPlan()
 	b.Columns[0].Collation[0] = binaryCollation
 	b.Columns[0].Charset[1] = "latin1"
 	out.WriteString("binary: " + b.rangePredicate(Downstream, Range{Lo: lo, Hi: hi}) + "\n")
-	out.WriteString("binary keys: " + b.RowsByKeysSQL(Downstream, []Bound{lo}) + "\n")
+	out.WriteString("binary keys: " + b.rowsByKeysSQL(Downstream, []Bound{lo}) + "\n")
 	// A utf8mb4_general_ci downstream key: a range whose ends share a prefix gets the
 	// index-served superset.
 	b.Columns[0].Charset[1] = "utf8mb4"
 	b.Columns[0].MaxBytes = 12
-	out.WriteString("binary prefix: " + b.rangePredicate(Downstream, Range{Lo: Bound{StringValue("ab\xc3\xa9x"), StringValue("1")},
-		Hi: Bound{StringValue("ab\xc3\xa9z"), StringValue("2")}}) + "\n")
+	out.WriteString("binary prefix: " + b.rangePredicate(Downstream, Range{Lo: Bound{stringValue("ab\xc3\xa9x"), stringValue("1")},
+		Hi: Bound{stringValue("ab\xc3\xa9z"), stringValue("2")}}) + "\n")
 	golden(t, "predicates.golden", out.String())
 }
 
 func TestCompareKeys(t *testing.T) {
-	p := &TablePlan{Columns: []PlanColumn{{Name: "a", Kind: KindInt}, {Name: "s", Kind: KindString}, {Name: "d", Kind: KindDecimal}, {Name: "t", Kind: KindTemporal}}, Key: []int{0, 1, 2, 3}}
-	k := func(a, s, d, tm string) []Value {
-		return []Value{StringValue(a), StringValue(s), StringValue(d), StringValue(tm)}
+	p := &TablePlan{Columns: []planColumn{{Name: "a", Kind: kindInt}, {Name: "s", Kind: kindString}, {Name: "d", Kind: kindDecimal}, {Name: "t", Kind: kindTemporal}}, Key: []int{0, 1, 2, 3}}
+	k := func(a, s, d, tm string) []sqlValue {
+		return []sqlValue{stringValue(a), stringValue(s), stringValue(d), stringValue(tm)}
 	}
 	cases := []struct {
-		a, b []Value
+		a, b []sqlValue
 		want int
 	}{
 		{k("9", "a", "1", "00:00:00"), k("10", "a", "1", "00:00:00"), -1},
@@ -224,8 +224,8 @@ func TestCompareKeys(t *testing.T) {
 
 func TestFixSQL(t *testing.T) {
 	p := testPlan()
-	row := []Value{StringValue("eu'west"), StringValue("42"), NullValue, {Bytes: []byte{0, 0xff, '\''}}, StringValue("-1.5e-3"), StringValue(`{"a": "x\\y"}`)}
-	row2 := []Value{StringValue("back\\slash\n"), StringValue("-7"), StringValue(""), {Bytes: []byte{}}, NullValue, StringValue("null")}
+	row := []sqlValue{stringValue("eu'west"), stringValue("42"), nullValue, {Bytes: []byte{0, 0xff, '\''}}, stringValue("-1.5e-3"), stringValue(`{"a": "x\\y"}`)}
+	row2 := []sqlValue{stringValue("back\\slash\n"), stringValue("-7"), stringValue(""), {Bytes: []byte{}}, nullValue, stringValue("null")}
 	var out strings.Builder
 	for _, d := range []Difference{p.missing(row, 1), p.differing(row2, []string{"v", "j"}), p.extra(row2, 1)} {
 		out.WriteString(d.fix + "\n")
@@ -394,8 +394,8 @@ func FuzzCompareValue(f *testing.F) {
 	f.Add([]byte("-838:59:59"), []byte("100:00:00"), uint8(6))
 	f.Add([]byte("1.50"), []byte("1.5"), uint8(3))
 	f.Fuzz(func(t *testing.T, a, b []byte, k uint8) {
-		kind := Kind(int(k) % (int(KindJSON) + 1))
-		x, y := Value{Bytes: a}, Value{Bytes: b}
+		kind := colKind(int(k) % (int(kindJSON) + 1))
+		x, y := sqlValue{Bytes: a}, sqlValue{Bytes: b}
 		if compareValue(kind, x, x) != 0 {
 			t.Fatalf("%s %q not equal to itself", kind, a)
 		}
@@ -559,13 +559,13 @@ func TestBusyGateLag(t *testing.T) {
 }
 
 func TestFitEncoding(t *testing.T) {
-	col := func(name string, k Kind, maxBytes int64) PlanColumn {
-		return PlanColumn{Name: name, Kind: k, MaxBytes: maxBytes}
+	col := func(name string, k colKind, maxBytes int64) planColumn {
+		return planColumn{Name: name, Kind: k, MaxBytes: maxBytes}
 	}
 	plan := func() *TablePlan {
-		return &TablePlan{Columns: []PlanColumn{
-			col("id", KindInt, 0), col("name", KindString, 400), col("body", KindString, 65535),
-			col("doc", KindJSON, unboundedBytes), col("img", KindBinary, 16777215), col("note", KindString, 16777215),
+		return &TablePlan{Columns: []planColumn{
+			col("id", kindInt, 0), col("name", kindString, 400), col("body", kindString, 65535),
+			col("doc", kindJSON, unboundedBytes), col("img", kindBinary, 16777215), col("note", kindString, 16777215),
 		}}
 	}
 	for _, c := range []struct {
@@ -580,7 +580,7 @@ func TestFitEncoding(t *testing.T) {
 		{0, []string{"doc", "img", "note", "body", "name"}}, // all the long ones; id is short
 	} {
 		p := plan()
-		got := p.FitEncoding(c.packet)
+		got := p.fitEncoding(c.packet)
 		if !slices.Equal(got, c.want) {
 			t.Errorf("packet %d: digested %v, want %v", c.packet, got, c.want)
 		}
@@ -588,8 +588,8 @@ func TestFitEncoding(t *testing.T) {
 			t.Errorf("packet %d: encoding bound %d", c.packet, p.encodingBound())
 		}
 		for _, pc := range p.Columns {
-			if in := strings.Contains(p.RowEncoding(Upstream), "SHA1("+p.text(Upstream, pc)+")"); in != slices.Contains(got, pc.Name) {
-				t.Errorf("packet %d: %s digested %v, its SHA1 in the encoding %v: %s", c.packet, pc.Name, !in, in, p.RowEncoding(Upstream))
+			if in := strings.Contains(p.rowEncoding(Upstream), "SHA1("+p.text(Upstream, pc)+")"); in != slices.Contains(got, pc.Name) {
+				t.Errorf("packet %d: %s digested %v, its SHA1 in the encoding %v: %s", c.packet, pc.Name, !in, in, p.rowEncoding(Upstream))
 			}
 		}
 	}
@@ -618,7 +618,7 @@ func TestPieces(t *testing.T) {
 func TestFixLongValues(t *testing.T) {
 	p := testPlan()
 	big := bytes.Repeat([]byte{0xff, 'x'}, fixPieceBytes) // 2 pieces, a 4x longer hex literal
-	row := []Value{StringValue("k"), StringValue("1"), NullValue, {Bytes: big}, NullValue, StringValue(strings.Repeat("y", fixLiteralBytes+1))}
+	row := []sqlValue{stringValue("k"), stringValue("1"), nullValue, {Bytes: big}, nullValue, stringValue(strings.Repeat("y", fixLiteralBytes+1))}
 	fix := p.missing(row, 1).fix
 	lines := strings.Split(fix, "\n")
 	if len(lines) != 2+5+1+1 { // v0: 2 pieces, v1: 5 (512 KiB + 1 byte), the statement, the clearing
@@ -651,26 +651,26 @@ func TestFixLongValues(t *testing.T) {
 // back to the value it was written from, so the re-check reads the same row again.
 func TestParseLiteral(t *testing.T) {
 	cases := []struct {
-		kind Kind
-		v    Value
+		kind colKind
+		v    sqlValue
 		lit  string
 	}{
-		{KindInt, StringValue("-42"), "-42"},
-		{KindDecimal, StringValue("1.50"), "1.50"},
-		{KindDouble, StringValue("1.5e-300"), "1.5e-300"},
-		{KindString, StringValue("plain text é"), "'plain text é'"},
-		{KindString, StringValue("o'k"), "_utf8mb4 X'6F276B'"},
-		{KindString, StringValue("tab\there"), "_utf8mb4 X'7461620968657265'"},
-		{KindString, Value{Bytes: []byte{'a', 0xff}}, "X'61FF'"}, // not UTF-8: the bytes as read
-		{KindString, StringValue(""), "''"},
-		{KindString, StringValue("NULL"), "'NULL'"},
-		{KindString, NullValue, "NULL"},
-		{KindBinary, Value{Bytes: []byte{0, 0xff, '\''}}, "X'00FF27'"},
-		{KindJSON, StringValue(`{"a": "it's"}`), "CONVERT(X'7B2261223A202269742773227D' USING utf8mb4)"},
-		{KindTemporal, StringValue("2024-02-29 23:59:59.123456"), "'2024-02-29 23:59:59.123456'"},
+		{kindInt, stringValue("-42"), "-42"},
+		{kindDecimal, stringValue("1.50"), "1.50"},
+		{kindDouble, stringValue("1.5e-300"), "1.5e-300"},
+		{kindString, stringValue("plain text é"), "'plain text é'"},
+		{kindString, stringValue("o'k"), "_utf8mb4 X'6F276B'"},
+		{kindString, stringValue("tab\there"), "_utf8mb4 X'7461620968657265'"},
+		{kindString, sqlValue{Bytes: []byte{'a', 0xff}}, "X'61FF'"}, // not UTF-8: the bytes as read
+		{kindString, stringValue(""), "''"},
+		{kindString, stringValue("NULL"), "'NULL'"},
+		{kindString, nullValue, "NULL"},
+		{kindBinary, sqlValue{Bytes: []byte{0, 0xff, '\''}}, "X'00FF27'"},
+		{kindJSON, stringValue(`{"a": "it's"}`), "CONVERT(X'7B2261223A202269742773227D' USING utf8mb4)"},
+		{kindTemporal, stringValue("2024-02-29 23:59:59.123456"), "'2024-02-29 23:59:59.123456'"},
 	}
 	for _, c := range cases {
-		lit := Literal(c.kind, c.v)
+		lit := sqlLiteral(c.kind, c.v)
 		if lit != c.lit {
 			t.Errorf("Literal(%v, %q) = %s, want %s", c.kind, c.v.Bytes, lit, c.lit)
 		}

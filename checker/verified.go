@@ -82,9 +82,9 @@ func recordVerificationN(ctx context.Context, x execer, metaSchema string, v Ver
 	return n > 0, nil
 }
 
-// LastVerification returns the last clean verification of the upstream table
+// lastVerification returns the last clean verification of the upstream table
 // schema.table for changefeed; ok is false when none is recorded.
-func LastVerification(ctx context.Context, db *sql.DB, metaSchema, changefeed, schema, table string) (v Verification, ok bool, err error) {
+func lastVerification(ctx context.Context, db *sql.DB, metaSchema, changefeed, schema, table string) (v Verification, ok bool, err error) {
 	vs, err := verifications(ctx, db, metaSchema, " AND schema_name = ? AND table_name = ?", changefeed, schema, table)
 	if err != nil || len(vs) == 0 {
 		return Verification{}, false, err
@@ -125,7 +125,7 @@ func verifications(ctx context.Context, q Querier, metaSchema, clause string, ch
 	return out, nil
 }
 
-// lastVerified is LastVerification on the run's meta schema.
+// lastVerified is lastVerification on the run's meta schema.
 func (s *store) lastVerified(ctx context.Context, changefeed, schema, table string) (Verification, bool, error) {
 	ctx, cancel := s.ctx(ctx)
 	defer cancel()

@@ -12,7 +12,7 @@ import (
 
 // TestRowsWiderThanPacket compares rows whose row encoding is longer than the server's
 // max_allowed_packet (the peer MariaDB of scripts/env runs with MariaDB's default, 16
-// MiB). The server turns such a CONCAT_WS into NULL, so before FitEncoding their hash was
+// MiB). The server turns such a CONCAT_WS into NULL, so before fitEncoding their hash was
 // NULL on both sides, SUM skipped them, and a changed byte in them was never seen. Both
 // sides live on the peer. The changes are found with the right columns, the differences
 // (tens of MiB of fix SQL) are stored and read back, and the fix SQL, whose statements

@@ -136,7 +136,7 @@ func (r *runner) compareTable(ctx context.Context, seq int, t [2]string) TableRe
 		dc.Started = func(id string) { diffID = id }
 		src := r.pair.Sources
 		src.Meta = r.e.db.meta
-		d := checker.NewDiffWith(dc, src)
+		d := checker.NewDiff(dc, &src)
 		r.prog.diffing(d)
 		tctx, cancel := context.WithCancelCause(ctx)
 		watchdog := time.AfterFunc(r.opt.maxViewAge-r.pair.Age(), func() { cancel(errViewExpired) })

@@ -214,7 +214,7 @@ func runDiff(cmd *cobra.Command, f *diffFlags) (int, error) {
 		defer closeLag()
 		cfg.Lag = lag
 	}
-	rep, err := checker.Run(ctx, cfg)
+	rep, err := checker.NewDiff(cfg, nil).Run(ctx)
 	pr.finish()
 	if err != nil {
 		var re *checker.RunError

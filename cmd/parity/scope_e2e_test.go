@@ -104,7 +104,7 @@ func TestScopesAndClassesEndToEnd(t *testing.T) {
 		dcfg.Logger = slog.New(slog.DiscardHandler)
 		src := pair.Sources
 		src.Meta = down.DB
-		r, err := checker.RunWith(ctx, dcfg, src)
+		r, err := checker.NewDiff(dcfg, &src).Run(ctx)
 		return r, pair.TS, err
 	}
 

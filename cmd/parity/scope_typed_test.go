@@ -225,7 +225,7 @@ func TestTypedKeyScopes(t *testing.T) {
 		dcfg.Logger = slog.New(slog.DiscardHandler)
 		src := pair.Sources
 		src.Meta = down.DB
-		r, err := checker.RunWith(ctx, dcfg, src)
+		r, err := checker.NewDiff(dcfg, &src).Run(ctx)
 		if err != nil {
 			t.Fatalf("%s diff: %v", scope, err)
 		}

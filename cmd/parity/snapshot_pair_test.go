@@ -80,7 +80,7 @@ func TestSnapshotPairsUnderLoad(t *testing.T) {
 		dcfg.MetaSchema = cfg.Applier.MetaSchema
 		src := pair.Sources
 		src.Meta = down.DB
-		report, err := checker.RunWith(ctx, dcfg, src)
+		report, err := checker.NewDiff(dcfg, &src).Run(ctx)
 		age := pair.Age()
 		if cerr := pair.Close(); cerr != nil {
 			t.Errorf("closing the pair: %v", cerr)

@@ -140,7 +140,7 @@ func runDiff(t *testing.T, cfg checker.Config, fault func(d *checker.Diff)) (*ch
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	d := checker.NewDiff(cfg)
+	d := checker.NewDiff(cfg, nil)
 	type result struct {
 		rep *checker.Report
 		err error
