@@ -207,6 +207,9 @@ type Config struct {
 	// Logger receives structured logs (never row values). Default: slog.Default().
 	Logger *slog.Logger `toml:"-" json:"-"`
 
+	// scope is Scope parsed, by Validate (which every run calls first).
+	scope ScopeSpec
+
 	// groupedChunks checksums every chunk of a single-integer-key table per key bucket,
 	// whatever the cost model says (chunkSizer.plan), so tests cover that path. Default:
 	// false.
@@ -370,8 +373,11 @@ func (c *Config) Validate() error {
 	}
 	if spec, err := ParseScope(c.Scope); err != nil {
 		bad("scope", "%v", err)
-	} else if spec.Kind != ScopeFull && c.Changefeed.ID == "" {
-		bad("changefeed.id", "is required with scope %s (the keys come from the changefeed's dirty-key ledger)", c.Scope)
+	} else {
+		c.scope = spec // the one parse of the run's scope: the runner reads it from here
+		if spec.Kind != ScopeFull && c.Changefeed.ID == "" {
+			bad("changefeed.id", "is required with scope %s (the keys come from the changefeed's dirty-key ledger)", c.Scope)
+		}
 	}
 	if c.CaughtUpLag < 0 {
 		bad("caught-up-lag", "must not be negative, got %s", c.CaughtUpLag)

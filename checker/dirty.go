@@ -156,10 +156,7 @@ func ledgerReader(cfg *Config, q Querier) ledger.Reader {
 // read again. A scoped run whose window the ledger does not cover is refused
 // (ErrScopeUnavailable), naming every such table.
 func (r *runner) resolveScopes(ctx context.Context, targets []*target) ([]*tableScope, error) {
-	spec, err := ParseScope(r.cfg.Scope)
-	if err != nil {
-		return nil, err
-	}
+	spec := r.cfg.scope
 	out := make([]*tableScope, len(targets))
 	pairTS, atPair := r.pair.pairTS()
 	if !spec.scoped() {
@@ -177,7 +174,7 @@ func (r *runner) resolveScopes(ctx context.Context, targets []*target) ([]*table
 	}
 	var refused []string
 	cov := bypassCoverage(ctx, r.cfg.Bypass, r.log)
-	err = r.pair.withSide(ctx, Downstream, func(ctx context.Context, q Querier) error {
+	err := r.pair.withSide(ctx, Downstream, func(ctx context.Context, q Querier) error {
 		rd := ledgerReader(r.cfg, q)
 		bounds, err := rd.Bounds(ctx)
 		if err != nil {

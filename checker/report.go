@@ -222,9 +222,7 @@ func (tk *tracker) report(ctx context.Context, pair *sourcePair) (*Report, error
 		UpstreamSnapshot: pair.snapshot[Upstream], DownstreamSnapshot: pair.snapshot[Downstream],
 		RecheckRounds: rechecks, Classification: tk.classification}
 	tk.mu.Unlock()
-	if spec, err := ParseScope(tk.cfg.Scope); err == nil {
-		rep.Scope = spec.String()
-	}
+	rep.Scope = tk.cfg.scope.String()
 	resolved, unconfirmed, err := tk.st.rechecksByTable(ctx)
 	if err != nil {
 		return nil, err

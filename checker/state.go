@@ -256,8 +256,7 @@ func (s *store) resumeRun(ctx context.Context, cfg *Config) error {
 	same("routes", old.Routes, cfg.Routes)
 	same("upstream.snapshot", old.Upstream.Snapshot, cfg.Upstream.Snapshot)
 	oldScope, _ := ParseScope(old.Scope)
-	newScope, _ := ParseScope(cfg.Scope)
-	same("scope", oldScope, newScope)
+	same("scope", oldScope, cfg.scope)
 	if len(changed) > 0 {
 		return fmt.Errorf("resume %s: settings changed since the run started: %s (start a new run instead)", s.runID, strings.Join(changed, ", "))
 	}

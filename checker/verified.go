@@ -149,7 +149,7 @@ func (r *runner) recordVerified(ctx context.Context, targets []*target, scopes [
 	if _, atPair := r.pair.pairTS(); !atPair {
 		return 0, nil
 	}
-	spec, _ := ParseScope(r.cfg.Scope)
+	spec := r.cfg.scope
 	n := 0
 	for i, t := range targets {
 		sc := scopes[i]
