@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"golang.org/x/sync/errgroup"
+
+	"github.com/tidb-parity/parity/internal/retry"
 )
 
 // The re-check. When the two sides are not both read at a snapshot, a row that was written
@@ -160,7 +162,7 @@ func (rc *rechecker) readAgain(ctx context.Context, tables []*target) (int64, er
 // rows still in flight stay reported).
 func (rc *rechecker) wait(ctx context.Context, readEnd time.Time) error {
 	if d := time.Until(readEnd.Add(rc.cfg.RecheckDelay)); d > 0 {
-		if err := sleep(ctx, d); err != nil {
+		if err := retry.Sleep(ctx, d); err != nil {
 			return err
 		}
 	}
@@ -184,7 +186,7 @@ func (rc *rechecker) wait(ctx context.Context, readEnd time.Time) error {
 			return nil
 		}
 		rc.track.progress(true, lag)
-		if err := sleep(ctx, min(250*time.Millisecond, lag-time.Since(readEnd))); err != nil {
+		if err := retry.Sleep(ctx, min(250*time.Millisecond, lag-time.Since(readEnd))); err != nil {
 			return err
 		}
 	}

@@ -11,6 +11,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/tidb-parity/parity/internal/retry"
 )
 
 // rateLimiter paces workers to at most rate rows per second overall.
@@ -37,21 +39,7 @@ func (l *rateLimiter) take(ctx context.Context, rows int) error {
 	l.next = l.next.Add(time.Duration(float64(rows) / l.rate * float64(time.Second)))
 	wait := l.next.Sub(now)
 	l.mu.Unlock()
-	return sleep(ctx, wait)
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return retry.Sleep(ctx, wait)
 }
 
 // busyGate holds new chunks back while the downstream's Threads_running (minus the
@@ -130,7 +118,7 @@ func (g *busyGate) wait(ctx context.Context) error {
 		if !busy {
 			return nil
 		}
-		if err := sleep(ctx, g.every); err != nil {
+		if err := retry.Sleep(ctx, g.every); err != nil {
 			return err
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tidb-parity/parity/internal/retry"
 	"github.com/tidb-parity/parity/internal/testenv"
 	"github.com/tidb-parity/parity/internal/tso"
 )
@@ -32,7 +33,7 @@ func (a *movingApplier) Watermarks() (uint64, uint64) { ts := a.ts.Load(); retur
 
 func (a *movingApplier) WaitApplied(ctx context.Context, ts uint64) error {
 	for a.ts.Load() < ts {
-		if err := sleep(ctx, 20*time.Millisecond); err != nil {
+		if err := retry.Sleep(ctx, 20*time.Millisecond); err != nil {
 			return err
 		}
 	}

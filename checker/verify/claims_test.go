@@ -14,6 +14,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/tidb-parity/parity/internal/metaschema"
+	"github.com/tidb-parity/parity/internal/retry"
 	"github.com/tidb-parity/parity/internal/tso"
 )
 
@@ -69,7 +70,7 @@ func (a *caughtUpApplier) Barrier(ctx context.Context, ts uint64, fn func(ctx co
 		return fmt.Errorf("barrier at %d: the fallback is past it (%d)", ts, a.from)
 	}
 	for ts > a.applied() { // a TSO not applied yet: held once it is
-		if err := sleep(ctx, 50*time.Millisecond); err != nil {
+		if err := retry.Sleep(ctx, 50*time.Millisecond); err != nil {
 			return err
 		}
 	}
@@ -80,7 +81,7 @@ func (a *caughtUpApplier) Watermarks() (uint64, uint64) { ts := a.applied(); ret
 
 func (a *caughtUpApplier) WaitApplied(ctx context.Context, ts uint64) error {
 	for ts > a.applied() {
-		if err := sleep(ctx, 50*time.Millisecond); err != nil {
+		if err := retry.Sleep(ctx, 50*time.Millisecond); err != nil {
 			return err
 		}
 	}

@@ -15,6 +15,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/tidb-parity/parity/internal/retry"
 )
 
 const (
@@ -124,7 +126,7 @@ func (l *instanceLock) keep(ctx context.Context, log *slog.Logger) error {
 			l.warn = ""
 			l.mu.Unlock()
 		}
-		if sleep(ctx, instanceKeepAlive) != nil {
+		if retry.Sleep(ctx, instanceKeepAlive) != nil {
 			return nil
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tidb-parity/parity/checker"
+	"github.com/tidb-parity/parity/internal/retry"
 	"github.com/tidb-parity/parity/internal/tso"
 )
 
@@ -150,7 +151,7 @@ func (e *executor) pairTS(ctx context.Context) (uint64, error) {
 		if time.Now().After(deadline) {
 			return 0, fmt.Errorf("the applier has no resolved ts after %v: no snapshot pair can be opened", resolvedWait)
 		}
-		if err := sleep(ctx, 100*time.Millisecond); err != nil {
+		if err := retry.Sleep(ctx, 100*time.Millisecond); err != nil {
 			return 0, err
 		}
 	}
@@ -169,7 +170,7 @@ func (e *executor) waitResolved(ctx context.Context, ts uint64, log *slog.Logger
 			log.Info("waiting for the applier to resolve the run's first pair TSO", "min_ts", ts, "resolved_ts", resolved)
 			logged = true
 		}
-		if err := sleep(ctx, 100*time.Millisecond); err != nil {
+		if err := retry.Sleep(ctx, 100*time.Millisecond); err != nil {
 			return err
 		}
 	}
@@ -201,7 +202,7 @@ func (e *executor) waitLag(ctx context.Context, log *slog.Logger) (time.Duration
 			log.Info("applier lagging; verification waits", "lag", lag.Round(time.Millisecond), "max_lag", e.cfg.MaxLag)
 			logged = true
 		}
-		if err := sleep(ctx, time.Second); err != nil {
+		if err := retry.Sleep(ctx, time.Second); err != nil {
 			return time.Since(start), err
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tidb-parity/parity/checker"
+	"github.com/tidb-parity/parity/internal/retry"
 )
 
 // pruneInterval spaces the pruning of the history (verify.history-retention).
@@ -23,7 +24,7 @@ const pruneInterval = time.Hour
 func (h *history) retain(ctx context.Context, cfg Config, log *slog.Logger) error {
 	for {
 		h.pruneExpired(ctx, cfg, log)
-		if sleep(ctx, pruneInterval) != nil {
+		if retry.Sleep(ctx, pruneInterval) != nil {
 			return nil
 		}
 	}

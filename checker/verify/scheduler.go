@@ -15,6 +15,8 @@ import (
 
 	"github.com/robfig/cron/v3"
 	"golang.org/x/sync/errgroup"
+
+	"github.com/tidb-parity/parity/internal/retry"
 )
 
 // scheduler starts runs and knows which run.
@@ -184,7 +186,7 @@ func (sc *scheduler) scheduleLoop(ctx context.Context, g *errgroup.Group, s Sche
 			log.Warn("verification schedule never fires again", "cron", s.Cron)
 			return nil
 		}
-		if sleep(ctx, time.Until(next)) != nil {
+		if retry.Sleep(ctx, time.Until(next)) != nil {
 			return nil
 		}
 		runID := newRunID()
@@ -230,7 +232,7 @@ func (sc *scheduler) continuousLoop(ctx context.Context, g *errgroup.Group) erro
 		if _, err := st.Wait(ctx); err != nil {
 			return nil
 		}
-		if sleep(ctx, sc.cfg.ContinuousInterval) != nil {
+		if retry.Sleep(ctx, sc.cfg.ContinuousInterval) != nil {
 			return nil
 		}
 	}

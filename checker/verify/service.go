@@ -46,6 +46,7 @@ import (
 
 	"github.com/tidb-parity/parity/checker"
 	"github.com/tidb-parity/parity/internal/metaschema"
+	"github.com/tidb-parity/parity/internal/retry"
 )
 
 // Applier is what verification needs of the replicator that applies the changefeed to
@@ -221,7 +222,7 @@ func (s *Service) Run(ctx context.Context) error {
 		}
 		s.stats.setErr(err)
 		s.log.Warn("verification cannot start yet; trying again", "err", err, "retry_in", setupRetry)
-		if sleep(ctx, setupRetry) != nil {
+		if retry.Sleep(ctx, setupRetry) != nil {
 			return nil
 		}
 	}
@@ -367,18 +368,4 @@ func newRunID() string {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	return "v" + time.Now().UTC().Format("20060102T150405") + "-" + hex.EncodeToString(b[:])
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }

@@ -147,13 +147,26 @@ func (p Policy) Do(ctx context.Context, f func(context.Context) error, onRetry f
 		if onRetry != nil {
 			onRetry(attempt+1, backoff, err)
 		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
+		if err := Sleep(ctx, backoff); err != nil {
+			return err
 		}
 		backoff = min(2*backoff, maxBackoff)
+	}
+}
+
+// Sleep waits d, or until ctx ends (then its error). d <= 0 does not wait: the error is
+// ctx's, nil while it lasts. The one wait of the module's loops (retries, throttles,
+// polls).
+func Sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
