@@ -39,6 +39,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/tidb-parity/parity/checker"
+	"github.com/tidb-parity/parity/internal/instance"
 	"github.com/tidb-parity/parity/internal/metaschema"
 	"github.com/tidb-parity/parity/internal/tso"
 )
@@ -229,7 +230,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		deps.Logger = slog.Default()
 	}
 	if cfg.Instance == "" {
-		cfg.Instance = DefaultInstance()
+		cfg.Instance = instance.DefaultInstance()
 	}
 	s := &Service{
 		cfg: cfg, deps: deps, log: deps.Logger.With("changefeed", cfg.Changefeed),

@@ -18,6 +18,7 @@ import (
 	"github.com/tidb-parity/parity/cdc"
 	"github.com/tidb-parity/parity/checker"
 	"github.com/tidb-parity/parity/checker/verify"
+	"github.com/tidb-parity/parity/internal/instance"
 	"github.com/tidb-parity/parity/internal/tso"
 )
 
@@ -27,7 +28,7 @@ func apiBackend(cfg serveConfig, r *cdc.Replicator, vs *verify.Service, rp *repa
 	rep := &apiReplication{r: r, dsn: cfg.Upstream.DSN}
 	inst := cfg.instance()
 	if inst == "" {
-		inst = verify.DefaultInstance()
+		inst = instance.DefaultInstance()
 	}
 	b = api.Backend{Replication: rep, Instance: inst}
 	if vs != nil {

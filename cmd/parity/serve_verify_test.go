@@ -17,6 +17,7 @@ import (
 	"github.com/tidb-parity/parity/cdc"
 	"github.com/tidb-parity/parity/cdc/loadgen"
 	"github.com/tidb-parity/parity/checker/verify"
+	"github.com/tidb-parity/parity/internal/instance"
 	"github.com/tidb-parity/parity/internal/metaschema"
 	"github.com/tidb-parity/parity/internal/testenv"
 	"github.com/tidb-parity/parity/internal/tso"
@@ -136,8 +137,8 @@ func TestServeVerifyUnderLoad(t *testing.T) {
 	var pauses []time.Duration
 	for _, r := range hist {
 		// The daemon that ran it: verify.instance, "<hostname>:<pid>" by default.
-		if r.Instance != verify.DefaultInstance() {
-			t.Fatalf("run %s by instance %q, want %q", r.RunID, r.Instance, verify.DefaultInstance())
+		if r.Instance != instance.DefaultInstance() {
+			t.Fatalf("run %s by instance %q, want %q", r.RunID, r.Instance, instance.DefaultInstance())
 		}
 		switch {
 		case r.Trigger == verify.TriggerManual:
@@ -187,14 +188,14 @@ func TestServeVerifyUnderLoad(t *testing.T) {
 	// /status and parity status show it next to the lag.
 	st := status()
 	if st.Verify == nil || !st.Verify.Verified || st.Verify.FreshnessSeconds == nil || st.Verify.CleanRunID == "" || st.Verify.Pairs < 5 ||
-		st.Verify.Instance != verify.DefaultInstance() {
+		st.Verify.Instance != instance.DefaultInstance() {
 		t.Fatalf("/status verify: %+v", st.Verify)
 	}
 	var out bytes.Buffer
 	if err := printStatus(&out, st); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"applied lag:", "verification freshness:", "last verification:", "verification instance:", verify.DefaultInstance()} {
+	for _, want := range []string{"applied lag:", "verification freshness:", "last verification:", "verification instance:", instance.DefaultInstance()} {
 		if !strings.Contains(out.String(), want) {
 			t.Fatalf("parity status lacks %q:\n%s", want, out.String())
 		}
