@@ -31,6 +31,9 @@ func (e *ConfigError) Unwrap() error { return e.Err }
 type Options struct {
 	// Logger logs the daemon's parts; nil: NewLogger(cfg.Log).
 	Logger *slog.Logger
+	// Warnings are logged at the start: the config's (Config.TLSWarnings), computed
+	// once where the config was resolved.
+	Warnings []string
 	// Build labels parity_build_info.
 	Build BuildInfo
 }
@@ -47,7 +50,7 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 	if log == nil {
 		log = NewLogger(cfg.Log)
 	}
-	for _, w := range cfg.TLSWarnings() {
+	for _, w := range opts.Warnings {
 		log.Warn(w)
 	}
 	cfg, err := cfg.withTLS()

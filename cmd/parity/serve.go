@@ -72,19 +72,22 @@ type serveFlags struct {
 	checkConfig bool
 }
 
-// resolveServeConfig builds the effective config: defaults < file < env < flags.
-func resolveServeConfig(cmd *cobra.Command, f *serveFlags) (daemon.Config, error) {
+// resolveServeConfig builds the effective config: defaults < file < env < flags. It
+// writes the TLS warnings (daemon.Config.TLSWarnings) to stderr and returns them for the
+// daemon's log.
+func resolveServeConfig(cmd *cobra.Command, f *serveFlags) (daemon.Config, []string, error) {
 	cfg, err := loadServeConfig(f.config, cmd.ErrOrStderr())
 	if err != nil {
-		return cfg, err
+		return cfg, nil, err
 	}
 	if err := config.Apply(&cfg, cmd.Flags(), serveBindings); err != nil {
-		return cfg, err
+		return cfg, nil, err
 	}
-	for _, w := range cfg.TLSWarnings() {
+	warnings := cfg.TLSWarnings()
+	for _, w := range warnings {
 		fmt.Fprintln(cmd.ErrOrStderr(), "warning:", w)
 	}
-	return cfg, cfg.Validate()
+	return cfg, warnings, cfg.Validate()
 }
 
 func init() {
@@ -121,14 +124,14 @@ pairs, scheduled and continuous runs, their history in the meta schema, and fres
 Exit status: 0 after a signal, 1 when replication failed, 2 for a configuration error.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := resolveServeConfig(cmd, f)
+			cfg, warnings, err := resolveServeConfig(cmd, f)
 			if err != nil {
 				return &exitError{code: 2, err: err}
 			}
 			if f.checkConfig {
 				return toml.NewEncoder(cmd.OutOrStdout()).Encode(cfg.Redacted())
 			}
-			return runServe(cmd.Context(), cfg)
+			return runServe(cmd.Context(), cfg, warnings...)
 		},
 	}
 	fl := cmd.Flags()
@@ -159,9 +162,10 @@ Exit status: 0 after a signal, 1 when replication failed, 2 for a configuration 
 	return cmd, f
 }
 
-// runServe runs the daemon until SIGTERM or SIGINT (a second one terminates at once):
-// exit status 2 when it could not start, 1 when replication failed.
-func runServe(parent context.Context, cfg daemon.Config) error {
+// runServe runs the daemon until SIGTERM or SIGINT (a second one terminates at once),
+// logging warnings (the config's, written to stderr when it was resolved): exit status 2
+// when it could not start, 1 when replication failed.
+func runServe(parent context.Context, cfg daemon.Config, warnings ...string) error {
 	if parent == nil {
 		parent = context.Background()
 	}
@@ -171,7 +175,7 @@ func runServe(parent context.Context, cfg daemon.Config) error {
 		<-ctx.Done()
 		stop() // a second signal terminates at once
 	}()
-	err := daemon.Run(ctx, cfg, daemon.Options{Build: daemon.BuildInfo{Version: version, Commit: commit}})
+	err := daemon.Run(ctx, cfg, daemon.Options{Warnings: warnings, Build: daemon.BuildInfo{Version: version, Commit: commit}})
 	var ce *daemon.ConfigError
 	switch {
 	case errors.As(err, &ce):

@@ -94,7 +94,7 @@ batch-rows = 10
 		cmd, f := newServeCommand()
 		cmd.RunE = func(c *cobra.Command, _ []string) error {
 			var err error
-			got, err = resolveServeConfig(c, f)
+			got, _, err = resolveServeConfig(c, f)
 			return err
 		}
 		cmd.SetArgs(append([]string{"--config", p}, args...))

@@ -237,7 +237,7 @@ func runServeLogged(ctx context.Context, cfg daemon.Config, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	os.Stderr = wp // newLogger writes to os.Stderr
+	os.Stderr = wp // daemon.NewLogger writes to os.Stderr
 	copied := make(chan struct{})
 	go func() { _, _ = io.Copy(w, r); close(copied) }()
 	err = runServe(ctx, cfg)
