@@ -18,7 +18,8 @@
 // While Run runs, other goroutines may call:
 //   - Status(): applied checkpoint ts, global resolved ts, their lag in seconds (wall
 //     clock minus the TSO's physical time), per-partition resolved ts, offsets and Kafka
-//     lag, buffered/spilled rows. NewCollector(r) exports the same as Prometheus metrics.
+//     lag, buffered/spilled rows, counters. The daemon (package daemon) exports it as
+//     Prometheus metrics; cdc imports no metrics library.
 //   - AppliedNotify(ts) / WaitApplied(ctx, ts): fire once the applied checkpoint >= ts.
 //   - Barrier(ctx, T, fn): hold the downstream exactly at T (every event with commit ts
 //     <= T committed, nothing newer applied), run fn, then resume.

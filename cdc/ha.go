@@ -37,11 +37,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"strconv"
 	"sync"
 	"time"
 
+	"github.com/tidb-parity/parity/internal/instance"
 	"github.com/tidb-parity/parity/internal/metaschema"
 )
 
@@ -74,9 +74,6 @@ func DefaultHAConfig() HAConfig {
 	return HAConfig{Takeover: 15 * time.Second}
 }
 
-// maxInstance is the length of ha_lease.holder.
-const maxInstance = 128
-
 func (c HAConfig) validate() []error {
 	var errs []error
 	bad := func(key, format string, a ...any) {
@@ -88,8 +85,8 @@ func (c HAConfig) validate() []error {
 	if c.RenewInterval < 0 || (c.RenewInterval > 0 && (c.RenewInterval < 100*time.Millisecond || c.RenewInterval > c.Takeover/3)) {
 		bad("ha.renew-interval", "must be 0 (takeover / 5) or between 100ms and takeover / 3 (%v), got %v", c.Takeover/3, c.RenewInterval)
 	}
-	if len(c.Instance) > maxInstance {
-		bad("ha.instance", "longer than %d bytes", maxInstance)
+	if len(c.Instance) > instance.MaxLen {
+		bad("ha.instance", "longer than %d bytes", instance.MaxLen)
 	}
 	return errs
 }
@@ -135,19 +132,6 @@ func (c HAConfig) pool(db *sql.DB) {
 	if c.Enabled {
 		db.SetConnMaxIdleTime(time.Duration(c.waitTimeout()) * time.Second / 2)
 	}
-}
-
-// DefaultInstance is ha.instance when it is empty: "<hostname>:<pid>".
-func DefaultInstance() string {
-	host, err := os.Hostname()
-	if err != nil || host == "" {
-		host = "localhost"
-	}
-	id := fmt.Sprintf("%s:%d", host, os.Getpid())
-	if len(id) > maxInstance {
-		id = id[len(id)-maxInstance:]
-	}
-	return id
 }
 
 // ErrLeaseLost is returned (wrapped) by a write of a daemon that no longer holds the

@@ -23,6 +23,7 @@ import (
 
 	"github.com/tidb-parity/parity/cdc/open"
 	"github.com/tidb-parity/parity/internal/ident"
+	"github.com/tidb-parity/parity/internal/instance"
 	"github.com/tidb-parity/parity/internal/position"
 	"github.com/tidb-parity/parity/internal/retry"
 	"github.com/tidb-parity/parity/internal/tlsauth"
@@ -115,14 +116,14 @@ func New(cfg Config, logger *slog.Logger) (*Replicator, error) {
 	if err != nil {
 		return nil, err
 	}
-	instance := cfg.HA.Instance
-	if instance == "" {
-		instance = DefaultInstance()
+	name := cfg.HA.Instance
+	if name == "" {
+		name = instance.DefaultInstance()
 	}
 	return &Replicator{
 		cfg:      cfg,
 		kafka:    k,
-		instance: instance,
+		instance: name,
 		log:      logger.With("changefeed", cfg.Changefeed.ID),
 		reqs:     make(chan *barrierReq),
 		running:  make(chan struct{}),

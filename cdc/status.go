@@ -4,19 +4,16 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tidb-parity/parity/internal/tso"
 )
 
 // Status is a snapshot of the replicator's progress: the one place the lag values live.
-// `parity status`, the /status endpoint, the Prometheus collector and later the gRPC API
-// all read it.
+// `parity status`, the /status endpoint, the daemon's Prometheus collector (parity_cdc_*,
+// parity_ha_*) and the gRPC API all read it.
 type Status struct {
 	Changefeed string `json:"changefeed"`
 	State      string `json:"state"` // starting, standby, running, stopped, failed
@@ -158,121 +155,6 @@ func (c *counters) fill(st *Status) {
 	c.mu.Unlock()
 	if st.Rounds.Counts == nil {
 		st.Rounds.Counts = make([]uint64, len(RoundBuckets))
-	}
-}
-
-// Collector exports a Replicator's Status as Prometheus metrics: parity_cdc_*, each with
-// the changefeed label (docs/serve.md lists them).
-type Collector struct {
-	r *Replicator
-
-	checkpoint, checkpointLag, resolved, resolvedLag *prometheus.Desc
-	partResolved, partLag                            *prometheus.Desc
-	buffered, spilled, bufferedBytes, pendingDDLs    *prometheus.Desc
-	rows, ddls, deadLetters, decodeErrors, retries   *prometheus.Desc
-	fetched, state, rounds                           *prometheus.Desc
-	haActive, haTakeovers, haEpoch                   *prometheus.Desc
-}
-
-var _ prometheus.Collector = (*Collector)(nil)
-
-// NewCollector returns a collector for r; register it with a prometheus.Registry.
-func NewCollector(r *Replicator) *Collector {
-	l := []string{"changefeed"}
-	pl := []string{"changefeed", "topic", "partition"}
-	d := func(name, help string, labels []string) *prometheus.Desc {
-		return prometheus.NewDesc("parity_cdc_"+name, help, labels, nil)
-	}
-	return &Collector{
-		r:             r,
-		checkpoint:    d("checkpoint_ts_seconds", "Physical time of the applied checkpoint TSO (Unix seconds).", l),
-		checkpointLag: d("checkpoint_lag_seconds", "Wall clock minus the physical time of the applied checkpoint.", l),
-		resolved:      d("resolved_ts_seconds", "Physical time of the global resolved ts (Unix seconds).", l),
-		resolvedLag:   d("resolved_lag_seconds", "Wall clock minus the physical time of the global resolved ts.", l),
-		partResolved:  d("partition_resolved_ts_seconds", "Physical time of a partition's resolved ts (Unix seconds).", pl),
-		partLag:       d("kafka_lag_messages", "Records of a partition not yet read (high watermark minus next offset).", pl),
-		buffered:      d("buffered_rows", "Row events waiting for the resolved ts (in memory and spilled).", l),
-		spilled:       d("spilled_rows", "Row events waiting on disk.", l),
-		bufferedBytes: d("buffered_bytes", "Approximate memory held by buffered row events.", l),
-		pendingDDLs:   d("pending_ddls", "DDL events received and not yet applied.", l),
-		rows:          d("applied_rows_total", "Row events applied since start, by type (insert, update, delete).", []string{"changefeed", "type"}),
-		ddls:          d("applied_ddls_total", "DDL events applied (or recorded as skipped) since start.", l),
-		deadLetters:   d("dead_letters_total", "Records copied to the dead letter table since start.", l),
-		decodeErrors:  d("decode_errors_total", "Kafka records that could not be decoded since start (each stops its partition, or is dead-lettered with applier.dead-letter).", l),
-		retries:       d("retries_total", "Transient errors retried since start, by target: downstream (the applier's statements) or upstream (row reads from TiDB).", []string{"changefeed", "target"}),
-		fetched:       d("upstream_rows_fetched_total", "Handle-key-only row events completed by reading the row from the upstream TiDB since start.", l),
-		state:         d("applier_state", "The replicator's state: 1 for the current one of starting, running, stopped, failed; 0 for the others.", []string{"changefeed", "state"}),
-		rounds:        d("apply_round_duration_seconds", "How long each apply round took: the rows up to a resolved ts (and the DDLs due) applied and the checkpoint recorded.", l),
-		haActive: prometheus.NewDesc("parity_ha_active", "With ha.enabled: 1 while this daemon holds the changefeed's lease and applies, 0 while it stands by.",
-			[]string{"changefeed", "instance"}, nil),
-		haTakeovers: prometheus.NewDesc("parity_ha_takeovers_total", "With ha.enabled: leases this daemon acquired since start (its first one included).",
-			[]string{"changefeed", "instance"}, nil),
-		haEpoch: prometheus.NewDesc("parity_ha_lease_epoch", "With ha.enabled: the lease's epoch, this daemon's while active, the holder's as last read while standing by.",
-			[]string{"changefeed", "instance"}, nil),
-	}
-}
-
-// Describe implements prometheus.Collector.
-func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.checkpoint, c.checkpointLag, c.resolved, c.resolvedLag, c.partResolved,
-		c.partLag, c.buffered, c.spilled, c.bufferedBytes, c.pendingDDLs, c.rows, c.ddls, c.deadLetters, c.decodeErrors,
-		c.retries, c.fetched, c.state, c.rounds, c.haActive, c.haTakeovers, c.haEpoch} {
-		ch <- d
-	}
-}
-
-// Collect implements prometheus.Collector.
-func (c *Collector) Collect(ch chan<- prometheus.Metric) {
-	st := c.r.Status()
-	cf := st.Changefeed
-	g := func(d *prometheus.Desc, v float64, labels ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, append([]string{cf}, labels...)...)
-	}
-	ctr := func(d *prometheus.Desc, v int64, labels ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), append([]string{cf}, labels...)...)
-	}
-	g(c.checkpoint, tso.Seconds(st.AppliedTs))
-	g(c.checkpointLag, st.AppliedLagSeconds)
-	g(c.resolved, tso.Seconds(st.ResolvedTs))
-	g(c.resolvedLag, st.ResolvedLagSeconds)
-	for _, p := range st.Partitions {
-		part := strconv.Itoa(p.Partition)
-		g(c.partResolved, tso.Seconds(p.ResolvedTs), p.Topic, part)
-		g(c.partLag, float64(p.Lag), p.Topic, part)
-	}
-	g(c.buffered, float64(st.BufferedRows))
-	g(c.spilled, float64(st.SpilledRows))
-	g(c.bufferedBytes, float64(st.BufferedBytes))
-	g(c.pendingDDLs, float64(st.PendingDDLs))
-	ctr(c.rows, st.RowsInserted, "insert")
-	ctr(c.rows, st.RowsUpdated, "update")
-	ctr(c.rows, st.RowsDeleted, "delete")
-	ctr(c.ddls, st.DDLsApplied)
-	ctr(c.deadLetters, st.DeadLetters)
-	ctr(c.decodeErrors, st.DecodeErrors)
-	ctr(c.retries, st.DownstreamRetries, "downstream")
-	ctr(c.retries, st.UpstreamRetries, "upstream")
-	ctr(c.fetched, st.RowsFetched)
-	for _, s := range States {
-		v := 0.0
-		if s == st.State {
-			v = 1
-		}
-		g(c.state, v, s)
-	}
-	buckets := make(map[float64]uint64, len(RoundBuckets))
-	for i, b := range RoundBuckets {
-		buckets[b] = st.Rounds.Counts[i]
-	}
-	ch <- prometheus.MustNewConstHistogram(c.rounds, st.Rounds.Count, st.Rounds.Sum, buckets, cf)
-	if ha := st.HA; ha != nil {
-		active := 0.0
-		if ha.Role == "active" {
-			active = 1
-		}
-		g(c.haActive, active, ha.Instance)
-		ctr(c.haTakeovers, ha.Takeovers, ha.Instance)
-		g(c.haEpoch, float64(ha.Epoch), ha.Instance)
 	}
 }
 

@@ -5,16 +5,10 @@ import (
 	"bytes"
 	"math"
 	"reflect"
-	"slices"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/tidb-parity/parity/cdc/open"
-	"github.com/tidb-parity/parity/internal/tso"
 )
 
 func TestSpillEncodingRoundTrips(t *testing.T) {
@@ -174,53 +168,6 @@ func TestOldRowCompletesOnlyUpdatedColumns(t *testing.T) {
 	}
 	if ev.Columns[1].Value != "new" {
 		t.Fatal("oldRow modified the new row")
-	}
-}
-
-func TestCollectorMetricsLint(t *testing.T) {
-	r, err := New(func() Config {
-		c := DefaultConfig()
-		c.Changefeed.Brokers = []string{"127.0.0.1:1"}
-		c.Changefeed.Topics = []string{"t"}
-		c.Downstream.DSN = "root@tcp(127.0.0.1:1)/"
-		return c
-	}(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.status.Partitions = []PartitionStatus{{Topic: "t", Partition: 0, ResolvedTs: tso.FromTime(time.Now())}}
-	problems, err := testutil.CollectAndLint(NewCollector(r))
-	if err != nil || len(problems) > 0 {
-		t.Fatalf("lint: %v %v", problems, err)
-	}
-	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(NewCollector(r))
-	fams, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, f := range fams {
-		names = append(names, f.GetName())
-	}
-	// Every family docs/serve.md lists, each exported even before anything happened.
-	want := []string{"parity_cdc_applied_ddls_total", "parity_cdc_applied_rows_total", "parity_cdc_applier_state",
-		"parity_cdc_apply_round_duration_seconds", "parity_cdc_buffered_bytes", "parity_cdc_buffered_rows",
-		"parity_cdc_checkpoint_lag_seconds", "parity_cdc_checkpoint_ts_seconds", "parity_cdc_dead_letters_total",
-		"parity_cdc_decode_errors_total", "parity_cdc_kafka_lag_messages", "parity_cdc_partition_resolved_ts_seconds",
-		"parity_cdc_pending_ddls", "parity_cdc_resolved_lag_seconds", "parity_cdc_resolved_ts_seconds",
-		"parity_cdc_retries_total", "parity_cdc_spilled_rows", "parity_cdc_upstream_rows_fetched_total"}
-	if !slices.Equal(names, want) {
-		t.Fatalf("metric families:\n got %q\nwant %q", names, want)
-	}
-	// With ha: parity_ha_active, parity_ha_takeovers_total and parity_ha_lease_epoch.
-	r.cfg.HA.Enabled = true
-	r.ha.update(func(s *HAStatus) { s.Instance, s.Role = "a", "standby" })
-	if problems, err := testutil.CollectAndLint(NewCollector(r)); err != nil || len(problems) > 0 {
-		t.Fatalf("lint with ha: %v %v", problems, err)
-	}
-	if n := testutil.CollectAndCount(NewCollector(r), "parity_ha_active", "parity_ha_takeovers_total", "parity_ha_lease_epoch"); n != 3 {
-		t.Fatalf("%d ha metrics, want 3", n)
 	}
 }
 

@@ -3,7 +3,6 @@ package verify
 import (
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"time"
 
@@ -11,6 +10,7 @@ import (
 	"github.com/robfig/cron/v3"
 
 	"github.com/tidb-parity/parity/checker"
+	"github.com/tidb-parity/parity/internal/instance"
 )
 
 // Scopes of a run (checker.ParseScope): ScopeFull, ScopeCDC and "since:<TSO|time>",
@@ -220,8 +220,8 @@ func (c Config) Validate() error {
 	if c.QueryTimeout <= 0 {
 		bad("verify.query-timeout", "must be positive, got %v", c.QueryTimeout)
 	}
-	if len(c.Instance) > maxInstance {
-		bad("verify.instance", "longer than %d bytes", maxInstance)
+	if len(c.Instance) > instance.MaxLen {
+		bad("verify.instance", "longer than %d bytes", instance.MaxLen)
 	} else if strings.TrimSpace(c.Instance) != c.Instance {
 		bad("verify.instance", "%q has leading or trailing space", c.Instance)
 	}
@@ -279,22 +279,6 @@ func (c Config) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// maxInstance is the length of verify_runs.instance and verify_fires.instance.
-const maxInstance = 128
-
-// DefaultInstance is verify.instance when it is empty: "<hostname>:<pid>".
-func DefaultInstance() string {
-	host, err := os.Hostname()
-	if err != nil || host == "" {
-		host = "localhost"
-	}
-	id := fmt.Sprintf("%s:%d", host, os.Getpid())
-	if len(id) > maxInstance {
-		id = id[len(id)-maxInstance:]
-	}
-	return id
 }
 
 // CheckScope reports whether scope is one a run can take: full, cdc or

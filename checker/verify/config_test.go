@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tidb-parity/parity/checker"
+	"github.com/tidb-parity/parity/internal/instance"
 	"github.com/tidb-parity/parity/internal/tso"
 )
 
@@ -146,8 +147,8 @@ func TestExactPattern(t *testing.T) {
 func TestDefaultInstance(t *testing.T) {
 	host, _ := os.Hostname()
 	want := fmt.Sprintf("%s:%d", host, os.Getpid())
-	if got := DefaultInstance(); got != want {
-		t.Fatalf("DefaultInstance() = %q, want %q", got, want)
+	if got := instance.DefaultInstance(); got != want {
+		t.Fatalf("instance.DefaultInstance() = %q, want %q", got, want)
 	}
 	c := validConfig()
 	c.Instance = ""

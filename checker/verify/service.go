@@ -45,6 +45,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/tidb-parity/parity/checker"
+	"github.com/tidb-parity/parity/internal/instance"
 	"github.com/tidb-parity/parity/internal/metaschema"
 	"github.com/tidb-parity/parity/internal/retry"
 )
@@ -176,7 +177,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		deps.Logger = slog.Default()
 	}
 	if cfg.Instance == "" {
-		cfg.Instance = DefaultInstance()
+		cfg.Instance = instance.DefaultInstance()
 	}
 	var crons []cron.Schedule
 	for _, sc := range cfg.Schedules {

@@ -22,6 +22,7 @@ import (
 	"github.com/tidb-parity/parity/api"
 	parityv1 "github.com/tidb-parity/parity/api/parity/v1"
 	"github.com/tidb-parity/parity/cdc/loadgen"
+	"github.com/tidb-parity/parity/daemon"
 	"github.com/tidb-parity/parity/internal/ident"
 	"github.com/tidb-parity/parity/internal/testenv"
 )
@@ -473,7 +474,7 @@ func TestAPIUnderLoad(t *testing.T) {
 // TestServeAPIRefusesExposure: an API on a non-loopback address without authentication
 // (and without api.insecure) stops serve from starting, with exit status 2.
 func TestServeAPIRefusesExposure(t *testing.T) {
-	cfg := defaultServeConfig()
+	cfg := daemon.DefaultConfig()
 	cfg.Changefeed.ID, cfg.Changefeed.Brokers, cfg.Changefeed.Topics = "exposed", []string{"127.0.0.1:1"}, []string{"t"}
 	cfg.Downstream.DSN = "u:p@tcp(127.0.0.1:1)/"
 	cfg.Status.Addr = ""

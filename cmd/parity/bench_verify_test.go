@@ -19,6 +19,7 @@ import (
 	"github.com/tidb-parity/parity/cdc/loadgen"
 	"github.com/tidb-parity/parity/cdc/open"
 	"github.com/tidb-parity/parity/checker"
+	"github.com/tidb-parity/parity/daemon"
 	"github.com/tidb-parity/parity/internal/ident"
 	"github.com/tidb-parity/parity/internal/testenv"
 	"github.com/tidb-parity/parity/internal/tso"
@@ -231,7 +232,7 @@ func BenchmarkVerifyFreshness(b *testing.B) {
 		go func() { serveDone <- runServe(ctx, cfg) }()
 		// Caught up: applied within 3 s of now.
 		deadline := time.Now().Add(2 * time.Minute)
-		var st serveStatus
+		var st daemon.Status
 		for {
 			if s, _, err := fetchStatus(ctx, addr); err == nil && s.AppliedTs > importTs && s.AppliedLagSeconds < 3 {
 				st = s

@@ -21,6 +21,8 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	parityv1 "github.com/tidb-parity/parity/api/parity/v1"
+
+	"github.com/tidb-parity/parity/internal/tso"
 )
 
 // newDiffAPICommands are parity diff's subcommands that call a running daemon.
@@ -728,4 +730,11 @@ func newDiffFixSQLCommand() *cobra.Command {
 	cf.register(cmd.Flags(), 0)
 	cmd.Flags().StringVar(&table, "table", "", "only this schema.table (* and ? wildcards)")
 	return cmd
+}
+
+func fmtTS(ts uint64) string {
+	if ts == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%d (%s)", ts, tso.Format(ts))
 }

@@ -54,7 +54,7 @@ func FuzzConfigLoad(f *testing.F) {
 		} else {
 			checkValidateErr(t, "serve", cfg.Validate(), topKeys(reflect.TypeOf(cfg)), passwords)
 			var out strings.Builder
-			if err := toml.NewEncoder(&out).Encode(cfg.redacted()); err != nil {
+			if err := toml.NewEncoder(&out).Encode(cfg.Redacted()); err != nil {
 				t.Fatalf("serve: --check-config cannot encode the config: %v", err)
 			}
 			if err := cfg.Validate(); err == nil {

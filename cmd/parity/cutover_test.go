@@ -15,6 +15,7 @@ import (
 	"github.com/tidb-parity/parity/cdc/loadgen"
 	"github.com/tidb-parity/parity/checker"
 	"github.com/tidb-parity/parity/checker/verify"
+	"github.com/tidb-parity/parity/daemon"
 	"github.com/tidb-parity/parity/internal/metaschema"
 	"github.com/tidb-parity/parity/internal/testenv"
 )
@@ -45,15 +46,15 @@ func TestCutoverCheckUnderLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	quiet := slog.New(slog.DiscardHandler)
-	r, err := cdc.New(cfg.cdc(), quiet)
+	r, err := cdc.New(cfg.Parts().CDC, quiet)
 	if err != nil {
 		t.Fatal(err)
 	}
-	bd, err := bypass.New(cfg.bypass(), quiet)
+	bd, err := bypass.New(cfg.Parts().Bypass, quiet)
 	if err != nil {
 		t.Fatal(err)
 	}
-	vs, err := verify.New(cfg.verify(), verify.Deps{Applier: replicatorApplier{r}, BarrierPassed: cdc.ErrBarrierPassed, RecordTSMap: r.RecordTSMap, Bypass: bd, Logger: quiet})
+	vs, err := verify.New(cfg.Parts().Verify, verify.Deps{Applier: daemon.Applier(r), BarrierPassed: cdc.ErrBarrierPassed, RecordTSMap: r.RecordTSMap, Bypass: bd, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	parityv1 "github.com/tidb-parity/parity/api/parity/v1"
 	"github.com/tidb-parity/parity/cdc/loadgen"
+	"github.com/tidb-parity/parity/daemon"
 	"github.com/tidb-parity/parity/internal/bypasslog"
 	"github.com/tidb-parity/parity/internal/ident"
 	"github.com/tidb-parity/parity/internal/testenv"
@@ -68,7 +69,7 @@ func TestCutoverGateBypass(t *testing.T) {
 	cfg.API.Addr = freeAddr(t)
 	conn := []string{"--addr", cfg.API.Addr}
 	with := func(args ...string) []string { return append(args, conn...) }
-	serve := func(cfg serveConfig) *testServe {
+	serve := func(cfg daemon.Config) *testServe {
 		t.Helper()
 		if err := cfg.Validate(); err != nil {
 			t.Fatal(err)

@@ -24,6 +24,7 @@ import (
 	"github.com/tidb-parity/parity/api"
 	parityv1 "github.com/tidb-parity/parity/api/parity/v1"
 	"github.com/tidb-parity/parity/cdc/loadgen"
+	"github.com/tidb-parity/parity/daemon"
 	"github.com/tidb-parity/parity/internal/ident"
 	"github.com/tidb-parity/parity/internal/testenv"
 )
@@ -124,7 +125,7 @@ func (p *haProc) log() string {
 }
 
 // status reads the daemon's /status; it fails the test when the daemon exited.
-func (e *haEnv) status(p *haProc) (serveStatus, error) {
+func (e *haEnv) status(p *haProc) (daemon.Status, error) {
 	select {
 	case <-p.done:
 		e.t.Fatalf("daemon %s exited:\n%s", p.name, p.log())

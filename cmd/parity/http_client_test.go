@@ -14,14 +14,15 @@ import (
 	"time"
 
 	"github.com/tidb-parity/parity/checker/verify"
+	"github.com/tidb-parity/parity/daemon"
 )
 
 // http_client_test.go: the tests' clients of the daemon's HTTP endpoints (/status,
 // /verify/run, /verify/runs, /repair), which stay beside the gRPC API; the CLI calls the
 // API (client*.go).
 
-func fetchStatus(ctx context.Context, addr string) (serveStatus, []byte, error) {
-	var st serveStatus
+func fetchStatus(ctx context.Context, addr string) (daemon.Status, []byte, error) {
+	var st daemon.Status
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/status", nil)
 	if err != nil {
 		return st, nil, err
@@ -44,7 +45,7 @@ func fetchStatus(ctx context.Context, addr string) (serveStatus, []byte, error) 
 	return st, raw, nil
 }
 
-func printStatus(w io.Writer, full serveStatus) error {
+func printStatus(w io.Writer, full daemon.Status) error {
 	st := full.Status
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	ts := func(v uint64, t time.Time) string {
@@ -80,7 +81,7 @@ func printStatus(w io.Writer, full serveStatus) error {
 }
 
 // printVerifyStatus prints verification's lines, next to the replication lag.
-func printVerifyStatus(tw io.Writer, v *verifyStatus) {
+func printVerifyStatus(tw io.Writer, v *daemon.VerifyStatus) {
 	if v == nil {
 		fmt.Fprintf(tw, "verification:\toff (verify.enabled)\n")
 		return
@@ -136,7 +137,7 @@ func verifyCall(ctx context.Context, method, addr, path string) ([]byte, int, er
 		return nil, 0, fmt.Errorf("calling parity serve at %s: %w", addr, err)
 	}
 	if resp.StatusCode/100 != 2 {
-		var e verifyError
+		var e daemon.VerifyError
 		if json.Unmarshal(raw, &e) == nil && e.Error != "" {
 			return nil, resp.StatusCode, fmt.Errorf("parity serve at %s: %s", addr, e.Error)
 		}
@@ -149,7 +150,7 @@ func verifyCall(ctx context.Context, method, addr, path string) ([]byte, int, er
 }
 
 // repairExit is the exit status of a repair's response (see the command's help).
-func repairExit(resp repairResponse) error {
+func repairExit(resp daemon.RepairResult) error {
 	if resp.DryRun {
 		if resp.Upserted+resp.Deleted+resp.Refused > 0 {
 			return &exitError{code: 1}
@@ -197,7 +198,7 @@ func runRepairHTTP(t *testing.T, addr string, args ...string) (int, string, stri
 	if err != nil {
 		return 2, "", err.Error()
 	}
-	var resp repairResponse
+	var resp daemon.RepairResult
 	if err := json.Unmarshal(raw, &resp); err != nil {
 		t.Fatalf("POST /repair: %v\n%s", err, raw)
 	}

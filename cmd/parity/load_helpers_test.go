@@ -18,6 +18,7 @@ import (
 	"github.com/tidb-parity/parity/cdc/loadgen"
 	"github.com/tidb-parity/parity/checker"
 	"github.com/tidb-parity/parity/checker/verify"
+	"github.com/tidb-parity/parity/daemon"
 	"github.com/tidb-parity/parity/internal/ident"
 	"github.com/tidb-parity/parity/internal/ledger"
 	"github.com/tidb-parity/parity/internal/testenv"
@@ -92,7 +93,7 @@ func (l *testLoad) Stop() (loadgen.Result, error) {
 // topic from importTs into the fallback, a meta schema of its own (dropped when the test
 // ends), the status server on a free loopback port, the gRPC API off, warnings only in
 // the log, verification of db's tables and bypass detection of db on.
-func verifyServeConfig(tb testing.TB, id, upDSN string, down *testenv.DB, broker, topic, db string, importTs uint64) serveConfig {
+func verifyServeConfig(tb testing.TB, id, upDSN string, down *testenv.DB, broker, topic, db string, importTs uint64) daemon.Config {
 	tb.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -100,7 +101,7 @@ func verifyServeConfig(tb testing.TB, id, upDSN string, down *testenv.DB, broker
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	cfg := defaultServeConfig()
+	cfg := daemon.DefaultConfig()
 	cfg.Changefeed.ID = id
 	cfg.Changefeed.Brokers, cfg.Changefeed.Topics = []string{broker}, []string{topic}
 	cfg.Changefeed.StartTs = importTs
@@ -140,7 +141,7 @@ const serveStopBound = 2 * time.Minute
 // runServeInTest starts runServe(cfg) under a context derived from ctx. It is stopped
 // (its error reported with t.Errorf) when the test ends, if it was not before; a test
 // that must stop it before its other deferred calls defers Close itself.
-func runServeInTest(tb testing.TB, ctx context.Context, cfg serveConfig) *testServe {
+func runServeInTest(tb testing.TB, ctx context.Context, cfg daemon.Config) *testServe {
 	tb.Helper()
 	sctx, cancel := context.WithCancel(ctx)
 	s := &testServe{tb: tb, ctx: ctx, addr: cfg.Status.Addr, cancel: cancel, done: make(chan error, 1)}
@@ -183,7 +184,7 @@ func (s *testServe) Close() {
 }
 
 // Status is serve's /status (each request bounded by 5 s); an error fails the test.
-func (s *testServe) Status() serveStatus {
+func (s *testServe) Status() daemon.Status {
 	s.tb.Helper()
 	c, cancel := context.WithTimeout(s.ctx, 5*time.Second)
 	defer cancel()
@@ -218,7 +219,7 @@ func (s *testServe) WaitApplied(ts uint64) {
 
 // verifiedTables returns each table's last clean verification TSO for cfg's changefeed,
 // by "schema.table".
-func verifiedTables(t testing.TB, ctx context.Context, meta *sql.DB, cfg serveConfig) map[string]uint64 {
+func verifiedTables(t testing.TB, ctx context.Context, meta *sql.DB, cfg daemon.Config) map[string]uint64 {
 	t.Helper()
 	vs, err := checker.Verifications(ctx, meta, cfg.Applier.MetaSchema, cfg.Changefeed.ID)
 	if err != nil {
@@ -238,7 +239,7 @@ func verifiedTables(t testing.TB, ctx context.Context, meta *sql.DB, cfg serveCo
 // and now, and downstream now. A change after the pair on every key points at sides read
 // at different points, none at changes the fallback lost; the upstream row at the pair
 // equal to the downstream's now (no change since) points at the run's reads.
-func explainRun(t testing.TB, ctx context.Context, up, down *sql.DB, cfg serveConfig, srv *testServe, r verify.RunRecord, froms map[string]uint64) {
+func explainRun(t testing.TB, ctx context.Context, up, down *sql.DB, cfg daemon.Config, srv *testServe, r verify.RunRecord, froms map[string]uint64) {
 	t.Helper()
 	if len(r.Pairs) == 0 {
 		return
@@ -329,7 +330,7 @@ func rowAt(ctx context.Context, db *sql.DB, schema, table string, d checker.Stor
 // until the fallback has applied all of it and runs a full verification: equal then
 // means r read the sides at different points; still different (a lost change never
 // heals: loadgen never reuses a key) means the fallback lost changes.
-func explainAndStop(t *testing.T, ctx context.Context, upDSN string, down *testenv.DB, cfg serveConfig, srv *testServe, load *testLoad, r verify.RunRecord, froms map[string]uint64) {
+func explainAndStop(t *testing.T, ctx context.Context, upDSN string, down *testenv.DB, cfg daemon.Config, srv *testServe, load *testLoad, r verify.RunRecord, froms map[string]uint64) {
 	t.Helper()
 	up, err := sql.Open("mysql", upDSN)
 	if err != nil {

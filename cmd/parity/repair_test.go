@@ -16,6 +16,7 @@ import (
 	"github.com/tidb-parity/parity/cdc/loadgen"
 	"github.com/tidb-parity/parity/checker"
 	"github.com/tidb-parity/parity/checker/verify"
+	"github.com/tidb-parity/parity/daemon"
 	"github.com/tidb-parity/parity/internal/ident"
 	"github.com/tidb-parity/parity/internal/metaschema"
 	"github.com/tidb-parity/parity/internal/testenv"
@@ -23,13 +24,13 @@ import (
 
 // repairCLI asks the daemon's POST /repair with `parity repair`'s args (the CLI calls the
 // gRPC API, which the same repairer serves) and decodes its answer.
-func repairCLI(t *testing.T, addr string, want int, args ...string) repairResponse {
+func repairCLI(t *testing.T, addr string, want int, args ...string) daemon.RepairResult {
 	t.Helper()
 	code, out, errs := runRepairHTTP(t, addr, args...)
 	if code != want {
 		t.Fatalf("parity repair %v: exit %d (%s), want %d\n%s", args, code, errs, want, out)
 	}
-	var resp repairResponse
+	var resp daemon.RepairResult
 	if err := json.Unmarshal([]byte(out), &resp); err != nil {
 		t.Fatalf("parity repair %v output: %v\n%s", args, err, out)
 	}
@@ -37,7 +38,7 @@ func repairCLI(t *testing.T, addr string, want int, args ...string) repairRespon
 }
 
 // outcomes maps "table key" to the action taken.
-func outcomes(resp repairResponse) map[string]cdc.RepairAction {
+func outcomes(resp daemon.RepairResult) map[string]cdc.RepairAction {
 	m := map[string]cdc.RepairAction{}
 	for _, o := range resp.Outcomes {
 		m[o.Key.Table+" "+o.Key.Text] = o.Action
@@ -351,7 +352,7 @@ func TestRepairUnderLoad(t *testing.T) {
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
 	}
-	for _, r := range []repairResponse{one, keyed, all} {
+	for _, r := range []daemon.RepairResult{one, keyed, all} {
 		var want []string
 		for _, o := range r.Outcomes {
 			want = append(want, o.Key.Table+" "+o.Key.Text+" "+string(o.Action))
@@ -396,19 +397,19 @@ func verifyCLIExit(t *testing.T, addr string, want int, args ...string) verify.R
 // The repair endpoint answers loopback clients only, wants a run, and says when the
 // daemon cannot repair; without verification it is not mounted.
 func TestRepairEndpointGuards(t *testing.T) {
-	cfg := defaultServeConfig()
+	cfg := daemon.DefaultConfig()
 	cfg.Changefeed.Brokers, cfg.Changefeed.Topics = []string{"127.0.0.1:1"}, []string{"t"}
 	cfg.Upstream.DSN, cfg.Downstream.DSN = "u@tcp(127.0.0.1:1)/", "u@tcp(127.0.0.1:1)/"
 	cfg.Verify.Enabled, cfg.Verify.Tables = true, []string{"app.*"}
-	r, err := cdc.New(cfg.cdc(), nil)
+	r, err := cdc.New(cfg.Parts().CDC, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	vs, err := verify.New(cfg.verify(), verify.Deps{Applier: replicatorApplier{r}, BarrierPassed: cdc.ErrBarrierPassed})
+	vs, err := verify.New(cfg.Parts().Verify, verify.Deps{Applier: daemon.Applier(r), BarrierPassed: cdc.ErrBarrierPassed})
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := statusHandler(r, vs, false)
+	h := daemon.Handler(daemon.Components{Replicator: r, Verify: vs}, daemon.BuildInfo{}, false)
 	for _, tc := range []struct {
 		method, path, remote string
 		want                 int
@@ -429,7 +430,7 @@ func TestRepairEndpointGuards(t *testing.T) {
 			t.Errorf("%s %s from %s: %d %s, want %d saying %q", tc.method, tc.path, tc.remote, w.Code, w.Body.String(), tc.want, tc.says)
 		}
 	}
-	srv := httptest.NewServer(statusHandler(r, nil, false))
+	srv := httptest.NewServer(daemon.Handler(daemon.Components{Replicator: r, Verify: nil}, daemon.BuildInfo{}, false))
 	defer srv.Close()
 	code, _, errs := runRepairHTTP(t, strings.TrimPrefix(srv.URL, "http://"), "--run", "x")
 	if code != 2 || !strings.Contains(errs, "verify.enabled") {

@@ -28,6 +28,7 @@ import (
 
 	parityv1 "github.com/tidb-parity/parity/api/parity/v1"
 	"github.com/tidb-parity/parity/cdc/loadgen"
+	"github.com/tidb-parity/parity/daemon"
 	"github.com/tidb-parity/parity/internal/ident"
 	"github.com/tidb-parity/parity/internal/testenv"
 	"github.com/tidb-parity/parity/internal/tso"
@@ -45,7 +46,7 @@ type runbookEnv struct {
 	down      *testenv.DB
 	db        string
 	load      *testLoad
-	cfg       serveConfig
+	cfg       daemon.Config
 	apiAddr   string
 	token     string
 	tokenFile string // the client's: the token alone

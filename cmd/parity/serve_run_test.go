@@ -12,6 +12,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/tidb-parity/parity/cdc/open"
+	"github.com/tidb-parity/parity/daemon"
 	"github.com/tidb-parity/parity/internal/testenv"
 	"github.com/tidb-parity/parity/internal/tso"
 )
@@ -59,7 +60,7 @@ func TestServeAppliesReportsStatusAndDrainsOnSIGTERM(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	cfg := defaultServeConfig()
+	cfg := daemon.DefaultConfig()
 	cfg.Changefeed.Brokers = []string{broker}
 	cfg.Changefeed.Topics = []string{topic}
 	cfg.Downstream.DSN = down.Root
@@ -76,7 +77,7 @@ func TestServeAppliesReportsStatusAndDrainsOnSIGTERM(t *testing.T) {
 	go func() { done <- runServe(context.Background(), cfg) }()
 
 	deadline := time.Now().Add(60 * time.Second)
-	var st serveStatus
+	var st daemon.Status
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		st, _, err = fetchStatus(ctx, addr)

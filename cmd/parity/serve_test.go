@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/tidb-parity/parity/daemon"
 )
 
 // The example config documents every key with its default: it must decode strictly and,
@@ -22,7 +24,7 @@ func TestExampleConfigIsValidAndDefault(t *testing.T) {
 	if err := cfg.Validate(); err != nil {
 		t.Fatalf("example config invalid: %v", err)
 	}
-	want := defaultServeConfig()
+	want := daemon.DefaultConfig()
 	want.Changefeed.Brokers = []string{"127.0.0.1:9092"}
 	want.Changefeed.Topics = []string{"ticdc-open"}
 	want.Downstream.DSN = "parity:secret@tcp(127.0.0.1:3306)/"
@@ -50,7 +52,7 @@ func TestConfigRejectsUnknownKeysAndReportsEveryProblem(t *testing.T) {
 		}
 	}
 
-	cfg := defaultServeConfig()
+	cfg := daemon.DefaultConfig()
 	cfg.Changefeed.Compression = "zstd"
 	cfg.Changefeed.TimeZone = "Mars/Olympus"
 	cfg.Applier.Workers = 0
@@ -86,13 +88,13 @@ batch-rows = 10
 	}
 	t.Setenv(envDownstreamDSN, "env@tcp(env:3306)/")
 	t.Setenv(envUpstreamDSN, "up@tcp(env:4000)/")
-	run := func(args ...string) serveConfig {
+	run := func(args ...string) daemon.Config {
 		t.Helper()
-		var got serveConfig
+		var got daemon.Config
 		cmd, f := newServeCommand()
 		cmd.RunE = func(c *cobra.Command, _ []string) error {
 			var err error
-			got, err = resolveServeConfig(c, f)
+			got, _, err = resolveServeConfig(c, f)
 			return err
 		}
 		cmd.SetArgs(append([]string{"--config", p}, args...))

@@ -17,6 +17,8 @@ import (
 	"github.com/tidb-parity/parity/cdc"
 	"github.com/tidb-parity/parity/cdc/loadgen"
 	"github.com/tidb-parity/parity/checker/verify"
+	"github.com/tidb-parity/parity/daemon"
+	"github.com/tidb-parity/parity/internal/instance"
 	"github.com/tidb-parity/parity/internal/metaschema"
 	"github.com/tidb-parity/parity/internal/testenv"
 	"github.com/tidb-parity/parity/internal/tso"
@@ -136,8 +138,8 @@ func TestServeVerifyUnderLoad(t *testing.T) {
 	var pauses []time.Duration
 	for _, r := range hist {
 		// The daemon that ran it: verify.instance, "<hostname>:<pid>" by default.
-		if r.Instance != verify.DefaultInstance() {
-			t.Fatalf("run %s by instance %q, want %q", r.RunID, r.Instance, verify.DefaultInstance())
+		if r.Instance != instance.DefaultInstance() {
+			t.Fatalf("run %s by instance %q, want %q", r.RunID, r.Instance, instance.DefaultInstance())
 		}
 		switch {
 		case r.Trigger == verify.TriggerManual:
@@ -187,14 +189,14 @@ func TestServeVerifyUnderLoad(t *testing.T) {
 	// /status and parity status show it next to the lag.
 	st := status()
 	if st.Verify == nil || !st.Verify.Verified || st.Verify.FreshnessSeconds == nil || st.Verify.CleanRunID == "" || st.Verify.Pairs < 5 ||
-		st.Verify.Instance != verify.DefaultInstance() {
+		st.Verify.Instance != instance.DefaultInstance() {
 		t.Fatalf("/status verify: %+v", st.Verify)
 	}
 	var out bytes.Buffer
 	if err := printStatus(&out, st); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"applied lag:", "verification freshness:", "last verification:", "verification instance:", verify.DefaultInstance()} {
+	for _, want := range []string{"applied lag:", "verification freshness:", "last verification:", "verification instance:", instance.DefaultInstance()} {
 		if !strings.Contains(out.String(), want) {
 			t.Fatalf("parity status lacks %q:\n%s", want, out.String())
 		}
@@ -286,19 +288,19 @@ func freshness(t testing.TB, addr string) float64 {
 // The verification endpoints answer loopback clients only, and say when the service
 // does not run.
 func TestVerifyEndpointsLoopbackOnly(t *testing.T) {
-	cfg := defaultServeConfig()
+	cfg := daemon.DefaultConfig()
 	cfg.Changefeed.Brokers, cfg.Changefeed.Topics = []string{"127.0.0.1:1"}, []string{"t"}
 	cfg.Upstream.DSN, cfg.Downstream.DSN = "u@tcp(127.0.0.1:1)/", "u@tcp(127.0.0.1:1)/"
 	cfg.Verify.Enabled, cfg.Verify.Tables = true, []string{"app.*"}
-	r, err := cdc.New(cfg.cdc(), nil)
+	r, err := cdc.New(cfg.Parts().CDC, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	vs, err := verify.New(cfg.verify(), verify.Deps{Applier: replicatorApplier{r}, BarrierPassed: cdc.ErrBarrierPassed})
+	vs, err := verify.New(cfg.Parts().Verify, verify.Deps{Applier: daemon.Applier(r), BarrierPassed: cdc.ErrBarrierPassed})
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := statusHandler(r, vs, false)
+	h := daemon.Handler(daemon.Components{Replicator: r, Verify: vs}, daemon.BuildInfo{}, false)
 	for _, tc := range []struct {
 		method, path, remote string
 		want                 int
@@ -319,7 +321,7 @@ func TestVerifyEndpointsLoopbackOnly(t *testing.T) {
 		}
 	}
 	// Without verification they are not mounted, and parity verify says so.
-	srv := httptest.NewServer(statusHandler(r, nil, false))
+	srv := httptest.NewServer(daemon.Handler(daemon.Components{Replicator: r, Verify: nil}, daemon.BuildInfo{}, false))
 	defer srv.Close()
 	_, _, err = verifyCall(context.Background(), http.MethodPost, strings.TrimPrefix(srv.URL, "http://"), "/verify/run")
 	if err == nil || !strings.Contains(err.Error(), "verify.enabled") {

@@ -16,6 +16,7 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"github.com/tidb-parity/parity/cdc/loadgen"
+	"github.com/tidb-parity/parity/daemon"
 	"github.com/tidb-parity/parity/internal/ident"
 	"github.com/tidb-parity/parity/internal/testenv"
 	"github.com/tidb-parity/parity/internal/tlsauth"
@@ -197,7 +198,7 @@ func TestServeAndDiffOverTLS(t *testing.T) {
 
 // tlsServeConfig is serve's config for a TLS test: changefeed id reading topic from
 // broker into down, the meta schema dropped at the end, the status server on a free port.
-func tlsServeConfig(t *testing.T, e tlsEnv, down *sql.DB, id, broker, topic string) serveConfig {
+func tlsServeConfig(t *testing.T, e tlsEnv, down *sql.DB, id, broker, topic string) daemon.Config {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -205,7 +206,7 @@ func tlsServeConfig(t *testing.T, e tlsEnv, down *sql.DB, id, broker, topic stri
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	cfg := defaultServeConfig()
+	cfg := daemon.DefaultConfig()
 	cfg.Changefeed.ID = id
 	cfg.Changefeed.Brokers, cfg.Changefeed.Topics = []string{broker}, []string{topic}
 	cfg.Applier.MetaSchema = testenv.UniqueName("pm")
@@ -220,7 +221,7 @@ func tlsServeConfig(t *testing.T, e tlsEnv, down *sql.DB, id, broker, topic stri
 }
 
 // runServeUntil runs serve until its applied checkpoint reaches ts, then stops it.
-func runServeUntil(t *testing.T, ctx context.Context, cfg serveConfig, ts uint64) {
+func runServeUntil(t *testing.T, ctx context.Context, cfg daemon.Config, ts uint64) {
 	t.Helper()
 	srv := runServeInTest(t, ctx, cfg)
 	defer srv.Close()
@@ -228,7 +229,7 @@ func runServeUntil(t *testing.T, ctx context.Context, cfg serveConfig, ts uint64
 }
 
 // runServeLogged runs serve with its log in w until it ends on its own (or 60 s pass).
-func runServeLogged(ctx context.Context, cfg serveConfig, w io.Writer) error {
+func runServeLogged(ctx context.Context, cfg daemon.Config, w io.Writer) error {
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 	stderr := os.Stderr
@@ -236,7 +237,7 @@ func runServeLogged(ctx context.Context, cfg serveConfig, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	os.Stderr = wp // newLogger writes to os.Stderr
+	os.Stderr = wp // daemon.NewLogger writes to os.Stderr
 	copied := make(chan struct{})
 	go func() { _, _ = io.Copy(w, r); close(copied) }()
 	err = runServe(ctx, cfg)

@@ -1,4 +1,4 @@
-package main
+package daemon
 
 // api.go adapts the daemon's parts to the gRPC API's backend (api.Backend):
 // cdc.Replicator is its Replication, verify.Service its Verification, the repairer
@@ -23,13 +23,9 @@ import (
 
 // apiBackend returns the API's backend over the daemon's parts (vs nil without
 // verification); close releases its upstream connection.
-func apiBackend(cfg serveConfig, r *cdc.Replicator, vs *verify.Service, rp *repairer) (b api.Backend, close func()) {
-	rep := &apiReplication{r: r, dsn: cfg.Upstream.DSN}
-	inst := cfg.instance()
-	if inst == "" {
-		inst = verify.DefaultInstance()
-	}
-	b = api.Backend{Replication: rep, Instance: inst}
+func apiBackend(upstreamDSN, instance string, r *cdc.Replicator, vs *verify.Service, rp *Repairer) (b api.Backend, close func()) {
+	rep := &apiReplication{r: r, dsn: upstreamDSN}
+	b = api.Backend{Replication: rep, Instance: instance}
 	if vs != nil {
 		b.Verification = &apiVerification{vs: vs, r: r}
 		b.Repairer = apiRepairer{rp}
@@ -203,7 +199,7 @@ func tablesField(err error) error {
 }
 
 // apiRepairer is the API's view of the repairer.
-type apiRepairer struct{ rp *repairer }
+type apiRepairer struct{ rp *Repairer }
 
 func (a apiRepairer) Repair(ctx context.Context, runID string, tables []string, dry bool) (api.RepairResult, error) {
 	resp, err := a.rp.Repair(ctx, runID, tables, dry)

@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"os"
@@ -16,7 +16,7 @@ import (
 // the proto's comments, docs/verify.md's metric row and docs/reliability.md list
 // exactly diffClasses, in its order; docs/diff.md's table has a row for each.
 func TestDifferenceClassesAgree(t *testing.T) {
-	src, err := os.ReadFile("../../checker/classify.go")
+	src, err := os.ReadFile("../checker/classify.go")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,10 +36,10 @@ func TestDifferenceClassesAgree(t *testing.T) {
 		file, want string
 		n          int
 	}{
-		{"../../api/parity/v1/parity.proto", "// Differing rows by class: " + plain + ".", 1},
-		{"../../api/parity/v1/parity.proto", "// " + plain + ".\n  string class = 3;", 1},
-		{"../../docs/verify.md", quoted, 2},
-		{"../../docs/reliability.md", quoted, 1},
+		{"../api/parity/v1/parity.proto", "// Differing rows by class: " + plain + ".", 1},
+		{"../api/parity/v1/parity.proto", "// " + plain + ".\n  string class = 3;", 1},
+		{"../docs/verify.md", quoted, 2},
+		{"../docs/reliability.md", quoted, 1},
 	} {
 		b, err := os.ReadFile(c.file)
 		if err != nil {
@@ -52,7 +52,7 @@ func TestDifferenceClassesAgree(t *testing.T) {
 	// Every other list of classes in the proto and these docs is the same list: a
 	// comma-separated run of class names is diffClasses.
 	run := regexp.MustCompile("(`?[a-z-]+`?(, |/))+`?[a-z-]+`?")
-	for _, f := range []string{"../../api/parity/v1/parity.proto", "../../docs/verify.md", "../../docs/reliability.md"} {
+	for _, f := range []string{"../api/parity/v1/parity.proto", "../docs/verify.md", "../docs/reliability.md"} {
 		b, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
@@ -70,7 +70,7 @@ func TestDifferenceClassesAgree(t *testing.T) {
 			}
 		}
 	}
-	diff, err := os.ReadFile("../../docs/diff.md")
+	diff, err := os.ReadFile("../docs/diff.md")
 	if err != nil {
 		t.Fatal(err)
 	}
