@@ -196,7 +196,7 @@ func differenceProto(d checker.StoredDifference) *parityv1.Difference {
 		KeyColumns: d.KeyColumns, Columns: d.Columns, Count: int32(max(d.Count, 1))}
 }
 
-func pointProto(p Point) *parityv1.SnapshotPoint {
+func pointProto(p verify.Point) *parityv1.SnapshotPoint {
 	pos, src := verify.PositionSource(p.Position)
 	if p.Source != "" {
 		src = p.Source
@@ -221,7 +221,7 @@ func repairProto(r RepairResult) *parityv1.RepairResponse {
 	return out
 }
 
-func cutoverProto(r CutoverResult) *parityv1.CutoverCheckResponse {
+func cutoverProto(r verify.CutoverResult) *parityv1.CutoverCheckResponse {
 	out := &parityv1.CutoverCheckResponse{Passed: r.Passed, Failures: r.Failures, UpstreamTs: r.UpstreamTS, Diff: diffName(r.RunID),
 		KeysVerified: r.KeysVerified, DifferencesByClass: maps.Clone(r.ByClass), Waited: durationpb.New(r.Waited), Unconfirmed: r.Unconfirmed,
 		Bypass: r.Bypass}

@@ -23,7 +23,7 @@ func TestCountsReachTheAnswer(t *testing.T) {
 	if d.GetDifferences() != 2 || d.GetUnconfirmed() != 3 || d.GetDifferencesByClass()["cdc"] != 2 {
 		t.Errorf("Diff: differences %d, unconfirmed %d, classes %v; want 2, 3, cdc:2", d.GetDifferences(), d.GetUnconfirmed(), d.GetDifferencesByClass())
 	}
-	c := cutoverProto(CutoverResult{Passed: true, RunID: "v2", KeysVerified: 10, ByClass: map[string]int64{}, Unconfirmed: 4})
+	c := cutoverProto(verify.CutoverResult{Passed: true, RunID: "v2", KeysVerified: 10, ByClass: map[string]int64{}, Unconfirmed: 4})
 	if !c.GetPassed() || c.GetKeysVerified() != 10 || c.GetUnconfirmed() != 4 {
 		t.Errorf("CutoverCheckResponse: passed %v, keys %d, unconfirmed %d; want true, 10, 4", c.GetPassed(), c.GetKeysVerified(), c.GetUnconfirmed())
 	}

@@ -400,12 +400,9 @@ func (s *Server) StartDiff(ctx context.Context, req *parityv1.StartDiffRequest) 
 	if err != nil {
 		return nil, err
 	}
-	dr := DiffRequest{Scope: strings.TrimSpace(req.GetScope())}
-	if dr.Scope != "" {
-		if err := verify.CheckScope(dr.Scope); err != nil {
-			return nil, &FieldError{Field: "scope", Err: err}
-		}
-	}
+	// The service checks the request (scope, tables, limits) once; its errors name the
+	// field, mapped to the request's (requestField).
+	dr := verify.Request{Scope: strings.TrimSpace(req.GetScope())}
 	if dr.Tables, err = patterns("tables", req.GetTables()); err != nil {
 		return nil, err
 	}
@@ -423,10 +420,11 @@ func (s *Server) StartDiff(ctx context.Context, req *parityv1.StartDiffRequest) 
 		}
 		dr.MaxRowsPerSecond = o.MaxRowsPerSecond
 	}
-	id, err := v.Start(ctx, dr)
+	started, err := v.Trigger(ctx, dr)
 	if err != nil {
-		return nil, err
+		return nil, requestField(err, startDiffFields)
 	}
+	id := started.RunID
 	rec, active, err := v.Get(ctx, id)
 	if err != nil {
 		return nil, withRun(id, err)
@@ -532,7 +530,7 @@ func (s *Server) ListDiffs(ctx context.Context, req *parityv1.ListDiffsRequest) 
 	if err != nil {
 		return nil, err
 	}
-	f := RunFilter{Trigger: strings.TrimSpace(req.GetTrigger())}
+	f := verify.ListFilter{Trigger: strings.TrimSpace(req.GetTrigger())}
 	if req.GetState() != parityv1.DiffState_DIFF_STATE_UNSPECIFIED {
 		if f.State = stateName(req.GetState()); f.State == "" {
 			return nil, fieldErr("state", "%s is not a state runs are listed by (queued runs are listed as DIFF_STATE_RUNNING)", req.GetState())
@@ -616,7 +614,7 @@ func (s *Server) ListDifferences(ctx context.Context, req *parityv1.ListDifferen
 	}
 	all, err := v.Differences(ctx, id, tables)
 	if err != nil {
-		return nil, withRun(id, err)
+		return nil, withRun(id, tablesField(err))
 	}
 	var match []checker.StoredDifference
 	for _, d := range all {
@@ -675,7 +673,7 @@ func (s *Server) GetFixSQL(req *parityv1.GetFixSQLRequest, stream parityv1.Parit
 		return nil
 	})
 	if err != nil {
-		return withRun(id, err)
+		return withRun(id, tablesField(err))
 	}
 	return flush()
 }
@@ -706,7 +704,7 @@ func (s *Server) CutoverCheck(ctx context.Context, req *parityv1.CutoverCheckReq
 	if err != nil {
 		return nil, err
 	}
-	var cr CutoverRequest
+	var cr verify.CutoverRequest
 	switch u := req.GetUpstream().(type) {
 	case *parityv1.CutoverCheckRequest_UpstreamTs:
 		if u.UpstreamTs == 0 {
@@ -738,7 +736,7 @@ func (s *Server) CutoverCheck(ctx context.Context, req *parityv1.CutoverCheckReq
 	defer cancel()
 	res, err := v.CutoverCheck(cctx, cr)
 	if err != nil {
-		return nil, withTS(cr.UpstreamTS, stopped(cctx, err))
+		return nil, withTS(cr.UpstreamTS, stopped(cctx, requestField(err, cutoverFields)))
 	}
 	return cutoverProto(res), nil
 }

@@ -1,11 +1,10 @@
-package daemon
+package api
 
 import (
 	"errors"
 	"fmt"
 	"testing"
 
-	"github.com/tidb-parity/parity/api"
 	"github.com/tidb-parity/parity/checker/verify"
 )
 
@@ -31,7 +30,7 @@ func TestRequestField(t *testing.T) {
 		{"not a request error", other, startDiffFields, ""},
 	} {
 		got := requestField(tc.err, tc.fields)
-		var fe *api.FieldError
+		var fe *FieldError
 		switch ok := errors.As(got, &fe); {
 		case tc.want == "" && ok:
 			t.Errorf("%s: field %q, want none", tc.name, fe.Field)
