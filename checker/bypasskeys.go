@@ -127,14 +127,13 @@ func addBypassKeys(ctx context.Context, cfg *Config, q Querier, t *target, sc *t
 			whole = "a DDL was made straight in the fallback on the table in the window, compared whole"
 			continue
 		}
-		k, ok := bypassKey(p, w)
+		k, vals, ok := bypassKey(p, w)
 		if !ok {
 			if whole == "" {
 				whole = "a write that bypassed parity has no key of the compared key columns (" + strings.Join(p.keyNames(), ", ") + "), compared whole"
 			}
 			continue
 		}
-		vals, _ := k.Values()
 		if f := p.matchForm(vals); !seen[f] {
 			seen[f] = true
 			add = append(add, k)
@@ -151,19 +150,41 @@ func addBypassKeys(ctx context.Context, cfg *Config, q Querier, t *target, sc *t
 }
 
 // bypassKey is the key of the row a detected write changed, in the checker's typing
-// (keyValue's), when the write names exactly the compared key's columns.
-func bypassKey(p *TablePlan, w bypasslog.Write) (rowkey.Key, bool) {
-	if p.Keyless || len(w.Columns) != len(p.Key) || len(w.Values) != len(w.Columns) {
-		return nil, false
+// (keyValue's), with its values, when the write names exactly the compared key's columns
+// and none of them is NULL.
+func bypassKey(p *TablePlan, w bypasslog.Write) (rowkey.Key, []any, bool) {
+	if p.Keyless {
+		return nil, nil, false
 	}
-	vals := make([]any, len(p.Key))
-	for i, c := range p.Key {
-		j := slices.IndexFunc(w.Columns, func(n string) bool { return strings.EqualFold(n, p.Columns[c].Name) })
-		if j < 0 || w.Values[j] == nil {
-			return nil, false
-		}
-		vals[i] = keyValue(p.Columns[c], sqlValue{Bytes: w.Values[j]})
+	vals, ok := p.bypassKeyValues(w)
+	if !ok || slices.Contains(vals, nil) {
+		return nil, nil, false
 	}
 	k, err := rowkey.Encode(vals...)
-	return k, err == nil
+	return k, vals, err == nil
+}
+
+// bypassKeyValues returns the values, in keyValue's typing, of the row a detected write
+// names, over the columns that identify a difference's row (diffKeyColumns: the key, or
+// every column of a keyless table; a NULL is nil); ok is false when the write names
+// other columns (no key, or another key than the one compared). Scoped runs read keys
+// from it (bypassKey) and classification matches differences with it.
+func (p *TablePlan) bypassKeyValues(w bypasslog.Write) ([]any, bool) {
+	idx := p.diffKeyColumns()
+	if len(w.Columns) != len(idx) || len(w.Values) != len(w.Columns) {
+		return nil, false
+	}
+	vals := make([]any, len(idx))
+	for i, col := range idx {
+		j := slices.IndexFunc(w.Columns, func(n string) bool { return strings.EqualFold(n, p.Columns[col].Name) })
+		if j < 0 {
+			return nil, false
+		}
+		v := nullValue
+		if w.Values[j] != nil {
+			v = sqlValue{Bytes: w.Values[j]}
+		}
+		vals[i] = keyValue(p.Columns[col], v)
+	}
+	return vals, true
 }

@@ -15,7 +15,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strings"
 	"time"
 
@@ -491,27 +490,9 @@ func (c *classifier) readBypass(ctx context.Context, t *target, until time.Time)
 // the class bypass, and their rows in the tracker's counts.
 func (c *classifier) classifyBypassTable(ctx context.Context, t *target, ws []bypasslog.Write) error {
 	p := t.plan
-	idx := p.diffKeyColumns()
 	forms := map[string]bool{}
 	for _, w := range ws {
-		if len(w.Columns) != len(idx) || len(w.Values) != len(w.Columns) {
-			continue // no key, or another key than the one compared
-		}
-		vals := make([]any, len(idx))
-		ok := true
-		for i, col := range idx {
-			j := slices.IndexFunc(w.Columns, func(n string) bool { return strings.EqualFold(n, p.Columns[col].Name) })
-			if j < 0 {
-				ok = false
-				break
-			}
-			v := nullValue
-			if w.Values[j] != nil {
-				v = sqlValue{Bytes: w.Values[j]}
-			}
-			vals[i] = keyValue(p.Columns[col], v)
-		}
-		if ok {
+		if vals, ok := p.bypassKeyValues(w); ok { // else no key, or another key than the one compared
 			forms[p.matchForm(vals)] = true
 		}
 	}
