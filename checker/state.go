@@ -110,8 +110,8 @@ var migrations = []string{
 // steps, append-only like migrations, each applied once (a statement that ran before but
 // was not recorded is tolerated by the migrator).
 var steps = []metaschema.Step{
-	// The classification of each difference (classify.go): imported, post-import, cdc,
-	// diverged or unclassified; '' until the run classifies it.
+	// The classification of each difference (classify.go): bypass, imported, post-import,
+	// cdc, diverged or unclassified; '' until the run classifies it.
 	{Name: "diff_differences.class: each difference's classification", Stmts: []string{
 		`ALTER TABLE %s.diff_differences ADD COLUMN class VARCHAR(16) NOT NULL DEFAULT '' AFTER kind`,
 	}},

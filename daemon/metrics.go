@@ -190,7 +190,7 @@ func newVerifyCollector(stats func() verify.Stats) *verifyCollector {
 		runs: d("runs_total", "Verification runs ended since start, by trigger (schedule name, continuous, manual, cutover-check) and "+
 			"result (equal, different, failed, cancelled, skipped).", "trigger", "result"),
 		differences: d("differences_total", "Differing rows found by verification runs since start, by kind (missing, extra, differing; "+
-			"unlisted beyond the report's listed rows) and class (imported, post-import, cdc, diverged, unclassified).", "kind", "class"),
+			"unlisted beyond the report's listed rows) and class (bypass, imported, post-import, cdc, diverged, unclassified).", "kind", "class"),
 		unconfirmed: d("unconfirmed_differences_total", "Rows found different at a snapshot pair and equal when read again at the same pair since start: "+
 			"a snapshot read that was not repeatable (a store anomaly, not a difference of the data; not in differences_total)."),
 		rows:      d("rows_checked_total", "Upstream rows compared by verification runs since start."),

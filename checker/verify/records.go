@@ -151,7 +151,7 @@ type RunRecord struct {
 	TablesCompared int           `json:"tables_compared"`
 	RowsChecked    int64         `json:"rows_checked"`
 	Differences    int64         `json:"differences"`
-	// DifferencesByClass counts the run's differing rows by class (imported,
+	// DifferencesByClass counts the run's differing rows by class (bypass, imported,
 	// post-import, cdc, diverged, unclassified; checker's classification).
 	DifferencesByClass map[string]int64 `json:"differences_by_class,omitempty"`
 	// Resolved counts differences a re-check found equal and RecheckRounds the

@@ -661,7 +661,7 @@ func newDiffDifferencesCommand() *cobra.Command {
 	cf.register(fl, time.Minute)
 	fl.StringVar(&table, "table", "", "only this schema.table (* and ? wildcards)")
 	fl.StringVar(&kind, "kind", "", "only this kind: missing (in TiDB only), extra (in the fallback only), differing")
-	fl.StringVar(&class, "class", "", "only this class: imported, post-import, cdc, diverged, unclassified")
+	fl.StringVar(&class, "class", "", "only this class: bypass, imported, post-import, cdc, diverged, unclassified")
 	fl.Int32Var(&limit, "limit", 100, "differences per page (at most 1000)")
 	fl.StringVar(&pageTk, "page-token", "", "the page after the previous one (printed on stderr)")
 	fl.BoolVar(&all, "all", false, "every page")
