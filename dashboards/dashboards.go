@@ -297,7 +297,7 @@ func verification() Dashboard {
 				Targets:     []Target{q(`parity_verify_schedule_next_run_timestamp_seconds{`+cf+`} - time()`, "{{changefeed}} {{trigger}}")}},
 			row("Differences"),
 			{Type: "timeseries", Title: "Differences by class", Unit: "short", Thresholds: []Step{{1, "red"}},
-				Description: "Differing rows found per rate interval, by class: imported (the import), post-import (while the applier caught up), cdc (during live replication), diverged, unclassified.",
+				Description: "Differing rows found per rate interval, by class: bypass (a write straight into the fallback), imported (the import), post-import (while the applier caught up), cdc (during live replication), diverged, unclassified.",
 				Targets:     []Target{q(`sum by (changefeed, class) (increase(parity_verify_differences_total{`+cf+`}[$__rate_interval]))`, "{{changefeed}} {{class}}")}},
 			{Type: "timeseries", Title: "Differences by kind", Unit: "short", Thresholds: []Step{{1, "red"}},
 				Description: "Differing rows found per rate interval, by kind: missing (only in TiDB), extra (only in the fallback), differing (values), unlisted (beyond the report's listed rows).",
