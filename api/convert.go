@@ -239,8 +239,8 @@ func cutoverProto(r verify.CutoverResult) *parityv1.CutoverCheckResponse {
 		if !t.BypassSince.IsZero() {
 			ct.BypassSince = timestamppb.New(t.BypassSince)
 		}
-		if !t.BypassWatchedSince.IsZero() {
-			ct.BypassWatchedSince = timestamppb.New(t.BypassWatchedSince)
+		if !t.BypassWatched.IsZero() {
+			ct.BypassWatchedSince = timestamppb.New(t.BypassWatched)
 		}
 		out.Tables = append(out.Tables, ct)
 	}

@@ -78,25 +78,25 @@ func bypassCoverage(ctx context.Context, w BypassWatcher, log *slog.Logger) cove
 // downstream, another key), is compared whole.
 func addBypassKeys(ctx context.Context, cfg *Config, q Querier, t *target, sc *tableScope, cov coverage) error {
 	start := tso.Time(sc.from)
-	sc.bypassSince, sc.bypassWatched = start.Add(-bypassSkew).Truncate(time.Second), cov.c.Since
+	sc.bypass.BypassSince, sc.bypass.BypassWatched = start.Add(-bypassSkew).Truncate(time.Second), cov.c.Since
 	switch {
 	case cov.off:
-		sc.bypass, sc.bypassNote = BypassOff, "bypass detection is off: writes that bypassed parity are not among the keys"
+		sc.bypass.Bypass, sc.bypass.BypassNote = BypassOff, "bypass detection is off: writes that bypassed parity are not among the keys"
 		return nil
 	case cov.err != nil:
-		sc.bypass, sc.bypassNote = BypassUnwatched, fmt.Sprintf("the bypass detector cannot vouch for the window from %s: %v", start.UTC().Format(time.RFC3339), cov.err)
+		sc.bypass.Bypass, sc.bypass.BypassNote = BypassUnwatched, fmt.Sprintf("the bypass detector cannot vouch for the window from %s: %v", start.UTC().Format(time.RFC3339), cov.err)
 	case cov.c.Since.After(start):
-		sc.bypass = BypassUnwatched
-		sc.bypassNote = fmt.Sprintf("the window starts at %s (TSO %d) but bypass detection watched the fallback only from %s (%s): writes from %s to %s were not watched",
+		sc.bypass.Bypass = BypassUnwatched
+		sc.bypass.BypassNote = fmt.Sprintf("the window starts at %s (TSO %d) but bypass detection watched the fallback only from %s (%s): writes from %s to %s were not watched",
 			start.UTC().Format(time.RFC3339), sc.from, cov.c.Since.UTC().Format(time.RFC3339Nano), cov.c.Reason,
 			start.UTC().Format(time.RFC3339), cov.c.Since.UTC().Format(time.RFC3339Nano))
 	default:
-		sc.bypass = BypassIncluded
+		sc.bypass.Bypass = BypassIncluded
 	}
 	qctx, cancel := context.WithTimeout(ctx, cfg.QueryTimeout)
 	defer cancel()
 	ws, err := bypasslog.Read(qctx, q, cfg.Changefeed.MetaSchema, cfg.Changefeed.ID, t.stored.downSchema, t.stored.downName,
-		sc.bypassSince, time.Now().Add(time.Hour))
+		sc.bypass.BypassSince, time.Now().Add(time.Hour))
 	if errors.Is(err, bypasslog.ErrNoTable) {
 		return nil // no detector ever ran against this meta schema: nothing recorded
 	}
@@ -123,7 +123,7 @@ func addBypassKeys(ctx context.Context, cfg *Config, q Querier, t *target, sc *t
 			if w.EventTime.Before(start.Truncate(time.Second)) {
 				continue
 			}
-			sc.bypassDDL = append(sc.bypassDDL, w.Text)
+			sc.bypass.BypassDDL = append(sc.bypass.BypassDDL, w.Text)
 			whole = "a DDL was made straight in the fallback on the table in the window, compared whole"
 			continue
 		}
@@ -143,7 +143,7 @@ func addBypassKeys(ctx context.Context, cfg *Config, q Querier, t *target, sc *t
 		sc.mode, sc.note, sc.keys = tableWhole, whole, nil
 		return nil
 	}
-	sc.bypassKeys = len(add)
+	sc.bypass.BypassKeys = int64(len(add))
 	sc.keys = append(sc.keys, add...)
 	slices.SortFunc(sc.keys, rowkey.Compare)
 	return nil

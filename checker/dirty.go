@@ -121,12 +121,9 @@ type tableScope struct {
 	from, until uint64
 	// keys: a tableKeys table's keys, in the checker's typing, sorted.
 	keys []rowkey.Key
-	// bypass, bypassNote, bypassKeys, bypassDDL: TableReport's Bypass fields
-	// (bypasskeys.go).
-	bypass, bypassNote         string
-	bypassKeys                 int
-	bypassDDL                  []string
-	bypassSince, bypassWatched time.Time
+	// bypass: whether the writes that bypassed parity are among a tableKeys table's
+	// keys (bypasskeys.go).
+	bypass BypassReport
 }
 
 // pairTS returns the TSO both sides read at when the run is at a snapshot pair (the

@@ -91,24 +91,31 @@ type TableReport struct {
 	ScopeFromTs  uint64 `json:"scope_from_ts,omitempty"`
 	ScopeUntilTs uint64 `json:"scope_until_ts,omitempty"`
 	ScopeKeys    int64  `json:"scope_keys,omitempty"`
-	// Bypass says, for a table compared by keys, whether the keys of writes that
-	// bypassed parity are among them: "included" (the bypass detector watched the whole
-	// window; BypassKeys of the keys came from its records only), "unwatched" (part of
-	// the window was not watched, or the detector could not vouch for it: BypassNote says
-	// which part and why; the detections that exist are included) or "off" (no detector:
-	// only the changefeed's keys). BypassDDL lists the DDL statements made straight in the
-	// fallback on the table in the window (the table is then compared whole).
-	// BypassSince is where the window's bypass writes were read from, BypassWatched
-	// where the detector's current stretch of watching began.
+	// BypassReport: for a table compared by keys, whether the writes that bypassed
+	// parity are among them (bypasskeys.go).
+	BypassReport
+	// DifferencesByClass counts the table's differing rows by class, and "in-flight" its
+	// DifferencesResolved.
+	DifferencesByClass map[string]int64 `json:"differences_by_class,omitempty"`
+}
+
+// BypassReport says, for a table compared by keys, whether the keys of writes that
+// bypassed parity are among them: Bypass "included" (the bypass detector watched the
+// whole window; BypassKeys of the keys came from its records only), "unwatched" (part of
+// the window was not watched, or the detector could not vouch for it: BypassNote says
+// which part and why; the detections that exist are included) or "off" (no detector:
+// only the changefeed's keys). BypassDDL lists the DDL statements made straight in the
+// fallback on the table in the window (the table is then compared whole). BypassSince is
+// where the window's bypass writes were read from, BypassWatched where the detector's
+// current stretch of watching began. The same value travels from the scope to the
+// table's report, the verification's record and the cutover check's evidence.
+type BypassReport struct {
 	Bypass        string    `json:"bypass,omitempty"`
 	BypassNote    string    `json:"bypass_note,omitempty"`
 	BypassKeys    int64     `json:"bypass_keys,omitempty"`
 	BypassDDL     []string  `json:"bypass_ddl,omitempty"`
 	BypassSince   time.Time `json:"bypass_since,omitzero"`
 	BypassWatched time.Time `json:"bypass_watched_since,omitzero"`
-	// DifferencesByClass counts the table's differing rows by class, and "in-flight" its
-	// DifferencesResolved.
-	DifferencesByClass map[string]int64 `json:"differences_by_class,omitempty"`
 }
 
 // Equal reports whether the table pair is equal in structure and data.
@@ -249,8 +256,7 @@ func (tk *tracker) report(ctx context.Context, pair *sourcePair) (*Report, error
 			if sc.mode == tableKeys {
 				tr.ScopeFromTs, tr.ScopeUntilTs, tr.ScopeKeys = sc.from, sc.until, int64(len(sc.keys))
 			}
-			tr.Bypass, tr.BypassNote, tr.BypassKeys, tr.BypassDDL = sc.bypass, sc.bypassNote, int64(sc.bypassKeys), sc.bypassDDL
-			tr.BypassSince, tr.BypassWatched = sc.bypassSince, sc.bypassWatched
+			tr.BypassReport = sc.bypass
 		}
 		if m := classes[t.idx]; len(m) > 0 || tr.DifferencesResolved > 0 {
 			tr.DifferencesByClass = map[string]int64{}

@@ -132,19 +132,12 @@ type CutoverTable struct {
 	Full bool
 	// The window verified by keys (a table not compared whole): the ledger's changes in
 	// (LedgerFromTS, LedgerUntilTS] gave LedgerKeys keys; the bypass detector's records
-	// from BypassSince on gave BypassKeys more (Bypass: included, unwatched or off;
-	// BypassNote says what was not watched; BypassWatchedSince is where its current
-	// stretch of watching began). BypassDDL are DDL statements made straight in the
-	// fallback on the table since.
-	LedgerFromTS       uint64
-	LedgerUntilTS      uint64
-	LedgerKeys         int64
-	Bypass             string
-	BypassNote         string
-	BypassSince        time.Time
-	BypassWatchedSince time.Time
-	BypassKeys         int64
-	BypassDDL          []string
+	// gave BypassKeys more (checker.BypassReport: whether its window was watched, what was
+	// not, the DDL made straight in the fallback on the table since).
+	LedgerFromTS  uint64
+	LedgerUntilTS uint64
+	LedgerKeys    int64
+	checker.BypassReport
 }
 
 // CutoverCheck runs a cutover check (see CutoverRequest and CutoverResult). A check that
@@ -322,8 +315,7 @@ func (g *gate) check(ctx context.Context, req CutoverRequest) (CutoverResult, er
 		ct := &res.Tables[i]
 		ct.KeysVerified, ct.Differences, ct.Result = tr.RowsChecked, tr.Differences, tr.Result
 		ct.LedgerFromTS, ct.LedgerUntilTS, ct.LedgerKeys = tr.ScopeFromTs, tr.ScopeUntilTs, max(0, tr.ScopeKeys-tr.BypassKeys)
-		ct.Bypass, ct.BypassNote, ct.BypassKeys, ct.BypassDDL = tr.Bypass, tr.BypassNote, tr.BypassKeys, tr.BypassDDL
-		ct.BypassSince, ct.BypassWatchedSince = tr.BypassSince, tr.BypassWatched
+		ct.BypassReport = tr.BypassReport
 		switch tr.Result {
 		case ResultDifferent:
 			res.Failures = append(res.Failures, fmt.Sprintf("%s: %d differences", name, tr.Differences))

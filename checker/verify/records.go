@@ -8,6 +8,7 @@ package verify
 import (
 	"time"
 
+	"github.com/tidb-parity/parity/checker"
 	"github.com/tidb-parity/parity/internal/metaschema"
 )
 
@@ -194,14 +195,9 @@ type TableRecord struct {
 	// names): its scope, the keys' window and how many, and whether the writes that
 	// bypassed parity are among them. The history keeps Scope, ScopeKeys, Bypass,
 	// BypassKeys and BypassNote; the others are the running service's only.
-	Scope         string    `json:"scope,omitempty"`
-	ScopeFromTs   uint64    `json:"scope_from_ts,omitempty"`
-	ScopeUntilTs  uint64    `json:"scope_until_ts,omitempty"`
-	ScopeKeys     int64     `json:"scope_keys,omitempty"`
-	Bypass        string    `json:"bypass,omitempty"`
-	BypassNote    string    `json:"bypass_note,omitempty"`
-	BypassKeys    int64     `json:"bypass_keys,omitempty"`
-	BypassDDL     []string  `json:"bypass_ddl,omitempty"`
-	BypassSince   time.Time `json:"bypass_since,omitzero"`
-	BypassWatched time.Time `json:"bypass_watched_since,omitzero"`
+	Scope        string `json:"scope,omitempty"`
+	ScopeFromTs  uint64 `json:"scope_from_ts,omitempty"`
+	ScopeUntilTs uint64 `json:"scope_until_ts,omitempty"`
+	ScopeKeys    int64  `json:"scope_keys,omitempty"`
+	checker.BypassReport
 }

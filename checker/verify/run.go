@@ -170,8 +170,7 @@ func (r *runner) compareTable(ctx context.Context, seq int, t [2]string) TableRe
 		for _, tb := range rep.Tables {
 			r.e.count.tableCompared(tb)
 			tr.Scope, tr.ScopeFromTs, tr.ScopeUntilTs, tr.ScopeKeys = tb.Scope, tb.ScopeFromTs, tb.ScopeUntilTs, tb.ScopeKeys
-			tr.Bypass, tr.BypassNote, tr.BypassKeys, tr.BypassDDL = tb.Bypass, tb.BypassNote, tb.BypassKeys, tb.BypassDDL
-			tr.BypassSince, tr.BypassWatched = tb.BypassSince, tb.BypassWatched
+			tr.BypassReport = tb.BypassReport
 			tr.RowsChecked += tb.RowsChecked
 			tr.Differences += tb.DifferencesTotal
 			r.rec.Resolved += tb.DifferencesResolved

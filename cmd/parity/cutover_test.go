@@ -98,7 +98,7 @@ func TestCutoverCheckUnderLoad(t *testing.T) {
 	for _, ct := range res.Tables {
 		keyless := strings.HasSuffix(ct.Table, ".keyless") // compared whole in a scoped run: no window
 		if ct.LastFullRunID != full.RunID || ct.SinceTS != full.FirstTS || ct.Result != verify.ResultEqual ||
-			!keyless && (ct.Bypass != checker.BypassIncluded || ct.LedgerFromTS != full.FirstTS || ct.LedgerUntilTS != res.Pair.TS || ct.LedgerKeys == 0 || ct.BypassWatchedSince.IsZero()) {
+			!keyless && (ct.Bypass != checker.BypassIncluded || ct.LedgerFromTS != full.FirstTS || ct.LedgerUntilTS != res.Pair.TS || ct.LedgerKeys == 0 || ct.BypassWatched.IsZero()) {
 			t.Fatalf("table evidence: %+v", ct)
 		}
 	}
