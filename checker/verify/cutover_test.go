@@ -131,17 +131,11 @@ func detected(t *testing.T, f *fixture, cf, schema, table, kind string, id int64
 	}
 }
 
-// TestCutoverCheckBypass: the gate's second source of keys and its refusal of windows
-// nobody watched, on the real TiDB and fallback.
-//   - A row of a table the changefeed never touched since the full run, changed straight
-//     in the fallback and recorded by the detector: the check verifies its key, finds it
-//     different with class bypass, and fails naming it; once it is put back, it passes
-//     and says the key came from the detector.
-//   - Bypass detection watching only since after the full run, or unable to vouch, or
-//     off: the check does not pass (bypass-unwatched, naming the window and the gap),
-//     however equal the data; with a full comparison of the table it passes.
-//   - A DDL made straight in the fallback: the check fails naming the table.
-func TestCutoverCheckBypass(t *testing.T) {
+// cutoverFixture is a running service over a fixture of 200 rows with the ledger's
+// stand-in starting at the fixture's TSO, an applier stand-in there, and a detector
+// stand-in watching since an hour ago.
+func cutoverFixture(t *testing.T) (*fixture, Config, *ledgerMeta, *movingApplier, *detectorStandIn, *Service) {
+	t.Helper()
 	f := newFixture(t, 200, 50)
 	cfg := f.config()
 	lm := newLedgerMeta(t, f, cfg.Changefeed)
@@ -155,6 +149,21 @@ func TestCutoverCheckBypass(t *testing.T) {
 		t.Fatal(err)
 	}
 	serve(t, s)
+	return f, cfg, lm, app, det, s
+}
+
+// TestCutoverCheckBypass: the gate's second source of keys and its refusal of windows
+// nobody watched, on the real TiDB and fallback.
+//   - A row of a table the changefeed never touched since the full run, changed straight
+//     in the fallback and recorded by the detector: the check verifies its key, finds it
+//     different with class bypass, and fails naming it; once it is put back, it passes
+//     and says the key came from the detector.
+//   - Bypass detection watching only since after the full run, or unable to vouch, or
+//     off: the check does not pass (bypass-unwatched, naming the window and the gap),
+//     however equal the data; with a full comparison of the table it passes.
+//   - A DDL made straight in the fallback: the check fails naming the table.
+func TestCutoverCheckBypass(t *testing.T) {
+	f, cfg, lm, app, det, s := cutoverFixture(t)
 	ctx := ctxMinute(t)
 	t1 := f.db + ".t1"
 	full := manual(t, s, Request{Tables: []string{t1}})
@@ -266,18 +275,7 @@ func TestCutoverCheckBypass(t *testing.T) {
 //     it with that difference and its class; Differences and FixSQL of the run return
 //     it (the fix SQL is the checker's, REPLACE of TiDB's row).
 func TestCutoverCheck(t *testing.T) {
-	f := newFixture(t, 200, 50)
-	cfg := f.config()
-	lm := newLedgerMeta(t, f, cfg.Changefeed)
-	lm.since(t, f.ts)
-	lm.applied(t, f.ts)
-	app := &movingApplier{}
-	app.ts.Store(f.ts)
-	s, err := New(cfg, Deps{Applier: app, Bypass: &detectorStandIn{since: time.Now().Add(-time.Hour)}, Logger: testLogger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	serve(t, s)
+	f, _, lm, app, _, s := cutoverFixture(t)
 	ctx := ctxMinute(t)
 	t1, t2 := f.db+".t1", f.db+".t2"
 
