@@ -8,7 +8,6 @@ import (
 	"context"
 	"fmt"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -46,7 +45,10 @@ func (s *session) ddl(ctx context.Context, cur *txn, schema, q string) {
 	}
 	table := unquote(m[2])
 	cur.own = false
-	if schema == "" || !s.watchedSchema(ctx, schema) {
+	if schema == "" {
+		return
+	}
+	if watched, _ := s.watchedSchema(ctx, schema); !watched { // one it cannot tell is watched
 		return
 	}
 	text := q
@@ -55,18 +57,6 @@ func (s *session) ddl(ctx context.Context, cur *txn, schema, q string) {
 	}
 	cur.rows = true
 	cur.changes = append(cur.changes, change{seq: len(cur.changes), schema: schema, table: table, kind: bypasslog.KindDDL, text: text})
-}
-
-// watchedSchema reports whether the tables of schema are replicated (watched).
-func (s *session) watchedSchema(ctx context.Context, schema string) bool {
-	if systemSchemas[strings.ToLower(schema)] || schema == s.d.cfg.MetaSchema {
-		return false
-	}
-	if len(s.d.cfg.Schemas) > 0 && !slices.Contains(s.d.cfg.Schemas, schema) {
-		return false
-	}
-	isMeta, err := s.isMetaSchema(ctx, schema)
-	return err != nil || !isMeta
 }
 
 // markDDLThreads remembers the connection a marker row of parity's DDL names

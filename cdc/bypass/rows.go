@@ -155,14 +155,8 @@ func (s *session) table(ctx context.Context, schema, table string) *tableInfo {
 	}
 	t := &tableInfo{}
 	s.tables[k] = t
-	if systemSchemas[strings.ToLower(schema)] || schema == s.d.cfg.MetaSchema {
-		return t
-	}
-	if len(s.d.cfg.Schemas) > 0 && !slices.Contains(s.d.cfg.Schemas, schema) {
-		return t
-	}
-	isMeta, err := s.isMetaSchema(ctx, schema)
-	if err == nil && isMeta {
+	watched, err := s.watchedSchema(ctx, schema)
+	if !watched {
 		return t
 	}
 	t.watched = true
@@ -176,6 +170,20 @@ func (s *session) table(ctx context.Context, schema, table string) *tableInfo {
 		delete(s.tables, k)
 	}
 	return t
+}
+
+// watchedSchema reports whether the tables of schema are replicated (watched): not a
+// system schema, not a parity meta schema, one of bypass.schemas when they are given. A
+// schema that cannot be told from a meta schema is watched, with the error.
+func (s *session) watchedSchema(ctx context.Context, schema string) (bool, error) {
+	if systemSchemas[strings.ToLower(schema)] || schema == s.d.cfg.MetaSchema {
+		return false, nil
+	}
+	if len(s.d.cfg.Schemas) > 0 && !slices.Contains(s.d.cfg.Schemas, schema) {
+		return false, nil
+	}
+	isMeta, err := s.isMetaSchema(ctx, schema)
+	return err != nil || !isMeta, err
 }
 
 // isMetaSchema reports whether schema is a parity meta schema (it holds parity's
