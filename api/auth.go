@@ -68,14 +68,16 @@ func parseRole(s string) (Role, error) {
 // methodRoles is the role each RPC of parity.v1.Parity needs (the proto's role
 // comments). A method of the service missing here is denied.
 var methodRoles = map[string]Role{
-	parityv1.Parity_GetStatus_FullMethodName:       RoleRead,
-	parityv1.Parity_WatchStatus_FullMethodName:     RoleRead,
-	parityv1.Parity_WaitForApplied_FullMethodName:  RoleRead,
-	parityv1.Parity_GetDiff_FullMethodName:         RoleRead,
-	parityv1.Parity_WatchDiff_FullMethodName:       RoleRead,
-	parityv1.Parity_ListDiffs_FullMethodName:       RoleRead,
-	parityv1.Parity_ListDifferences_FullMethodName: RoleRead,
-	parityv1.Parity_GetFixSQL_FullMethodName:       RoleRead,
+	parityv1.Parity_GetStatus_FullMethodName:          RoleRead,
+	parityv1.Parity_WatchStatus_FullMethodName:        RoleRead,
+	parityv1.Parity_WaitForApplied_FullMethodName:     RoleRead,
+	parityv1.Parity_GetUpstreamTSO_FullMethodName:     RoleRead,
+	parityv1.Parity_ListUpstreamTables_FullMethodName: RoleRead,
+	parityv1.Parity_GetDiff_FullMethodName:            RoleRead,
+	parityv1.Parity_WatchDiff_FullMethodName:          RoleRead,
+	parityv1.Parity_ListDiffs_FullMethodName:          RoleRead,
+	parityv1.Parity_ListDifferences_FullMethodName:    RoleRead,
+	parityv1.Parity_GetFixSQL_FullMethodName:          RoleRead,
 
 	parityv1.Parity_CreateSnapshotPoint_FullMethodName: RoleOperate,
 	parityv1.Parity_StartDiff_FullMethodName:           RoleOperate,

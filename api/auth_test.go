@@ -446,6 +446,7 @@ func TestAuthEmptyTokenFile(t *testing.T) {
 func TestRequiredRole(t *testing.T) {
 	want := map[string]Role{
 		"GetStatus": RoleRead, "WatchStatus": RoleRead, "WaitForApplied": RoleRead,
+		"GetUpstreamTSO": RoleRead, "ListUpstreamTables": RoleRead,
 		"GetDiff": RoleRead, "WatchDiff": RoleRead, "ListDiffs": RoleRead,
 		"ListDifferences": RoleRead, "GetFixSQL": RoleRead,
 		"CreateSnapshotPoint": RoleOperate, "StartDiff": RoleOperate, "CancelDiff": RoleOperate,

@@ -62,6 +62,8 @@ type Verification interface {
 	SnapshotPoint(ctx context.Context, atTS uint64) (verify.Point, error)
 	// CutoverCheck is the cutover gate (see the proto).
 	CutoverCheck(ctx context.Context, req verify.CutoverRequest) (verify.CutoverResult, error)
+	// UpstreamTables lists TiDB's tables that patterns select for verification.
+	UpstreamTables(ctx context.Context, patterns []string) ([]string, error)
 	// Differences returns a run's stored differences of the tables matching tables
 	// (all when empty), in table and key order; checker.ErrRunRunning while it runs.
 	Differences(ctx context.Context, runID string, tables []string) ([]checker.StoredDifference, error)

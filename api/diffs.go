@@ -34,7 +34,7 @@ func (s *Server) StartDiff(ctx context.Context, req *parityv1.StartDiffRequest) 
 				return nil, err
 			}
 		}
-		dr.MinTS = p.GetMinTs()
+		dr.MinTS, dr.AtTS = p.GetMinTs(), p.GetAtTs()
 	}
 	if o := req.GetOptions(); o != nil {
 		if o.MaxRowsPerSecond < 0 {
@@ -44,7 +44,7 @@ func (s *Server) StartDiff(ctx context.Context, req *parityv1.StartDiffRequest) 
 	}
 	started, err := v.Trigger(ctx, dr)
 	if err != nil {
-		return nil, requestField(err, startDiffFields)
+		return nil, withTS(dr.AtTS, requestField(err, startDiffFields))
 	}
 	id := started.RunID
 	rec, active, err := v.Get(ctx, id)

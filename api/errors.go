@@ -159,6 +159,8 @@ func classify(err error) (codes.Code, parityv1.ErrorReason, map[string]string) {
 		return codes.FailedPrecondition, parityv1.ErrorReason_VERIFICATION_DISABLED, nil
 	case errors.Is(err, ErrApplierNotRunning), errors.Is(err, cdc.ErrStopped), errors.Is(err, verify.ErrNotRunning):
 		return codes.FailedPrecondition, parityv1.ErrorReason_APPLIER_NOT_RUNNING, nil
+	case errors.Is(err, verify.ErrPairPassed):
+		return codes.Aborted, parityv1.ErrorReason_PAIR_PASSED, gcMD
 	case errors.Is(err, verify.ErrPastGC), tso.IsGCSafePoint(err):
 		return codes.FailedPrecondition, parityv1.ErrorReason_TSO_PAST_GC, gcMD
 	case errors.Is(err, errStopping):

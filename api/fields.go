@@ -18,6 +18,7 @@ var (
 		verify.FieldTables:           "tables",
 		verify.FieldMaxViewAge:       "snapshot_policy.max_view_age",
 		verify.FieldMinTS:            "snapshot_policy.min_ts",
+		verify.FieldAtTS:             "snapshot_policy.at_ts",
 		verify.FieldMaxRowsPerSecond: "options.max_rows_per_second",
 	}
 	cutoverFields = map[string]string{

@@ -22,9 +22,11 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	parityv1 "github.com/tidb-parity/parity/api/parity/v1"
 	"github.com/tidb-parity/parity/checker/verify"
+	"github.com/tidb-parity/parity/internal/tso"
 )
 
 // Limits of the requests (the proto's comments).
@@ -412,6 +414,32 @@ func (s *Server) Repair(ctx context.Context, req *parityv1.RepairRequest) (*pari
 	return repairProto(res), nil
 }
 
+// GetUpstreamTSO implements parityv1.ParityServer.
+func (s *Server) GetUpstreamTSO(ctx context.Context, _ *parityv1.GetUpstreamTSORequest) (*parityv1.GetUpstreamTSOResponse, error) {
+	ts, err := s.b.Replication.UpstreamTSO(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &parityv1.GetUpstreamTSOResponse{Ts: ts, Time: timestamppb.New(tso.Time(ts))}, nil
+}
+
+// ListUpstreamTables implements parityv1.ParityServer.
+func (s *Server) ListUpstreamTables(ctx context.Context, req *parityv1.ListUpstreamTablesRequest) (*parityv1.ListUpstreamTablesResponse, error) {
+	v, err := s.verification()
+	if err != nil {
+		return nil, err
+	}
+	ps, err := patterns("tables", req.GetTables())
+	if err != nil {
+		return nil, err
+	}
+	tables, err := v.UpstreamTables(ctx, ps)
+	if err != nil {
+		return nil, requestField(err, startDiffFields)
+	}
+	return &parityv1.ListUpstreamTablesResponse{Tables: tables}, nil
+}
+
 // CutoverCheck implements parityv1.ParityServer.
 func (s *Server) CutoverCheck(ctx context.Context, req *parityv1.CutoverCheckRequest) (*parityv1.CutoverCheckResponse, error) {
 	v, err := s.verification()
@@ -445,7 +473,7 @@ func (s *Server) CutoverCheck(ctx context.Context, req *parityv1.CutoverCheckReq
 	if cr.FullTables, err = patterns("full_tables", req.GetFullTables()); err != nil {
 		return nil, err
 	}
-	cr.Full = req.GetFull()
+	cr.Full, cr.ExactPair = req.GetFull(), req.GetExactPair()
 	cctx, cancel := s.callCtx(ctx)
 	defer cancel()
 	res, err := v.CutoverCheck(cctx, cr)

@@ -27,6 +27,11 @@ var ErrRunNotFound = errors.New("verification run not found")
 // the safe point.
 var ErrPastGC = errors.New("TSO is older than TiDB's GC safe point")
 
+// ErrPairPassed is matched (errors.Is) by an error about a pair asked for at exactly a
+// TSO (Request.AtTS, CutoverRequest.ExactPair) that the applier has already applied
+// beyond: the fallback can no longer be held there. Try again at a newer TSO.
+var ErrPairPassed = errors.New("the fallback has applied past the pair's TSO")
+
 // ErrInvalidRequest is matched (errors.Is) by an error about what was asked: a scope, a
 // table pattern, a request option or a filter that is none. The error's text names it.
 var ErrInvalidRequest = errors.New("invalid verification request")
@@ -43,8 +48,9 @@ func (e *sentinelError) Unwrap() []error { return []error{e.sentinel, e.err} }
 // checkerQuiet is log for the checker's own logs (checkerLog).
 func checkerQuiet(log *slog.Logger) *slog.Logger { return slog.New(checkerLog{log.Handler()}) }
 
-func pastGC(err error) error  { return &sentinelError{ErrPastGC, err} }
-func invalid(err error) error { return &sentinelError{ErrInvalidRequest, err} }
+func pastGC(err error) error     { return &sentinelError{ErrPastGC, err} }
+func invalid(err error) error    { return &sentinelError{ErrInvalidRequest, err} }
+func pairPassed(err error) error { return &sentinelError{ErrPairPassed, err} }
 
 // Request fields an invalid request can be about (RequestError.Field), as Request and
 // CutoverRequest name them; callers map them to their own field paths.
@@ -54,6 +60,7 @@ const (
 	FieldMaxViewAge       = "max_view_age"
 	FieldMaxRowsPerSecond = "max_rows_per_second"
 	FieldMinTS            = "min_ts"
+	FieldAtTS             = "at_ts"
 	FieldUpstreamTS       = "upstream_ts"
 	FieldMaxFullAge       = "max_full_age"
 	FieldFullTables       = "full_tables"
@@ -98,17 +105,23 @@ func (c *Config) checkRequest(req Request) error {
 	case c.MaxRowsPerSecond > 0 && v > int64(c.MaxRowsPerSecond):
 		return invalidField(FieldMaxRowsPerSecond, fmt.Errorf("max rows per second %d is above verify.max-rows-per-second (%d)", v, c.MaxRowsPerSecond))
 	}
-	if ts := req.MinTS; ts > 0 {
-		if at := tso.Time(ts); at.Year() < 2000 || at.After(time.Now().Add(24*time.Hour)) {
-			return invalidField(FieldMinTS, fmt.Errorf("min ts %d is not a TiDB TSO of now or before (it would be %s)", ts, at.UTC().Format(time.RFC3339)))
+	for _, f := range []struct {
+		field, name string
+		ts          uint64
+	}{{FieldMinTS, "min ts", req.MinTS}, {FieldAtTS, "at ts", req.AtTS}} {
+		if at := tso.Time(f.ts); f.ts > 0 && (at.Year() < 2000 || at.After(time.Now().Add(24*time.Hour))) {
+			return invalidField(f.field, fmt.Errorf("%s %d is not a TiDB TSO of now or before (it would be %s)", f.name, f.ts, at.UTC().Format(time.RFC3339)))
 		}
+	}
+	if req.AtTS > 0 && req.MinTS > 0 {
+		return invalidField(FieldAtTS, errors.New("at ts and min ts: give one of them"))
 	}
 	return nil
 }
 
 // options are a run's options from req (checked) and the service's defaults.
 func (c *Config) options(req Request) runOptions {
-	o := runOptions{maxViewAge: c.MaxViewAge, rate: c.MaxRowsPerSecond, minTS: req.MinTS, whole: req.WholeTables}
+	o := runOptions{maxViewAge: c.MaxViewAge, rate: c.MaxRowsPerSecond, minTS: req.MinTS, atTS: req.AtTS, whole: req.WholeTables}
 	if req.MaxViewAge > 0 {
 		o.maxViewAge = req.MaxViewAge
 	}

@@ -78,6 +78,12 @@ type CutoverRequest struct {
 	// had a gap). It costs a full comparison of those tables.
 	Full       bool
 	FullTables []string
+	// ExactPair takes the check's pair at exactly UpstreamTS (with Now, the TSO read)
+	// instead of at or after it: the fleet's one T, where every member is checked at the
+	// same instant. The applier is held at the TSO when it gets there (the run waits
+	// for it within the call's deadline); a fallback already applied beyond it refuses the check
+	// (ErrPairPassed: ask again at a newer TSO).
+	ExactPair bool
 }
 
 // CutoverResult is a cutover check's evidence. Passed is whether the fallback is proven
@@ -153,6 +159,22 @@ func (s *Service) CutoverCheck(ctx context.Context, req CutoverRequest) (Cutover
 	return s.gate.check(ctx, req)
 }
 
+// UpstreamTables returns TiDB's tables that patterns (default verify.tables) select for
+// verification, "schema.table" in name order: a fleet's ownership is checked against
+// them. No table selected is ErrInvalidRequest.
+func (s *Service) UpstreamTables(ctx context.Context, patterns []string) ([]string, error) {
+	if err := s.serving(); err != nil {
+		return nil, err
+	}
+	if len(patterns) == 0 {
+		patterns = s.cfg.Tables
+	}
+	if err := s.cfg.checkRequest(Request{Tables: patterns}); err != nil {
+		return nil, err
+	}
+	return s.gate.upstreamTables(ctx, patterns)
+}
+
 // gateRuns is what the gate needs of the service: a run started on a trigger of its
 // own, and the differences a run stored.
 type gateRuns interface {
@@ -221,8 +243,15 @@ func (g *gate) check(ctx context.Context, req CutoverRequest) (CutoverResult, er
 		wctx, cancel = context.WithTimeout(ctx, wait)
 	}
 	start := time.Now()
-	err := g.deps.Applier.WaitApplied(wctx, ts)
-	cancel()
+	var err error
+	if req.ExactPair {
+		// The run's pair holds the applier at ts when it arrives; it must not pass it.
+		cancel()
+		err = checkNotPassed(g.deps.Applier, ts)
+	} else {
+		err = g.deps.Applier.WaitApplied(wctx, ts)
+		cancel()
+	}
 	res.Waited = time.Since(start)
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) {
@@ -283,6 +312,9 @@ func (g *gate) check(ctx context.Context, req CutoverRequest) (CutoverResult, er
 	run := Request{Scope: fmt.Sprintf("%s:%d", checker.ScopeSince, since), Tables: patterns, MinTS: ts, WholeTables: whole}
 	if len(whole) == len(tables) {
 		run = Request{Scope: ScopeFull, Tables: patterns, MinTS: ts}
+	}
+	if req.ExactPair {
+		run.MinTS, run.AtTS = 0, ts
 	}
 	started, err := g.runs.trigger(ctx, TriggerCutoverCheck, TriggerCutoverCheck, run)
 	if err != nil {

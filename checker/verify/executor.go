@@ -47,6 +47,7 @@ type runCounters interface {
 type runOptions struct {
 	maxViewAge time.Duration
 	minTS      uint64
+	atTS       uint64 // Request.AtTS
 	rate       int
 	whole      []string // Request.WholeTables
 }

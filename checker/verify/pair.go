@@ -35,6 +35,9 @@ func (r *runner) openPair(ctx context.Context) error {
 		return err
 	}
 	quiet := slog.New(checkerLog{r.log.Handler()})
+	if len(rec.Pairs) == 0 && r.opt.atTS > 0 {
+		return r.openPairAt(ctx, r.opt.atTS, quiet)
+	}
 	if len(rec.Pairs) == 0 && r.opt.minTS > 0 {
 		if err := e.waitResolved(ctx, r.opt.minTS, r.log); err != nil {
 			return err
@@ -93,6 +96,45 @@ func (r *runner) openPair(ctx context.Context) error {
 		return fmt.Errorf("no snapshot pair in %d attempts: %w (the first failed with: %v)", pairAttempts, lastErr, firstErr)
 	}
 	return fmt.Errorf("no snapshot pair in %d attempts: %w", pairAttempts, lastErr)
+}
+
+// openPairAt opens the run's first pair at exactly ts (Request.AtTS): one attempt, the
+// applier's barrier registered at once, so an applier behind ts holds there when it
+// arrives (the wait is bounded by ctx). An applier already past ts refuses it: the
+// error matches ErrPairPassed, and the caller (a fleet point) tries a newer TSO.
+func (r *runner) openPairAt(ctx context.Context, ts uint64, quiet *slog.Logger) error {
+	e, cfg := r.e, r.e.cfg
+	if err := checker.CheckSnapshotGC(ctx, cfg.UpstreamDSN, ts, quiet); err != nil {
+		return pastGC(fmt.Errorf("snapshot pair at %d (%s): %w", ts, tso.Format(ts), err))
+	}
+	if err := checkNotPassed(e.deps.Applier, ts); err != nil {
+		return err
+	}
+	eb := holdAt(ctx, e.deps.Applier, ts, pairPrepWait)
+	p, err := checker.OpenSnapshotPair(ctx, eb, checker.SnapshotPairConfig{
+		TS: ts, UpstreamDSN: cfg.UpstreamDSN, Downstream: e.db.down, Kill: e.db.kill,
+		Conns: cfg.MaxConnections, QueryTimeout: cfg.QueryTimeout,
+	})
+	held := eb.close()
+	if err != nil {
+		if e.deps.BarrierPassed != nil && errors.Is(err, e.deps.BarrierPassed) {
+			e.count.barrierPassed()
+			return pairPassed(fmt.Errorf("snapshot pair at exactly %d (%s): %w", ts, tso.Format(ts), err))
+		}
+		return fmt.Errorf("snapshot pair at exactly %d (%s): %w", ts, tso.Format(ts), tso.Hint(err))
+	}
+	p.Pause = held
+	r.opened(ctx, p)
+	return nil
+}
+
+// checkNotPassed fails with ErrPairPassed when the applier has applied beyond ts.
+func checkNotPassed(a Applier, ts uint64) error {
+	if applied, _ := a.Watermarks(); applied > ts {
+		return pairPassed(fmt.Errorf("snapshot pair at exactly %d (%s): the fallback has applied %d (%s)",
+			ts, tso.Format(ts), applied, tso.Format(applied)))
+	}
+	return nil
 }
 
 // opened records a new pair.

@@ -95,6 +95,11 @@ type Request struct {
 	// MinTS: the run's first pair is at or after this TSO; the run waits (for the
 	// applier's resolved ts to reach it) before it opens one. 0: no bound.
 	MinTS uint64
+	// AtTS: the run's first pair is at exactly this TSO — a fleet point, where every
+	// member's run reads TiDB at one instant. The applier is held there when it arrives
+	// (the run waits for it); a fallback already applied beyond it refuses the run
+	// (ErrPairPassed, at the trigger or when the pair opens). Not with MinTS. 0: none.
+	AtTS uint64
 	// WholeTables are tables ("schema.table") a scoped run compares whole, as a full
 	// run would (checker.Config.WholeTables; the cutover check's full comparison).
 	WholeTables []string
@@ -326,6 +331,11 @@ func (s *Service) Trigger(ctx context.Context, req Request) (*Started, error) {
 func (s *Service) trigger(ctx context.Context, kind, name string, req Request) (*Started, error) {
 	if err := s.cfg.checkRequest(req); err != nil {
 		return nil, err
+	}
+	if req.AtTS > 0 {
+		if err := checkNotPassed(s.deps.Applier, req.AtTS); err != nil {
+			return nil, err
+		}
 	}
 	select {
 	case <-s.ready:

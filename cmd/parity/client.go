@@ -12,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"sort"
 	"strings"
@@ -24,8 +23,6 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -96,29 +93,10 @@ func (f *clientFlags) dial() (*grpc.ClientConn, parityv1.ParityClient, error) {
 	if f.addr == "" {
 		return nil, nil, usageErr(errors.New("--addr: the daemon's gRPC address is required"))
 	}
-	host, _, err := net.SplitHostPort(f.addr)
+	c := api.ClientConfig{Addr: f.addr, TLSCA: f.tlsCA, TLSCert: f.tlsCert, TLSKey: f.tlsKey, TLSServerName: f.tlsServerName, TokenFile: f.tokenFile}
+	opts, err := c.DialOptions()
 	if err != nil {
-		return nil, nil, usageErr(fmt.Errorf("--addr: want host:port, got %q", f.addr))
-	}
-	var opts []grpc.DialOption
-	if f.useTLS() {
-		cfg, err := api.ClientTLS(f.tlsCA, f.tlsCert, f.tlsKey, f.tlsServerName)
-		if err != nil {
-			return nil, nil, usageErr(fmt.Errorf("--tls-ca/--tls-cert/--tls-key: %w", err))
-		}
-		opts = append(opts, grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
-	} else {
-		opts = append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	}
-	if f.tokenFile != "" {
-		tok, err := readToken(f.tokenFile)
-		if err != nil {
-			return nil, nil, usageErr(err)
-		}
-		if !f.useTLS() && !isLoopbackHost(host) {
-			return nil, nil, usageErr(fmt.Errorf("--token-file: refusing to send a bearer token in clear to %s (not loopback); use TLS (--tls-ca)", f.addr))
-		}
-		opts = append(opts, grpc.WithPerRPCCredentials(bearer{token: tok, tls: f.useTLS()}))
+		return nil, nil, usageErr(fmt.Errorf("--%w", err))
 	}
 	conn, err := grpc.NewClient(f.addr, opts...)
 	if err != nil {
@@ -148,46 +126,6 @@ func printAnswer[M proto.Message](cmd *cobra.Command, f *clientFlags, m M, human
 	}
 	return human(cmd.OutOrStdout(), m)
 }
-
-func isLoopbackHost(host string) bool {
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
-}
-
-// readToken reads the one bearer token a file holds (surrounding space is not part of it).
-func readToken(path string) (string, error) {
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		return "", fmt.Errorf("--token-file: %w", err)
-	}
-	tok := strings.TrimSpace(string(raw))
-	if tok == "" {
-		return "", fmt.Errorf("--token-file %s: the file is empty (want one bearer token)", path)
-	}
-	if strings.ContainsAny(tok, " \t\r\n") {
-		return "", fmt.Errorf("--token-file %s: want one bearer token, found several words or lines", path)
-	}
-	return tok, nil
-}
-
-// bearer presents the token as "authorization: Bearer <token>" on every call.
-type bearer struct {
-	token string
-	tls   bool
-}
-
-var _ credentials.PerRPCCredentials = bearer{}
-
-func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
-	return map[string]string{"authorization": "Bearer " + b.token}, nil
-}
-
-// RequireTransportSecurity is false for a loopback daemon without TLS (dial refuses a
-// token in clear to any other address).
-func (b bearer) RequireTransportSecurity() bool { return b.tls }
 
 // usageErr is a problem with the command line: exit 2.
 func usageErr(err error) error { return &exitError{code: exitNoAnswer, err: err} }

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/tidb-parity/parity/api"
 	parityv1 "github.com/tidb-parity/parity/api/parity/v1"
 	"github.com/tidb-parity/parity/internal/tso"
 )
@@ -291,15 +292,19 @@ func TestClientFlags(t *testing.T) {
 		return p
 	}
 	good, empty, two := write("good", "s3cr3t-token\n"), write("empty", "\n"), write("two", "a\nb\n")
-	if tok, err := readToken(good); err != nil || tok != "s3cr3t-token" {
-		t.Errorf("readToken = %q, %v", tok, err)
+	if tok, err := api.ReadTokenFile(good); err != nil || tok != "s3cr3t-token" {
+		t.Errorf("ReadTokenFile = %q, %v", tok, err)
 	}
 	for _, p := range []string{empty, two, filepath.Join(dir, "none")} {
-		if _, err := readToken(p); err == nil || !strings.Contains(err.Error(), "--token-file") {
-			t.Errorf("readToken(%s) = %v, want an error naming --token-file", p, err)
+		f := clientFlags{addr: "127.0.0.1:1", tokenFile: p}
+		if _, _, err := f.dial(); err == nil || !strings.Contains(err.Error(), "--token-file") {
+			t.Errorf("dial with --token-file %s = %v, want an error naming --token-file", p, err)
 		}
 	}
-	md, _ := bearer{token: "s3cr3t-token"}.GetRequestMetadata(t.Context())
+	if _, _, err := (&clientFlags{addr: "10.1.2.3:1", tokenFile: good}).dial(); err == nil || !strings.Contains(err.Error(), "in clear") {
+		t.Errorf("a token in clear to 10.1.2.3: %v, want it refused", err)
+	}
+	md, _ := api.Bearer{Token: "s3cr3t-token"}.GetRequestMetadata(t.Context())
 	if md["authorization"] != "Bearer s3cr3t-token" {
 		t.Errorf("metadata %v", md)
 	}

@@ -66,6 +66,9 @@ const (
 	ErrorReason_UNAUTHENTICATED ErrorReason = 10
 	// The caller's role does not allow the call (metadata["role"], metadata["needs"]).
 	ErrorReason_PERMISSION_DENIED ErrorReason = 11
+	// A pair was asked for at exactly a TSO (metadata["ts"]) the fallback has already
+	// applied beyond: ask again at a newer TSO.
+	ErrorReason_PAIR_PASSED ErrorReason = 12
 )
 
 // Enum value maps for ErrorReason.
@@ -83,6 +86,7 @@ var (
 		9:  "DIFF_RUNNING",
 		10: "UNAUTHENTICATED",
 		11: "PERMISSION_DENIED",
+		12: "PAIR_PASSED",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED": 0,
@@ -97,6 +101,7 @@ var (
 		"DIFF_RUNNING":             9,
 		"UNAUTHENTICATED":          10,
 		"PERMISSION_DENIED":        11,
+		"PAIR_PASSED":              12,
 	}
 )
 
@@ -1016,6 +1021,186 @@ func (x *VerificationStatus) GetLastError() string {
 	return ""
 }
 
+type GetUpstreamTSORequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetUpstreamTSORequest) Reset() {
+	*x = GetUpstreamTSORequest{}
+	mi := &file_parity_v1_parity_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetUpstreamTSORequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetUpstreamTSORequest) ProtoMessage() {}
+
+func (x *GetUpstreamTSORequest) ProtoReflect() protoreflect.Message {
+	mi := &file_parity_v1_parity_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetUpstreamTSORequest.ProtoReflect.Descriptor instead.
+func (*GetUpstreamTSORequest) Descriptor() ([]byte, []int) {
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{6}
+}
+
+type GetUpstreamTSOResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// TiDB's current TSO, read when the call arrived: the fleet's clock (a fleet point's
+	// T).
+	Ts            uint64                 `protobuf:"varint,1,opt,name=ts,proto3" json:"ts,omitempty"`
+	Time          *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=time,proto3" json:"time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetUpstreamTSOResponse) Reset() {
+	*x = GetUpstreamTSOResponse{}
+	mi := &file_parity_v1_parity_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetUpstreamTSOResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetUpstreamTSOResponse) ProtoMessage() {}
+
+func (x *GetUpstreamTSOResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_parity_v1_parity_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetUpstreamTSOResponse.ProtoReflect.Descriptor instead.
+func (*GetUpstreamTSOResponse) Descriptor() ([]byte, []int) {
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *GetUpstreamTSOResponse) GetTs() uint64 {
+	if x != nil {
+		return x.Ts
+	}
+	return 0
+}
+
+func (x *GetUpstreamTSOResponse) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
+type ListUpstreamTablesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// OPTIONAL. schema.table patterns. Default: verify.tables.
+	Tables        []string `protobuf:"bytes,1,rep,name=tables,proto3" json:"tables,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListUpstreamTablesRequest) Reset() {
+	*x = ListUpstreamTablesRequest{}
+	mi := &file_parity_v1_parity_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListUpstreamTablesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListUpstreamTablesRequest) ProtoMessage() {}
+
+func (x *ListUpstreamTablesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_parity_v1_parity_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListUpstreamTablesRequest.ProtoReflect.Descriptor instead.
+func (*ListUpstreamTablesRequest) Descriptor() ([]byte, []int) {
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *ListUpstreamTablesRequest) GetTables() []string {
+	if x != nil {
+		return x.Tables
+	}
+	return nil
+}
+
+type ListUpstreamTablesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "schema.table", in name order.
+	Tables        []string `protobuf:"bytes,1,rep,name=tables,proto3" json:"tables,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListUpstreamTablesResponse) Reset() {
+	*x = ListUpstreamTablesResponse{}
+	mi := &file_parity_v1_parity_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListUpstreamTablesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListUpstreamTablesResponse) ProtoMessage() {}
+
+func (x *ListUpstreamTablesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_parity_v1_parity_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListUpstreamTablesResponse.ProtoReflect.Descriptor instead.
+func (*ListUpstreamTablesResponse) Descriptor() ([]byte, []int) {
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *ListUpstreamTablesResponse) GetTables() []string {
+	if x != nil {
+		return x.Tables
+	}
+	return nil
+}
+
 type WaitForAppliedRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// REQUIRED. The TSO to wait for.
@@ -1033,7 +1218,7 @@ type WaitForAppliedRequest struct {
 
 func (x *WaitForAppliedRequest) Reset() {
 	*x = WaitForAppliedRequest{}
-	mi := &file_parity_v1_parity_proto_msgTypes[6]
+	mi := &file_parity_v1_parity_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1045,7 +1230,7 @@ func (x *WaitForAppliedRequest) String() string {
 func (*WaitForAppliedRequest) ProtoMessage() {}
 
 func (x *WaitForAppliedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_parity_v1_parity_proto_msgTypes[6]
+	mi := &file_parity_v1_parity_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1058,7 +1243,7 @@ func (x *WaitForAppliedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitForAppliedRequest.ProtoReflect.Descriptor instead.
 func (*WaitForAppliedRequest) Descriptor() ([]byte, []int) {
-	return file_parity_v1_parity_proto_rawDescGZIP(), []int{6}
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *WaitForAppliedRequest) GetTarget() isWaitForAppliedRequest_Target {
@@ -1127,7 +1312,7 @@ type WaitForAppliedResponse struct {
 
 func (x *WaitForAppliedResponse) Reset() {
 	*x = WaitForAppliedResponse{}
-	mi := &file_parity_v1_parity_proto_msgTypes[7]
+	mi := &file_parity_v1_parity_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1139,7 +1324,7 @@ func (x *WaitForAppliedResponse) String() string {
 func (*WaitForAppliedResponse) ProtoMessage() {}
 
 func (x *WaitForAppliedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_parity_v1_parity_proto_msgTypes[7]
+	mi := &file_parity_v1_parity_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1152,7 +1337,7 @@ func (x *WaitForAppliedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitForAppliedResponse.ProtoReflect.Descriptor instead.
 func (*WaitForAppliedResponse) Descriptor() ([]byte, []int) {
-	return file_parity_v1_parity_proto_rawDescGZIP(), []int{7}
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *WaitForAppliedResponse) GetTargetTs() uint64 {
@@ -1194,7 +1379,7 @@ type CreateSnapshotPointRequest struct {
 
 func (x *CreateSnapshotPointRequest) Reset() {
 	*x = CreateSnapshotPointRequest{}
-	mi := &file_parity_v1_parity_proto_msgTypes[8]
+	mi := &file_parity_v1_parity_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1206,7 +1391,7 @@ func (x *CreateSnapshotPointRequest) String() string {
 func (*CreateSnapshotPointRequest) ProtoMessage() {}
 
 func (x *CreateSnapshotPointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_parity_v1_parity_proto_msgTypes[8]
+	mi := &file_parity_v1_parity_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1219,7 +1404,7 @@ func (x *CreateSnapshotPointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSnapshotPointRequest.ProtoReflect.Descriptor instead.
 func (*CreateSnapshotPointRequest) Descriptor() ([]byte, []int) {
-	return file_parity_v1_parity_proto_rawDescGZIP(), []int{8}
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *CreateSnapshotPointRequest) GetAtTs() uint64 {
@@ -1248,7 +1433,7 @@ type SnapshotPoint struct {
 
 func (x *SnapshotPoint) Reset() {
 	*x = SnapshotPoint{}
-	mi := &file_parity_v1_parity_proto_msgTypes[9]
+	mi := &file_parity_v1_parity_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1260,7 +1445,7 @@ func (x *SnapshotPoint) String() string {
 func (*SnapshotPoint) ProtoMessage() {}
 
 func (x *SnapshotPoint) ProtoReflect() protoreflect.Message {
-	mi := &file_parity_v1_parity_proto_msgTypes[9]
+	mi := &file_parity_v1_parity_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1273,7 +1458,7 @@ func (x *SnapshotPoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotPoint.ProtoReflect.Descriptor instead.
 func (*SnapshotPoint) Descriptor() ([]byte, []int) {
-	return file_parity_v1_parity_proto_rawDescGZIP(), []int{9}
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *SnapshotPoint) GetTs() uint64 {
@@ -1367,7 +1552,7 @@ type Diff struct {
 
 func (x *Diff) Reset() {
 	*x = Diff{}
-	mi := &file_parity_v1_parity_proto_msgTypes[10]
+	mi := &file_parity_v1_parity_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1379,7 +1564,7 @@ func (x *Diff) String() string {
 func (*Diff) ProtoMessage() {}
 
 func (x *Diff) ProtoReflect() protoreflect.Message {
-	mi := &file_parity_v1_parity_proto_msgTypes[10]
+	mi := &file_parity_v1_parity_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1392,7 +1577,7 @@ func (x *Diff) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Diff.ProtoReflect.Descriptor instead.
 func (*Diff) Descriptor() ([]byte, []int) {
-	return file_parity_v1_parity_proto_rawDescGZIP(), []int{10}
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Diff) GetName() string {
@@ -1586,7 +1771,7 @@ type TableResult struct {
 
 func (x *TableResult) Reset() {
 	*x = TableResult{}
-	mi := &file_parity_v1_parity_proto_msgTypes[11]
+	mi := &file_parity_v1_parity_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1598,7 +1783,7 @@ func (x *TableResult) String() string {
 func (*TableResult) ProtoMessage() {}
 
 func (x *TableResult) ProtoReflect() protoreflect.Message {
-	mi := &file_parity_v1_parity_proto_msgTypes[11]
+	mi := &file_parity_v1_parity_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1611,7 +1796,7 @@ func (x *TableResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TableResult.ProtoReflect.Descriptor instead.
 func (*TableResult) Descriptor() ([]byte, []int) {
-	return file_parity_v1_parity_proto_rawDescGZIP(), []int{11}
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *TableResult) GetTable() string {
@@ -1715,7 +1900,7 @@ type DiffProgress struct {
 
 func (x *DiffProgress) Reset() {
 	*x = DiffProgress{}
-	mi := &file_parity_v1_parity_proto_msgTypes[12]
+	mi := &file_parity_v1_parity_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1727,7 +1912,7 @@ func (x *DiffProgress) String() string {
 func (*DiffProgress) ProtoMessage() {}
 
 func (x *DiffProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_parity_v1_parity_proto_msgTypes[12]
+	mi := &file_parity_v1_parity_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1740,7 +1925,7 @@ func (x *DiffProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiffProgress.ProtoReflect.Descriptor instead.
 func (*DiffProgress) Descriptor() ([]byte, []int) {
-	return file_parity_v1_parity_proto_rawDescGZIP(), []int{12}
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *DiffProgress) GetTablesDone() int32 {
@@ -1836,7 +2021,7 @@ type StartDiffRequest struct {
 
 func (x *StartDiffRequest) Reset() {
 	*x = StartDiffRequest{}
-	mi := &file_parity_v1_parity_proto_msgTypes[13]
+	mi := &file_parity_v1_parity_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1848,7 +2033,7 @@ func (x *StartDiffRequest) String() string {
 func (*StartDiffRequest) ProtoMessage() {}
 
 func (x *StartDiffRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_parity_v1_parity_proto_msgTypes[13]
+	mi := &file_parity_v1_parity_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1861,7 +2046,7 @@ func (x *StartDiffRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartDiffRequest.ProtoReflect.Descriptor instead.
 func (*StartDiffRequest) Descriptor() ([]byte, []int) {
-	return file_parity_v1_parity_proto_rawDescGZIP(), []int{13}
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *StartDiffRequest) GetScope() string {
@@ -1901,14 +2086,20 @@ type SnapshotPolicy struct {
 	MaxViewAge *durationpb.Duration `protobuf:"bytes,1,opt,name=max_view_age,json=maxViewAge,proto3" json:"max_view_age,omitempty"`
 	// OPTIONAL. The first pair is taken at or after this TSO (the call does not wait for
 	// it; the run does). Default: the global resolved ts when the run starts.
-	MinTs         uint64 `protobuf:"varint,2,opt,name=min_ts,json=minTs,proto3" json:"min_ts,omitempty"`
+	MinTs uint64 `protobuf:"varint,2,opt,name=min_ts,json=minTs,proto3" json:"min_ts,omitempty"`
+	// OPTIONAL. The first pair is taken at exactly this TSO (a fleet point: every member
+	// reads TiDB at one instant). The applier is held there when it arrives (the run
+	// waits for it); a fallback already applied beyond it refuses with ABORTED, reason
+	// PAIR_PASSED (at the call, or as the run's error): ask again at a newer TSO. Not
+	// with min_ts.
+	AtTs          uint64 `protobuf:"varint,3,opt,name=at_ts,json=atTs,proto3" json:"at_ts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SnapshotPolicy) Reset() {
 	*x = SnapshotPolicy{}
-	mi := &file_parity_v1_parity_proto_msgTypes[14]
+	mi := &file_parity_v1_parity_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1920,7 +2111,7 @@ func (x *SnapshotPolicy) String() string {
 func (*SnapshotPolicy) ProtoMessage() {}
 
 func (x *SnapshotPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_parity_v1_parity_proto_msgTypes[14]
+	mi := &file_parity_v1_parity_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1933,7 +2124,7 @@ func (x *SnapshotPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotPolicy.ProtoReflect.Descriptor instead.
 func (*SnapshotPolicy) Descriptor() ([]byte, []int) {
-	return file_parity_v1_parity_proto_rawDescGZIP(), []int{14}
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SnapshotPolicy) GetMaxViewAge() *durationpb.Duration {
@@ -1950,6 +2141,13 @@ func (x *SnapshotPolicy) GetMinTs() uint64 {
 	return 0
 }
 
+func (x *SnapshotPolicy) GetAtTs() uint64 {
+	if x != nil {
+		return x.AtTs
+	}
+	return 0
+}
+
 // DiffOptions tune a run within the daemon's own limits.
 type DiffOptions struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1962,7 +2160,7 @@ type DiffOptions struct {
 
 func (x *DiffOptions) Reset() {
 	*x = DiffOptions{}
-	mi := &file_parity_v1_parity_proto_msgTypes[15]
+	mi := &file_parity_v1_parity_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1974,7 +2172,7 @@ func (x *DiffOptions) String() string {
 func (*DiffOptions) ProtoMessage() {}
 
 func (x *DiffOptions) ProtoReflect() protoreflect.Message {
-	mi := &file_parity_v1_parity_proto_msgTypes[15]
+	mi := &file_parity_v1_parity_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1987,7 +2185,7 @@ func (x *DiffOptions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiffOptions.ProtoReflect.Descriptor instead.
 func (*DiffOptions) Descriptor() ([]byte, []int) {
-	return file_parity_v1_parity_proto_rawDescGZIP(), []int{15}
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *DiffOptions) GetMaxRowsPerSecond() int64 {
@@ -2007,7 +2205,7 @@ type GetDiffRequest struct {
 
 func (x *GetDiffRequest) Reset() {
 	*x = GetDiffRequest{}
-	mi := &file_parity_v1_parity_proto_msgTypes[16]
+	mi := &file_parity_v1_parity_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2019,7 +2217,7 @@ func (x *GetDiffRequest) String() string {
 func (*GetDiffRequest) ProtoMessage() {}
 
 func (x *GetDiffRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_parity_v1_parity_proto_msgTypes[16]
+	mi := &file_parity_v1_parity_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2032,7 +2230,7 @@ func (x *GetDiffRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetDiffRequest.ProtoReflect.Descriptor instead.
 func (*GetDiffRequest) Descriptor() ([]byte, []int) {
-	return file_parity_v1_parity_proto_rawDescGZIP(), []int{16}
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GetDiffRequest) GetName() string {
@@ -2054,7 +2252,7 @@ type WatchDiffRequest struct {
 
 func (x *WatchDiffRequest) Reset() {
 	*x = WatchDiffRequest{}
-	mi := &file_parity_v1_parity_proto_msgTypes[17]
+	mi := &file_parity_v1_parity_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2066,7 +2264,7 @@ func (x *WatchDiffRequest) String() string {
 func (*WatchDiffRequest) ProtoMessage() {}
 
 func (x *WatchDiffRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_parity_v1_parity_proto_msgTypes[17]
+	mi := &file_parity_v1_parity_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2079,7 +2277,7 @@ func (x *WatchDiffRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchDiffRequest.ProtoReflect.Descriptor instead.
 func (*WatchDiffRequest) Descriptor() ([]byte, []int) {
-	return file_parity_v1_parity_proto_rawDescGZIP(), []int{17}
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *WatchDiffRequest) GetName() string {
@@ -2106,7 +2304,7 @@ type CancelDiffRequest struct {
 
 func (x *CancelDiffRequest) Reset() {
 	*x = CancelDiffRequest{}
-	mi := &file_parity_v1_parity_proto_msgTypes[18]
+	mi := &file_parity_v1_parity_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2118,7 +2316,7 @@ func (x *CancelDiffRequest) String() string {
 func (*CancelDiffRequest) ProtoMessage() {}
 
 func (x *CancelDiffRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_parity_v1_parity_proto_msgTypes[18]
+	mi := &file_parity_v1_parity_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2131,7 +2329,7 @@ func (x *CancelDiffRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelDiffRequest.ProtoReflect.Descriptor instead.
 func (*CancelDiffRequest) Descriptor() ([]byte, []int) {
-	return file_parity_v1_parity_proto_rawDescGZIP(), []int{18}
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *CancelDiffRequest) GetName() string {
@@ -2161,7 +2359,7 @@ type ListDiffsRequest struct {
 
 func (x *ListDiffsRequest) Reset() {
 	*x = ListDiffsRequest{}
-	mi := &file_parity_v1_parity_proto_msgTypes[19]
+	mi := &file_parity_v1_parity_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2173,7 +2371,7 @@ func (x *ListDiffsRequest) String() string {
 func (*ListDiffsRequest) ProtoMessage() {}
 
 func (x *ListDiffsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_parity_v1_parity_proto_msgTypes[19]
+	mi := &file_parity_v1_parity_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2186,7 +2384,7 @@ func (x *ListDiffsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDiffsRequest.ProtoReflect.Descriptor instead.
 func (*ListDiffsRequest) Descriptor() ([]byte, []int) {
-	return file_parity_v1_parity_proto_rawDescGZIP(), []int{19}
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListDiffsRequest) GetPageSize() int32 {
@@ -2242,7 +2440,7 @@ type ListDiffsResponse struct {
 
 func (x *ListDiffsResponse) Reset() {
 	*x = ListDiffsResponse{}
-	mi := &file_parity_v1_parity_proto_msgTypes[20]
+	mi := &file_parity_v1_parity_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2254,7 +2452,7 @@ func (x *ListDiffsResponse) String() string {
 func (*ListDiffsResponse) ProtoMessage() {}
 
 func (x *ListDiffsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_parity_v1_parity_proto_msgTypes[20]
+	mi := &file_parity_v1_parity_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2267,7 +2465,7 @@ func (x *ListDiffsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDiffsResponse.ProtoReflect.Descriptor instead.
 func (*ListDiffsResponse) Descriptor() ([]byte, []int) {
-	return file_parity_v1_parity_proto_rawDescGZIP(), []int{20}
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListDiffsResponse) GetDiffs() []*Diff {
@@ -2306,7 +2504,7 @@ type Difference struct {
 
 func (x *Difference) Reset() {
 	*x = Difference{}
-	mi := &file_parity_v1_parity_proto_msgTypes[21]
+	mi := &file_parity_v1_parity_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2318,7 +2516,7 @@ func (x *Difference) String() string {
 func (*Difference) ProtoMessage() {}
 
 func (x *Difference) ProtoReflect() protoreflect.Message {
-	mi := &file_parity_v1_parity_proto_msgTypes[21]
+	mi := &file_parity_v1_parity_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2331,7 +2529,7 @@ func (x *Difference) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Difference.ProtoReflect.Descriptor instead.
 func (*Difference) Descriptor() ([]byte, []int) {
-	return file_parity_v1_parity_proto_rawDescGZIP(), []int{21}
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Difference) GetTable() string {
@@ -2403,7 +2601,7 @@ type ListDifferencesRequest struct {
 
 func (x *ListDifferencesRequest) Reset() {
 	*x = ListDifferencesRequest{}
-	mi := &file_parity_v1_parity_proto_msgTypes[22]
+	mi := &file_parity_v1_parity_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2415,7 +2613,7 @@ func (x *ListDifferencesRequest) String() string {
 func (*ListDifferencesRequest) ProtoMessage() {}
 
 func (x *ListDifferencesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_parity_v1_parity_proto_msgTypes[22]
+	mi := &file_parity_v1_parity_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2428,7 +2626,7 @@ func (x *ListDifferencesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDifferencesRequest.ProtoReflect.Descriptor instead.
 func (*ListDifferencesRequest) Descriptor() ([]byte, []int) {
-	return file_parity_v1_parity_proto_rawDescGZIP(), []int{22}
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListDifferencesRequest) GetParent() string {
@@ -2485,7 +2683,7 @@ type ListDifferencesResponse struct {
 
 func (x *ListDifferencesResponse) Reset() {
 	*x = ListDifferencesResponse{}
-	mi := &file_parity_v1_parity_proto_msgTypes[23]
+	mi := &file_parity_v1_parity_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2497,7 +2695,7 @@ func (x *ListDifferencesResponse) String() string {
 func (*ListDifferencesResponse) ProtoMessage() {}
 
 func (x *ListDifferencesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_parity_v1_parity_proto_msgTypes[23]
+	mi := &file_parity_v1_parity_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2510,7 +2708,7 @@ func (x *ListDifferencesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDifferencesResponse.ProtoReflect.Descriptor instead.
 func (*ListDifferencesResponse) Descriptor() ([]byte, []int) {
-	return file_parity_v1_parity_proto_rawDescGZIP(), []int{23}
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListDifferencesResponse) GetDifferences() []*Difference {
@@ -2546,7 +2744,7 @@ type GetFixSQLRequest struct {
 
 func (x *GetFixSQLRequest) Reset() {
 	*x = GetFixSQLRequest{}
-	mi := &file_parity_v1_parity_proto_msgTypes[24]
+	mi := &file_parity_v1_parity_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2558,7 +2756,7 @@ func (x *GetFixSQLRequest) String() string {
 func (*GetFixSQLRequest) ProtoMessage() {}
 
 func (x *GetFixSQLRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_parity_v1_parity_proto_msgTypes[24]
+	mi := &file_parity_v1_parity_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2571,7 +2769,7 @@ func (x *GetFixSQLRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFixSQLRequest.ProtoReflect.Descriptor instead.
 func (*GetFixSQLRequest) Descriptor() ([]byte, []int) {
-	return file_parity_v1_parity_proto_rawDescGZIP(), []int{24}
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *GetFixSQLRequest) GetParent() string {
@@ -2601,7 +2799,7 @@ type FixSQLChunk struct {
 
 func (x *FixSQLChunk) Reset() {
 	*x = FixSQLChunk{}
-	mi := &file_parity_v1_parity_proto_msgTypes[25]
+	mi := &file_parity_v1_parity_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2613,7 +2811,7 @@ func (x *FixSQLChunk) String() string {
 func (*FixSQLChunk) ProtoMessage() {}
 
 func (x *FixSQLChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_parity_v1_parity_proto_msgTypes[25]
+	mi := &file_parity_v1_parity_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2626,7 +2824,7 @@ func (x *FixSQLChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FixSQLChunk.ProtoReflect.Descriptor instead.
 func (*FixSQLChunk) Descriptor() ([]byte, []int) {
-	return file_parity_v1_parity_proto_rawDescGZIP(), []int{25}
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *FixSQLChunk) GetTable() string {
@@ -2658,7 +2856,7 @@ type RepairRequest struct {
 
 func (x *RepairRequest) Reset() {
 	*x = RepairRequest{}
-	mi := &file_parity_v1_parity_proto_msgTypes[26]
+	mi := &file_parity_v1_parity_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2670,7 +2868,7 @@ func (x *RepairRequest) String() string {
 func (*RepairRequest) ProtoMessage() {}
 
 func (x *RepairRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_parity_v1_parity_proto_msgTypes[26]
+	mi := &file_parity_v1_parity_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2683,7 +2881,7 @@ func (x *RepairRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RepairRequest.ProtoReflect.Descriptor instead.
 func (*RepairRequest) Descriptor() ([]byte, []int) {
-	return file_parity_v1_parity_proto_rawDescGZIP(), []int{26}
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *RepairRequest) GetDiff() string {
@@ -2731,7 +2929,7 @@ type RepairResponse struct {
 
 func (x *RepairResponse) Reset() {
 	*x = RepairResponse{}
-	mi := &file_parity_v1_parity_proto_msgTypes[27]
+	mi := &file_parity_v1_parity_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2743,7 +2941,7 @@ func (x *RepairResponse) String() string {
 func (*RepairResponse) ProtoMessage() {}
 
 func (x *RepairResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_parity_v1_parity_proto_msgTypes[27]
+	mi := &file_parity_v1_parity_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2756,7 +2954,7 @@ func (x *RepairResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RepairResponse.ProtoReflect.Descriptor instead.
 func (*RepairResponse) Descriptor() ([]byte, []int) {
-	return file_parity_v1_parity_proto_rawDescGZIP(), []int{27}
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RepairResponse) GetRepairId() string {
@@ -2845,7 +3043,7 @@ type RepairedKey struct {
 
 func (x *RepairedKey) Reset() {
 	*x = RepairedKey{}
-	mi := &file_parity_v1_parity_proto_msgTypes[28]
+	mi := &file_parity_v1_parity_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2857,7 +3055,7 @@ func (x *RepairedKey) String() string {
 func (*RepairedKey) ProtoMessage() {}
 
 func (x *RepairedKey) ProtoReflect() protoreflect.Message {
-	mi := &file_parity_v1_parity_proto_msgTypes[28]
+	mi := &file_parity_v1_parity_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2870,7 +3068,7 @@ func (x *RepairedKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RepairedKey.ProtoReflect.Descriptor instead.
 func (*RepairedKey) Descriptor() ([]byte, []int) {
-	return file_parity_v1_parity_proto_rawDescGZIP(), []int{28}
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RepairedKey) GetTable() string {
@@ -2928,15 +3126,20 @@ type CutoverCheckRequest struct {
 	// full_tables (schema.table patterns) match: such a table needs no earlier clean full
 	// run and no watched window, at the cost of a full comparison. The way out of
 	// bypass-unwatched when bypass detection was off or had a gap. Default: none.
-	Full          bool     `protobuf:"varint,6,opt,name=full,proto3" json:"full,omitempty"`
-	FullTables    []string `protobuf:"bytes,7,rep,name=full_tables,json=fullTables,proto3" json:"full_tables,omitempty"`
+	Full       bool     `protobuf:"varint,6,opt,name=full,proto3" json:"full,omitempty"`
+	FullTables []string `protobuf:"bytes,7,rep,name=full_tables,json=fullTables,proto3" json:"full_tables,omitempty"`
+	// OPTIONAL. Take the pair at exactly upstream_ts (with now, the TSO read) instead of
+	// at or after it: a fleet's one T. The applier is held there when it arrives, within
+	// the call's deadline; a fallback already applied beyond it refuses with ABORTED,
+	// reason PAIR_PASSED. Default: false.
+	ExactPair     bool `protobuf:"varint,8,opt,name=exact_pair,json=exactPair,proto3" json:"exact_pair,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CutoverCheckRequest) Reset() {
 	*x = CutoverCheckRequest{}
-	mi := &file_parity_v1_parity_proto_msgTypes[29]
+	mi := &file_parity_v1_parity_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2948,7 +3151,7 @@ func (x *CutoverCheckRequest) String() string {
 func (*CutoverCheckRequest) ProtoMessage() {}
 
 func (x *CutoverCheckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_parity_v1_parity_proto_msgTypes[29]
+	mi := &file_parity_v1_parity_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2961,7 +3164,7 @@ func (x *CutoverCheckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CutoverCheckRequest.ProtoReflect.Descriptor instead.
 func (*CutoverCheckRequest) Descriptor() ([]byte, []int) {
-	return file_parity_v1_parity_proto_rawDescGZIP(), []int{29}
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *CutoverCheckRequest) GetUpstream() isCutoverCheckRequest_Upstream {
@@ -3024,6 +3227,13 @@ func (x *CutoverCheckRequest) GetFullTables() []string {
 	return nil
 }
 
+func (x *CutoverCheckRequest) GetExactPair() bool {
+	if x != nil {
+		return x.ExactPair
+	}
+	return false
+}
+
 type isCutoverCheckRequest_Upstream interface {
 	isCutoverCheckRequest_Upstream()
 }
@@ -3077,7 +3287,7 @@ type CutoverCheckResponse struct {
 
 func (x *CutoverCheckResponse) Reset() {
 	*x = CutoverCheckResponse{}
-	mi := &file_parity_v1_parity_proto_msgTypes[30]
+	mi := &file_parity_v1_parity_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3089,7 +3299,7 @@ func (x *CutoverCheckResponse) String() string {
 func (*CutoverCheckResponse) ProtoMessage() {}
 
 func (x *CutoverCheckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_parity_v1_parity_proto_msgTypes[30]
+	mi := &file_parity_v1_parity_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3102,7 +3312,7 @@ func (x *CutoverCheckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CutoverCheckResponse.ProtoReflect.Descriptor instead.
 func (*CutoverCheckResponse) Descriptor() ([]byte, []int) {
-	return file_parity_v1_parity_proto_rawDescGZIP(), []int{30}
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *CutoverCheckResponse) GetPassed() bool {
@@ -3230,7 +3440,7 @@ type CutoverTable struct {
 
 func (x *CutoverTable) Reset() {
 	*x = CutoverTable{}
-	mi := &file_parity_v1_parity_proto_msgTypes[31]
+	mi := &file_parity_v1_parity_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3242,7 +3452,7 @@ func (x *CutoverTable) String() string {
 func (*CutoverTable) ProtoMessage() {}
 
 func (x *CutoverTable) ProtoReflect() protoreflect.Message {
-	mi := &file_parity_v1_parity_proto_msgTypes[31]
+	mi := &file_parity_v1_parity_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3255,7 +3465,7 @@ func (x *CutoverTable) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CutoverTable.ProtoReflect.Descriptor instead.
 func (*CutoverTable) Descriptor() ([]byte, []int) {
-	return file_parity_v1_parity_proto_rawDescGZIP(), []int{31}
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *CutoverTable) GetTable() string {
@@ -3444,7 +3654,15 @@ const file_parity_v1_parity_proto_rawDesc = "" +
 	"\arunning\x18\a \x03(\v2\x0f.parity.v1.DiffR\arunning\x12,\n" +
 	"\tlast_diff\x18\b \x01(\v2\x0f.parity.v1.DiffR\blastDiff\x12\x1d\n" +
 	"\n" +
-	"last_error\x18\t \x01(\tR\tlastError\"|\n" +
+	"last_error\x18\t \x01(\tR\tlastError\"\x17\n" +
+	"\x15GetUpstreamTSORequest\"X\n" +
+	"\x16GetUpstreamTSOResponse\x12\x0e\n" +
+	"\x02ts\x18\x01 \x01(\x04R\x02ts\x12.\n" +
+	"\x04time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"3\n" +
+	"\x19ListUpstreamTablesRequest\x12\x16\n" +
+	"\x06tables\x18\x01 \x03(\tR\x06tables\"4\n" +
+	"\x1aListUpstreamTablesResponse\x12\x16\n" +
+	"\x06tables\x18\x01 \x03(\tR\x06tables\"|\n" +
 	"\x15WaitForAppliedRequest\x12\x10\n" +
 	"\x02ts\x18\x01 \x01(\x04H\x00R\x02ts\x12\x12\n" +
 	"\x03now\x18\x02 \x01(\bH\x00R\x03now\x123\n" +
@@ -3531,11 +3749,12 @@ const file_parity_v1_parity_proto_rawDesc = "" +
 	"\x05scope\x18\x01 \x01(\tR\x05scope\x12\x16\n" +
 	"\x06tables\x18\x02 \x03(\tR\x06tables\x12B\n" +
 	"\x0fsnapshot_policy\x18\x03 \x01(\v2\x19.parity.v1.SnapshotPolicyR\x0esnapshotPolicy\x120\n" +
-	"\aoptions\x18\x04 \x01(\v2\x16.parity.v1.DiffOptionsR\aoptions\"d\n" +
+	"\aoptions\x18\x04 \x01(\v2\x16.parity.v1.DiffOptionsR\aoptions\"y\n" +
 	"\x0eSnapshotPolicy\x12;\n" +
 	"\fmax_view_age\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\n" +
 	"maxViewAge\x12\x15\n" +
-	"\x06min_ts\x18\x02 \x01(\x04R\x05minTs\"<\n" +
+	"\x06min_ts\x18\x02 \x01(\x04R\x05minTs\x12\x13\n" +
+	"\x05at_ts\x18\x03 \x01(\x04R\x04atTs\"<\n" +
 	"\vDiffOptions\x12-\n" +
 	"\x13max_rows_per_second\x18\x01 \x01(\x03R\x10maxRowsPerSecond\"$\n" +
 	"\x0eGetDiffRequest\x12\x12\n" +
@@ -3607,7 +3826,7 @@ const file_parity_v1_parity_proto_rawDesc = "" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x16\n" +
 	"\x06action\x18\x03 \x01(\tR\x06action\x12\x0e\n" +
 	"\x02ts\x18\x04 \x01(\x04R\x02ts\x12\x16\n" +
-	"\x06reason\x18\x05 \x01(\tR\x06reason\"\xa9\x02\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\"\xc8\x02\n" +
 	"\x13CutoverCheckRequest\x12!\n" +
 	"\vupstream_ts\x18\x01 \x01(\x04H\x00R\n" +
 	"upstreamTs\x12\x12\n" +
@@ -3617,7 +3836,9 @@ const file_parity_v1_parity_proto_rawDesc = "" +
 	"\fwait_timeout\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\vwaitTimeout\x12\x12\n" +
 	"\x04full\x18\x06 \x01(\bR\x04full\x12\x1f\n" +
 	"\vfull_tables\x18\a \x03(\tR\n" +
-	"fullTablesB\n" +
+	"fullTables\x12\x1d\n" +
+	"\n" +
+	"exact_pair\x18\b \x01(\bR\texactPairB\n" +
 	"\n" +
 	"\bupstream\"\xdb\x04\n" +
 	"\x14CutoverCheckResponse\x12\x16\n" +
@@ -3660,7 +3881,7 @@ const file_parity_v1_parity_proto_rawDesc = "" +
 	"\vbypass_keys\x18\x10 \x01(\x03R\n" +
 	"bypassKeys\x12\x1d\n" +
 	"\n" +
-	"bypass_ddl\x18\x11 \x03(\tR\tbypassDdl*\x8d\x02\n" +
+	"bypass_ddl\x18\x11 \x03(\tR\tbypassDdl*\x9e\x02\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10INVALID_ARGUMENT\x10\x01\x12\x12\n" +
@@ -3674,7 +3895,8 @@ const file_parity_v1_parity_proto_rawDesc = "" +
 	"\fDIFF_RUNNING\x10\t\x12\x13\n" +
 	"\x0fUNAUTHENTICATED\x10\n" +
 	"\x12\x15\n" +
-	"\x11PERMISSION_DENIED\x10\v*\xb4\x01\n" +
+	"\x11PERMISSION_DENIED\x10\v\x12\x0f\n" +
+	"\vPAIR_PASSED\x10\f*\xb4\x01\n" +
 	"\fApplierState\x12\x1d\n" +
 	"\x19APPLIER_STATE_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16APPLIER_STATE_STARTING\x10\x01\x12\x19\n" +
@@ -3706,11 +3928,13 @@ const file_parity_v1_parity_proto_rawDesc = "" +
 	"\x1bDIFFERENCE_KIND_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17DIFFERENCE_KIND_MISSING\x10\x01\x12\x19\n" +
 	"\x15DIFFERENCE_KIND_EXTRA\x10\x02\x12\x1d\n" +
-	"\x19DIFFERENCE_KIND_DIFFERING\x10\x032\x99\a\n" +
+	"\x19DIFFERENCE_KIND_DIFFERING\x10\x032\xd3\b\n" +
 	"\x06Parity\x12;\n" +
 	"\tGetStatus\x12\x1b.parity.v1.GetStatusRequest\x1a\x11.parity.v1.Status\x12A\n" +
 	"\vWatchStatus\x12\x1d.parity.v1.WatchStatusRequest\x1a\x11.parity.v1.Status0\x01\x12U\n" +
-	"\x0eWaitForApplied\x12 .parity.v1.WaitForAppliedRequest\x1a!.parity.v1.WaitForAppliedResponse\x12V\n" +
+	"\x0eWaitForApplied\x12 .parity.v1.WaitForAppliedRequest\x1a!.parity.v1.WaitForAppliedResponse\x12U\n" +
+	"\x0eGetUpstreamTSO\x12 .parity.v1.GetUpstreamTSORequest\x1a!.parity.v1.GetUpstreamTSOResponse\x12a\n" +
+	"\x12ListUpstreamTables\x12$.parity.v1.ListUpstreamTablesRequest\x1a%.parity.v1.ListUpstreamTablesResponse\x12V\n" +
 	"\x13CreateSnapshotPoint\x12%.parity.v1.CreateSnapshotPointRequest\x1a\x18.parity.v1.SnapshotPoint\x129\n" +
 	"\tStartDiff\x12\x1b.parity.v1.StartDiffRequest\x1a\x0f.parity.v1.Diff\x125\n" +
 	"\aGetDiff\x12\x19.parity.v1.GetDiffRequest\x1a\x0f.parity.v1.Diff\x12;\n" +
@@ -3736,7 +3960,7 @@ func file_parity_v1_parity_proto_rawDescGZIP() []byte {
 }
 
 var file_parity_v1_parity_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_parity_v1_parity_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
+var file_parity_v1_parity_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
 var file_parity_v1_parity_proto_goTypes = []any{
 	(ErrorReason)(0),                   // 0: parity.v1.ErrorReason
 	(ApplierState)(0),                  // 1: parity.v1.ApplierState
@@ -3750,125 +3974,134 @@ var file_parity_v1_parity_proto_goTypes = []any{
 	(*HAStatus)(nil),                   // 9: parity.v1.HAStatus
 	(*PartitionStatus)(nil),            // 10: parity.v1.PartitionStatus
 	(*VerificationStatus)(nil),         // 11: parity.v1.VerificationStatus
-	(*WaitForAppliedRequest)(nil),      // 12: parity.v1.WaitForAppliedRequest
-	(*WaitForAppliedResponse)(nil),     // 13: parity.v1.WaitForAppliedResponse
-	(*CreateSnapshotPointRequest)(nil), // 14: parity.v1.CreateSnapshotPointRequest
-	(*SnapshotPoint)(nil),              // 15: parity.v1.SnapshotPoint
-	(*Diff)(nil),                       // 16: parity.v1.Diff
-	(*TableResult)(nil),                // 17: parity.v1.TableResult
-	(*DiffProgress)(nil),               // 18: parity.v1.DiffProgress
-	(*StartDiffRequest)(nil),           // 19: parity.v1.StartDiffRequest
-	(*SnapshotPolicy)(nil),             // 20: parity.v1.SnapshotPolicy
-	(*DiffOptions)(nil),                // 21: parity.v1.DiffOptions
-	(*GetDiffRequest)(nil),             // 22: parity.v1.GetDiffRequest
-	(*WatchDiffRequest)(nil),           // 23: parity.v1.WatchDiffRequest
-	(*CancelDiffRequest)(nil),          // 24: parity.v1.CancelDiffRequest
-	(*ListDiffsRequest)(nil),           // 25: parity.v1.ListDiffsRequest
-	(*ListDiffsResponse)(nil),          // 26: parity.v1.ListDiffsResponse
-	(*Difference)(nil),                 // 27: parity.v1.Difference
-	(*ListDifferencesRequest)(nil),     // 28: parity.v1.ListDifferencesRequest
-	(*ListDifferencesResponse)(nil),    // 29: parity.v1.ListDifferencesResponse
-	(*GetFixSQLRequest)(nil),           // 30: parity.v1.GetFixSQLRequest
-	(*FixSQLChunk)(nil),                // 31: parity.v1.FixSQLChunk
-	(*RepairRequest)(nil),              // 32: parity.v1.RepairRequest
-	(*RepairResponse)(nil),             // 33: parity.v1.RepairResponse
-	(*RepairedKey)(nil),                // 34: parity.v1.RepairedKey
-	(*CutoverCheckRequest)(nil),        // 35: parity.v1.CutoverCheckRequest
-	(*CutoverCheckResponse)(nil),       // 36: parity.v1.CutoverCheckResponse
-	(*CutoverTable)(nil),               // 37: parity.v1.CutoverTable
-	nil,                                // 38: parity.v1.Diff.DifferencesByClassEntry
-	nil,                                // 39: parity.v1.CutoverCheckResponse.DifferencesByClassEntry
-	(*durationpb.Duration)(nil),        // 40: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),      // 41: google.protobuf.Timestamp
+	(*GetUpstreamTSORequest)(nil),      // 12: parity.v1.GetUpstreamTSORequest
+	(*GetUpstreamTSOResponse)(nil),     // 13: parity.v1.GetUpstreamTSOResponse
+	(*ListUpstreamTablesRequest)(nil),  // 14: parity.v1.ListUpstreamTablesRequest
+	(*ListUpstreamTablesResponse)(nil), // 15: parity.v1.ListUpstreamTablesResponse
+	(*WaitForAppliedRequest)(nil),      // 16: parity.v1.WaitForAppliedRequest
+	(*WaitForAppliedResponse)(nil),     // 17: parity.v1.WaitForAppliedResponse
+	(*CreateSnapshotPointRequest)(nil), // 18: parity.v1.CreateSnapshotPointRequest
+	(*SnapshotPoint)(nil),              // 19: parity.v1.SnapshotPoint
+	(*Diff)(nil),                       // 20: parity.v1.Diff
+	(*TableResult)(nil),                // 21: parity.v1.TableResult
+	(*DiffProgress)(nil),               // 22: parity.v1.DiffProgress
+	(*StartDiffRequest)(nil),           // 23: parity.v1.StartDiffRequest
+	(*SnapshotPolicy)(nil),             // 24: parity.v1.SnapshotPolicy
+	(*DiffOptions)(nil),                // 25: parity.v1.DiffOptions
+	(*GetDiffRequest)(nil),             // 26: parity.v1.GetDiffRequest
+	(*WatchDiffRequest)(nil),           // 27: parity.v1.WatchDiffRequest
+	(*CancelDiffRequest)(nil),          // 28: parity.v1.CancelDiffRequest
+	(*ListDiffsRequest)(nil),           // 29: parity.v1.ListDiffsRequest
+	(*ListDiffsResponse)(nil),          // 30: parity.v1.ListDiffsResponse
+	(*Difference)(nil),                 // 31: parity.v1.Difference
+	(*ListDifferencesRequest)(nil),     // 32: parity.v1.ListDifferencesRequest
+	(*ListDifferencesResponse)(nil),    // 33: parity.v1.ListDifferencesResponse
+	(*GetFixSQLRequest)(nil),           // 34: parity.v1.GetFixSQLRequest
+	(*FixSQLChunk)(nil),                // 35: parity.v1.FixSQLChunk
+	(*RepairRequest)(nil),              // 36: parity.v1.RepairRequest
+	(*RepairResponse)(nil),             // 37: parity.v1.RepairResponse
+	(*RepairedKey)(nil),                // 38: parity.v1.RepairedKey
+	(*CutoverCheckRequest)(nil),        // 39: parity.v1.CutoverCheckRequest
+	(*CutoverCheckResponse)(nil),       // 40: parity.v1.CutoverCheckResponse
+	(*CutoverTable)(nil),               // 41: parity.v1.CutoverTable
+	nil,                                // 42: parity.v1.Diff.DifferencesByClassEntry
+	nil,                                // 43: parity.v1.CutoverCheckResponse.DifferencesByClassEntry
+	(*durationpb.Duration)(nil),        // 44: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),      // 45: google.protobuf.Timestamp
 }
 var file_parity_v1_parity_proto_depIdxs = []int32{
-	40, // 0: parity.v1.WatchStatusRequest.interval:type_name -> google.protobuf.Duration
+	44, // 0: parity.v1.WatchStatusRequest.interval:type_name -> google.protobuf.Duration
 	1,  // 1: parity.v1.Status.applier_state:type_name -> parity.v1.ApplierState
-	41, // 2: parity.v1.Status.applied_time:type_name -> google.protobuf.Timestamp
-	41, // 3: parity.v1.Status.resolved_time:type_name -> google.protobuf.Timestamp
+	45, // 2: parity.v1.Status.applied_time:type_name -> google.protobuf.Timestamp
+	45, // 3: parity.v1.Status.resolved_time:type_name -> google.protobuf.Timestamp
 	10, // 4: parity.v1.Status.partitions:type_name -> parity.v1.PartitionStatus
 	11, // 5: parity.v1.Status.verification:type_name -> parity.v1.VerificationStatus
-	41, // 6: parity.v1.Status.update_time:type_name -> google.protobuf.Timestamp
+	45, // 6: parity.v1.Status.update_time:type_name -> google.protobuf.Timestamp
 	9,  // 7: parity.v1.Status.ha:type_name -> parity.v1.HAStatus
 	2,  // 8: parity.v1.HAStatus.role:type_name -> parity.v1.HARole
-	40, // 9: parity.v1.HAStatus.lease_expires_in:type_name -> google.protobuf.Duration
-	41, // 10: parity.v1.HAStatus.active_since:type_name -> google.protobuf.Timestamp
-	41, // 11: parity.v1.VerificationStatus.covered_time:type_name -> google.protobuf.Timestamp
-	40, // 12: parity.v1.VerificationStatus.freshness:type_name -> google.protobuf.Duration
-	16, // 13: parity.v1.VerificationStatus.running:type_name -> parity.v1.Diff
-	16, // 14: parity.v1.VerificationStatus.last_diff:type_name -> parity.v1.Diff
-	40, // 15: parity.v1.WaitForAppliedRequest.timeout:type_name -> google.protobuf.Duration
-	41, // 16: parity.v1.WaitForAppliedResponse.applied_time:type_name -> google.protobuf.Timestamp
-	40, // 17: parity.v1.WaitForAppliedResponse.waited:type_name -> google.protobuf.Duration
-	41, // 18: parity.v1.SnapshotPoint.ts_time:type_name -> google.protobuf.Timestamp
-	40, // 19: parity.v1.SnapshotPoint.pause:type_name -> google.protobuf.Duration
-	41, // 20: parity.v1.SnapshotPoint.create_time:type_name -> google.protobuf.Timestamp
-	3,  // 21: parity.v1.Diff.state:type_name -> parity.v1.DiffState
-	4,  // 22: parity.v1.Diff.result:type_name -> parity.v1.DiffResult
-	41, // 23: parity.v1.Diff.create_time:type_name -> google.protobuf.Timestamp
-	41, // 24: parity.v1.Diff.end_time:type_name -> google.protobuf.Timestamp
-	40, // 25: parity.v1.Diff.max_pause:type_name -> google.protobuf.Duration
-	38, // 26: parity.v1.Diff.differences_by_class:type_name -> parity.v1.Diff.DifferencesByClassEntry
-	15, // 27: parity.v1.Diff.pairs:type_name -> parity.v1.SnapshotPoint
-	17, // 28: parity.v1.Diff.table_results:type_name -> parity.v1.TableResult
-	18, // 29: parity.v1.Diff.progress:type_name -> parity.v1.DiffProgress
-	40, // 30: parity.v1.DiffProgress.eta:type_name -> google.protobuf.Duration
-	40, // 31: parity.v1.DiffProgress.pair_age:type_name -> google.protobuf.Duration
-	20, // 32: parity.v1.StartDiffRequest.snapshot_policy:type_name -> parity.v1.SnapshotPolicy
-	21, // 33: parity.v1.StartDiffRequest.options:type_name -> parity.v1.DiffOptions
-	40, // 34: parity.v1.SnapshotPolicy.max_view_age:type_name -> google.protobuf.Duration
-	40, // 35: parity.v1.WatchDiffRequest.interval:type_name -> google.protobuf.Duration
-	3,  // 36: parity.v1.ListDiffsRequest.state:type_name -> parity.v1.DiffState
-	41, // 37: parity.v1.ListDiffsRequest.start_time_after:type_name -> google.protobuf.Timestamp
-	41, // 38: parity.v1.ListDiffsRequest.start_time_before:type_name -> google.protobuf.Timestamp
-	16, // 39: parity.v1.ListDiffsResponse.diffs:type_name -> parity.v1.Diff
-	5,  // 40: parity.v1.Difference.kind:type_name -> parity.v1.DifferenceKind
-	5,  // 41: parity.v1.ListDifferencesRequest.kind:type_name -> parity.v1.DifferenceKind
-	27, // 42: parity.v1.ListDifferencesResponse.differences:type_name -> parity.v1.Difference
-	34, // 43: parity.v1.RepairResponse.keys:type_name -> parity.v1.RepairedKey
-	40, // 44: parity.v1.RepairResponse.max_pause:type_name -> google.protobuf.Duration
-	4,  // 45: parity.v1.RepairResponse.verify_result:type_name -> parity.v1.DiffResult
-	40, // 46: parity.v1.CutoverCheckRequest.max_full_diff_age:type_name -> google.protobuf.Duration
-	40, // 47: parity.v1.CutoverCheckRequest.wait_timeout:type_name -> google.protobuf.Duration
-	15, // 48: parity.v1.CutoverCheckResponse.pair:type_name -> parity.v1.SnapshotPoint
-	37, // 49: parity.v1.CutoverCheckResponse.tables:type_name -> parity.v1.CutoverTable
-	27, // 50: parity.v1.CutoverCheckResponse.differences:type_name -> parity.v1.Difference
-	39, // 51: parity.v1.CutoverCheckResponse.differences_by_class:type_name -> parity.v1.CutoverCheckResponse.DifferencesByClassEntry
-	40, // 52: parity.v1.CutoverCheckResponse.waited:type_name -> google.protobuf.Duration
-	40, // 53: parity.v1.CutoverTable.last_full_age:type_name -> google.protobuf.Duration
-	41, // 54: parity.v1.CutoverTable.bypass_since:type_name -> google.protobuf.Timestamp
-	41, // 55: parity.v1.CutoverTable.bypass_watched_since:type_name -> google.protobuf.Timestamp
-	6,  // 56: parity.v1.Parity.GetStatus:input_type -> parity.v1.GetStatusRequest
-	7,  // 57: parity.v1.Parity.WatchStatus:input_type -> parity.v1.WatchStatusRequest
-	12, // 58: parity.v1.Parity.WaitForApplied:input_type -> parity.v1.WaitForAppliedRequest
-	14, // 59: parity.v1.Parity.CreateSnapshotPoint:input_type -> parity.v1.CreateSnapshotPointRequest
-	19, // 60: parity.v1.Parity.StartDiff:input_type -> parity.v1.StartDiffRequest
-	22, // 61: parity.v1.Parity.GetDiff:input_type -> parity.v1.GetDiffRequest
-	23, // 62: parity.v1.Parity.WatchDiff:input_type -> parity.v1.WatchDiffRequest
-	24, // 63: parity.v1.Parity.CancelDiff:input_type -> parity.v1.CancelDiffRequest
-	25, // 64: parity.v1.Parity.ListDiffs:input_type -> parity.v1.ListDiffsRequest
-	28, // 65: parity.v1.Parity.ListDifferences:input_type -> parity.v1.ListDifferencesRequest
-	30, // 66: parity.v1.Parity.GetFixSQL:input_type -> parity.v1.GetFixSQLRequest
-	32, // 67: parity.v1.Parity.Repair:input_type -> parity.v1.RepairRequest
-	35, // 68: parity.v1.Parity.CutoverCheck:input_type -> parity.v1.CutoverCheckRequest
-	8,  // 69: parity.v1.Parity.GetStatus:output_type -> parity.v1.Status
-	8,  // 70: parity.v1.Parity.WatchStatus:output_type -> parity.v1.Status
-	13, // 71: parity.v1.Parity.WaitForApplied:output_type -> parity.v1.WaitForAppliedResponse
-	15, // 72: parity.v1.Parity.CreateSnapshotPoint:output_type -> parity.v1.SnapshotPoint
-	16, // 73: parity.v1.Parity.StartDiff:output_type -> parity.v1.Diff
-	16, // 74: parity.v1.Parity.GetDiff:output_type -> parity.v1.Diff
-	16, // 75: parity.v1.Parity.WatchDiff:output_type -> parity.v1.Diff
-	16, // 76: parity.v1.Parity.CancelDiff:output_type -> parity.v1.Diff
-	26, // 77: parity.v1.Parity.ListDiffs:output_type -> parity.v1.ListDiffsResponse
-	29, // 78: parity.v1.Parity.ListDifferences:output_type -> parity.v1.ListDifferencesResponse
-	31, // 79: parity.v1.Parity.GetFixSQL:output_type -> parity.v1.FixSQLChunk
-	33, // 80: parity.v1.Parity.Repair:output_type -> parity.v1.RepairResponse
-	36, // 81: parity.v1.Parity.CutoverCheck:output_type -> parity.v1.CutoverCheckResponse
-	69, // [69:82] is the sub-list for method output_type
-	56, // [56:69] is the sub-list for method input_type
-	56, // [56:56] is the sub-list for extension type_name
-	56, // [56:56] is the sub-list for extension extendee
-	0,  // [0:56] is the sub-list for field type_name
+	44, // 9: parity.v1.HAStatus.lease_expires_in:type_name -> google.protobuf.Duration
+	45, // 10: parity.v1.HAStatus.active_since:type_name -> google.protobuf.Timestamp
+	45, // 11: parity.v1.VerificationStatus.covered_time:type_name -> google.protobuf.Timestamp
+	44, // 12: parity.v1.VerificationStatus.freshness:type_name -> google.protobuf.Duration
+	20, // 13: parity.v1.VerificationStatus.running:type_name -> parity.v1.Diff
+	20, // 14: parity.v1.VerificationStatus.last_diff:type_name -> parity.v1.Diff
+	45, // 15: parity.v1.GetUpstreamTSOResponse.time:type_name -> google.protobuf.Timestamp
+	44, // 16: parity.v1.WaitForAppliedRequest.timeout:type_name -> google.protobuf.Duration
+	45, // 17: parity.v1.WaitForAppliedResponse.applied_time:type_name -> google.protobuf.Timestamp
+	44, // 18: parity.v1.WaitForAppliedResponse.waited:type_name -> google.protobuf.Duration
+	45, // 19: parity.v1.SnapshotPoint.ts_time:type_name -> google.protobuf.Timestamp
+	44, // 20: parity.v1.SnapshotPoint.pause:type_name -> google.protobuf.Duration
+	45, // 21: parity.v1.SnapshotPoint.create_time:type_name -> google.protobuf.Timestamp
+	3,  // 22: parity.v1.Diff.state:type_name -> parity.v1.DiffState
+	4,  // 23: parity.v1.Diff.result:type_name -> parity.v1.DiffResult
+	45, // 24: parity.v1.Diff.create_time:type_name -> google.protobuf.Timestamp
+	45, // 25: parity.v1.Diff.end_time:type_name -> google.protobuf.Timestamp
+	44, // 26: parity.v1.Diff.max_pause:type_name -> google.protobuf.Duration
+	42, // 27: parity.v1.Diff.differences_by_class:type_name -> parity.v1.Diff.DifferencesByClassEntry
+	19, // 28: parity.v1.Diff.pairs:type_name -> parity.v1.SnapshotPoint
+	21, // 29: parity.v1.Diff.table_results:type_name -> parity.v1.TableResult
+	22, // 30: parity.v1.Diff.progress:type_name -> parity.v1.DiffProgress
+	44, // 31: parity.v1.DiffProgress.eta:type_name -> google.protobuf.Duration
+	44, // 32: parity.v1.DiffProgress.pair_age:type_name -> google.protobuf.Duration
+	24, // 33: parity.v1.StartDiffRequest.snapshot_policy:type_name -> parity.v1.SnapshotPolicy
+	25, // 34: parity.v1.StartDiffRequest.options:type_name -> parity.v1.DiffOptions
+	44, // 35: parity.v1.SnapshotPolicy.max_view_age:type_name -> google.protobuf.Duration
+	44, // 36: parity.v1.WatchDiffRequest.interval:type_name -> google.protobuf.Duration
+	3,  // 37: parity.v1.ListDiffsRequest.state:type_name -> parity.v1.DiffState
+	45, // 38: parity.v1.ListDiffsRequest.start_time_after:type_name -> google.protobuf.Timestamp
+	45, // 39: parity.v1.ListDiffsRequest.start_time_before:type_name -> google.protobuf.Timestamp
+	20, // 40: parity.v1.ListDiffsResponse.diffs:type_name -> parity.v1.Diff
+	5,  // 41: parity.v1.Difference.kind:type_name -> parity.v1.DifferenceKind
+	5,  // 42: parity.v1.ListDifferencesRequest.kind:type_name -> parity.v1.DifferenceKind
+	31, // 43: parity.v1.ListDifferencesResponse.differences:type_name -> parity.v1.Difference
+	38, // 44: parity.v1.RepairResponse.keys:type_name -> parity.v1.RepairedKey
+	44, // 45: parity.v1.RepairResponse.max_pause:type_name -> google.protobuf.Duration
+	4,  // 46: parity.v1.RepairResponse.verify_result:type_name -> parity.v1.DiffResult
+	44, // 47: parity.v1.CutoverCheckRequest.max_full_diff_age:type_name -> google.protobuf.Duration
+	44, // 48: parity.v1.CutoverCheckRequest.wait_timeout:type_name -> google.protobuf.Duration
+	19, // 49: parity.v1.CutoverCheckResponse.pair:type_name -> parity.v1.SnapshotPoint
+	41, // 50: parity.v1.CutoverCheckResponse.tables:type_name -> parity.v1.CutoverTable
+	31, // 51: parity.v1.CutoverCheckResponse.differences:type_name -> parity.v1.Difference
+	43, // 52: parity.v1.CutoverCheckResponse.differences_by_class:type_name -> parity.v1.CutoverCheckResponse.DifferencesByClassEntry
+	44, // 53: parity.v1.CutoverCheckResponse.waited:type_name -> google.protobuf.Duration
+	44, // 54: parity.v1.CutoverTable.last_full_age:type_name -> google.protobuf.Duration
+	45, // 55: parity.v1.CutoverTable.bypass_since:type_name -> google.protobuf.Timestamp
+	45, // 56: parity.v1.CutoverTable.bypass_watched_since:type_name -> google.protobuf.Timestamp
+	6,  // 57: parity.v1.Parity.GetStatus:input_type -> parity.v1.GetStatusRequest
+	7,  // 58: parity.v1.Parity.WatchStatus:input_type -> parity.v1.WatchStatusRequest
+	16, // 59: parity.v1.Parity.WaitForApplied:input_type -> parity.v1.WaitForAppliedRequest
+	12, // 60: parity.v1.Parity.GetUpstreamTSO:input_type -> parity.v1.GetUpstreamTSORequest
+	14, // 61: parity.v1.Parity.ListUpstreamTables:input_type -> parity.v1.ListUpstreamTablesRequest
+	18, // 62: parity.v1.Parity.CreateSnapshotPoint:input_type -> parity.v1.CreateSnapshotPointRequest
+	23, // 63: parity.v1.Parity.StartDiff:input_type -> parity.v1.StartDiffRequest
+	26, // 64: parity.v1.Parity.GetDiff:input_type -> parity.v1.GetDiffRequest
+	27, // 65: parity.v1.Parity.WatchDiff:input_type -> parity.v1.WatchDiffRequest
+	28, // 66: parity.v1.Parity.CancelDiff:input_type -> parity.v1.CancelDiffRequest
+	29, // 67: parity.v1.Parity.ListDiffs:input_type -> parity.v1.ListDiffsRequest
+	32, // 68: parity.v1.Parity.ListDifferences:input_type -> parity.v1.ListDifferencesRequest
+	34, // 69: parity.v1.Parity.GetFixSQL:input_type -> parity.v1.GetFixSQLRequest
+	36, // 70: parity.v1.Parity.Repair:input_type -> parity.v1.RepairRequest
+	39, // 71: parity.v1.Parity.CutoverCheck:input_type -> parity.v1.CutoverCheckRequest
+	8,  // 72: parity.v1.Parity.GetStatus:output_type -> parity.v1.Status
+	8,  // 73: parity.v1.Parity.WatchStatus:output_type -> parity.v1.Status
+	17, // 74: parity.v1.Parity.WaitForApplied:output_type -> parity.v1.WaitForAppliedResponse
+	13, // 75: parity.v1.Parity.GetUpstreamTSO:output_type -> parity.v1.GetUpstreamTSOResponse
+	15, // 76: parity.v1.Parity.ListUpstreamTables:output_type -> parity.v1.ListUpstreamTablesResponse
+	19, // 77: parity.v1.Parity.CreateSnapshotPoint:output_type -> parity.v1.SnapshotPoint
+	20, // 78: parity.v1.Parity.StartDiff:output_type -> parity.v1.Diff
+	20, // 79: parity.v1.Parity.GetDiff:output_type -> parity.v1.Diff
+	20, // 80: parity.v1.Parity.WatchDiff:output_type -> parity.v1.Diff
+	20, // 81: parity.v1.Parity.CancelDiff:output_type -> parity.v1.Diff
+	30, // 82: parity.v1.Parity.ListDiffs:output_type -> parity.v1.ListDiffsResponse
+	33, // 83: parity.v1.Parity.ListDifferences:output_type -> parity.v1.ListDifferencesResponse
+	35, // 84: parity.v1.Parity.GetFixSQL:output_type -> parity.v1.FixSQLChunk
+	37, // 85: parity.v1.Parity.Repair:output_type -> parity.v1.RepairResponse
+	40, // 86: parity.v1.Parity.CutoverCheck:output_type -> parity.v1.CutoverCheckResponse
+	72, // [72:87] is the sub-list for method output_type
+	57, // [57:72] is the sub-list for method input_type
+	57, // [57:57] is the sub-list for extension type_name
+	57, // [57:57] is the sub-list for extension extendee
+	0,  // [0:57] is the sub-list for field type_name
 }
 
 func init() { file_parity_v1_parity_proto_init() }
@@ -3876,12 +4109,12 @@ func file_parity_v1_parity_proto_init() {
 	if File_parity_v1_parity_proto != nil {
 		return
 	}
-	file_parity_v1_parity_proto_msgTypes[6].OneofWrappers = []any{
+	file_parity_v1_parity_proto_msgTypes[10].OneofWrappers = []any{
 		(*WaitForAppliedRequest_Ts)(nil),
 		(*WaitForAppliedRequest_Now)(nil),
 	}
-	file_parity_v1_parity_proto_msgTypes[8].OneofWrappers = []any{}
-	file_parity_v1_parity_proto_msgTypes[29].OneofWrappers = []any{
+	file_parity_v1_parity_proto_msgTypes[12].OneofWrappers = []any{}
+	file_parity_v1_parity_proto_msgTypes[33].OneofWrappers = []any{
 		(*CutoverCheckRequest_UpstreamTs)(nil),
 		(*CutoverCheckRequest_Now)(nil),
 	}
@@ -3891,7 +4124,7 @@ func file_parity_v1_parity_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_parity_v1_parity_proto_rawDesc), len(file_parity_v1_parity_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   34,
+			NumMessages:   38,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -35,6 +35,8 @@ const (
 	Parity_GetStatus_FullMethodName           = "/parity.v1.Parity/GetStatus"
 	Parity_WatchStatus_FullMethodName         = "/parity.v1.Parity/WatchStatus"
 	Parity_WaitForApplied_FullMethodName      = "/parity.v1.Parity/WaitForApplied"
+	Parity_GetUpstreamTSO_FullMethodName      = "/parity.v1.Parity/GetUpstreamTSO"
+	Parity_ListUpstreamTables_FullMethodName  = "/parity.v1.Parity/ListUpstreamTables"
 	Parity_CreateSnapshotPoint_FullMethodName = "/parity.v1.Parity/CreateSnapshotPoint"
 	Parity_StartDiff_FullMethodName           = "/parity.v1.Parity/StartDiff"
 	Parity_GetDiff_FullMethodName             = "/parity.v1.Parity/GetDiff"
@@ -64,6 +66,13 @@ type ParityClient interface {
 	// committed at or before it is in the fallback), or fails with DEADLINE_EXCEEDED
 	// after the timeout. Role: read.
 	WaitForApplied(ctx context.Context, in *WaitForAppliedRequest, opts ...grpc.CallOption) (*WaitForAppliedResponse, error)
+	// GetUpstreamTSO returns TiDB's current TSO: the clock a fleet of daemons shares (a
+	// fleet point's T is read from one member). Role: read.
+	GetUpstreamTSO(ctx context.Context, in *GetUpstreamTSORequest, opts ...grpc.CallOption) (*GetUpstreamTSOResponse, error)
+	// ListUpstreamTables returns TiDB's tables that patterns select, as this daemon's
+	// verification sees them (system schemas and verify.exclude left out): what a fleet
+	// checks its ownership against. Role: read.
+	ListUpstreamTables(ctx context.Context, in *ListUpstreamTablesRequest, opts ...grpc.CallOption) (*ListUpstreamTablesResponse, error)
 	// CreateSnapshotPoint holds the fallback exactly at a TSO the changefeed has resolved,
 	// records the fallback's position at that TSO in the ts-map and releases it: the pair
 	// (TiDB@ts, fallback@position) aligns the two sides for other tools. Role: operate.
@@ -140,6 +149,26 @@ func (c *parityClient) WaitForApplied(ctx context.Context, in *WaitForAppliedReq
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(WaitForAppliedResponse)
 	err := c.cc.Invoke(ctx, Parity_WaitForApplied_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *parityClient) GetUpstreamTSO(ctx context.Context, in *GetUpstreamTSORequest, opts ...grpc.CallOption) (*GetUpstreamTSOResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetUpstreamTSOResponse)
+	err := c.cc.Invoke(ctx, Parity_GetUpstreamTSO_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *parityClient) ListUpstreamTables(ctx context.Context, in *ListUpstreamTablesRequest, opts ...grpc.CallOption) (*ListUpstreamTablesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListUpstreamTablesResponse)
+	err := c.cc.Invoke(ctx, Parity_ListUpstreamTables_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -281,6 +310,13 @@ type ParityServer interface {
 	// committed at or before it is in the fallback), or fails with DEADLINE_EXCEEDED
 	// after the timeout. Role: read.
 	WaitForApplied(context.Context, *WaitForAppliedRequest) (*WaitForAppliedResponse, error)
+	// GetUpstreamTSO returns TiDB's current TSO: the clock a fleet of daemons shares (a
+	// fleet point's T is read from one member). Role: read.
+	GetUpstreamTSO(context.Context, *GetUpstreamTSORequest) (*GetUpstreamTSOResponse, error)
+	// ListUpstreamTables returns TiDB's tables that patterns select, as this daemon's
+	// verification sees them (system schemas and verify.exclude left out): what a fleet
+	// checks its ownership against. Role: read.
+	ListUpstreamTables(context.Context, *ListUpstreamTablesRequest) (*ListUpstreamTablesResponse, error)
 	// CreateSnapshotPoint holds the fallback exactly at a TSO the changefeed has resolved,
 	// records the fallback's position at that TSO in the ts-map and releases it: the pair
 	// (TiDB@ts, fallback@position) aligns the two sides for other tools. Role: operate.
@@ -332,6 +368,12 @@ func (UnimplementedParityServer) WatchStatus(*WatchStatusRequest, grpc.ServerStr
 }
 func (UnimplementedParityServer) WaitForApplied(context.Context, *WaitForAppliedRequest) (*WaitForAppliedResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method WaitForApplied not implemented")
+}
+func (UnimplementedParityServer) GetUpstreamTSO(context.Context, *GetUpstreamTSORequest) (*GetUpstreamTSOResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetUpstreamTSO not implemented")
+}
+func (UnimplementedParityServer) ListUpstreamTables(context.Context, *ListUpstreamTablesRequest) (*ListUpstreamTablesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListUpstreamTables not implemented")
 }
 func (UnimplementedParityServer) CreateSnapshotPoint(context.Context, *CreateSnapshotPointRequest) (*SnapshotPoint, error) {
 	return nil, status.Error(codes.Unimplemented, "method CreateSnapshotPoint not implemented")
@@ -427,6 +469,42 @@ func _Parity_WaitForApplied_Handler(srv interface{}, ctx context.Context, dec fu
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(ParityServer).WaitForApplied(ctx, req.(*WaitForAppliedRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Parity_GetUpstreamTSO_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetUpstreamTSORequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ParityServer).GetUpstreamTSO(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Parity_GetUpstreamTSO_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ParityServer).GetUpstreamTSO(ctx, req.(*GetUpstreamTSORequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Parity_ListUpstreamTables_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListUpstreamTablesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ParityServer).ListUpstreamTables(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Parity_ListUpstreamTables_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ParityServer).ListUpstreamTables(ctx, req.(*ListUpstreamTablesRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -611,6 +689,14 @@ var Parity_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "WaitForApplied",
 			Handler:    _Parity_WaitForApplied_Handler,
+		},
+		{
+			MethodName: "GetUpstreamTSO",
+			Handler:    _Parity_GetUpstreamTSO_Handler,
+		},
+		{
+			MethodName: "ListUpstreamTables",
+			Handler:    _Parity_ListUpstreamTables_Handler,
 		},
 		{
 			MethodName: "CreateSnapshotPoint",

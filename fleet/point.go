@@ -1,0 +1,43 @@
+package fleet
+
+// point.go owns the fleet point: one TSO T at which every member opens its run's first
+// snapshot pair itself, tried again at a newer T when a member had applied past T.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/tidb-parity/parity/api"
+	parityv1 "github.com/tidb-parity/parity/api/parity/v1"
+)
+
+// errPassed: a member refused T, having applied past it; the fleet point is tried again
+// at a newer T.
+var errPassed = errors.New("a member has applied past the fleet point")
+
+// pairPassed reports whether err is a member's refusal of an exact pair.
+func pairPassed(err error) bool {
+	r, _ := api.ReasonOf(err)
+	return r == parityv1.ErrorReason_PAIR_PASSED.String()
+}
+
+// atPoint runs attempt at a fresh T (TiDB's current TSO) until it does not fail with
+// errPassed, at most fleet.point-attempts times; it returns the T of the last attempt.
+func (f *Fleet) atPoint(ctx context.Context, attempt func(ctx context.Context, t uint64) error) (uint64, int, error) {
+	var t uint64
+	for n := 1; ; n++ {
+		var err error
+		if t, err = f.TSO(ctx); err != nil {
+			return 0, n, err
+		}
+		err = attempt(ctx, t)
+		if !errors.Is(err, errPassed) {
+			return t, n, err
+		}
+		f.log.Info("fleet point refused by a member that applied past it; trying a newer TSO", "resolved_ts", t, "attempt", n, "err", err)
+		if n >= f.cfg.Fleet.PointAttempts {
+			return t, n, fmt.Errorf("no fleet point in %d attempts: %w", n, err)
+		}
+	}
+}
