@@ -36,7 +36,7 @@ type Settings struct {
 	// standby taking the lease) before the fleet gives up on it. Default: 1m.
 	Failover time.Duration `toml:"failover"`
 	// PointAttempts is how many TSOs a fleet point is tried at (a member that has
-	// applied past T refuses it; the next T is newer). Default: 5.
+	// applied past T refuses it; the next T is newer). Default: 10.
 	PointAttempts int `toml:"point-attempts"`
 }
 
@@ -63,7 +63,7 @@ type Member struct {
 // DefaultConfig returns the defaults documented on Config.
 func DefaultConfig() Config {
 	return Config{Fleet: Settings{Name: "fleet", Tables: []string{"*.*"}, CallTimeout: 10 * time.Second,
-		Failover: time.Minute, PointAttempts: 5}}
+		Failover: time.Minute, PointAttempts: 10}}
 }
 
 // Load reads a fleet file over the defaults and validates it.

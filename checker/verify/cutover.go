@@ -327,6 +327,13 @@ func (g *gate) check(ctx context.Context, req CutoverRequest) (CutoverResult, er
 		started.st.cancel(errCancelled)
 		return res, err
 	}
+	if req.ExactPair && len(rec.Pairs) == 0 {
+		// The applier passed ts before the run's barrier was set: the caller (a fleet)
+		// asks again at a newer TSO; this is no answer about the fallback.
+		if err := checkNotPassed(g.deps.Applier, ts); err != nil {
+			return res, fmt.Errorf("cutover check: run %s: %w", rec.RunID, err)
+		}
+	}
 	if len(rec.Pairs) > 0 {
 		p := rec.Pairs[0]
 		res.Pair = Point{TS: p.TS, Position: p.Position, Pause: p.Pause, CreatedAt: p.OpenedAt}

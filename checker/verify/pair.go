@@ -104,13 +104,15 @@ func (r *runner) openPair(ctx context.Context) error {
 // error matches ErrPairPassed, and the caller (a fleet point) tries a newer TSO.
 func (r *runner) openPairAt(ctx context.Context, ts uint64, quiet *slog.Logger) error {
 	e, cfg := r.e, r.e.cfg
-	if err := checker.CheckSnapshotGC(ctx, cfg.UpstreamDSN, ts, quiet); err != nil {
-		return pastGC(fmt.Errorf("snapshot pair at %d (%s): %w", ts, tso.Format(ts), err))
-	}
 	if err := checkNotPassed(e.deps.Applier, ts); err != nil {
 		return err
 	}
+	// The barrier first: the applier must not pass ts while TiDB's GC is asked about it.
 	eb := holdAt(ctx, e.deps.Applier, ts, pairPrepWait)
+	if err := checker.CheckSnapshotGC(ctx, cfg.UpstreamDSN, ts, quiet); err != nil {
+		eb.close()
+		return pastGC(fmt.Errorf("snapshot pair at %d (%s): %w", ts, tso.Format(ts), err))
+	}
 	p, err := checker.OpenSnapshotPair(ctx, eb, checker.SnapshotPairConfig{
 		TS: ts, UpstreamDSN: cfg.UpstreamDSN, Downstream: e.db.down, Kill: e.db.kill,
 		Conns: cfg.MaxConnections, QueryTimeout: cfg.QueryTimeout,

@@ -1,0 +1,461 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	parityv1 "github.com/tidb-parity/parity/api/parity/v1"
+	"github.com/tidb-parity/parity/cdc/loadgen"
+	"github.com/tidb-parity/parity/fleet"
+	"github.com/tidb-parity/parity/internal/ident"
+	"github.com/tidb-parity/parity/internal/testenv"
+)
+
+// fleetEnv is a fleet on one machine: N fallback servers (scripts/env's fleet1..fleetN),
+// a schema each, loaded through a topic of its own, and a `parity serve` per fallback
+// (this test binary re-executed as parity; member m1 with a standby).
+type fleetEnv struct {
+	t       *testing.T
+	dir     string
+	upDSN   string
+	broker  string
+	members []*fleetMember
+	loads   []*testLoad
+	ended   []chan struct{} // closed when each load's workload ended (heartbeat goes on)
+	file    string          // the fleet file
+}
+
+// fleetMember is one fallback and its daemons.
+type fleetMember struct {
+	name, db, topic, meta string
+	downDSN               string
+	down                  *sql.DB
+	daemons               []*haProc // [0] active at the start; [1] its standby (m1 only)
+	base                  string
+}
+
+func newFleetEnv(t *testing.T, n int, workload time.Duration) *fleetEnv {
+	t.Helper()
+	dsns := strings.Split(testenv.Require(t, "PARITY_TEST_FLEET_DSNS"), ",")
+	if len(dsns) < n {
+		t.Fatalf("PARITY_TEST_FLEET_DSNS has %d fallbacks, the test needs %d (PARITY_FALLBACKS)", len(dsns), n)
+	}
+	e := &fleetEnv{t: t, dir: t.TempDir(), upDSN: testenv.Require(t, testenv.EnvUpstream), broker: testenv.Kafka(t)}
+	prefix := testenv.UniqueName("fl")
+	for i := range n {
+		m := &fleetMember{name: fmt.Sprintf("m%d", i+1), db: fmt.Sprintf("%s_s%d", prefix, i+1), downDSN: dsns[i],
+			topic: testenv.NewTopic(t, fmt.Sprintf("fleet%d", i+1), 2), meta: testenv.UniqueName("pm")}
+		d, err := sql.Open("mysql", m.downDSN)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.down = d
+		t.Cleanup(func() {
+			_, _ = d.Exec("DROP DATABASE IF EXISTS " + ident.Quote(m.meta))
+			d.Close()
+		})
+		e.members = append(e.members, m)
+	}
+	// Each schema's changes go to its own topic: TiCDC's routing of one changefeed per
+	// fallback (a filter per schema). The workloads run for workload, then keep the
+	// changefeeds' resolved ts moving (writes stopped: the cutover).
+	for _, m := range e.members {
+		done := make(chan struct{})
+		l := startLoad(t, context.Background(), e.upDSN, m.downDSN, e.broker, m.topic, m.db, func(lg *loadgen.Config) {
+			lg.Tables, lg.Workers, lg.ImportRows = 2, 1, 400
+			lg.Rate, lg.RowsPerTxn = 15, 3
+			lg.Duration, lg.Heartbeat = workload, true
+			lg.WorkloadEnded = func(loadgen.Result) { close(done) }
+		})
+		e.loads, e.ended = append(e.loads, l), append(e.ended, done)
+		m.base = fmt.Sprintf(`[changefeed]
+id = %q
+brokers = [%q]
+topics = [%q]
+start-ts = %d
+[upstream]
+dsn = %q
+[downstream]
+dsn = %q
+[applier]
+meta-schema = %q
+spill-dir = %q
+[verify]
+enabled = true
+tables = [%q]
+[bypass]
+enabled = true
+server-id = %d
+schemas = [%q]
+[log]
+level = "info"
+`, "fleet-"+m.name, e.broker, m.topic, l.ImportTs, e.upDSN, m.downDSN, m.meta, filepath.Join(e.dir, m.name+"-spill"),
+			m.db+".*", 700000+len(e.members)*1000+int(time.Now().UnixNano()%997)+int(m.name[1]), m.db)
+	}
+	return e
+}
+
+// start starts a daemon of member m (with ha when withHA).
+func (e *fleetEnv) start(m *fleetMember, name string, withHA bool) *haProc {
+	e.t.Helper()
+	p := &haProc{name: name, statusAddr: freeAddr(e.t), apiAddr: freeAddr(e.t), done: make(chan struct{}),
+		logPath: filepath.Join(e.dir, name+".log")}
+	cfg := strings.Replace(m.base, "spill-dir = ", fmt.Sprintf("spill-dir = %q\n#", filepath.Join(e.dir, name+"-spill")), 1) +
+		fmt.Sprintf("[status]\naddr = %q\n[api]\naddr = %q\n", p.statusAddr, p.apiAddr)
+	if withHA {
+		cfg += fmt.Sprintf("[ha]\nenabled = true\ninstance = %q\ntakeover = \"5s\"\n", name)
+	}
+	path := filepath.Join(e.dir, name+".toml")
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		e.t.Fatal(err)
+	}
+	logf, err := os.Create(p.logPath)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	p.cmd = exec.Command(os.Args[0], "serve", "--config", path)
+	p.cmd.Env = append(os.Environ(), execMainEnv+"=1")
+	p.cmd.Stdout, p.cmd.Stderr = logf, logf
+	if err := p.cmd.Start(); err != nil {
+		e.t.Fatal(err)
+	}
+	go func() {
+		_ = p.cmd.Wait()
+		logf.Close()
+		close(p.done)
+	}()
+	e.t.Cleanup(func() {
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-p.done:
+		case <-time.After(30 * time.Second):
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+		if e.t.Failed() {
+			e.t.Logf("daemon %s's log (last 3000 bytes):\n%s", p.name, tail(p.log(), 3000))
+		}
+	})
+	m.daemons = append(m.daemons, p)
+	return p
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+// writeFleetFile writes the fleet file: each member owns its schema.
+func (e *fleetEnv) writeFleetFile(edit func(m *fleetMember) (owns []string)) string {
+	e.t.Helper()
+	var b strings.Builder
+	fmt.Fprintf(&b, "[fleet]\nname = \"test-estate\"\ntables = [%q]\nfailover = \"45s\"\n", strings.SplitN(e.members[0].db, "_s", 2)[0]+"_s*.*")
+	for _, m := range e.members {
+		var addrs []string
+		for _, d := range m.daemons {
+			addrs = append(addrs, fmt.Sprintf("%q", d.apiAddr))
+		}
+		owns := []string{m.db + ".*"}
+		if edit != nil {
+			owns = edit(m)
+		}
+		var quoted []string
+		for _, o := range owns {
+			quoted = append(quoted, fmt.Sprintf("%q", o))
+		}
+		fmt.Fprintf(&b, "[[member]]\nname = %q\naddrs = [%s]\nowns = [%s]\n", m.name, strings.Join(addrs, ", "), strings.Join(quoted, ", "))
+	}
+	path := filepath.Join(e.dir, fmt.Sprintf("fleet-%d.toml", time.Now().UnixNano()))
+	if err := os.WriteFile(path, []byte(b.String()), 0o600); err != nil {
+		e.t.Fatal(err)
+	}
+	return path
+}
+
+func (e *fleetEnv) open(path string) *fleet.Fleet {
+	e.t.Helper()
+	cfg, err := fleet.Load(path)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	f, err := fleet.Open(cfg, nil)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(f.Close)
+	return f
+}
+
+// waitApplying waits until every member answers as active with an applied checkpoint.
+func (e *fleetEnv) waitApplying(f *fleet.Fleet) fleet.Status {
+	e.t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		st := f.Status(ctx)
+		cancel()
+		ok := st.Unreachable == 0
+		for _, m := range st.Members {
+			ok = ok && m.State == "running" && m.AppliedTS > 0
+		}
+		if ok {
+			return st
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("the fleet's members are not all applying: %+v", st)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// parityCLI runs this binary as parity with args; it returns the output and exit code.
+func parityCLI(t *testing.T, args ...string) (string, int) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), execMainEnv+"=1")
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return out.String(), 0
+	case errors.As(err, &ee):
+		return out.String(), ee.ExitCode()
+	}
+	t.Fatalf("parity %v: %v", args, err)
+	return "", -1
+}
+
+// TestFleetVerifyAndCutover (#31): four fallbacks, four members (m1 with a standby),
+// four schemas loaded through four topics. Under load a fleet full verification at one
+// T is equal, every member's pair at T; a divergence injected into two members'
+// fallbacks (rows nothing else touches) is found and named by member, table, key, kind
+// and class; repaired; once writes stopped a fleet cutover-check passes at one T with
+// per-member evidence; a second one with m1's active daemon SIGKILLed mid-check either
+// passes with m1 (its standby answering) or fails naming m1 — never passes without it.
+// A table owned by no member, or by two, makes the fleet refuse to answer, naming it.
+func TestFleetVerifyAndCutover(t *testing.T) {
+	e := newFleetEnv(t, 4, 50*time.Second)
+	for i, m := range e.members {
+		e.start(m, m.name+"a", i == 0)
+	}
+	m1 := e.members[0]
+	path := ""
+	{
+		// The standby joins once m1a holds the lease.
+		deadline := time.Now().Add(time.Minute)
+		for {
+			st, err := (&haEnv{t: t}).status(m1.daemons[0])
+			if err == nil && st.HA != nil && st.HA.Role == "active" {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("m1a did not take the lease: %v", err)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		e.start(m1, "m1b", true)
+		path = e.writeFleetFile(nil)
+	}
+	f := e.open(path)
+	st := e.waitApplying(f)
+	t.Logf("fleet status: lag %.2fs (worst %s)", st.Lag, st.WorstMember)
+	if out, code := parityCLI(t, "fleet", "status", "--fleet", path); code != 0 || !strings.Contains(out, "fleet test-estate") || strings.Count(out, "running") < 4 {
+		t.Fatalf("parity fleet status: exit %d\n%s", code, out)
+	}
+
+	// Ownership: a table owned by no member, or by two, is refused, named.
+	unowned := e.writeFleetFile(func(m *fleetMember) []string {
+		if m == e.members[3] {
+			return []string{m.db + ".sbtest1"}
+		}
+		return []string{m.db + ".*"}
+	})
+	if out, code := parityCLI(t, "fleet", "verify", "--fleet", unowned); code != 2 || !strings.Contains(out, "table "+e.members[3].db+".sbtest2 is owned by no member") {
+		t.Fatalf("a table owned by no member: exit %d\n%s", code, out)
+	}
+	shared := e.writeFleetFile(func(m *fleetMember) []string {
+		if m == e.members[1] {
+			return []string{m.db + ".*", e.members[2].db + ".sbtest1"}
+		}
+		return []string{m.db + ".*"}
+	})
+	if out, code := parityCLI(t, "fleet", "cutover-check", "--fleet", shared); code != 2 || !strings.Contains(out, "table "+e.members[2].db+".sbtest1 is owned by m2 and m3") {
+		t.Fatalf("a table owned by two members: exit %d\n%s", code, out)
+	}
+
+	// A fleet full verification under load: equal, at one T.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	v, err := f.Verify(ctx, fleet.VerifyRequest{Scope: "full"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("fleet verification under load: %s at T %d in %d attempt(s), slowest pause %v, took %v", v.Result, v.T, v.Attempts, v.MaxPause, v.Took)
+	if v.Result != "equal" {
+		t.Fatalf("fleet verification under load: %+v", v)
+	}
+	for _, mr := range v.Members {
+		if mr.PairTS != v.T || mr.Keys == 0 || mr.PairPosition == "" {
+			t.Fatalf("member %s: pair %d (T %d), %d keys, position %q", mr.Member, mr.PairTS, v.T, mr.Keys, mr.PairPosition)
+		}
+	}
+
+	// One divergence in each of two members' fallbacks, on rows the load never touches
+	// (its ids stay below its next id): a row only m2's fallback has, and on m3 a row
+	// both sides hold, changed straight in the fallback.
+	m2, m3 := e.members[1], e.members[2]
+	if _, err := m2.down.Exec("INSERT INTO " + ident.Quote(m2.db) + ".sbtest1 (id, k, c, pad) VALUES (900001, 1, 'only in the fallback', 'x')"); err != nil {
+		t.Fatal(err)
+	}
+	// (loadgen publishes only its own transactions: the row is written to both sides, as
+	// an import would, then changed in the fallback.)
+	up := openSchema(t, e.upDSN, m3.db)
+	for _, db := range []*sql.DB{up, m3.down} {
+		if _, err := db.Exec("INSERT INTO " + ident.Quote(m3.db) + ".sbtest2 (id, k, c, pad) VALUES (900002, 2, 'from TiDB', 'y')"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := m3.down.Exec("UPDATE " + ident.Quote(m3.db) + ".sbtest2 SET c = 'changed in the fallback' WHERE id = 900002"); err != nil {
+		t.Fatal(err)
+	}
+	v, err = f.Verify(ctx, fleet.VerifyRequest{Scope: "full"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := func(d fleet.Difference) string { return fmt.Sprintf("%s %s %s %s %s", d.Member, d.Table, d.Key, d.Kind, d.Class) }
+	var got []string
+	for _, d := range v.Differences {
+		got = append(got, out(d))
+	}
+	t.Logf("fleet verification after the injections: %s at T %d: %q", v.Result, v.T, got)
+	want := []string{
+		fmt.Sprintf("m2 %s.sbtest1 id=900001 extra bypass", m2.db),
+		fmt.Sprintf("m3 %s.sbtest2 id=900002 differing bypass", m3.db),
+	}
+	if v.Result != "different" || len(got) != 2 || !containsAll(got, want) {
+		t.Fatalf("fleet verification after the injections: %s, differences %q, want %q", v.Result, got, want)
+	}
+	for _, mr := range v.Members {
+		if mr.PairTS != v.T {
+			t.Fatalf("member %s: pair %d, T %d", mr.Member, mr.PairTS, v.T)
+		}
+	}
+	// Repaired, each through its member's API.
+	for _, mr := range v.Members {
+		if mr.Result != "different" {
+			continue
+		}
+		conn, err := grpc.NewClient(mr.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := parityv1.NewParityClient(conn).Repair(ctx, &parityv1.RepairRequest{Diff: "diffs/" + mr.RunID})
+		conn.Close()
+		if err != nil || r.GetRefused() > 0 || r.GetUpserted()+r.GetDeleted() != 1 || r.GetVerifyResult() != parityv1.DiffResult_DIFF_RESULT_EQUAL {
+			t.Fatalf("repairing %s's run %s: %v %v", mr.Member, mr.RunID, r, err)
+		}
+		t.Logf("member %s repaired: %d upserted, %d deleted, verified %s", mr.Member, r.GetUpserted(), r.GetDeleted(), r.GetVerifyResult())
+	}
+
+	// Writes stop (the workloads end; resolved ts keeps moving): the fleet cutover check.
+	for _, d := range e.ended {
+		select {
+		case <-d:
+		case <-time.After(3 * time.Minute):
+			t.Fatal("the workloads did not end")
+		}
+	}
+	c, err := f.CutoverCheck(ctx, fleet.CutoverRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("fleet cutover check: passed %v at T %d in %d attempt(s); slowest pause %v, slowest member %v, fleet %v (%.2fx)",
+		c.Passed, c.T, c.Attempts, c.MaxPause, c.Slowest, c.Took, c.Took.Seconds()/c.Slowest.Seconds())
+	if !c.Passed || len(c.Members) != 4 || len(c.Tables) < 8 {
+		t.Fatalf("fleet cutover check: %+v", c)
+	}
+	owned := map[string]int{}
+	for _, m := range c.Tables {
+		owned[m]++
+	}
+	for _, mr := range c.Members {
+		if mr.Result != "passed" || mr.PairTS != c.T || mr.PairPosition == "" || len(mr.Tables) != owned[mr.Member] {
+			t.Fatalf("member %s's evidence (owns %d tables): %+v", mr.Member, owned[mr.Member], mr)
+		}
+	}
+	if out, code := parityCLI(t, "fleet", "cutover-check", "--fleet", path); code != 0 || !strings.Contains(out, "PASSED at T") {
+		t.Fatalf("parity fleet cutover-check: exit %d\n%s", code, out)
+	}
+
+	// m1's active daemon SIGKILLed mid-check: its standby takes over; the check never
+	// passes without m1.
+	active := m1.daemons[0]
+	g, gctx := errgroup.WithContext(ctx)
+	var killed fleet.CutoverResult
+	g.Go(func() error {
+		var err error
+		killed, err = f.CutoverCheck(gctx, fleet.CutoverRequest{})
+		return err
+	})
+	time.Sleep(300 * time.Millisecond)
+	if err := active.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Wait(); err != nil {
+		t.Logf("fleet cutover check with m1a killed: %v (no answer, naming m1: %v)", err, strings.Contains(err.Error(), "m1"))
+		if !strings.Contains(err.Error(), "m1") {
+			t.Fatalf("the check failed without naming m1: %v", err)
+		}
+		return
+	}
+	var m1run fleet.MemberRun
+	for _, mr := range killed.Members {
+		if mr.Member == "m1" {
+			m1run = mr
+		}
+	}
+	t.Logf("fleet cutover check with m1a SIGKILLed: passed %v at T %d in %d attempt(s); m1 answered by %s (%s); failures %q",
+		killed.Passed, killed.T, killed.Attempts, m1run.Addr, m1run.Result, killed.Failures)
+	switch {
+	case killed.Passed && (m1run.Result != "passed" || m1run.Addr != m1.daemons[1].apiAddr || m1run.PairTS != killed.T):
+		t.Fatalf("passed without m1's standby answering at T: %+v", m1run)
+	case !killed.Passed && !strings.Contains(strings.Join(killed.Failures, "\n"), "member m1"):
+		t.Fatalf("failed without naming m1: %q", killed.Failures)
+	}
+}
+
+func containsAll(got, want []string) bool {
+	for _, w := range want {
+		if !containsPrefix(got, w) {
+			return false
+		}
+	}
+	return true
+}
+
+func containsPrefix(got []string, p string) bool {
+	for _, g := range got {
+		if strings.HasPrefix(g, p) {
+			return true
+		}
+	}
+	return false
+}
