@@ -134,7 +134,7 @@ func newMeta(db *sql.DB, schema, changefeed string, timeout time.Duration) *meta
 	return &meta{db: db, raw: schema, schema: ident.Quote(schema), changefeed: changefeed, timeout: timeout}
 }
 
-func (m *meta) q(format string) string { return strings.ReplaceAll(format, "%s", m.schema) }
+func (m *meta) q(format string) string { return metaschema.Q(m.schema, format) }
 
 func init() {
 	metaschema.Register(metaschema.Component{

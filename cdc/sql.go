@@ -1,6 +1,7 @@
 package cdc
 
 import (
+	"bytes"
 	"encoding/hex"
 	"strconv"
 	"strings"
@@ -317,6 +318,94 @@ func estimateSize(ev *open.Event) int64 {
 			default:
 				n += 8
 			}
+		}
+	}
+	return n
+}
+
+// oldRow returns the complete old row of an update. With TiCDC's
+// only-output-updated-columns the old row ("p") holds only the changed columns; the
+// unchanged ones are taken from the new row.
+func oldRow(ev *open.Event) []open.Column {
+	if len(ev.OldColumns) >= len(ev.Columns) {
+		return ev.OldColumns
+	}
+	out := make([]open.Column, len(ev.Columns))
+	copy(out, ev.Columns)
+	for _, o := range ev.OldColumns {
+		for i := range out {
+			if out[i].Name == o.Name {
+				out[i] = o
+				break
+			}
+		}
+	}
+	return out
+}
+
+// handleChanged reports whether an update moves its row to another handle: the handle
+// columns of its old row (oldRow, writable) and of its new row (cols) are as many and
+// differ in a name or value. It is handleCols of both compared, without building them.
+func handleChanged(ev *open.Event, cols []open.Column) bool {
+	complete := len(ev.OldColumns) >= len(ev.Columns)
+	src := ev.Columns
+	if complete {
+		src = ev.OldColumns
+	}
+	j, differ := 0, false
+	for k := range src {
+		v := &src[k]
+		if !complete { // the old row lists only changed columns
+			for i := range ev.OldColumns {
+				if ev.OldColumns[i].Name == v.Name {
+					v = &ev.OldColumns[i]
+					break
+				}
+			}
+		}
+		if v.IsGenerated() || !v.IsHandle() {
+			continue
+		}
+		for j < len(cols) && !cols[j].IsHandle() {
+			j++
+		}
+		if j == len(cols) {
+			return false // more old handle columns than new ones
+		}
+		if cols[j].Name != v.Name || !valueEqual(cols[j].Value, v.Value) {
+			differ = true
+		}
+		j++
+	}
+	for ; j < len(cols); j++ {
+		if cols[j].IsHandle() {
+			return false // more new handle columns than old ones
+		}
+	}
+	return differ
+}
+
+func valueEqual(x, y any) bool {
+	if bx, ok := x.([]byte); ok {
+		by, ok := y.([]byte)
+		return ok && bytes.Equal(bx, by)
+	}
+	if _, ok := y.([]byte); ok {
+		return false
+	}
+	return x == y
+}
+
+func rowBytes(cols []open.Column) int {
+	n := 0
+	for _, c := range cols {
+		switch v := c.Value.(type) {
+		case string:
+			n += len(v) + 3
+		case []byte:
+			n += 2*len(v) + 10
+		default:
+			n += 21
 		}
 	}
 	return n

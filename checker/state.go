@@ -171,7 +171,7 @@ type store struct {
 	tmo    time.Duration
 }
 
-func (s *store) q(format string) string { return strings.ReplaceAll(format, "%s", s.schema) }
+func (s *store) q(format string) string { return metaschema.Q(s.schema, format) }
 
 func (s *store) ctx(parent context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(parent, s.tmo)

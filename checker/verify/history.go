@@ -16,6 +16,7 @@ import (
 
 	"github.com/tidb-parity/parity/checker"
 	"github.com/tidb-parity/parity/internal/ident"
+	"github.com/tidb-parity/parity/internal/metaschema"
 )
 
 // history writes and reads the history tables.
@@ -26,7 +27,7 @@ type history struct {
 	timeout    time.Duration
 }
 
-func (h *history) q(s string) string { return strings.ReplaceAll(s, "%s", h.schema) }
+func (h *history) q(s string) string { return metaschema.Q(h.schema, s) }
 
 func (h *history) exec(ctx context.Context, q string, args ...any) error {
 	ctx, cancel := context.WithTimeout(ctx, h.timeout)

@@ -130,6 +130,11 @@ func (r *Registry) Table(schema, table string) string {
 	return ident.Table(schema, table)
 }
 
+// Q returns a statement of the meta schema with its schema filled in: the meta schema's
+// statements (migrations and queries alike) name their tables "%s.table", and every "%s"
+// in format becomes quoted, the meta schema's name as ident.Quote returns it.
+func Q(quoted, format string) string { return strings.ReplaceAll(format, "%s", quoted) }
+
 // Versions returns each registered component's latest version (what this binary writes).
 func (r *Registry) Versions() map[string]int {
 	r.mu.Lock()
@@ -241,7 +246,7 @@ type migrator struct {
 	timeout time.Duration
 }
 
-func (m *migrator) q(s string) string { return strings.ReplaceAll(s, "%s", m.schema) }
+func (m *migrator) q(s string) string { return Q(m.schema, s) }
 
 func (m *migrator) exec(ctx context.Context, q string, args ...any) error {
 	ctx, cancel := context.WithTimeout(ctx, m.timeout)

@@ -1,8 +1,9 @@
 // Package testenv connects integration tests to the real servers that scripts/env starts
 // (TiDB, two MariaDB servers, Kafka). It exists so every test finds the servers the same
 // way: from the PARITY_TEST_* variables written to var/env.sh. It also holds the tests'
-// one table comparator (tables.go), which proves two schemas hold the same rows with
-// plain SQL and must never import checker or cdc: a bug there cannot hide a bug it tests.
+// one table comparator (tables.go reads, compare.go compares), which proves two schemas
+// hold the same rows with plain SQL and must never import checker or cdc: a bug there
+// cannot hide a bug it tests.
 //
 // Locally a test whose server is not configured is skipped with a message; when CI=true a
 // missing server fails the test, so CI can never pass by skipping.

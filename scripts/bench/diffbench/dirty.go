@@ -72,7 +72,7 @@ func benchDirty(ctx context.Context, o options, data Dataset, p *pair) (*dirtyRe
 	rng := rand.New(rand.NewPCG(data.Seed, 17))
 	rng.Shuffle(len(ids), func(i, j int) { ids[i], ids[j] = ids[j], ids[i] })
 	ids = ids[:o.dirty]
-	q := func(s string) string { return strings.ReplaceAll(s, "%s", ident.Quote(dirtyMeta)) }
+	q := func(s string) string { return metaschema.Q(ident.Quote(dirtyMeta), s) }
 	for _, s := range []string{
 		"DELETE FROM %s." + ledger.Table + " WHERE changefeed = ?",
 		"DELETE FROM %s." + ledger.RangeTable + " WHERE changefeed = ?",

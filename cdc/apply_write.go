@@ -1,0 +1,236 @@
+package cdc
+
+// apply_write.go is the apply workers' side: a worker turns the ops it is sent into
+// multi-row statements (batch, at most maxStatementBytes, one under construction per
+// table), and a table without a handle is written with its progress row in one
+// transaction (applyKeyless).
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/tidb-parity/parity/cdc/open"
+	"github.com/tidb-parity/parity/internal/ident"
+)
+
+// batch is a multi-row statement being assembled.
+type batch struct {
+	schema, table string
+	del           bool
+	mode          writeMode
+	rows          [][]open.Column
+	bytes         int
+}
+
+const maxStatementBytes = 4 << 20
+
+// workerNames are the apply workers' writers in the marker table (bypasslog): one row
+// per worker, so concurrent workers never wait for each other's marker.
+var workerNames = func() []string {
+	n := make([]string, 256)
+	for i := range n {
+		n[i] = fmt.Sprintf("apply-%d", i)
+	}
+	return n
+}()
+
+func (a *applier) worker(ctx context.Context, ch <-chan []op, writer string) error {
+	// One statement under construction per table: ops of tables produced concurrently
+	// interleave on the channel without cutting each other's statements short. Within a
+	// table, a change of kind (delete/upsert, columns) flushes first, so the versions of
+	// a row are written in order.
+	batches := map[[2]string]*batch{}
+	var order [][2]string
+	flush := func(b *batch) error {
+		if len(b.rows) == 0 {
+			return nil
+		}
+		var q string
+		var args []any
+		if b.del {
+			q, args = buildDeleteByHandle(b.schema, b.table, b.rows)
+		} else {
+			q, args = buildUpsert(b.schema, b.table, b.rows, b.mode)
+		}
+		err := a.retry(ctx, ident.Table(b.schema, b.table), func(ctx context.Context) error {
+			return a.meta.execMarked(ctx, a.db, writer, q, args)
+		})
+		if err != nil {
+			return err
+		}
+		a.rows.Add(int64(len(b.rows)))
+		clear(b.rows)
+		b.rows = b.rows[:0]
+		b.bytes = 0
+		return nil
+	}
+	flushAll := func() error {
+		for _, k := range order {
+			if err := flush(batches[k]); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	var last *batch // the batch of the previous op: consecutive ops are mostly of one table
+	add := func(o *op) error {
+		if o.fence != nil {
+			if err := flushAll(); err != nil {
+				return err
+			}
+			o.fence <- struct{}{} // buffered for every worker of the lane
+			return nil
+		}
+		if o.unit != nil {
+			if err := flushAll(); err != nil {
+				return err
+			}
+			return a.applyKeyless(ctx, o.unit, writer)
+		}
+		b := last
+		if b == nil || b.table != o.table || b.schema != o.schema {
+			k := [2]string{o.schema, o.table}
+			b = batches[k]
+			if b == nil {
+				b = &batch{schema: o.schema, table: o.table, rows: make([][]open.Column, 0, a.cfg.Applier.BatchRows)}
+				batches[k] = b
+				order = append(order, k)
+			}
+			last = b
+		}
+		if len(b.rows) > 0 && (b.del != o.del || b.mode != o.mode ||
+			!sameNames(b.rows[0], o.cols) || len(b.rows) >= a.cfg.Applier.BatchRows || b.bytes >= maxStatementBytes) {
+			if err := flush(b); err != nil {
+				return err
+			}
+		}
+		if len(b.rows) == 0 {
+			b.del, b.mode = o.del, o.mode
+		}
+		b.rows = append(b.rows, o.cols)
+		b.bytes += rowBytes(o.cols)
+		return nil
+	}
+	for chunk := range ch {
+		for i := range chunk {
+			if err := add(&chunk[i]); err != nil {
+				return err
+			}
+		}
+	}
+	if err := flushAll(); err != nil {
+		return err
+	}
+	return ctx.Err()
+}
+
+// applyKeyless applies a table without a handle: inserts append, deletes remove exactly
+// one equal row, updates do both; all in one transaction with the table's progress.
+func (a *applier) applyKeyless(ctx context.Context, u *keylessUnit, writer string) error {
+	k := u.tb.key
+	if u.target <= a.progressOf(k) {
+		// Applied before a restart, beyond the checkpoint: the restart's first rounds
+		// may stop at resolved ts below the table's progress. Nothing to do, and the
+		// progress must not move back (rows above target would be applied again).
+		return nil
+	}
+	schema, table := a.cfg.targetSchema(k.Schema), k.Table
+	var n int64
+	var byOp [3]int64
+	var done uint64
+	err := a.retry(ctx, ident.Table(schema, table), func(ctx context.Context) error {
+		n, byOp = 0, [3]int64{}
+		tx, err := a.db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback() //nolint:errcheck // no-op after commit
+		if err := a.meta.fence(ctx, tx); err != nil {
+			return err
+		}
+		// The durable progress, read under the row lock: an earlier attempt whose
+		// COMMIT failed on the wire may have committed (or be committing) after all.
+		done, err = a.meta.tableProgress(ctx, tx, k)
+		if err != nil {
+			return fmt.Errorf("reading table progress: %w", err)
+		}
+		done = max(done, a.progressOf(k))
+		if u.target <= done {
+			return nil
+		}
+		if err := a.meta.mark(ctx, tx, writer); err != nil {
+			return err
+		}
+		var ins [][]open.Column
+		insBytes := 0
+		flush := func() error {
+			if len(ins) == 0 {
+				return nil
+			}
+			q, args := buildUpsert(schema, table, ins, modeInsert)
+			ins, insBytes = ins[:0], 0
+			_, err := tx.ExecContext(ctx, q, args...)
+			return err
+		}
+		for ev, err := range u.tb.events(u.target) {
+			if err != nil {
+				return err
+			}
+			if ev.CommitTs <= done {
+				continue // applied before a crash, together with its progress row
+			}
+			n++
+			if i := int(ev.Op) - 1; i >= 0 && i < len(byOp) {
+				byOp[i]++
+			}
+			cols := writable(ev.Columns)
+			if ev.Op == open.OpDelete || ev.Op == open.OpUpdate {
+				old := cols
+				if ev.Op == open.OpUpdate {
+					if ev.OldColumns == nil {
+						return fmt.Errorf("table %s has no primary or unique key and an update at commit ts %d carries no old row (enable TiCDC output-old-value)", k, ev.CommitTs)
+					}
+					old = writable(oldRow(ev))
+				}
+				if err := flush(); err != nil {
+					return err
+				}
+				q, args := buildDeleteOne(schema, table, old)
+				if _, err := tx.ExecContext(ctx, q, args...); err != nil {
+					return err
+				}
+				if ev.Op == open.OpDelete {
+					continue
+				}
+			}
+			if len(ins) > 0 && (!sameNames(ins[0], cols) || len(ins) >= a.cfg.Applier.BatchRows || insBytes >= maxStatementBytes) {
+				if err := flush(); err != nil {
+					return err
+				}
+			}
+			ins = append(ins, cols)
+			insBytes += rowBytes(cols)
+		}
+		if err := flush(); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, a.meta.tableProgressSQL(), a.meta.changefeed, k.Schema, k.Table, u.target); err != nil {
+			return fmt.Errorf("recording table progress: %w", err)
+		}
+		if err := a.hooks.fire(hookBeforeKeylessCommit); err != nil {
+			return err
+		}
+		return tx.Commit()
+	})
+	if err != nil {
+		return err
+	}
+	a.rows.Add(n)
+	for i, k := range byOp {
+		a.round[i].Add(k)
+	}
+	a.mu.Lock()
+	a.tableProgress[k] = max(a.tableProgress[k], u.target, done)
+	a.mu.Unlock()
+	return nil
+}

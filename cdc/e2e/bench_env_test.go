@@ -1,0 +1,388 @@
+package e2e
+
+// bench_env_test.go is the applier benchmarks' set-up: the synthetic sysbench rows, the
+// feed that publishes them as a TiCDC changefeed straight to Kafka, and benchEnv (the
+// raw-write baseline, parity serve's config, profiles, logs, counts). bench_test.go holds
+// the benchmarks.
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/tidb-parity/parity/cdc/loadgen"
+	"github.com/tidb-parity/parity/cdc/open"
+	"github.com/tidb-parity/parity/internal/ident"
+	"github.com/tidb-parity/parity/internal/testenv"
+)
+
+func benchRows() int {
+	if v := os.Getenv("PARITY_BENCH_ROWS"); v != "" {
+		var n int
+		if _, err := fmt.Sscan(v, &n); err == nil && n > 0 {
+			return n
+		}
+	}
+	return 1_000_000
+}
+
+// benchRow is one sysbench row.
+type benchRow struct {
+	id, k  int64
+	c, pad string
+}
+
+// benchData returns rows per table: table i holds ids 1..n/benchTables.
+func benchData(n int, seed uint64) [][]benchRow {
+	r := rand.New(rand.NewPCG(seed, seed))
+	per := n / benchTables
+	out := make([][]benchRow, benchTables)
+	for t := range out {
+		out[t] = make([]benchRow, per)
+		for i := range out[t] {
+			out[t][i] = benchRow{id: int64(i + 1), k: r.Int64N(int64(n)) + 1, c: loadgen.SysbenchC(r), pad: loadgen.SysbenchPad(r)}
+		}
+	}
+	return out
+}
+
+func benchTableName(i int) string { return fmt.Sprintf("sbtest%d", i+1) }
+
+const benchDDL = "CREATE TABLE %s (`id` INT NOT NULL, `k` INT NOT NULL DEFAULT '0', `c` CHAR(120) NOT NULL DEFAULT '', " +
+	"`pad` CHAR(60) NOT NULL DEFAULT '', PRIMARY KEY (`id`), KEY `k_1` (`k`)) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4"
+
+// benchColumns renders a row as TiCDC would for sysbench's table.
+func benchColumns(r benchRow) []open.Column {
+	return []open.Column{
+		{Name: "id", Type: open.TypeLong, Flags: open.FlagBinary | open.FlagHandleKey | open.FlagPrimaryKey, Value: r.id},
+		{Name: "k", Type: open.TypeLong, Flags: open.FlagBinary | open.FlagMultipleKey, Value: r.k},
+		{Name: "c", Type: open.TypeString, Value: r.c},
+		{Name: "pad", Type: open.TypeString, Value: r.pad},
+	}
+}
+
+// feed publishes synthetic transactions to a topic like TiCDC: rows dispatched by table,
+// batched per partition, resolved events broadcast to every partition.
+type feed struct {
+	w          *kafka.Writer
+	partitions int
+	disp       loadgen.Dispatcher
+	enc        *open.Encoder
+	records    atomic.Int64
+	lastTs     uint64
+}
+
+func newFeed(tb testing.TB, broker, topic string, partitions int) *feed {
+	d, _ := loadgen.NewDispatcher(loadgen.DispatchTable)
+	enc, err := open.NewEncoder(open.DefaultEncoderConfig())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	w := &kafka.Writer{
+		Addr:         kafka.TCP(broker),
+		Topic:        topic,
+		Balancer:     kafka.BalancerFunc(func(m kafka.Message, _ ...int) int { return m.Partition }),
+		BatchSize:    1000,
+		BatchBytes:   12 << 20,
+		BatchTimeout: time.Millisecond,
+		RequiredAcks: kafka.RequireAll,
+	}
+	tb.Cleanup(func() { w.Close() })
+	return &feed{w: w, partitions: partitions, disp: d, enc: enc}
+}
+
+// nextTs returns a commit ts: the TSO of now, strictly above the previous one.
+func (f *feed) nextTs() uint64 {
+	ts := uint64(time.Now().UnixMilli()) << 18
+	if ts <= f.lastTs {
+		ts = f.lastTs + 1
+	}
+	f.lastTs = ts
+	return ts
+}
+
+type benchTxn struct {
+	ts     uint64
+	events []*open.Event
+}
+
+// publish encodes transactions (commit-ts order) and writes them.
+func (f *feed) publish(ctx context.Context, txns []benchTxn) error {
+	type group struct {
+		part int
+		enc  *open.Encoder
+	}
+	groups := map[string]*group{}
+	var order []*group
+	for _, t := range txns {
+		for _, ev := range t.events {
+			p, key := f.disp.Dispatch(ev, f.partitions)
+			g := groups[key]
+			if g == nil {
+				enc, err := open.NewEncoder(open.DefaultEncoderConfig())
+				if err != nil {
+					return err
+				}
+				g = &group{part: p, enc: enc}
+				groups[key] = g
+				order = append(order, g)
+			}
+			if err := g.enc.AppendRow(ev); err != nil {
+				return err
+			}
+		}
+	}
+	var msgs []kafka.Message
+	for _, g := range order {
+		for _, m := range g.enc.Build() {
+			msgs = append(msgs, kafka.Message{Partition: g.part, Key: m.Key, Value: m.Value})
+		}
+	}
+	f.records.Add(int64(len(msgs)))
+	return writeRetry(ctx, f.w, msgs)
+}
+
+// writeRetry writes until Kafka acknowledges every message (duplicates on retry are
+// harmless: delivery is at-least-once, as with TiCDC).
+func writeRetry(ctx context.Context, w *kafka.Writer, msgs []kafka.Message) error {
+	var err error
+	for attempt := 0; attempt < 10; attempt++ {
+		if err = w.WriteMessages(ctx, msgs...); err == nil {
+			return nil
+		}
+		time.Sleep(time.Duration(100*(attempt+1)) * time.Millisecond)
+	}
+	return err
+}
+
+func (f *feed) resolved(ctx context.Context, ts uint64) error {
+	m := f.enc.EncodeResolved(ts)
+	msgs := make([]kafka.Message, f.partitions)
+	for i := range msgs {
+		msgs[i] = kafka.Message{Partition: i, Key: m.Key, Value: m.Value}
+	}
+	f.records.Add(int64(len(msgs)))
+	return writeRetry(ctx, f.w, msgs)
+}
+
+// benchEnv is a benchmark's downstream database, topic and serve configuration.
+type benchEnv struct {
+	*env
+	down     *sql.DB
+	noLedger bool // applier.ledger = false
+}
+
+func newBenchEnv(b *testing.B) *benchEnv {
+	b.Helper()
+	downDB := testenv.Downstream(b)
+	e := &env{
+		t:          b,
+		db:         downDB.Name,
+		downDSN:    testenv.Require(b, testenv.EnvDownstream),
+		broker:     testenv.Kafka(b),
+		topic:      testenv.NewTopic(b, "bench", 3),
+		partitions: 3,
+		meta:       testenv.UniqueName("pmeta"),
+	}
+	dir := b.TempDir()
+	e.configPath = filepath.Join(dir, "parity.toml")
+	e.logPath = filepath.Join(dir, "serve.log")
+	e.statusAddr = freeAddr(b)
+	b.Cleanup(func() { _, _ = downDB.Exec("DROP DATABASE IF EXISTS " + ident.Quote(e.meta)) })
+	return &benchEnv{env: e, down: downDB.DB}
+}
+
+func (be *benchEnv) writeConfig(tb testing.TB) {
+	level := "warn"
+	if os.Getenv("PARITY_BENCH_LOG") != "" {
+		level = "debug"
+	}
+	cfg := be.configTOML(filepath.Join(filepath.Dir(be.configPath), "spill"), level, "",
+		fmt.Sprintf("workers = %d\nbatch-rows = %d\nledger = %t\n", benchWorkers, benchBatchRows, !be.noLedger),
+		fmt.Sprintf("pprof = %t\n", os.Getenv("PARITY_BENCH_PPROF") != ""))
+	if os.Getenv("PARITY_BENCH_HA") != "" {
+		// The applier fenced by a lease (docs/reliability.md): every write transaction
+		// checks it; measures the fence's cost.
+		cfg += "\n[ha]\nenabled = true\n"
+	}
+	if err := os.WriteFile(be.configPath, []byte(cfg), 0o644); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+func (be *benchEnv) createTables(tb testing.TB, prefix string) {
+	for i := 0; i < benchTables; i++ {
+		if _, err := be.down.Exec(fmt.Sprintf(benchDDL, ident.Quote(prefix+benchTableName(i)))); err != nil {
+			tb.Fatal(err)
+		}
+	}
+}
+
+// rawWrite writes rows with multi-row INSERTs (upsert: INSERT ... ON DUPLICATE KEY
+// UPDATE when update is set), one connection per table, benchBatchRows per statement.
+func (be *benchEnv) rawWrite(tb testing.TB, prefix string, data [][]benchRow, update bool) time.Duration {
+	tb.Helper()
+	start := time.Now()
+	var wg sync.WaitGroup
+	errs := make(chan error, len(data))
+	for ti, rows := range data {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx := context.Background()
+			conn, err := be.down.Conn(ctx)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer conn.Close()
+			name := ident.Quote(prefix + benchTableName(ti))
+			for lo := 0; lo < len(rows); lo += benchBatchRows {
+				hi := min(lo+benchBatchRows, len(rows))
+				var q strings.Builder
+				q.WriteString("INSERT INTO " + name + " (`id`,`k`,`c`,`pad`) VALUES ")
+				args := make([]any, 0, 4*(hi-lo))
+				for i, r := range rows[lo:hi] {
+					if i > 0 {
+						q.WriteString(",")
+					}
+					q.WriteString("(?,?,?,?)")
+					args = append(args, r.id, r.k, r.c, r.pad)
+				}
+				if update {
+					q.WriteString(" ON DUPLICATE KEY UPDATE `k`=VALUES(`k`),`c`=VALUES(`c`),`pad`=VALUES(`pad`)")
+				}
+				if _, err := conn.ExecContext(ctx, q.String(), args...); err != nil {
+					errs <- fmt.Errorf("raw write %s: %w", name, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		tb.Fatal(err)
+	}
+	return time.Since(start)
+}
+
+// publishChangefeed publishes data as transactions of benchTxnRows rows of one table,
+// round-robin over the tables, with a resolved ts every resolvedEvery transactions and
+// at the end. With old set, the events are updates from old to data.
+func (be *benchEnv) publishChangefeed(tb testing.TB, f *feed, data, old [][]benchRow) (uint64, int) {
+	tb.Helper()
+	ctx := context.Background()
+	const resolvedEvery = 300
+	var batch []benchTxn
+	rows, txns := 0, 0
+	per := len(data[0])
+	for lo := 0; lo < per; lo += benchTxnRows {
+		hi := min(lo+benchTxnRows, per)
+		for ti := range data {
+			ts := f.nextTs()
+			txn := benchTxn{ts: ts}
+			for i := lo; i < hi; i++ {
+				ev := &open.Event{Kind: open.KindRow, CommitTs: ts, Schema: be.db, Table: benchTableName(ti),
+					Op: open.OpInsert, Columns: benchColumns(data[ti][i]), RowID: data[ti][i].id}
+				if old != nil {
+					ev.Op, ev.OldColumns = open.OpUpdate, benchColumns(old[ti][i])
+				}
+				txn.events = append(txn.events, ev)
+				rows++
+			}
+			batch = append(batch, txn)
+			txns++
+			if txns%resolvedEvery == 0 {
+				if err := f.publish(ctx, batch); err != nil {
+					tb.Fatal(err)
+				}
+				batch = batch[:0]
+				if err := f.resolved(ctx, ts); err != nil {
+					tb.Fatal(err)
+				}
+			}
+		}
+	}
+	if err := f.publish(ctx, batch); err != nil {
+		tb.Fatal(err)
+	}
+	final := f.nextTs()
+	if err := f.resolved(ctx, final); err != nil {
+		tb.Fatal(err)
+	}
+	return final, rows
+}
+
+// profile, with PARITY_BENCH_PPROF set (a directory), fetches a CPU profile of serve
+// (/debug/pprof/profile?seconds=10, starting 2 s into the apply) into
+// $PARITY_BENCH_PPROF/serve-<kind>.pprof; the returned func waits for it.
+func (be *benchEnv) profile(tb testing.TB, kind string) func() {
+	dir := os.Getenv("PARITY_BENCH_PPROF")
+	if dir == "" {
+		return func() {}
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		time.Sleep(2 * time.Second)
+		resp, err := http.Get("http://" + be.statusAddr + "/debug/pprof/profile?seconds=10")
+		if err != nil {
+			fmt.Printf("pprof: %v\n", err)
+			return
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err == nil {
+			err = os.WriteFile(filepath.Join(dir, "serve-"+kind+".pprof"), body, 0o644)
+		}
+		if err != nil {
+			fmt.Printf("pprof: %v\n", err)
+		}
+	}()
+	return func() { <-done }
+}
+
+// saveLog, with PARITY_BENCH_LOG set (a directory), copies serve's log (debug level,
+// one line per applied round) to $PARITY_BENCH_LOG/serve-<kind>.log.
+func (be *benchEnv) saveLog(tb testing.TB, kind string) {
+	dir := os.Getenv("PARITY_BENCH_LOG")
+	if dir == "" {
+		return
+	}
+	b, err := os.ReadFile(be.logPath)
+	if err == nil {
+		err = os.WriteFile(filepath.Join(dir, "serve-"+kind+".log"), b, 0o644)
+	}
+	if err != nil {
+		tb.Log(err)
+	}
+}
+
+func (be *benchEnv) truncate(tb testing.TB, prefix string) {
+	for i := 0; i < benchTables; i++ {
+		if _, err := be.down.Exec("TRUNCATE TABLE " + ident.Quote(prefix+benchTableName(i))); err != nil {
+			tb.Fatal(err)
+		}
+	}
+}
+
+func (be *benchEnv) count(tb testing.TB, table string) int {
+	var n int
+	if err := be.down.QueryRow("SELECT COUNT(*) FROM " + ident.Quote(table)).Scan(&n); err != nil {
+		tb.Fatal(err)
+	}
+	return n
+}
