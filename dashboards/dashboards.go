@@ -1,5 +1,5 @@
 // Package dashboards defines parity's Grafana dashboards in Go and writes them as the
-// JSON files beside it (go test ./dashboards -update): one definition keeps the three
+// JSON files beside it (go test ./dashboards -update): one definition keeps the four
 // dashboards' variables, units, thresholds and queries consistent, and the committed
 // JSON is what Grafana loads and what the observability test (cmd/parity) evaluates
 // against a live daemon. It imports nothing of parity's.
@@ -53,6 +53,9 @@ type Step struct {
 type Dashboard struct {
 	UID, Title, Description string
 	Panels                  []Panel
+	// Fleet adds the member variable: the member label Prometheus attaches to each
+	// fleet member's scraped daemons (deploy/prometheus/prometheus-fleet.yml).
+	Fleet bool
 }
 
 func (d Dashboard) json() ([]byte, error) {
@@ -126,21 +129,29 @@ func (d Dashboard) json() ([]byte, error) {
 			"datasource": ds, "gridPos": pos, "targets": targets, "options": options,
 			"fieldConfig": map[string]any{"defaults": defaults, "overrides": []any{}}})
 	}
+	vars := []any{
+		map[string]any{"name": "datasource", "label": "Data source", "type": "datasource", "query": "prometheus",
+			"current": map[string]any{}, "hide": 0, "refresh": 1, "regex": "", "options": []any{}},
+		map[string]any{"name": "changefeed", "label": "Changefeed", "type": "query", "datasource": ds,
+			"query":      map[string]any{"query": "label_values(parity_cdc_applier_state, changefeed)", "refId": "changefeed"},
+			"definition": "label_values(parity_cdc_applier_state, changefeed)",
+			"current":    map[string]any{}, "hide": 0, "refresh": 2, "multi": true, "includeAll": true, "allValue": ".*",
+			"sort": 1, "regex": "", "options": []any{}},
+	}
+	if d.Fleet {
+		vars = append(vars, map[string]any{"name": "member", "label": "Member", "type": "query", "datasource": ds,
+			"query":      map[string]any{"query": "label_values(parity_cdc_applier_state, member)", "refId": "member"},
+			"definition": "label_values(parity_cdc_applier_state, member)",
+			"current":    map[string]any{}, "hide": 0, "refresh": 2, "multi": true, "includeAll": true, "allValue": ".*",
+			"sort": 1, "regex": "", "options": []any{}})
+	}
 	out := map[string]any{
 		"uid": d.UID, "title": d.Title, "description": d.Description, "tags": []string{"parity"},
 		"schemaVersion": SchemaVersion, "version": 1, "editable": true, "graphTooltip": 1,
 		"time": map[string]string{"from": "now-1h", "to": "now"}, "refresh": "30s", "timezone": "",
 		"annotations": map[string]any{"list": []any{}}, "links": []any{},
-		"templating": map[string]any{"list": []any{
-			map[string]any{"name": "datasource", "label": "Data source", "type": "datasource", "query": "prometheus",
-				"current": map[string]any{}, "hide": 0, "refresh": 1, "regex": "", "options": []any{}},
-			map[string]any{"name": "changefeed", "label": "Changefeed", "type": "query", "datasource": ds,
-				"query":      map[string]any{"query": "label_values(parity_cdc_applier_state, changefeed)", "refId": "changefeed"},
-				"definition": "label_values(parity_cdc_applier_state, changefeed)",
-				"current":    map[string]any{}, "hide": 0, "refresh": 2, "multi": true, "includeAll": true, "allValue": ".*",
-				"sort": 1, "regex": "", "options": []any{}},
-		}},
-		"panels": panels,
+		"templating": map[string]any{"list": vars},
+		"panels":     panels,
 	}
 	b, err := json.MarshalIndent(out, "", "  ")
 	if err != nil {
@@ -152,7 +163,8 @@ func (d Dashboard) json() ([]byte, error) {
 // Files returns the dashboards as JSON, by file name.
 func Files() (map[string][]byte, error) {
 	out := map[string][]byte{}
-	for name, d := range map[string]Dashboard{"replication.json": replication(), "verification.json": verification(), "cutover.json": cutover()} {
+	for name, d := range map[string]Dashboard{"replication.json": replication(), "verification.json": verification(), "cutover.json": cutover(),
+		"fleet.json": fleet()} {
 		b, err := d.json()
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", name, err)
@@ -366,6 +378,83 @@ func cutover() Dashboard {
 			{Type: "stat", Title: "Kafka records not yet read", W: 6, H: 5, Unit: "short", Thresholds: []Step{{10000, "yellow"}, {100000, "red"}},
 				Description: "Sum over the changefeed's partitions of the high watermark minus the next offset parity reads: 0 once everything TiCDC wrote was read.",
 				Targets:     []Target{q(`sum by (changefeed) (parity_cdc_kafka_lag_messages{`+cf+`})`, "{{changefeed}}")}},
+		}}
+}
+
+// The fleet: one parity serve per fallback server (a member), each scraped with the
+// member label (deploy/prometheus/prometheus-fleet.yml), a member's standby daemons
+// under the same label. Every fleet query selects $changefeed and $member, aggregates
+// by member, and leaves out standing-by daemons (their applier_state is standby: they
+// apply nothing, and their lag is not the member's).
+
+// fm is the fleet selector every fleet query carries.
+const fm = cf + `, member=~"$member"`
+
+// activeOnly keeps the series of daemons that are not standing by.
+func activeOnly(expr string) string {
+	return `(` + expr + `) unless on (member, instance, changefeed) (parity_cdc_applier_state{` + fm + `, state="standby"} == 1)`
+}
+
+// perMember is the worst (largest) value of a metric per member, standbys left out.
+func perMember(metric string) string {
+	return `max by (member) (` + activeOnly(metric+`{`+fm+`}`) + `)`
+}
+
+// lastResultEqual is 1 per member when its daemon's newest verification run (of any
+// trigger) ended equal, 0 when it ended otherwise (different, failed, cancelled,
+// skipped); absent before a run ended since the daemon started.
+func lastResultEqual() string {
+	newest := `parity_verify_last_run_end_timestamp_seconds{` + fm + `} == on (member, changefeed) group_left max by (member, changefeed) (parity_verify_last_run_end_timestamp_seconds{` + fm + `})`
+	return `max by (member) (` + activeOnly(`parity_verify_last_run_result{`+fm+`, result="equal"} and on (member, instance, changefeed, trigger) (`+newest+`)`) + `)`
+}
+
+var equalMapping = []map[string]any{{"type": "value", "options": map[string]any{
+	"0": map[string]any{"text": "NOT EQUAL", "color": "red", "index": 0}, "1": map[string]any{"text": "EQUAL", "color": "green", "index": 1}}}}
+
+func fleet() Dashboard {
+	return Dashboard{UID: "parity-fleet", Title: "parity / Fleet", Fleet: true,
+		Description: "A fleet of fallbacks: one parity serve per fallback server (a member, Prometheus' member label), one line per member for lag, freshness and the last verification result; the fleet's lag is the worst member's.",
+		Panels: []Panel{
+			row("Fleet"),
+			{Type: "stat", Title: "Fleet lag (worst member)", W: 6, H: 5, Unit: "s", Thresholds: lagSteps,
+				Description: "The largest applied checkpoint lag over the members: the fleet holds TiDB's data as of this long ago at best. Alert ParityFleetMemberBehind names the member past 5 minutes.",
+				Targets:     []Target{q(`max(`+perMember("parity_cdc_checkpoint_lag_seconds")+`)`, "fleet")}},
+			{Type: "stat", Title: "Fleet freshness (worst member)", W: 6, H: 5, Unit: "s", Thresholds: freshnessSteps,
+				Description: "The largest verification freshness over the members: the oldest applied change no clean full verification covers, anywhere in the fleet (+Inf while a member has no clean run). Alert ParityFleetMemberBehind names the member past 2 hours.",
+				Targets:     []Target{q(`max(`+perMember("parity_verify_freshness_seconds")+`)`, "fleet")}},
+			{Type: "stat", Title: "Members applying", W: 6, H: 5, Unit: "short", Thresholds: []Step{},
+				Description: "Members whose daemon reports its applier running (a member's standby is not counted). Compare with the number of fallbacks: a missing member is a fallback nobody follows.",
+				Targets:     []Target{q(`count(max by (member) (parity_cdc_applier_state{`+fm+`, state="running"}) == 1) or vector(0)`, "running")}},
+			{Type: "stat", Title: "Members not verified equal", W: 6, H: 5, Unit: "short", Thresholds: anyIsBad,
+				Description: "Members whose newest verification run did not end equal (different, failed, cancelled or skipped). A cutover needs every member equal at one TSO: parity fleet cutover-check.",
+				Targets:     []Target{q(`count(`+lastResultEqual()+` == 0) or vector(0)`, "not equal")}},
+			row("Per member"),
+			{Type: "timeseries", Title: "Applied checkpoint lag per member", Unit: "s", Thresholds: lagSteps,
+				Description: "Wall clock minus the physical time of each member's applied checkpoint: what its fallback holds. One member far above the others is that fallback (its writes, its disk) or its topics behind.",
+				Targets:     []Target{q(perMember("parity_cdc_checkpoint_lag_seconds"), "{{member}}")}},
+			{Type: "timeseries", Title: "Resolved lag per member", Unit: "s", Thresholds: lagSteps,
+				Description: "Wall clock minus each member's global resolved ts: how far behind TiCDC's delivery of that member's topics is. As large as the member's applied lag means TiCDC or Kafka is behind, not parity.",
+				Targets:     []Target{q(perMember("parity_cdc_resolved_lag_seconds"), "{{member}}")}},
+			{Type: "timeseries", Title: "Verification freshness per member", Unit: "s", Thresholds: freshnessSteps,
+				Description: "Each member's verification freshness: the age of its oldest applied change no clean full verification covers (+Inf before its first clean run).",
+				Targets:     []Target{q(perMember("parity_verify_freshness_seconds"), "{{member}}")}},
+			{Type: "timeseries", Title: "Last verification result per member", Unit: "none", Base: "red", Thresholds: []Step{{1, "green"}},
+				Mappings:    equalMapping,
+				Description: "1 while a member's newest verification run (any trigger) ended equal, 0 while it ended different, failed, cancelled or skipped; no line before a run ended since its daemon started.",
+				Targets:     []Target{q(lastResultEqual(), "{{member}}")}},
+			{Type: "stat", Title: "Last verification result", W: 24, H: 5, Unit: "none", Base: "red", Thresholds: []Step{{1, "green"}},
+				Mappings:    equalMapping,
+				Description: "One tile per member: EQUAL when its newest verification run ended equal, NOT EQUAL otherwise.",
+				Targets:     []Target{q(lastResultEqual(), "{{member}}")}},
+			{Type: "timeseries", Title: "Kafka records not yet read per member", Unit: "short", Thresholds: []Step{{10000, "yellow"}, {100000, "red"}},
+				Description: "Records of each member's topics not yet read (sum over its partitions of the high watermark minus the next offset).",
+				Targets:     []Target{q(`sum by (member) (`+activeOnly(`parity_cdc_kafka_lag_messages{`+fm+`}`)+`)`, "{{member}}")}},
+			{Type: "timeseries", Title: "Rows applied per member", Unit: rowsPerSecond, Thresholds: []Step{},
+				Description: "Row events applied to each member's fallback per second (all types).",
+				Targets:     []Target{q(`sum by (member) (rate(parity_cdc_applied_rows_total{`+fm+`}[$__rate_interval]))`, "{{member}}")}},
+			{Type: "timeseries", Title: "Differences found per member", Unit: "short", Thresholds: []Step{{1, "red"}},
+				Description: "Differing rows found by each member's verification runs per rate interval (all kinds and classes; the member's Verification dashboard has them by class).",
+				Targets:     []Target{q(`sum by (member) (increase(parity_verify_differences_total{`+fm+`}[$__rate_interval]))`, "{{member}}")}},
 		}}
 }
 

@@ -52,8 +52,8 @@ var rangeFunc = regexp.MustCompile(`\b(rate|increase|irate|delta|deriv)\(([^()]|
 // rates over $__rate_interval (or the dashboard's $__range), and a legend.
 func TestDashboardRules(t *testing.T) {
 	names, err := filepath.Glob("*.json")
-	if err != nil || len(names) != 3 {
-		t.Fatalf("dashboards: %v %v, want replication, verification and cutover", names, err)
+	if err != nil || len(names) != 4 {
+		t.Fatalf("dashboards: %v %v, want replication, verification, cutover and fleet", names, err)
 	}
 	for _, name := range names {
 		raw, err := os.ReadFile(name)

@@ -97,7 +97,7 @@ func (g *Generator) bigTransaction(ctx context.Context, res Result, rows int) (B
 	out := BigTxnResult{Result: res}
 	t := g.tables[0] // sbtest1: specs lists the sysbench tables first
 	tname := t.meta.QualifiedName()
-	out.Table = g.cfg.Database + "." + t.meta.Name
+	out.Table = t.meta.Schema + "." + t.meta.Name
 	idName := ident.Quote(t.meta.Columns[t.idCol].Name)
 	var maxID int64
 	if err := g.up.QueryRowContext(ctx, "SELECT IFNULL(MAX("+idName+"), 0) FROM "+tname).Scan(&maxID); err != nil {
@@ -187,10 +187,11 @@ func (g *Generator) bigTransaction(ctx context.Context, res Result, rows int) (B
 	if err := g.publishBig(pctx, t, commitTs, out.FirstID, out.LastID); err != nil {
 		return out, err
 	}
-	if err := g.prod.resolved(pctx, bound); err != nil {
+	recs, err := g.prod.resolved(pctx, bound)
+	if err != nil {
 		return out, err
 	}
-	g.records.Add(int64(g.prod.partitions))
+	g.records.Add(int64(recs))
 	g.resolved.Store(bound)
 	g.log.Info("big transaction published", "rows", g.rows.Load(), "records", g.records.Load(), "resolved_ts", bound,
 		"publish", time.Since(pubStart).Round(time.Millisecond))

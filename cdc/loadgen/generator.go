@@ -193,8 +193,9 @@ func (g *Generator) heartbeat(ctx context.Context) error {
 		}
 		ts, err := currentTSO(ctx, conn)
 		if err == nil && ts > g.resolved.Load() {
-			if err = g.prod.resolved(ctx, ts); err == nil {
-				g.records.Add(int64(g.prod.partitions))
+			var n int
+			if n, err = g.prod.resolved(ctx, ts); err == nil {
+				g.records.Add(int64(n))
 				g.resolved.Store(ts)
 			}
 		}
@@ -356,10 +357,11 @@ func (g *Generator) publishLoop(ctx context.Context, workersDone <-chan struct{}
 			return errors.New("publish: transactions with unknown commit outcome remain; no final resolved ts")
 		}
 		if (final || time.Since(lastAnnounce) >= g.cfg.ResolvedInterval) && published > announced {
-			if err := g.prod.resolved(ctx, published); err != nil {
+			n, err := g.prod.resolved(ctx, published)
+			if err != nil {
 				return err
 			}
-			g.records.Add(int64(g.prod.partitions))
+			g.records.Add(int64(n))
 			announced = published
 			g.resolved.Store(announced)
 			lastAnnounce = time.Now()
@@ -387,10 +389,12 @@ func (g *Generator) progress(ctx context.Context, done <-chan struct{}) error {
 	}
 }
 
-// reset drops the database on both sides.
+// reset drops the schemas on both sides.
 func (g *Generator) reset(ctx context.Context, up *sql.DB) error {
-	if err := execTimeout(ctx, up, "DROP DATABASE IF EXISTS "+ident.Quote(g.cfg.Database)); err != nil {
-		return fmt.Errorf("upstream: drop database %s: %w", g.cfg.Database, err)
+	for _, schema := range g.cfg.Schemas() {
+		if err := execTimeout(ctx, up, "DROP DATABASE IF EXISTS "+ident.Quote(schema)); err != nil {
+			return fmt.Errorf("upstream: drop database %s: %w", schema, err)
+		}
 	}
 	if g.cfg.Downstream == "" {
 		return nil
@@ -404,8 +408,10 @@ func (g *Generator) reset(ctx context.Context, up *sql.DB) error {
 		return fmt.Errorf("open downstream: %w", err)
 	}
 	defer down.Close()
-	if err := execTimeout(ctx, down, "DROP DATABASE IF EXISTS "+ident.Quote(g.cfg.Database)); err != nil {
-		return fmt.Errorf("downstream: drop database %s: %w", g.cfg.Database, err)
+	for _, schema := range g.cfg.Schemas() {
+		if err := execTimeout(ctx, down, "DROP DATABASE IF EXISTS "+ident.Quote(schema)); err != nil {
+			return fmt.Errorf("downstream: drop database %s: %w", schema, err)
+		}
 	}
 	return nil
 }
@@ -481,48 +487,54 @@ func (g *Generator) setUp(ctx context.Context) (res Result, err error) {
 			return res, err
 		}
 	}
-	createdDB, err := createDatabase(ctx, root, cfg.Database)
-	if err != nil {
-		return res, fmt.Errorf("upstream: %w", err)
-	}
-	dsn, _ := sessionDSN(cfg.Upstream, cfg.Database, cfg.TimeZone, true)
-	if g.up, err = openDB(dsn, cfg.Workers+4); err != nil {
-		return res, fmt.Errorf("open upstream: %w", err)
-	}
+	schemas := cfg.Schemas()
+	// The session's default schema is the first; every statement names its schema.
+	dsn, _ := sessionDSN(cfg.Upstream, schemas[0], cfg.TimeZone, true)
 	var ddls []*open.Event
-	if createdDB {
-		ts, err := g.tso(ctx)
-		if err != nil {
-			return res, err
-		}
-		ddls = append(ddls, &open.Event{Kind: open.KindDDL, CommitTs: ts, Schema: cfg.Database,
-			Query: "CREATE DATABASE " + ident.Quote(cfg.Database), DDLType: ddlCreateSchema})
-	}
-	for _, s := range specs(cfg) {
-		exists, err := tableExists(ctx, g.up, cfg.Database, s.name)
+	for _, schema := range schemas {
+		createdDB, err := createDatabase(ctx, root, schema)
 		if err != nil {
 			return res, fmt.Errorf("upstream: %w", err)
 		}
-		if !exists {
-			if err := execTimeout(ctx, g.up, s.ddl); err != nil {
-				return res, fmt.Errorf("upstream: create table %s: %w", s.name, err)
+		if g.up == nil {
+			if g.up, err = openDB(dsn, cfg.Workers+4); err != nil {
+				return res, fmt.Errorf("open upstream: %w", err)
 			}
+		}
+		if createdDB {
 			ts, err := g.tso(ctx)
 			if err != nil {
 				return res, err
 			}
-			ddls = append(ddls, &open.Event{Kind: open.KindDDL, CommitTs: ts, Schema: cfg.Database, Table: s.name,
-				Query: s.ddl, DDLType: ddlCreateTable})
+			ddls = append(ddls, &open.Event{Kind: open.KindDDL, CommitTs: ts, Schema: schema,
+				Query: "CREATE DATABASE " + ident.Quote(schema), DDLType: ddlCreateSchema})
 		}
-		meta, err := upstream.LoadTable(ctx, g.up, cfg.Database, s.name)
-		if err != nil {
-			return res, fmt.Errorf("upstream: %w", err)
+		for _, s := range specs(cfg) {
+			exists, err := tableExists(ctx, g.up, schema, s.name)
+			if err != nil {
+				return res, fmt.Errorf("upstream: %w", err)
+			}
+			if !exists {
+				if err := execTimeout(ctx, g.up, s.ddlIn(schema)); err != nil {
+					return res, fmt.Errorf("upstream: create table %s.%s: %w", schema, s.name, err)
+				}
+				ts, err := g.tso(ctx)
+				if err != nil {
+					return res, err
+				}
+				ddls = append(ddls, &open.Event{Kind: open.KindDDL, CommitTs: ts, Schema: schema, Table: s.name,
+					Query: s.ddl, DDLType: ddlCreateTable})
+			}
+			meta, err := upstream.LoadTable(ctx, g.up, schema, s.name)
+			if err != nil {
+				return res, fmt.Errorf("upstream: %w", err)
+			}
+			gt := &genTable{spec: s, meta: meta, idCol: meta.Col("id")}
+			if s.kind == kindKeyless {
+				gt.idCol = -1
+			}
+			g.tables = append(g.tables, gt)
 		}
-		gt := &genTable{spec: s, meta: meta, idCol: meta.Col("id")}
-		if s.kind == kindKeyless {
-			gt.idCol = -1
-		}
-		g.tables = append(g.tables, gt)
 	}
 	if g.prod, err = newProducer(ctx, cfg); err != nil {
 		return res, err
@@ -535,22 +547,24 @@ func (g *Generator) setUp(ctx context.Context) (res Result, err error) {
 		g.log.Info("import finished", "import_ts", res.ImportTs, "rows_per_table", cfg.ImportRows)
 	} else {
 		for _, ev := range ddls {
-			if err := g.prod.ddl(ctx, ev); err != nil {
+			n, err := g.prod.ddl(ctx, ev)
+			if err != nil {
 				return res, err
 			}
-			g.records.Add(int64(g.prod.partitions))
+			g.records.Add(int64(n))
 		}
 		if res.StartTs, err = g.tso(ctx); err != nil {
 			return res, err
 		}
 	}
-	if err := g.prod.resolved(ctx, res.StartTs); err != nil {
+	n, err := g.prod.resolved(ctx, res.StartTs)
+	if err != nil {
 		return res, err
 	}
-	g.records.Add(int64(g.prod.partitions))
+	g.records.Add(int64(n))
 	g.resolved.Store(res.StartTs)
-	g.log.Info("changefeed started", "start_ts", res.StartTs, "topic", cfg.Topic, "partitions", g.prod.partitions,
-		"dispatcher", cfg.Dispatcher)
+	g.log.Info("changefeed started", "start_ts", res.StartTs, "topic", g.prod.topicNames(), "partitions", g.prod.allPartitions(),
+		"schemas", len(schemas), "dispatcher", cfg.Dispatcher)
 	return res, nil
 }
 

@@ -27,9 +27,9 @@ func (g *Generator) importRows(t *genTable) int {
 	return max(1, g.cfg.ImportRows/10)
 }
 
-// importData fills every table on TiDB, then copies TiDB as of one TSO (the import TSO)
-// into the downstream, the way dumpling + an import would: same DDL, every row read at
-// the snapshot. It returns the import TSO.
+// importData fills every table of every schema on TiDB, then copies TiDB as of one TSO
+// (the import TSO) into the downstream, the way dumpling + an import would: same DDL,
+// every row read at the snapshot. It returns the import TSO.
 func (g *Generator) importData(ctx context.Context) (uint64, error) {
 	cfg := &g.cfg
 	var fill errgroup.Group
@@ -59,26 +59,31 @@ func (g *Generator) importData(ctx context.Context) (uint64, error) {
 		return 0, fmt.Errorf("open downstream: %w", err)
 	}
 	defer root.Close()
-	if _, err := root.ExecContext(ctx, "CREATE DATABASE IF NOT EXISTS "+ident.Quote(cfg.Database)); err != nil {
-		return 0, fmt.Errorf("downstream: create database %s: %w", cfg.Database, err)
+	schemas := cfg.Schemas()
+	for _, schema := range schemas {
+		if _, err := root.ExecContext(ctx, "CREATE DATABASE IF NOT EXISTS "+ident.Quote(schema)); err != nil {
+			return 0, fmt.Errorf("downstream: create database %s: %w", schema, err)
+		}
 	}
-	dsn, _ := sessionDSN(cfg.Downstream, cfg.Database, cfg.TimeZone, false)
+	// Every statement names its schema; the session's default is the first.
+	dsn, _ := sessionDSN(cfg.Downstream, schemas[0], cfg.TimeZone, false)
 	down, err := openDB(dsn, cfg.Workers+1)
 	if err != nil {
 		return 0, fmt.Errorf("open downstream: %w", err)
 	}
 	defer down.Close()
 	for _, t := range g.tables {
-		exists, err := tableExists(ctx, down, cfg.Database, t.spec.name)
+		schema := t.meta.Schema
+		exists, err := tableExists(ctx, down, schema, t.spec.name)
 		if err != nil {
 			return 0, fmt.Errorf("downstream: %w", err)
 		}
 		if exists {
 			return 0, fmt.Errorf("downstream table %s.%s already exists: the import needs an empty downstream (drop it, or run without import-rows)",
-				cfg.Database, t.spec.name)
+				schema, t.spec.name)
 		}
-		if err := execTimeout(ctx, down, t.spec.ddl); err != nil {
-			return 0, fmt.Errorf("downstream: create table %s: %w", t.spec.name, err)
+		if err := execTimeout(ctx, down, t.spec.ddlIn(schema)); err != nil {
+			return 0, fmt.Errorf("downstream: create table %s.%s: %w", schema, t.spec.name, err)
 		}
 	}
 	var cp errgroup.Group

@@ -5,7 +5,9 @@
 // publishes every committed transaction to Kafka as TiCDC's open protocol would: with its
 // real commit ts, full row images, TiCDC's column types and flags, dispatched to
 // partitions by TiCDC's "table" or "index-value" rule, DDL and resolved events broadcast
-// to every partition.
+// to every partition. With several schemas (Databases) and a topic expression
+// ("parity_{schema}") each schema's changes go to its own topic, as TiCDC's topic
+// dispatcher routes them, and every resolved ts to every topic.
 //
 // It is its own package because it needs both SQL and Kafka (cdc/open is a leaf) and must
 // not live in the daemon's package cdc: it plays the other side of the wire.
@@ -19,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -42,17 +45,26 @@ type Config struct {
 	// KafkaTLS and KafkaSASL secure the connections to Brokers. Default: off.
 	KafkaTLS  tlsauth.TLS
 	KafkaSASL tlsauth.SASL
-	// Topic receives the changefeed. Default: "parity".
+	// Topic receives the changefeed. It may be a topic expression holding {schema}
+	// (TiCDC's topic dispatcher, topic = "parity_{schema}"): each schema's row events and
+	// DDLs then go to its own topic, the schema's name substituted as TiCDC does, and
+	// every resolved ts to every partition of every topic, as TiCDC broadcasts it. Any
+	// other placeholder ({table} included) is an error. Default: "parity".
 	Topic string
-	// Partitions is the partition count loadgen creates Topic with when it does not exist
-	// (TiCDC's partition-num); an existing topic keeps its partitions. 0 requires the
-	// topic to exist. Default: 3.
+	// Partitions is the partition count loadgen creates a topic with when it does not
+	// exist (TiCDC's partition-num); an existing topic keeps its partitions. 0 requires
+	// the topics to exist. Default: 3.
 	Partitions int
-	// Reset drops Database on the upstream (and on Downstream when set) before starting,
-	// so a demo can be re-run. Default: false.
+	// Reset drops the schemas (Database or Databases) on the upstream (and on Downstream
+	// when set) before starting, so a demo can be re-run. Default: false.
 	Reset bool
 	// Database is the schema the tables live in, on both sides. Default: "parity_load".
 	Database string
+	// Databases, when set, replaces Database: several schemas, each with the same
+	// tables; a transaction may change tables of several schemas (MultiTable), and the
+	// import (ImportRows) fills and copies every schema at the one import TSO. With a
+	// {schema} Topic each schema has its own topic. Default: nil (Database alone).
+	Databases []string
 
 	// Tables is the number of sysbench tables sbtest1..N. Default: 4.
 	Tables int
@@ -187,14 +199,32 @@ func (c *Config) Validate() error {
 			errs = append(errs, e)
 		}
 	}
-	if c.Topic == "" {
-		bad("topic", "required")
+	if err := validateTopic(c.Topic); err != nil {
+		bad("topic", "%v", err)
 	}
 	if c.Partitions < 0 {
 		bad("partitions", "must not be negative, got %d", c.Partitions)
 	}
-	if c.Database == "" {
+	if len(c.Databases) == 0 && c.Database == "" {
 		bad("database", "required")
+	}
+	seen := map[string]int{}
+	for i, db := range c.Databases {
+		key := fmt.Sprintf("databases[%d]", i)
+		switch {
+		case db == "":
+			bad(key, "empty schema name")
+		case len(db) > 64:
+			bad(key, "schema name %q is longer than 64 characters", db)
+		case strings.HasSuffix(db, " "):
+			bad(key, "schema name %q ends with a space", db)
+		}
+		// TiDB compares schema names case-insensitively: two spellings are one schema.
+		if j, dup := seen[strings.ToLower(db)]; dup && db != "" {
+			bad(key, "schema %q is also databases[%d]", db, j)
+		} else {
+			seen[strings.ToLower(db)] = i
+		}
 	}
 	if c.Tables < 0 {
 		bad("tables", "must not be negative, got %d", c.Tables)
@@ -251,6 +281,29 @@ func (c *Config) Validate() error {
 		bad("progress-interval", "must be positive, got %v", c.ProgressInterval)
 	}
 	return errors.Join(errs...)
+}
+
+// Schemas returns the schemas the generator writes: Databases, or Database alone.
+func (c *Config) Schemas() []string {
+	if len(c.Databases) > 0 {
+		return c.Databases
+	}
+	return []string{c.Database}
+}
+
+// TopicOf returns the topic a schema's changes go to: Topic, or with {schema} in Topic
+// the schema's own topic (its name substituted as TiCDC does).
+func (c *Config) TopicOf(schema string) string { return topicFor(c.Topic, schema) }
+
+// Topics returns the distinct topics of Schemas, in the order of their first schema.
+func (c *Config) Topics() []string {
+	var out []string
+	for _, s := range c.Schemas() {
+		if t := c.TopicOf(s); !slices.Contains(out, t) {
+			out = append(out, t)
+		}
+	}
+	return out
 }
 
 // Result summarises a run.

@@ -8,6 +8,7 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -122,16 +123,42 @@ func (s *sequencer) inflight() int {
 	return len(s.committing) + len(s.pending)
 }
 
-// producer writes open-protocol records to explicit partitions of one topic.
+// producer writes open-protocol records to explicit partitions of its topics: one, or
+// one per schema (a {schema} topic expression).
 type producer struct {
 	w          *kafka.Writer
 	transport  *kafka.Transport
 	log        *slog.Logger
-	topic      string
-	partitions int
+	topics     []*outTopic          // distinct, in the order of their first schema
+	bySchema   map[string]*outTopic // every schema of the configuration
 	dispatcher Dispatcher
 	encCfg     open.EncoderConfig
 	enc        *open.Encoder // for DDL and resolved records
+}
+
+// outTopic is one topic the producer writes and its partition count.
+type outTopic struct {
+	name       string
+	partitions int
+}
+
+// topicOf returns the topic of a schema's events.
+func (p *producer) topicOf(schema string) (*outTopic, error) {
+	t := p.bySchema[schema]
+	if t == nil {
+		return nil, fmt.Errorf("schema %s has no topic (not one of the configured schemas)", schema)
+	}
+	return t, nil
+}
+
+// allPartitions is the number of partitions over every topic: the records of one
+// resolved-ts broadcast.
+func (p *producer) allPartitions() int {
+	n := 0
+	for _, t := range p.topics {
+		n += t.partitions
+	}
+	return n
 }
 
 // partitionBalancer routes a message to the partition already set on it.
@@ -220,43 +247,58 @@ func newProducer(ctx context.Context, cfg *Config) (*producer, error) {
 	if err != nil {
 		return nil, err
 	}
-	n, err := topicPartitions(ctx, k, cfg.Brokers, cfg.Topic)
-	if errors.Is(err, kafka.UnknownTopicOrPartition) && cfg.Partitions > 0 {
-		cctx, cancel := context.WithTimeout(ctx, time.Minute)
-		err = createTopic(cctx, k, cfg.Brokers, cfg.Topic, cfg.Partitions)
-		cancel()
-		if err == nil {
-			n, err = topicPartitions(ctx, k, cfg.Brokers, cfg.Topic)
+	p := &producer{log: cfg.Logger, bySchema: map[string]*outTopic{}, encCfg: cfg.Encoder}
+	for _, schema := range cfg.Schemas() {
+		name := cfg.TopicOf(schema)
+		i := slices.IndexFunc(p.topics, func(t *outTopic) bool { return t.name == name })
+		if i < 0 {
+			n, err := ensureTopic(ctx, k, cfg, name)
+			if err != nil {
+				return nil, err
+			}
+			p.topics = append(p.topics, &outTopic{name: name, partitions: n})
+			i = len(p.topics) - 1
 		}
+		p.bySchema[schema] = p.topics[i]
 	}
-	if err != nil {
+	if p.dispatcher, err = NewDispatcher(cfg.Dispatcher); err != nil {
 		return nil, err
 	}
-	d, err := NewDispatcher(cfg.Dispatcher)
-	if err != nil {
-		return nil, err
-	}
-	enc, err := open.NewEncoder(cfg.Encoder)
-	if err != nil {
+	if p.enc, err = open.NewEncoder(cfg.Encoder); err != nil {
 		return nil, err
 	}
 	maxBytes := cfg.Encoder.MaxMessageBytes
 	if maxBytes == 0 {
 		maxBytes = open.DefaultEncoderConfig().MaxMessageBytes
 	}
-	transport := k.Transport(10 * time.Second)
-	w := &kafka.Writer{
+	p.transport = k.Transport(10 * time.Second)
+	// No Writer.Topic: every message names its topic.
+	p.w = &kafka.Writer{
 		Addr:         kafka.TCP(cfg.Brokers...),
-		Topic:        cfg.Topic,
 		Balancer:     partitionBalancer,
 		BatchSize:    1000,
 		BatchBytes:   int64(maxBytes) + 1<<20,
 		BatchTimeout: time.Millisecond,
 		RequiredAcks: kafka.RequireAll, // TiCDC's default: WaitForAll
 		MaxAttempts:  10,
-		Transport:    transport,
+		Transport:    p.transport,
 	}
-	return &producer{w: w, transport: transport, log: cfg.Logger, topic: cfg.Topic, partitions: n, dispatcher: d, encCfg: cfg.Encoder, enc: enc}, nil
+	return p, nil
+}
+
+// ensureTopic returns the partitions of topic, creating it with cfg.Partitions when it
+// does not exist and cfg.Partitions > 0.
+func ensureTopic(ctx context.Context, k *tlsauth.Kafka, cfg *Config, topic string) (int, error) {
+	n, err := topicPartitions(ctx, k, cfg.Brokers, topic)
+	if errors.Is(err, kafka.UnknownTopicOrPartition) && cfg.Partitions > 0 {
+		cctx, cancel := context.WithTimeout(ctx, time.Minute)
+		err = createTopic(cctx, k, cfg.Brokers, topic, cfg.Partitions)
+		cancel()
+		if err == nil {
+			n, err = topicPartitions(ctx, k, cfg.Brokers, topic)
+		}
+	}
+	return n, err
 }
 
 // Close flushes the writer and closes its connections (a Writer does not close the idle
@@ -267,15 +309,16 @@ func (p *producer) Close() error {
 	return err
 }
 
-// group is the records of one (partition, partition key) in one round.
+// group is the records of one (topic, partition, partition key) in one round.
 type group struct {
+	topic     string
 	partition int
 	enc       *open.Encoder
 }
 
 // publishTxns encodes transactions (in commit-ts order) and writes them, returning once
 // Kafka acknowledged every record. Like TiCDC's MQ worker it batches only events with the
-// same partition and partition key into one record.
+// same topic, partition and partition key into one record.
 func (p *producer) publishTxns(ctx context.Context, txns []*txn) (records, rows int, err error) {
 	if len(txns) == 0 {
 		return 0, 0, nil
@@ -284,15 +327,19 @@ func (p *producer) publishTxns(ctx context.Context, txns []*txn) (records, rows 
 	var order []*group
 	for _, t := range txns {
 		for _, ev := range t.events {
-			part, key := p.dispatcher.Dispatch(ev, p.partitions)
-			gk := fmt.Sprintf("%d/%s", part, key)
+			top, err := p.topicOf(ev.Schema)
+			if err != nil {
+				return 0, 0, fmt.Errorf("%s.%s row at ts %d: %w", ev.Schema, ev.Table, ev.CommitTs, err)
+			}
+			part, key := p.dispatcher.Dispatch(ev, top.partitions)
+			gk := fmt.Sprintf("%s/%d/%s", top.name, part, key)
 			g := groups[gk]
 			if g == nil {
 				enc, err := open.NewEncoder(p.encCfg)
 				if err != nil {
 					return 0, 0, err
 				}
-				g = &group{partition: part, enc: enc}
+				g = &group{topic: top.name, partition: part, enc: enc}
 				groups[gk] = g
 				order = append(order, g)
 			}
@@ -305,25 +352,42 @@ func (p *producer) publishTxns(ctx context.Context, txns []*txn) (records, rows 
 	var msgs []kafka.Message
 	for _, g := range order {
 		for _, m := range g.enc.Build() {
-			msgs = append(msgs, kafka.Message{Partition: g.partition, Key: m.Key, Value: m.Value})
+			msgs = append(msgs, kafka.Message{Topic: g.topic, Partition: g.partition, Key: m.Key, Value: m.Value})
 		}
 	}
 	if err := p.write(ctx, msgs); err != nil {
-		return 0, 0, fmt.Errorf("write %d records to topic %s: %w", len(msgs), p.topic, err)
+		return 0, 0, fmt.Errorf("write %d records to %s: %w", len(msgs), p.topicNames(), err)
 	}
 	return len(msgs), rows, nil
 }
 
-// broadcast writes one record to every partition (TiCDC's SyncBroadcastMessage).
-func (p *producer) broadcast(ctx context.Context, m open.Message) error {
-	msgs := make([]kafka.Message, p.partitions)
-	for i := range msgs {
-		msgs[i] = kafka.Message{Partition: i, Key: m.Key, Value: m.Value}
+// topicNames names the producer's topics for errors and logs.
+func (p *producer) topicNames() string {
+	names := make([]string, len(p.topics))
+	for i, t := range p.topics {
+		names[i] = t.name
+	}
+	if len(names) == 1 {
+		return "topic " + names[0]
+	}
+	return "topics " + strings.Join(names, ",")
+}
+
+// broadcast writes one record to every partition of the given topics (TiCDC's
+// SyncBroadcastMessage) and returns the number of records written.
+func (p *producer) broadcast(ctx context.Context, m open.Message, topics ...*outTopic) (int, error) {
+	var msgs []kafka.Message
+	var names []string
+	for _, t := range topics {
+		names = append(names, t.name)
+		for i := 0; i < t.partitions; i++ {
+			msgs = append(msgs, kafka.Message{Topic: t.name, Partition: i, Key: m.Key, Value: m.Value})
+		}
 	}
 	if err := p.write(ctx, msgs); err != nil {
-		return fmt.Errorf("broadcast to topic %s: %w", p.topic, err)
+		return 0, fmt.Errorf("broadcast to topic %s: %w", strings.Join(names, ","), err)
 	}
-	return nil
+	return len(msgs), nil
 }
 
 // write writes messages until Kafka acknowledges all of them, retrying failed writes
@@ -337,7 +401,7 @@ func (p *producer) write(ctx context.Context, msgs []kafka.Message) error {
 			return err
 		}
 		if p.log != nil {
-			p.log.Warn("kafka write failed; retrying", "topic", p.topic, "attempt", attempt, "err", err)
+			p.log.Warn("kafka write failed; retrying", "topic", p.topicNames(), "attempt", attempt, "err", err)
 		}
 		select {
 		case <-ctx.Done():
@@ -348,14 +412,24 @@ func (p *producer) write(ctx context.Context, msgs []kafka.Message) error {
 	}
 }
 
-func (p *producer) resolved(ctx context.Context, ts uint64) error {
-	return p.broadcast(ctx, p.enc.EncodeResolved(ts))
+// resolved broadcasts a resolved ts to every partition of every topic, as TiCDC sends
+// its checkpoint to all of a changefeed's topics; it returns the records written.
+func (p *producer) resolved(ctx context.Context, ts uint64) (int, error) {
+	return p.broadcast(ctx, p.enc.EncodeResolved(ts), p.topics...)
 }
 
-func (p *producer) ddl(ctx context.Context, ev *open.Event) error {
+// ddl broadcasts a DDL to every partition of its schema's topic and returns the
+// records written. TiCDC sends a schema-level DDL (CREATE DATABASE) to the changefeed's
+// default topic; loadgen has none and sends it to the schema's topic, so that each
+// topic alone builds its schemas.
+func (p *producer) ddl(ctx context.Context, ev *open.Event) (int, error) {
 	m, err := p.enc.EncodeDDL(ev)
 	if err != nil {
-		return fmt.Errorf("encode ddl %q: %w", ev.Query, err)
+		return 0, fmt.Errorf("encode ddl %q: %w", ev.Query, err)
 	}
-	return p.broadcast(ctx, m)
+	t, err := p.topicOf(ev.Schema)
+	if err != nil {
+		return 0, fmt.Errorf("ddl %q: %w", ev.Query, err)
+	}
+	return p.broadcast(ctx, m, t)
 }

@@ -67,7 +67,14 @@ const keylessDDL = "CREATE TABLE `keyless` (\n" +
 	"  `b` VARCHAR(32) NULL\n" +
 	") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"
 
-// specs returns the tables a configuration asks for.
+// ddlIn is the spec's DDL creating the table in schema (the DDL event carries ddl, with
+// the event's schema, as TiCDC sends it).
+func (s tableSpec) ddlIn(schema string) string {
+	return strings.Replace(s.ddl, "CREATE TABLE "+ident.Quote(s.name),
+		"CREATE TABLE "+ident.Quote(schema)+"."+ident.Quote(s.name), 1)
+}
+
+// specs returns the tables a configuration asks for (the same in every schema).
 func specs(cfg *Config) []tableSpec {
 	idType := "INT"
 	if strings.EqualFold(cfg.IDType, "bigint") {

@@ -141,7 +141,9 @@ var errImage = errors.New("published image differs from TiDB")
 func (g *Generator) checkImages(ctx context.Context, commitTs uint64, events []*open.Event) error {
 	last := map[*genTable]map[int64][]open.Column{} // nil image: deleted
 	for _, ev := range events {
-		i := slices.IndexFunc(g.tables, func(gt *genTable) bool { return gt.meta.Name == ev.Table && gt.idCol >= 0 })
+		i := slices.IndexFunc(g.tables, func(gt *genTable) bool {
+			return gt.meta.Schema == ev.Schema && gt.meta.Name == ev.Table && gt.idCol >= 0
+		})
 		if i < 0 {
 			continue
 		}
@@ -167,7 +169,7 @@ func (g *Generator) checkImages(ctx context.Context, commitTs uint64, events []*
 	}
 	defer release()
 	for t, byID := range last {
-		name := t.meta.Name
+		name := t.meta.Schema + "." + t.meta.Name
 		ids := slices.Collect(maps.Keys(byID))
 		slices.Sort(ids)
 		got, err := g.readByID(ctx, conn, t, ids, false)

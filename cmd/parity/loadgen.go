@@ -34,6 +34,15 @@ its real commit ts, dispatched to partitions like TiCDC ("table" or "index-value
 with resolved events broadcast to every partition. A resolved ts is published only after
 every transaction committed at or before it is acknowledged by Kafka.
 
+With --databases s1,s2,... it writes several schemas, each with the same tables (a
+transaction may change tables of several schemas, --multi-table). A --topic holding
+{schema} is a topic expression, TiCDC's topic-per-schema routing
+(topic = "parity_{schema}" in a dispatcher rule): each schema's row events and DDLs go
+to its own topic (created with --partitions when missing) and every resolved ts to every
+partition of every topic, so one fallback can consume its schemas' topics alone:
+
+  parity loadgen --databases s1,s2,s3,s4 --topic 'parity_{schema}'
+
 The workload stops after --duration or --transactions (or on SIGINT/SIGTERM); loadgen
 publishes a final resolved ts covering everything it committed, and prints:
 
@@ -74,6 +83,9 @@ commit_ts=<ts> (the big transaction's commit ts).`,
 			}
 			cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
 			saslPasswordFromEnv(&cfg.KafkaSASL)
+			if cmd.Flags().Changed("database") && cmd.Flags().Changed("databases") {
+				return &exitError{code: exitNoAnswer, err: fmt.Errorf("database, databases: set one (--databases replaces --database)")}
+			}
 			validate := cfg.Validate
 			if cmd.Flags().Changed("big-transaction-rows") {
 				validate = func() error { return cfg.ValidateBigTransaction(bigRows) }
@@ -126,14 +138,15 @@ commit_ts=<ts> (the big transaction's commit ts).`,
 	fl.StringVar(&cfg.Upstream, "upstream-dsn", cfg.Upstream, "upstream TiDB DSN")
 	fl.StringVar(&cfg.Downstream, "downstream-dsn", cfg.Downstream, "downstream MySQL DSN (for --import-rows)")
 	fl.StringSliceVar(&cfg.Brokers, "brokers", cfg.Brokers, "Kafka bootstrap addresses")
-	fl.StringVar(&cfg.Topic, "topic", cfg.Topic, "Kafka topic of the changefeed")
+	fl.StringVar(&cfg.Topic, "topic", cfg.Topic, "Kafka topic of the changefeed; with {schema} (e.g. 'parity_{schema}') each schema's own topic, as TiCDC's topic dispatcher routes it")
 	addTLSFlags(fl, "upstream", "the upstream", &cfg.UpstreamTLS)
 	addTLSFlags(fl, "downstream", "the downstream", &cfg.DownstreamTLS)
 	addTLSFlags(fl, "kafka", "Kafka", &cfg.KafkaTLS)
 	addSASLFlags(fl, &cfg.KafkaSASL)
 	fl.IntVar(&cfg.Partitions, "partitions", cfg.Partitions, "partitions of the topic when loadgen creates it (0: it must exist)")
-	fl.BoolVar(&cfg.Reset, "reset", cfg.Reset, "drop the database on both sides first")
+	fl.BoolVar(&cfg.Reset, "reset", cfg.Reset, "drop the schemas on both sides first")
 	fl.StringVar(&cfg.Database, "database", cfg.Database, "schema of the tables, on both sides")
+	fl.StringSliceVar(&cfg.Databases, "databases", cfg.Databases, "several schemas, each with the same tables (replaces --database; comma-separated or repeated)")
 	fl.IntVar(&cfg.Tables, "tables", cfg.Tables, "number of sysbench tables sbtest1..N")
 	fl.StringVar(&cfg.IDType, "id-type", cfg.IDType, "type of the sysbench id column: int or bigint")
 	fl.BoolVar(&cfg.AllTypes, "all-types", cfg.AllTypes, "add the table alltypes")

@@ -134,7 +134,7 @@ func TestAlertRules(t *testing.T) {
 	}
 	want := []string{"ParityDown", "ParityApplierStopped", "ParityCheckpointLagHigh", "ParityDeadLetters", "ParityVerificationStale",
 		"ParityDifferencesFound", "ParityScheduledVerificationFailed", "ParityScheduledVerificationMissed", "ParitySnapshotReadViewTooOld", "ParitySnapshotReadNotRepeatable",
-		"ParityBypassDetectorBehind"}
+		"ParityBypassDetectorBehind", "ParityFleetMemberBehind"}
 	var got []string
 	for _, g := range readRules(t).Groups {
 		for _, r := range g.Rules {
@@ -225,7 +225,8 @@ func TestDashboardsAndAlertsAreTrue(t *testing.T) {
 		}
 	}
 
-	subst := strings.NewReplacer("$changefeed", changefeed, "$__rate_interval", "10s", "$__range", "2m")
+	// The daemon is scraped as fleet member obsMember (the Fleet dashboard's $member).
+	subst := strings.NewReplacer("$changefeed", changefeed, "$member", obsMember, "$__rate_interval", "10s", "$__range", "2m")
 	queries, err := dashboards.Queries("../../dashboards")
 	if err != nil {
 		t.Fatal(err)
@@ -308,12 +309,16 @@ func checkNames(t *testing.T, where, expr string, names map[string]bool) {
 	}
 }
 
+// obsMember is the member label startPrometheus gives its target, as a fleet's scrape
+// configuration gives each member's daemons theirs (deploy/prometheus/prometheus-fleet.yml).
+const obsMember = "obs-member"
+
 type promServer struct {
 	base string
 }
 
-// startPrometheus runs Prometheus scraping target every second as job "parity", with
-// the alert rules loaded, until the test ends.
+// startPrometheus runs Prometheus scraping target every second as job "parity" with
+// the label member=obsMember, with the alert rules loaded, until the test ends.
 func startPrometheus(t *testing.T, ctx context.Context, dir, target string) *promServer {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -335,7 +340,8 @@ scrape_configs:
   - job_name: parity
     static_configs:
       - targets: [%q]
-`, rules, target)
+        labels: {member: %q}
+`, rules, target, obsMember)
 	if err := os.WriteFile(filepath.Join(tmp, "prometheus.yml"), []byte(conf), 0o644); err != nil {
 		t.Fatal(err)
 	}
