@@ -81,7 +81,9 @@ func Load(path string) (Config, error) {
 // Validate reports every problem of the file, each with its key path.
 func (c Config) Validate() error {
 	var errs []error
-	bad := func(key, format string, a ...any) { errs = append(errs, fmt.Errorf("%s: %s", key, fmt.Sprintf(format, a...))) }
+	bad := func(key, format string, a ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", key, fmt.Sprintf(format, a...)))
+	}
 	s := c.Fleet
 	if strings.TrimSpace(s.Name) == "" {
 		bad("fleet.name", "must not be empty")

@@ -58,7 +58,7 @@ func newFleetEnv(t *testing.T, n int, workload time.Duration) *fleetEnv {
 	prefix := testenv.UniqueName("fl")
 	for i := range n {
 		m := &fleetMember{name: fmt.Sprintf("m%d", i+1), db: fmt.Sprintf("%s_s%d", prefix, i+1), downDSN: dsns[i],
-			topic: testenv.NewTopic(t, fmt.Sprintf("fleet%d", i+1), 2), meta: testenv.UniqueName("pm")}
+			meta: testenv.UniqueName("pm")}
 		d, err := sql.Open("mysql", m.downDSN)
 		if err != nil {
 			t.Fatal(err)
@@ -70,18 +70,40 @@ func newFleetEnv(t *testing.T, n int, workload time.Duration) *fleetEnv {
 		})
 		e.members = append(e.members, m)
 	}
-	// Each schema's changes go to its own topic: TiCDC's routing of one changefeed per
-	// fallback (a filter per schema). The workloads run for workload, then keep the
-	// changefeeds' resolved ts moving (writes stopped: the cutover).
+	// One changefeed, each schema routed to its own topic (TiCDC's topic = "…{schema}"
+	// dispatcher): a fallback per topic. The workload runs for workload, then keeps the
+	// topics' resolved ts moving (writes stopped: the cutover). No import: each topic
+	// carries its schema's CREATE DATABASE and CREATE TABLE.
+	done := make(chan struct{})
+	var topicOf func(string) string
+	var schemas []string
 	for _, m := range e.members {
-		done := make(chan struct{})
-		l := startLoad(t, context.Background(), e.upDSN, m.downDSN, e.broker, m.topic, m.db, func(lg *loadgen.Config) {
-			lg.Tables, lg.Workers, lg.ImportRows = 2, 1, 400
-			lg.Rate, lg.RowsPerTxn = 15, 3
-			lg.Duration, lg.Heartbeat = workload, true
-			lg.WorkloadEnded = func(loadgen.Result) { close(done) }
+		schemas = append(schemas, m.db)
+	}
+	l := startLoad(t, context.Background(), e.upDSN, e.members[0].downDSN, e.broker, prefix+"_{schema}", "", func(lg *loadgen.Config) {
+		lg.Database, lg.Databases, lg.Partitions = "", schemas, 2
+		lg.Tables, lg.Workers, lg.ImportRows = 2, 2, 0
+		lg.Rate, lg.RowsPerTxn = 40, 3
+		lg.Duration, lg.Heartbeat = workload, true
+		lg.WorkloadEnded = func(loadgen.Result) { close(done) }
+		topicOf = lg.TopicOf
+		for _, s := range lg.Schemas() {
+			if err := loadgen.CreateTopic(context.Background(), lg.Brokers, lg.TopicOf(s), lg.Partitions); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+	e.loads, e.ended = append(e.loads, l), append(e.ended, done)
+	for _, m := range e.members {
+		m.topic = topicOf(m.db)
+		t.Cleanup(func() {
+			up, err := sql.Open("mysql", e.upDSN)
+			if err == nil {
+				_, _ = up.Exec("DROP DATABASE IF EXISTS " + ident.Quote(m.db))
+				up.Close()
+			}
+			_, _ = m.down.Exec("DROP DATABASE IF EXISTS " + ident.Quote(m.db))
 		})
-		e.loads, e.ended = append(e.loads, l), append(e.ended, done)
 		m.base = fmt.Sprintf(`[changefeed]
 id = %q
 brokers = [%q]
@@ -103,7 +125,7 @@ server-id = %d
 schemas = [%q]
 [log]
 level = "info"
-`, "fleet-"+m.name, e.broker, m.topic, l.ImportTs, e.upDSN, m.downDSN, m.meta, filepath.Join(e.dir, m.name+"-spill"),
+`, "fleet-"+m.name, e.broker, m.topic, 0, e.upDSN, m.downDSN, m.meta, filepath.Join(e.dir, m.name+"-spill"),
 			m.db+".*", 700000+len(e.members)*1000+int(time.Now().UnixNano()%997)+int(m.name[1]), m.db)
 	}
 	return e
@@ -340,7 +362,9 @@ func TestFleetVerifyAndCutover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := func(d fleet.Difference) string { return fmt.Sprintf("%s %s %s %s %s", d.Member, d.Table, d.Key, d.Kind, d.Class) }
+	out := func(d fleet.Difference) string {
+		return fmt.Sprintf("%s %s %s %s %s", d.Member, d.Table, d.Key, d.Kind, d.Class)
+	}
 	var got []string
 	for _, d := range v.Differences {
 		got = append(got, out(d))
