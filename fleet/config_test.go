@@ -104,3 +104,19 @@ func TestOwners(t *testing.T) {
 		}
 	}
 }
+
+// TestExampleFile: deploy/fleet.example.toml loads and says what DefaultConfig says.
+func TestExampleFile(t *testing.T) {
+	cfg, err := Load("../deploy/fleet.example.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := DefaultConfig().Fleet
+	if cfg.Fleet.CallTimeout != d.CallTimeout || cfg.Fleet.Failover != d.Failover || cfg.Fleet.PointAttempts != d.PointAttempts ||
+		cfg.Fleet.Name != d.Name || strings.Join(cfg.Fleet.Tables, ",") != strings.Join(d.Tables, ",") {
+		t.Fatalf("the example's [fleet] %+v differs from the defaults %+v", cfg.Fleet, d)
+	}
+	if len(cfg.Members) != 2 || len(cfg.Members[0].Addrs) != 2 {
+		t.Fatalf("members %+v", cfg.Members)
+	}
+}

@@ -301,6 +301,8 @@ func TestFleetVerifyAndCutover(t *testing.T) {
 	t.Logf("fleet status: lag %.2fs (worst %s)", st.Lag, st.WorstMember)
 	if out, code := parityCLI(t, "fleet", "status", "--fleet", path); code != 0 || !strings.Contains(out, "fleet test-estate") || strings.Count(out, "running") < 4 {
 		t.Fatalf("parity fleet status: exit %d\n%s", code, out)
+	} else {
+		t.Logf("parity fleet status:\n%s", out)
 	}
 
 	// Ownership: a table owned by no member, or by two, is refused, named.
@@ -427,6 +429,8 @@ func TestFleetVerifyAndCutover(t *testing.T) {
 	}
 	if out, code := parityCLI(t, "fleet", "cutover-check", "--fleet", path); code != 0 || !strings.Contains(out, "PASSED at T") {
 		t.Fatalf("parity fleet cutover-check: exit %d\n%s", code, out)
+	} else {
+		t.Logf("parity fleet cutover-check:\n%s", out)
 	}
 
 	// m1's active daemon SIGKILLed mid-check: its standby takes over; the check never
