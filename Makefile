@@ -71,6 +71,8 @@ bench: env-up build ## performance targets, each printed against its baseline (2
 	$(ENV) $(GO) test -run='^$$' -bench='^BenchmarkApplier' -benchtime=1x -timeout=60m ./cdc/e2e/
 	@echo "== verification: applier pause per snapshot pair at 5,000 rows/s; freshness with continuous verification every 30s"
 	$(ENV) $(GO) test -run='^$$' -bench='^BenchmarkVerify(Pause|Freshness)$$' -benchtime=1x -timeout=15m ./cmd/parity/
+	@echo "== fleet: four members after writes stopped; the fleet point's pause (slowest member) and the fleet cutover check against the slowest single member's (target <= 1.25)"
+	$(ENV) $(GO) test -run='^$$' -bench='^BenchmarkFleetCutover$$' -benchtime=1x -timeout=20m ./cmd/parity/
 	@echo "== routing: the collation-aware key of a row, per key shape, against hashing its bytes"
 	$(GO) test -run='^$$' -bench='^BenchmarkRouteKey$$' -benchtime=500000x ./cdc/
 	@echo "== diff: parity against reladiff and the bare checksum loop, 1,000,000 rows; then a cdc-scoped diff of 100,000 dirty keys (target <= 5 s, with its RSS)"

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"net"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -29,7 +30,7 @@ import (
 // a schema each, loaded through a topic of its own, and a `parity serve` per fallback
 // (this test binary re-executed as parity; member m1 with a standby).
 type fleetEnv struct {
-	t       *testing.T
+	t       testing.TB
 	dir     string
 	upDSN   string
 	broker  string
@@ -48,7 +49,7 @@ type fleetMember struct {
 	base                  string
 }
 
-func newFleetEnv(t *testing.T, n int, workload time.Duration) *fleetEnv {
+func newFleetEnv(t testing.TB, n int, workload time.Duration) *fleetEnv {
 	t.Helper()
 	dsns := strings.Split(testenv.Require(t, "PARITY_TEST_FLEET_DSNS"), ",")
 	if len(dsns) < n {
@@ -134,7 +135,7 @@ level = "info"
 // start starts a daemon of member m (with ha when withHA).
 func (e *fleetEnv) start(m *fleetMember, name string, withHA bool) *haProc {
 	e.t.Helper()
-	p := &haProc{name: name, statusAddr: freeAddr(e.t), apiAddr: freeAddr(e.t), done: make(chan struct{}),
+	p := &haProc{name: name, statusAddr: freeAddrTB(e.t), apiAddr: freeAddrTB(e.t), done: make(chan struct{}),
 		logPath: filepath.Join(e.dir, name+".log")}
 	cfg := strings.Replace(m.base, "spill-dir = ", fmt.Sprintf("spill-dir = %q\n#", filepath.Join(e.dir, name+"-spill")), 1) +
 		fmt.Sprintf("[status]\naddr = %q\n[api]\naddr = %q\n", p.statusAddr, p.apiAddr)
@@ -174,6 +175,35 @@ func (e *fleetEnv) start(m *fleetMember, name string, withHA bool) *haProc {
 	})
 	m.daemons = append(m.daemons, p)
 	return p
+}
+
+// withStandby starts m's standby once its first daemon holds the lease.
+func (e *fleetEnv) withStandby(m *fleetMember) {
+	e.t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		st, _, err := fetchStatus(ctx, m.daemons[0].statusAddr)
+		cancel()
+		if err == nil && st.HA != nil && st.HA.Role == "active" {
+			break
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("%s did not take the lease: %v", m.daemons[0].name, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	e.start(m, m.name+"b", true)
+}
+
+func freeAddrTB(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
 }
 
 func tail(s string, n int) string {
@@ -279,23 +309,8 @@ func TestFleetVerifyAndCutover(t *testing.T) {
 		e.start(m, m.name+"a", i == 0)
 	}
 	m1 := e.members[0]
-	path := ""
-	{
-		// The standby joins once m1a holds the lease.
-		deadline := time.Now().Add(time.Minute)
-		for {
-			st, err := (&haEnv{t: t}).status(m1.daemons[0])
-			if err == nil && st.HA != nil && st.HA.Role == "active" {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("m1a did not take the lease: %v", err)
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
-		e.start(m1, "m1b", true)
-		path = e.writeFleetFile(nil)
-	}
+	e.withStandby(m1)
+	path := e.writeFleetFile(nil)
 	f := e.open(path)
 	st := e.waitApplying(f)
 	t.Logf("fleet status: lag %.2fs (worst %s)", st.Lag, st.WorstMember)
