@@ -10,6 +10,7 @@ import (
 	"context"
 
 	"github.com/tidb-parity/parity/cdc"
+	"github.com/tidb-parity/parity/cdc/bypass"
 	"github.com/tidb-parity/parity/checker"
 	"github.com/tidb-parity/parity/checker/verify"
 )
@@ -26,6 +27,8 @@ type Backend struct {
 	Repairer Repairer
 	// Instance is the daemon's instance name (Status.instance, Diff.instance).
 	Instance string
+	// Bypass is the bypass detector's status now; nil without [bypass].
+	Bypass func() *bypass.Status
 }
 
 // Replication is what the server needs of the applier (cdc.Replicator).

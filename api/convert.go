@@ -12,6 +12,7 @@ import (
 
 	parityv1 "github.com/tidb-parity/parity/api/parity/v1"
 	"github.com/tidb-parity/parity/cdc"
+	"github.com/tidb-parity/parity/cdc/bypass"
 	"github.com/tidb-parity/parity/checker"
 	"github.com/tidb-parity/parity/checker/verify"
 	"github.com/tidb-parity/parity/internal/tso"
@@ -42,6 +43,14 @@ var applierStates = map[string]parityv1.ApplierState{
 var haRoles = map[string]parityv1.HARole{
 	"active":  parityv1.HARole_HA_ROLE_ACTIVE,
 	"standby": parityv1.HARole_HA_ROLE_STANDBY,
+}
+
+func bypassProto(b *bypass.Status) *parityv1.BypassStatus {
+	if b == nil {
+		return nil
+	}
+	return &parityv1.BypassStatus{State: b.State, LagSeconds: b.LagSeconds, Detections: b.Detections,
+		LastDetectionTime: timeProto(b.LastDetectionTime), WatchedSince: timeProto(b.WatchedSince), LastError: b.LastError}
 }
 
 func statusProto(st cdc.Status, vs *verify.Stats, instance string) *parityv1.Status {

@@ -240,7 +240,11 @@ func (s *Server) status() *parityv1.Status {
 		st := s.b.Verification.Stats()
 		stats = &st
 	}
-	return statusProto(s.b.Replication.Status(), stats, s.b.Instance)
+	out := statusProto(s.b.Replication.Status(), stats, s.b.Instance)
+	if s.b.Bypass != nil {
+		out.Bypass = bypassProto(s.b.Bypass())
+	}
+	return out
 }
 
 // WatchStatus implements parityv1.ParityServer.

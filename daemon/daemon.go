@@ -100,6 +100,9 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 		}
 		backend, closeBackend := apiBackend(cfg.Upstream.DSN, p.Instance, r, c.Verify, c.Repairer)
 		defer closeBackend()
+		if c.Bypass != nil {
+			backend.Bypass = func() *bypass.Status { return bypassStatus(r.Status(), c.Bypass) }
+		}
 		if apiSrv, err = api.New(p.API, backend, api.Options{Logger: log, Auth: auth, Changefeed: cfg.Changefeed.ID}); err != nil {
 			return &ConfigError{err}
 		}

@@ -34,6 +34,12 @@ type MemberStatus struct {
 	LastResult string `json:"last_result,omitempty"`
 	// Takeovers counts the leases the answering daemon took (with [ha]).
 	Takeovers int64 `json:"takeovers,omitempty"`
+	// Bypass is the member's bypass detector's state ("off" without one), Detections
+	// the writes straight into its fallback it recorded since it started, BypassLag its
+	// lag (seconds).
+	Bypass     string  `json:"bypass"`
+	Detections int64   `json:"bypass_detections"`
+	BypassLag  float64 `json:"bypass_lag_seconds"`
 }
 
 // Status is the fleet's status.
@@ -95,6 +101,10 @@ func (m *member) status(ctx context.Context) MemberStatus {
 		}
 	}
 	ms.Takeovers = st.GetHa().GetTakeovers()
+	ms.Bypass = "off"
+	if b := st.GetBypass(); b != nil {
+		ms.Bypass, ms.Detections, ms.BypassLag = b.GetState(), b.GetDetections(), b.GetLagSeconds()
+	}
 	return ms
 }
 

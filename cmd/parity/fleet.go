@@ -124,14 +124,14 @@ member answered, 2 when one did not (it is named).`,
 func printFleetStatus(w io.Writer, st fleet.Status) error {
 	fmt.Fprintf(w, "fleet %s: lag %.1fs (worst: %s), %d member(s), %d unreachable\n", st.Fleet, st.Lag, orDash(st.WorstMember), len(st.Members), st.Unreachable)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "MEMBER\tADDR\tSTATE\tAPPLIED TS\tLAG\tFRESHNESS\tLAST RUN\tRESULT\tERROR")
+	fmt.Fprintln(tw, "MEMBER\tADDR\tSTATE\tAPPLIED TS\tLAG\tFRESHNESS\tLAST RUN\tRESULT\tBYPASS\tDETECTIONS\tERROR")
 	for _, m := range st.Members {
 		fresh := "-"
 		if m.Freshness >= 0 {
 			fresh = fmt.Sprintf("%.1fs", m.Freshness)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%.1fs\t%s\t%s\t%s\t%s\n", m.Member, orDash(m.Addr), orDash(m.State), m.AppliedTS, m.AppliedLag,
-			fresh, orDash(m.LastRun), orDash(m.LastResult), m.Error)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%.1fs\t%s\t%s\t%s\t%s\t%d\t%s\n", m.Member, orDash(m.Addr), orDash(m.State), m.AppliedTS, m.AppliedLag,
+			fresh, orDash(m.LastRun), orDash(m.LastResult), m.Bypass, m.Detections, m.Error)
 	}
 	return tw.Flush()
 }

@@ -399,6 +399,17 @@ func TestFleetVerifyAndCutover(t *testing.T) {
 			t.Fatalf("member %s: pair %d, T %d", mr.Member, mr.PairTS, v.T)
 		}
 	}
+	// The fleet's status names the bypass writes by member.
+	st = f.Status(ctx)
+	for _, ms := range st.Members {
+		want := int64(0)
+		if ms.Member == "m2" || ms.Member == "m3" {
+			want = 1
+		}
+		if ms.Bypass != "reading" || (want > 0) != (ms.Detections > 0) {
+			t.Fatalf("member %s: bypass %q with %d detections, want reading with detections: %v", ms.Member, ms.Bypass, ms.Detections, want > 0)
+		}
+	}
 	// Repaired, each through its member's API.
 	for _, mr := range v.Members {
 		if mr.Result != "different" {

@@ -541,7 +541,10 @@ type Status struct {
 	UpdateTime   *timestamppb.Timestamp `protobuf:"bytes,18,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
 	// This daemon's role among the daemons of the changefeed and the lease they share;
 	// set only with [ha] (ha.enabled).
-	Ha            *HAStatus `protobuf:"bytes,19,opt,name=ha,proto3" json:"ha,omitempty"`
+	Ha *HAStatus `protobuf:"bytes,19,opt,name=ha,proto3" json:"ha,omitempty"`
+	// The bypass detector's state (writes made straight into the fallback); unset
+	// without [bypass].
+	Bypass        *BypassStatus `protobuf:"bytes,20,opt,name=bypass,proto3" json:"bypass,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -709,6 +712,103 @@ func (x *Status) GetHa() *HAStatus {
 	return nil
 }
 
+func (x *Status) GetBypass() *BypassStatus {
+	if x != nil {
+		return x.Bypass
+	}
+	return nil
+}
+
+type BypassStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// starting, reading, reconnecting, stopped or standby.
+	State string `protobuf:"bytes,1,opt,name=state,proto3" json:"state,omitempty"`
+	// now minus the last time the detector had read the whole binlog.
+	LagSeconds float64 `protobuf:"fixed64,2,opt,name=lag_seconds,json=lagSeconds,proto3" json:"lag_seconds,omitempty"`
+	// Changes recorded since the daemon started, and the commit time of the newest
+	// recorded one (also from before a restart).
+	Detections        int64                  `protobuf:"varint,3,opt,name=detections,proto3" json:"detections,omitempty"`
+	LastDetectionTime *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=last_detection_time,json=lastDetectionTime,proto3" json:"last_detection_time,omitempty"`
+	// Where the current stretch of continuous watching began: a cutover check vouches
+	// only for windows after it.
+	WatchedSince  *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=watched_since,json=watchedSince,proto3" json:"watched_since,omitempty"`
+	LastError     string                 `protobuf:"bytes,6,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BypassStatus) Reset() {
+	*x = BypassStatus{}
+	mi := &file_parity_v1_parity_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BypassStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BypassStatus) ProtoMessage() {}
+
+func (x *BypassStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_parity_v1_parity_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BypassStatus.ProtoReflect.Descriptor instead.
+func (*BypassStatus) Descriptor() ([]byte, []int) {
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *BypassStatus) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *BypassStatus) GetLagSeconds() float64 {
+	if x != nil {
+		return x.LagSeconds
+	}
+	return 0
+}
+
+func (x *BypassStatus) GetDetections() int64 {
+	if x != nil {
+		return x.Detections
+	}
+	return 0
+}
+
+func (x *BypassStatus) GetLastDetectionTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastDetectionTime
+	}
+	return nil
+}
+
+func (x *BypassStatus) GetWatchedSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.WatchedSince
+	}
+	return nil
+}
+
+func (x *BypassStatus) GetLastError() string {
+	if x != nil {
+		return x.LastError
+	}
+	return ""
+}
+
 // HAStatus is a daemon's role and the changefeed's lease as it last saw them ([ha]).
 // OUTPUT_ONLY.
 type HAStatus struct {
@@ -736,7 +836,7 @@ type HAStatus struct {
 
 func (x *HAStatus) Reset() {
 	*x = HAStatus{}
-	mi := &file_parity_v1_parity_proto_msgTypes[3]
+	mi := &file_parity_v1_parity_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -748,7 +848,7 @@ func (x *HAStatus) String() string {
 func (*HAStatus) ProtoMessage() {}
 
 func (x *HAStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_parity_v1_parity_proto_msgTypes[3]
+	mi := &file_parity_v1_parity_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -761,7 +861,7 @@ func (x *HAStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HAStatus.ProtoReflect.Descriptor instead.
 func (*HAStatus) Descriptor() ([]byte, []int) {
-	return file_parity_v1_parity_proto_rawDescGZIP(), []int{3}
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *HAStatus) GetRole() HARole {
@@ -831,7 +931,7 @@ type PartitionStatus struct {
 
 func (x *PartitionStatus) Reset() {
 	*x = PartitionStatus{}
-	mi := &file_parity_v1_parity_proto_msgTypes[4]
+	mi := &file_parity_v1_parity_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -843,7 +943,7 @@ func (x *PartitionStatus) String() string {
 func (*PartitionStatus) ProtoMessage() {}
 
 func (x *PartitionStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_parity_v1_parity_proto_msgTypes[4]
+	mi := &file_parity_v1_parity_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -856,7 +956,7 @@ func (x *PartitionStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionStatus.ProtoReflect.Descriptor instead.
 func (*PartitionStatus) Descriptor() ([]byte, []int) {
-	return file_parity_v1_parity_proto_rawDescGZIP(), []int{4}
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *PartitionStatus) GetTopic() string {
@@ -930,7 +1030,7 @@ type VerificationStatus struct {
 
 func (x *VerificationStatus) Reset() {
 	*x = VerificationStatus{}
-	mi := &file_parity_v1_parity_proto_msgTypes[5]
+	mi := &file_parity_v1_parity_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -942,7 +1042,7 @@ func (x *VerificationStatus) String() string {
 func (*VerificationStatus) ProtoMessage() {}
 
 func (x *VerificationStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_parity_v1_parity_proto_msgTypes[5]
+	mi := &file_parity_v1_parity_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -955,7 +1055,7 @@ func (x *VerificationStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerificationStatus.ProtoReflect.Descriptor instead.
 func (*VerificationStatus) Descriptor() ([]byte, []int) {
-	return file_parity_v1_parity_proto_rawDescGZIP(), []int{5}
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *VerificationStatus) GetEnabled() bool {
@@ -1029,7 +1129,7 @@ type GetUpstreamTSORequest struct {
 
 func (x *GetUpstreamTSORequest) Reset() {
 	*x = GetUpstreamTSORequest{}
-	mi := &file_parity_v1_parity_proto_msgTypes[6]
+	mi := &file_parity_v1_parity_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1041,7 +1141,7 @@ func (x *GetUpstreamTSORequest) String() string {
 func (*GetUpstreamTSORequest) ProtoMessage() {}
 
 func (x *GetUpstreamTSORequest) ProtoReflect() protoreflect.Message {
-	mi := &file_parity_v1_parity_proto_msgTypes[6]
+	mi := &file_parity_v1_parity_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1054,7 +1154,7 @@ func (x *GetUpstreamTSORequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetUpstreamTSORequest.ProtoReflect.Descriptor instead.
 func (*GetUpstreamTSORequest) Descriptor() ([]byte, []int) {
-	return file_parity_v1_parity_proto_rawDescGZIP(), []int{6}
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{7}
 }
 
 type GetUpstreamTSOResponse struct {
@@ -1069,7 +1169,7 @@ type GetUpstreamTSOResponse struct {
 
 func (x *GetUpstreamTSOResponse) Reset() {
 	*x = GetUpstreamTSOResponse{}
-	mi := &file_parity_v1_parity_proto_msgTypes[7]
+	mi := &file_parity_v1_parity_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1081,7 +1181,7 @@ func (x *GetUpstreamTSOResponse) String() string {
 func (*GetUpstreamTSOResponse) ProtoMessage() {}
 
 func (x *GetUpstreamTSOResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_parity_v1_parity_proto_msgTypes[7]
+	mi := &file_parity_v1_parity_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1094,7 +1194,7 @@ func (x *GetUpstreamTSOResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetUpstreamTSOResponse.ProtoReflect.Descriptor instead.
 func (*GetUpstreamTSOResponse) Descriptor() ([]byte, []int) {
-	return file_parity_v1_parity_proto_rawDescGZIP(), []int{7}
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GetUpstreamTSOResponse) GetTs() uint64 {
@@ -1121,7 +1221,7 @@ type ListUpstreamTablesRequest struct {
 
 func (x *ListUpstreamTablesRequest) Reset() {
 	*x = ListUpstreamTablesRequest{}
-	mi := &file_parity_v1_parity_proto_msgTypes[8]
+	mi := &file_parity_v1_parity_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1133,7 +1233,7 @@ func (x *ListUpstreamTablesRequest) String() string {
 func (*ListUpstreamTablesRequest) ProtoMessage() {}
 
 func (x *ListUpstreamTablesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_parity_v1_parity_proto_msgTypes[8]
+	mi := &file_parity_v1_parity_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1146,7 +1246,7 @@ func (x *ListUpstreamTablesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListUpstreamTablesRequest.ProtoReflect.Descriptor instead.
 func (*ListUpstreamTablesRequest) Descriptor() ([]byte, []int) {
-	return file_parity_v1_parity_proto_rawDescGZIP(), []int{8}
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ListUpstreamTablesRequest) GetTables() []string {
@@ -1166,7 +1266,7 @@ type ListUpstreamTablesResponse struct {
 
 func (x *ListUpstreamTablesResponse) Reset() {
 	*x = ListUpstreamTablesResponse{}
-	mi := &file_parity_v1_parity_proto_msgTypes[9]
+	mi := &file_parity_v1_parity_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1178,7 +1278,7 @@ func (x *ListUpstreamTablesResponse) String() string {
 func (*ListUpstreamTablesResponse) ProtoMessage() {}
 
 func (x *ListUpstreamTablesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_parity_v1_parity_proto_msgTypes[9]
+	mi := &file_parity_v1_parity_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1191,7 +1291,7 @@ func (x *ListUpstreamTablesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListUpstreamTablesResponse.ProtoReflect.Descriptor instead.
 func (*ListUpstreamTablesResponse) Descriptor() ([]byte, []int) {
-	return file_parity_v1_parity_proto_rawDescGZIP(), []int{9}
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ListUpstreamTablesResponse) GetTables() []string {
@@ -1218,7 +1318,7 @@ type WaitForAppliedRequest struct {
 
 func (x *WaitForAppliedRequest) Reset() {
 	*x = WaitForAppliedRequest{}
-	mi := &file_parity_v1_parity_proto_msgTypes[10]
+	mi := &file_parity_v1_parity_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1230,7 +1330,7 @@ func (x *WaitForAppliedRequest) String() string {
 func (*WaitForAppliedRequest) ProtoMessage() {}
 
 func (x *WaitForAppliedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_parity_v1_parity_proto_msgTypes[10]
+	mi := &file_parity_v1_parity_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1243,7 +1343,7 @@ func (x *WaitForAppliedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitForAppliedRequest.ProtoReflect.Descriptor instead.
 func (*WaitForAppliedRequest) Descriptor() ([]byte, []int) {
-	return file_parity_v1_parity_proto_rawDescGZIP(), []int{10}
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *WaitForAppliedRequest) GetTarget() isWaitForAppliedRequest_Target {
@@ -1312,7 +1412,7 @@ type WaitForAppliedResponse struct {
 
 func (x *WaitForAppliedResponse) Reset() {
 	*x = WaitForAppliedResponse{}
-	mi := &file_parity_v1_parity_proto_msgTypes[11]
+	mi := &file_parity_v1_parity_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1324,7 +1424,7 @@ func (x *WaitForAppliedResponse) String() string {
 func (*WaitForAppliedResponse) ProtoMessage() {}
 
 func (x *WaitForAppliedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_parity_v1_parity_proto_msgTypes[11]
+	mi := &file_parity_v1_parity_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1337,7 +1437,7 @@ func (x *WaitForAppliedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitForAppliedResponse.ProtoReflect.Descriptor instead.
 func (*WaitForAppliedResponse) Descriptor() ([]byte, []int) {
-	return file_parity_v1_parity_proto_rawDescGZIP(), []int{11}
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *WaitForAppliedResponse) GetTargetTs() uint64 {
@@ -1379,7 +1479,7 @@ type CreateSnapshotPointRequest struct {
 
 func (x *CreateSnapshotPointRequest) Reset() {
 	*x = CreateSnapshotPointRequest{}
-	mi := &file_parity_v1_parity_proto_msgTypes[12]
+	mi := &file_parity_v1_parity_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1391,7 +1491,7 @@ func (x *CreateSnapshotPointRequest) String() string {
 func (*CreateSnapshotPointRequest) ProtoMessage() {}
 
 func (x *CreateSnapshotPointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_parity_v1_parity_proto_msgTypes[12]
+	mi := &file_parity_v1_parity_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1404,7 +1504,7 @@ func (x *CreateSnapshotPointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSnapshotPointRequest.ProtoReflect.Descriptor instead.
 func (*CreateSnapshotPointRequest) Descriptor() ([]byte, []int) {
-	return file_parity_v1_parity_proto_rawDescGZIP(), []int{12}
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CreateSnapshotPointRequest) GetAtTs() uint64 {
@@ -1433,7 +1533,7 @@ type SnapshotPoint struct {
 
 func (x *SnapshotPoint) Reset() {
 	*x = SnapshotPoint{}
-	mi := &file_parity_v1_parity_proto_msgTypes[13]
+	mi := &file_parity_v1_parity_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1445,7 +1545,7 @@ func (x *SnapshotPoint) String() string {
 func (*SnapshotPoint) ProtoMessage() {}
 
 func (x *SnapshotPoint) ProtoReflect() protoreflect.Message {
-	mi := &file_parity_v1_parity_proto_msgTypes[13]
+	mi := &file_parity_v1_parity_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1458,7 +1558,7 @@ func (x *SnapshotPoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotPoint.ProtoReflect.Descriptor instead.
 func (*SnapshotPoint) Descriptor() ([]byte, []int) {
-	return file_parity_v1_parity_proto_rawDescGZIP(), []int{13}
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SnapshotPoint) GetTs() uint64 {
@@ -1552,7 +1652,7 @@ type Diff struct {
 
 func (x *Diff) Reset() {
 	*x = Diff{}
-	mi := &file_parity_v1_parity_proto_msgTypes[14]
+	mi := &file_parity_v1_parity_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1564,7 +1664,7 @@ func (x *Diff) String() string {
 func (*Diff) ProtoMessage() {}
 
 func (x *Diff) ProtoReflect() protoreflect.Message {
-	mi := &file_parity_v1_parity_proto_msgTypes[14]
+	mi := &file_parity_v1_parity_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1577,7 +1677,7 @@ func (x *Diff) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Diff.ProtoReflect.Descriptor instead.
 func (*Diff) Descriptor() ([]byte, []int) {
-	return file_parity_v1_parity_proto_rawDescGZIP(), []int{14}
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Diff) GetName() string {
@@ -1771,7 +1871,7 @@ type TableResult struct {
 
 func (x *TableResult) Reset() {
 	*x = TableResult{}
-	mi := &file_parity_v1_parity_proto_msgTypes[15]
+	mi := &file_parity_v1_parity_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1783,7 +1883,7 @@ func (x *TableResult) String() string {
 func (*TableResult) ProtoMessage() {}
 
 func (x *TableResult) ProtoReflect() protoreflect.Message {
-	mi := &file_parity_v1_parity_proto_msgTypes[15]
+	mi := &file_parity_v1_parity_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1796,7 +1896,7 @@ func (x *TableResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TableResult.ProtoReflect.Descriptor instead.
 func (*TableResult) Descriptor() ([]byte, []int) {
-	return file_parity_v1_parity_proto_rawDescGZIP(), []int{15}
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *TableResult) GetTable() string {
@@ -1900,7 +2000,7 @@ type DiffProgress struct {
 
 func (x *DiffProgress) Reset() {
 	*x = DiffProgress{}
-	mi := &file_parity_v1_parity_proto_msgTypes[16]
+	mi := &file_parity_v1_parity_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1912,7 +2012,7 @@ func (x *DiffProgress) String() string {
 func (*DiffProgress) ProtoMessage() {}
 
 func (x *DiffProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_parity_v1_parity_proto_msgTypes[16]
+	mi := &file_parity_v1_parity_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1925,7 +2025,7 @@ func (x *DiffProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiffProgress.ProtoReflect.Descriptor instead.
 func (*DiffProgress) Descriptor() ([]byte, []int) {
-	return file_parity_v1_parity_proto_rawDescGZIP(), []int{16}
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *DiffProgress) GetTablesDone() int32 {
@@ -2021,7 +2121,7 @@ type StartDiffRequest struct {
 
 func (x *StartDiffRequest) Reset() {
 	*x = StartDiffRequest{}
-	mi := &file_parity_v1_parity_proto_msgTypes[17]
+	mi := &file_parity_v1_parity_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2033,7 +2133,7 @@ func (x *StartDiffRequest) String() string {
 func (*StartDiffRequest) ProtoMessage() {}
 
 func (x *StartDiffRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_parity_v1_parity_proto_msgTypes[17]
+	mi := &file_parity_v1_parity_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2046,7 +2146,7 @@ func (x *StartDiffRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartDiffRequest.ProtoReflect.Descriptor instead.
 func (*StartDiffRequest) Descriptor() ([]byte, []int) {
-	return file_parity_v1_parity_proto_rawDescGZIP(), []int{17}
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *StartDiffRequest) GetScope() string {
@@ -2099,7 +2199,7 @@ type SnapshotPolicy struct {
 
 func (x *SnapshotPolicy) Reset() {
 	*x = SnapshotPolicy{}
-	mi := &file_parity_v1_parity_proto_msgTypes[18]
+	mi := &file_parity_v1_parity_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2111,7 +2211,7 @@ func (x *SnapshotPolicy) String() string {
 func (*SnapshotPolicy) ProtoMessage() {}
 
 func (x *SnapshotPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_parity_v1_parity_proto_msgTypes[18]
+	mi := &file_parity_v1_parity_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2124,7 +2224,7 @@ func (x *SnapshotPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotPolicy.ProtoReflect.Descriptor instead.
 func (*SnapshotPolicy) Descriptor() ([]byte, []int) {
-	return file_parity_v1_parity_proto_rawDescGZIP(), []int{18}
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SnapshotPolicy) GetMaxViewAge() *durationpb.Duration {
@@ -2160,7 +2260,7 @@ type DiffOptions struct {
 
 func (x *DiffOptions) Reset() {
 	*x = DiffOptions{}
-	mi := &file_parity_v1_parity_proto_msgTypes[19]
+	mi := &file_parity_v1_parity_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2172,7 +2272,7 @@ func (x *DiffOptions) String() string {
 func (*DiffOptions) ProtoMessage() {}
 
 func (x *DiffOptions) ProtoReflect() protoreflect.Message {
-	mi := &file_parity_v1_parity_proto_msgTypes[19]
+	mi := &file_parity_v1_parity_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2185,7 +2285,7 @@ func (x *DiffOptions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiffOptions.ProtoReflect.Descriptor instead.
 func (*DiffOptions) Descriptor() ([]byte, []int) {
-	return file_parity_v1_parity_proto_rawDescGZIP(), []int{19}
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *DiffOptions) GetMaxRowsPerSecond() int64 {
@@ -2205,7 +2305,7 @@ type GetDiffRequest struct {
 
 func (x *GetDiffRequest) Reset() {
 	*x = GetDiffRequest{}
-	mi := &file_parity_v1_parity_proto_msgTypes[20]
+	mi := &file_parity_v1_parity_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2217,7 +2317,7 @@ func (x *GetDiffRequest) String() string {
 func (*GetDiffRequest) ProtoMessage() {}
 
 func (x *GetDiffRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_parity_v1_parity_proto_msgTypes[20]
+	mi := &file_parity_v1_parity_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2230,7 +2330,7 @@ func (x *GetDiffRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetDiffRequest.ProtoReflect.Descriptor instead.
 func (*GetDiffRequest) Descriptor() ([]byte, []int) {
-	return file_parity_v1_parity_proto_rawDescGZIP(), []int{20}
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *GetDiffRequest) GetName() string {
@@ -2252,7 +2352,7 @@ type WatchDiffRequest struct {
 
 func (x *WatchDiffRequest) Reset() {
 	*x = WatchDiffRequest{}
-	mi := &file_parity_v1_parity_proto_msgTypes[21]
+	mi := &file_parity_v1_parity_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2264,7 +2364,7 @@ func (x *WatchDiffRequest) String() string {
 func (*WatchDiffRequest) ProtoMessage() {}
 
 func (x *WatchDiffRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_parity_v1_parity_proto_msgTypes[21]
+	mi := &file_parity_v1_parity_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2277,7 +2377,7 @@ func (x *WatchDiffRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchDiffRequest.ProtoReflect.Descriptor instead.
 func (*WatchDiffRequest) Descriptor() ([]byte, []int) {
-	return file_parity_v1_parity_proto_rawDescGZIP(), []int{21}
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *WatchDiffRequest) GetName() string {
@@ -2304,7 +2404,7 @@ type CancelDiffRequest struct {
 
 func (x *CancelDiffRequest) Reset() {
 	*x = CancelDiffRequest{}
-	mi := &file_parity_v1_parity_proto_msgTypes[22]
+	mi := &file_parity_v1_parity_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2316,7 +2416,7 @@ func (x *CancelDiffRequest) String() string {
 func (*CancelDiffRequest) ProtoMessage() {}
 
 func (x *CancelDiffRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_parity_v1_parity_proto_msgTypes[22]
+	mi := &file_parity_v1_parity_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2329,7 +2429,7 @@ func (x *CancelDiffRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelDiffRequest.ProtoReflect.Descriptor instead.
 func (*CancelDiffRequest) Descriptor() ([]byte, []int) {
-	return file_parity_v1_parity_proto_rawDescGZIP(), []int{22}
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CancelDiffRequest) GetName() string {
@@ -2359,7 +2459,7 @@ type ListDiffsRequest struct {
 
 func (x *ListDiffsRequest) Reset() {
 	*x = ListDiffsRequest{}
-	mi := &file_parity_v1_parity_proto_msgTypes[23]
+	mi := &file_parity_v1_parity_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2371,7 +2471,7 @@ func (x *ListDiffsRequest) String() string {
 func (*ListDiffsRequest) ProtoMessage() {}
 
 func (x *ListDiffsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_parity_v1_parity_proto_msgTypes[23]
+	mi := &file_parity_v1_parity_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2384,7 +2484,7 @@ func (x *ListDiffsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDiffsRequest.ProtoReflect.Descriptor instead.
 func (*ListDiffsRequest) Descriptor() ([]byte, []int) {
-	return file_parity_v1_parity_proto_rawDescGZIP(), []int{23}
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListDiffsRequest) GetPageSize() int32 {
@@ -2440,7 +2540,7 @@ type ListDiffsResponse struct {
 
 func (x *ListDiffsResponse) Reset() {
 	*x = ListDiffsResponse{}
-	mi := &file_parity_v1_parity_proto_msgTypes[24]
+	mi := &file_parity_v1_parity_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2452,7 +2552,7 @@ func (x *ListDiffsResponse) String() string {
 func (*ListDiffsResponse) ProtoMessage() {}
 
 func (x *ListDiffsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_parity_v1_parity_proto_msgTypes[24]
+	mi := &file_parity_v1_parity_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2465,7 +2565,7 @@ func (x *ListDiffsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDiffsResponse.ProtoReflect.Descriptor instead.
 func (*ListDiffsResponse) Descriptor() ([]byte, []int) {
-	return file_parity_v1_parity_proto_rawDescGZIP(), []int{24}
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListDiffsResponse) GetDiffs() []*Diff {
@@ -2504,7 +2604,7 @@ type Difference struct {
 
 func (x *Difference) Reset() {
 	*x = Difference{}
-	mi := &file_parity_v1_parity_proto_msgTypes[25]
+	mi := &file_parity_v1_parity_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2516,7 +2616,7 @@ func (x *Difference) String() string {
 func (*Difference) ProtoMessage() {}
 
 func (x *Difference) ProtoReflect() protoreflect.Message {
-	mi := &file_parity_v1_parity_proto_msgTypes[25]
+	mi := &file_parity_v1_parity_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2529,7 +2629,7 @@ func (x *Difference) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Difference.ProtoReflect.Descriptor instead.
 func (*Difference) Descriptor() ([]byte, []int) {
-	return file_parity_v1_parity_proto_rawDescGZIP(), []int{25}
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Difference) GetTable() string {
@@ -2601,7 +2701,7 @@ type ListDifferencesRequest struct {
 
 func (x *ListDifferencesRequest) Reset() {
 	*x = ListDifferencesRequest{}
-	mi := &file_parity_v1_parity_proto_msgTypes[26]
+	mi := &file_parity_v1_parity_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2613,7 +2713,7 @@ func (x *ListDifferencesRequest) String() string {
 func (*ListDifferencesRequest) ProtoMessage() {}
 
 func (x *ListDifferencesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_parity_v1_parity_proto_msgTypes[26]
+	mi := &file_parity_v1_parity_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2626,7 +2726,7 @@ func (x *ListDifferencesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDifferencesRequest.ProtoReflect.Descriptor instead.
 func (*ListDifferencesRequest) Descriptor() ([]byte, []int) {
-	return file_parity_v1_parity_proto_rawDescGZIP(), []int{26}
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListDifferencesRequest) GetParent() string {
@@ -2683,7 +2783,7 @@ type ListDifferencesResponse struct {
 
 func (x *ListDifferencesResponse) Reset() {
 	*x = ListDifferencesResponse{}
-	mi := &file_parity_v1_parity_proto_msgTypes[27]
+	mi := &file_parity_v1_parity_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2695,7 +2795,7 @@ func (x *ListDifferencesResponse) String() string {
 func (*ListDifferencesResponse) ProtoMessage() {}
 
 func (x *ListDifferencesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_parity_v1_parity_proto_msgTypes[27]
+	mi := &file_parity_v1_parity_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2708,7 +2808,7 @@ func (x *ListDifferencesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDifferencesResponse.ProtoReflect.Descriptor instead.
 func (*ListDifferencesResponse) Descriptor() ([]byte, []int) {
-	return file_parity_v1_parity_proto_rawDescGZIP(), []int{27}
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListDifferencesResponse) GetDifferences() []*Difference {
@@ -2744,7 +2844,7 @@ type GetFixSQLRequest struct {
 
 func (x *GetFixSQLRequest) Reset() {
 	*x = GetFixSQLRequest{}
-	mi := &file_parity_v1_parity_proto_msgTypes[28]
+	mi := &file_parity_v1_parity_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2756,7 +2856,7 @@ func (x *GetFixSQLRequest) String() string {
 func (*GetFixSQLRequest) ProtoMessage() {}
 
 func (x *GetFixSQLRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_parity_v1_parity_proto_msgTypes[28]
+	mi := &file_parity_v1_parity_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2769,7 +2869,7 @@ func (x *GetFixSQLRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFixSQLRequest.ProtoReflect.Descriptor instead.
 func (*GetFixSQLRequest) Descriptor() ([]byte, []int) {
-	return file_parity_v1_parity_proto_rawDescGZIP(), []int{28}
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *GetFixSQLRequest) GetParent() string {
@@ -2799,7 +2899,7 @@ type FixSQLChunk struct {
 
 func (x *FixSQLChunk) Reset() {
 	*x = FixSQLChunk{}
-	mi := &file_parity_v1_parity_proto_msgTypes[29]
+	mi := &file_parity_v1_parity_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2811,7 +2911,7 @@ func (x *FixSQLChunk) String() string {
 func (*FixSQLChunk) ProtoMessage() {}
 
 func (x *FixSQLChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_parity_v1_parity_proto_msgTypes[29]
+	mi := &file_parity_v1_parity_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2824,7 +2924,7 @@ func (x *FixSQLChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FixSQLChunk.ProtoReflect.Descriptor instead.
 func (*FixSQLChunk) Descriptor() ([]byte, []int) {
-	return file_parity_v1_parity_proto_rawDescGZIP(), []int{29}
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *FixSQLChunk) GetTable() string {
@@ -2856,7 +2956,7 @@ type RepairRequest struct {
 
 func (x *RepairRequest) Reset() {
 	*x = RepairRequest{}
-	mi := &file_parity_v1_parity_proto_msgTypes[30]
+	mi := &file_parity_v1_parity_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2868,7 +2968,7 @@ func (x *RepairRequest) String() string {
 func (*RepairRequest) ProtoMessage() {}
 
 func (x *RepairRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_parity_v1_parity_proto_msgTypes[30]
+	mi := &file_parity_v1_parity_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2881,7 +2981,7 @@ func (x *RepairRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RepairRequest.ProtoReflect.Descriptor instead.
 func (*RepairRequest) Descriptor() ([]byte, []int) {
-	return file_parity_v1_parity_proto_rawDescGZIP(), []int{30}
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RepairRequest) GetDiff() string {
@@ -2929,7 +3029,7 @@ type RepairResponse struct {
 
 func (x *RepairResponse) Reset() {
 	*x = RepairResponse{}
-	mi := &file_parity_v1_parity_proto_msgTypes[31]
+	mi := &file_parity_v1_parity_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2941,7 +3041,7 @@ func (x *RepairResponse) String() string {
 func (*RepairResponse) ProtoMessage() {}
 
 func (x *RepairResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_parity_v1_parity_proto_msgTypes[31]
+	mi := &file_parity_v1_parity_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2954,7 +3054,7 @@ func (x *RepairResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RepairResponse.ProtoReflect.Descriptor instead.
 func (*RepairResponse) Descriptor() ([]byte, []int) {
-	return file_parity_v1_parity_proto_rawDescGZIP(), []int{31}
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RepairResponse) GetRepairId() string {
@@ -3043,7 +3143,7 @@ type RepairedKey struct {
 
 func (x *RepairedKey) Reset() {
 	*x = RepairedKey{}
-	mi := &file_parity_v1_parity_proto_msgTypes[32]
+	mi := &file_parity_v1_parity_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3055,7 +3155,7 @@ func (x *RepairedKey) String() string {
 func (*RepairedKey) ProtoMessage() {}
 
 func (x *RepairedKey) ProtoReflect() protoreflect.Message {
-	mi := &file_parity_v1_parity_proto_msgTypes[32]
+	mi := &file_parity_v1_parity_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3068,7 +3168,7 @@ func (x *RepairedKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RepairedKey.ProtoReflect.Descriptor instead.
 func (*RepairedKey) Descriptor() ([]byte, []int) {
-	return file_parity_v1_parity_proto_rawDescGZIP(), []int{32}
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *RepairedKey) GetTable() string {
@@ -3139,7 +3239,7 @@ type CutoverCheckRequest struct {
 
 func (x *CutoverCheckRequest) Reset() {
 	*x = CutoverCheckRequest{}
-	mi := &file_parity_v1_parity_proto_msgTypes[33]
+	mi := &file_parity_v1_parity_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3151,7 +3251,7 @@ func (x *CutoverCheckRequest) String() string {
 func (*CutoverCheckRequest) ProtoMessage() {}
 
 func (x *CutoverCheckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_parity_v1_parity_proto_msgTypes[33]
+	mi := &file_parity_v1_parity_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3164,7 +3264,7 @@ func (x *CutoverCheckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CutoverCheckRequest.ProtoReflect.Descriptor instead.
 func (*CutoverCheckRequest) Descriptor() ([]byte, []int) {
-	return file_parity_v1_parity_proto_rawDescGZIP(), []int{33}
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *CutoverCheckRequest) GetUpstream() isCutoverCheckRequest_Upstream {
@@ -3287,7 +3387,7 @@ type CutoverCheckResponse struct {
 
 func (x *CutoverCheckResponse) Reset() {
 	*x = CutoverCheckResponse{}
-	mi := &file_parity_v1_parity_proto_msgTypes[34]
+	mi := &file_parity_v1_parity_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3299,7 +3399,7 @@ func (x *CutoverCheckResponse) String() string {
 func (*CutoverCheckResponse) ProtoMessage() {}
 
 func (x *CutoverCheckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_parity_v1_parity_proto_msgTypes[34]
+	mi := &file_parity_v1_parity_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3312,7 +3412,7 @@ func (x *CutoverCheckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CutoverCheckResponse.ProtoReflect.Descriptor instead.
 func (*CutoverCheckResponse) Descriptor() ([]byte, []int) {
-	return file_parity_v1_parity_proto_rawDescGZIP(), []int{34}
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *CutoverCheckResponse) GetPassed() bool {
@@ -3440,7 +3540,7 @@ type CutoverTable struct {
 
 func (x *CutoverTable) Reset() {
 	*x = CutoverTable{}
-	mi := &file_parity_v1_parity_proto_msgTypes[35]
+	mi := &file_parity_v1_parity_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3452,7 +3552,7 @@ func (x *CutoverTable) String() string {
 func (*CutoverTable) ProtoMessage() {}
 
 func (x *CutoverTable) ProtoReflect() protoreflect.Message {
-	mi := &file_parity_v1_parity_proto_msgTypes[35]
+	mi := &file_parity_v1_parity_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3465,7 +3565,7 @@ func (x *CutoverTable) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CutoverTable.ProtoReflect.Descriptor instead.
 func (*CutoverTable) Descriptor() ([]byte, []int) {
-	return file_parity_v1_parity_proto_rawDescGZIP(), []int{35}
+	return file_parity_v1_parity_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *CutoverTable) GetTable() string {
@@ -3594,7 +3694,7 @@ const file_parity_v1_parity_proto_rawDesc = "" +
 	"\x16parity/v1/parity.proto\x12\tparity.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x12\n" +
 	"\x10GetStatusRequest\"K\n" +
 	"\x12WatchStatusRequest\x125\n" +
-	"\binterval\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\binterval\"\xd5\x06\n" +
+	"\binterval\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\binterval\"\x86\a\n" +
 	"\x06Status\x12\x1e\n" +
 	"\n" +
 	"changefeed\x18\x01 \x01(\tR\n" +
@@ -3623,7 +3723,19 @@ const file_parity_v1_parity_proto_rawDesc = "" +
 	"\fverification\x18\x11 \x01(\v2\x1d.parity.v1.VerificationStatusR\fverification\x12;\n" +
 	"\vupdate_time\x18\x12 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"updateTime\x12#\n" +
-	"\x02ha\x18\x13 \x01(\v2\x13.parity.v1.HAStatusR\x02ha\"\xa2\x02\n" +
+	"\x02ha\x18\x13 \x01(\v2\x13.parity.v1.HAStatusR\x02ha\x12/\n" +
+	"\x06bypass\x18\x14 \x01(\v2\x17.parity.v1.BypassStatusR\x06bypass\"\x91\x02\n" +
+	"\fBypassStatus\x12\x14\n" +
+	"\x05state\x18\x01 \x01(\tR\x05state\x12\x1f\n" +
+	"\vlag_seconds\x18\x02 \x01(\x01R\n" +
+	"lagSeconds\x12\x1e\n" +
+	"\n" +
+	"detections\x18\x03 \x01(\x03R\n" +
+	"detections\x12J\n" +
+	"\x13last_detection_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x11lastDetectionTime\x12?\n" +
+	"\rwatched_since\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\fwatchedSince\x12\x1d\n" +
+	"\n" +
+	"last_error\x18\x06 \x01(\tR\tlastError\"\xa2\x02\n" +
 	"\bHAStatus\x12%\n" +
 	"\x04role\x18\x01 \x01(\x0e2\x11.parity.v1.HARoleR\x04role\x12\x16\n" +
 	"\x06holder\x18\x02 \x01(\tR\x06holder\x12\x14\n" +
@@ -3960,7 +4072,7 @@ func file_parity_v1_parity_proto_rawDescGZIP() []byte {
 }
 
 var file_parity_v1_parity_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_parity_v1_parity_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
+var file_parity_v1_parity_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
 var file_parity_v1_parity_proto_goTypes = []any{
 	(ErrorReason)(0),                   // 0: parity.v1.ErrorReason
 	(ApplierState)(0),                  // 1: parity.v1.ApplierState
@@ -3971,137 +4083,141 @@ var file_parity_v1_parity_proto_goTypes = []any{
 	(*GetStatusRequest)(nil),           // 6: parity.v1.GetStatusRequest
 	(*WatchStatusRequest)(nil),         // 7: parity.v1.WatchStatusRequest
 	(*Status)(nil),                     // 8: parity.v1.Status
-	(*HAStatus)(nil),                   // 9: parity.v1.HAStatus
-	(*PartitionStatus)(nil),            // 10: parity.v1.PartitionStatus
-	(*VerificationStatus)(nil),         // 11: parity.v1.VerificationStatus
-	(*GetUpstreamTSORequest)(nil),      // 12: parity.v1.GetUpstreamTSORequest
-	(*GetUpstreamTSOResponse)(nil),     // 13: parity.v1.GetUpstreamTSOResponse
-	(*ListUpstreamTablesRequest)(nil),  // 14: parity.v1.ListUpstreamTablesRequest
-	(*ListUpstreamTablesResponse)(nil), // 15: parity.v1.ListUpstreamTablesResponse
-	(*WaitForAppliedRequest)(nil),      // 16: parity.v1.WaitForAppliedRequest
-	(*WaitForAppliedResponse)(nil),     // 17: parity.v1.WaitForAppliedResponse
-	(*CreateSnapshotPointRequest)(nil), // 18: parity.v1.CreateSnapshotPointRequest
-	(*SnapshotPoint)(nil),              // 19: parity.v1.SnapshotPoint
-	(*Diff)(nil),                       // 20: parity.v1.Diff
-	(*TableResult)(nil),                // 21: parity.v1.TableResult
-	(*DiffProgress)(nil),               // 22: parity.v1.DiffProgress
-	(*StartDiffRequest)(nil),           // 23: parity.v1.StartDiffRequest
-	(*SnapshotPolicy)(nil),             // 24: parity.v1.SnapshotPolicy
-	(*DiffOptions)(nil),                // 25: parity.v1.DiffOptions
-	(*GetDiffRequest)(nil),             // 26: parity.v1.GetDiffRequest
-	(*WatchDiffRequest)(nil),           // 27: parity.v1.WatchDiffRequest
-	(*CancelDiffRequest)(nil),          // 28: parity.v1.CancelDiffRequest
-	(*ListDiffsRequest)(nil),           // 29: parity.v1.ListDiffsRequest
-	(*ListDiffsResponse)(nil),          // 30: parity.v1.ListDiffsResponse
-	(*Difference)(nil),                 // 31: parity.v1.Difference
-	(*ListDifferencesRequest)(nil),     // 32: parity.v1.ListDifferencesRequest
-	(*ListDifferencesResponse)(nil),    // 33: parity.v1.ListDifferencesResponse
-	(*GetFixSQLRequest)(nil),           // 34: parity.v1.GetFixSQLRequest
-	(*FixSQLChunk)(nil),                // 35: parity.v1.FixSQLChunk
-	(*RepairRequest)(nil),              // 36: parity.v1.RepairRequest
-	(*RepairResponse)(nil),             // 37: parity.v1.RepairResponse
-	(*RepairedKey)(nil),                // 38: parity.v1.RepairedKey
-	(*CutoverCheckRequest)(nil),        // 39: parity.v1.CutoverCheckRequest
-	(*CutoverCheckResponse)(nil),       // 40: parity.v1.CutoverCheckResponse
-	(*CutoverTable)(nil),               // 41: parity.v1.CutoverTable
-	nil,                                // 42: parity.v1.Diff.DifferencesByClassEntry
-	nil,                                // 43: parity.v1.CutoverCheckResponse.DifferencesByClassEntry
-	(*durationpb.Duration)(nil),        // 44: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),      // 45: google.protobuf.Timestamp
+	(*BypassStatus)(nil),               // 9: parity.v1.BypassStatus
+	(*HAStatus)(nil),                   // 10: parity.v1.HAStatus
+	(*PartitionStatus)(nil),            // 11: parity.v1.PartitionStatus
+	(*VerificationStatus)(nil),         // 12: parity.v1.VerificationStatus
+	(*GetUpstreamTSORequest)(nil),      // 13: parity.v1.GetUpstreamTSORequest
+	(*GetUpstreamTSOResponse)(nil),     // 14: parity.v1.GetUpstreamTSOResponse
+	(*ListUpstreamTablesRequest)(nil),  // 15: parity.v1.ListUpstreamTablesRequest
+	(*ListUpstreamTablesResponse)(nil), // 16: parity.v1.ListUpstreamTablesResponse
+	(*WaitForAppliedRequest)(nil),      // 17: parity.v1.WaitForAppliedRequest
+	(*WaitForAppliedResponse)(nil),     // 18: parity.v1.WaitForAppliedResponse
+	(*CreateSnapshotPointRequest)(nil), // 19: parity.v1.CreateSnapshotPointRequest
+	(*SnapshotPoint)(nil),              // 20: parity.v1.SnapshotPoint
+	(*Diff)(nil),                       // 21: parity.v1.Diff
+	(*TableResult)(nil),                // 22: parity.v1.TableResult
+	(*DiffProgress)(nil),               // 23: parity.v1.DiffProgress
+	(*StartDiffRequest)(nil),           // 24: parity.v1.StartDiffRequest
+	(*SnapshotPolicy)(nil),             // 25: parity.v1.SnapshotPolicy
+	(*DiffOptions)(nil),                // 26: parity.v1.DiffOptions
+	(*GetDiffRequest)(nil),             // 27: parity.v1.GetDiffRequest
+	(*WatchDiffRequest)(nil),           // 28: parity.v1.WatchDiffRequest
+	(*CancelDiffRequest)(nil),          // 29: parity.v1.CancelDiffRequest
+	(*ListDiffsRequest)(nil),           // 30: parity.v1.ListDiffsRequest
+	(*ListDiffsResponse)(nil),          // 31: parity.v1.ListDiffsResponse
+	(*Difference)(nil),                 // 32: parity.v1.Difference
+	(*ListDifferencesRequest)(nil),     // 33: parity.v1.ListDifferencesRequest
+	(*ListDifferencesResponse)(nil),    // 34: parity.v1.ListDifferencesResponse
+	(*GetFixSQLRequest)(nil),           // 35: parity.v1.GetFixSQLRequest
+	(*FixSQLChunk)(nil),                // 36: parity.v1.FixSQLChunk
+	(*RepairRequest)(nil),              // 37: parity.v1.RepairRequest
+	(*RepairResponse)(nil),             // 38: parity.v1.RepairResponse
+	(*RepairedKey)(nil),                // 39: parity.v1.RepairedKey
+	(*CutoverCheckRequest)(nil),        // 40: parity.v1.CutoverCheckRequest
+	(*CutoverCheckResponse)(nil),       // 41: parity.v1.CutoverCheckResponse
+	(*CutoverTable)(nil),               // 42: parity.v1.CutoverTable
+	nil,                                // 43: parity.v1.Diff.DifferencesByClassEntry
+	nil,                                // 44: parity.v1.CutoverCheckResponse.DifferencesByClassEntry
+	(*durationpb.Duration)(nil),        // 45: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),      // 46: google.protobuf.Timestamp
 }
 var file_parity_v1_parity_proto_depIdxs = []int32{
-	44, // 0: parity.v1.WatchStatusRequest.interval:type_name -> google.protobuf.Duration
+	45, // 0: parity.v1.WatchStatusRequest.interval:type_name -> google.protobuf.Duration
 	1,  // 1: parity.v1.Status.applier_state:type_name -> parity.v1.ApplierState
-	45, // 2: parity.v1.Status.applied_time:type_name -> google.protobuf.Timestamp
-	45, // 3: parity.v1.Status.resolved_time:type_name -> google.protobuf.Timestamp
-	10, // 4: parity.v1.Status.partitions:type_name -> parity.v1.PartitionStatus
-	11, // 5: parity.v1.Status.verification:type_name -> parity.v1.VerificationStatus
-	45, // 6: parity.v1.Status.update_time:type_name -> google.protobuf.Timestamp
-	9,  // 7: parity.v1.Status.ha:type_name -> parity.v1.HAStatus
-	2,  // 8: parity.v1.HAStatus.role:type_name -> parity.v1.HARole
-	44, // 9: parity.v1.HAStatus.lease_expires_in:type_name -> google.protobuf.Duration
-	45, // 10: parity.v1.HAStatus.active_since:type_name -> google.protobuf.Timestamp
-	45, // 11: parity.v1.VerificationStatus.covered_time:type_name -> google.protobuf.Timestamp
-	44, // 12: parity.v1.VerificationStatus.freshness:type_name -> google.protobuf.Duration
-	20, // 13: parity.v1.VerificationStatus.running:type_name -> parity.v1.Diff
-	20, // 14: parity.v1.VerificationStatus.last_diff:type_name -> parity.v1.Diff
-	45, // 15: parity.v1.GetUpstreamTSOResponse.time:type_name -> google.protobuf.Timestamp
-	44, // 16: parity.v1.WaitForAppliedRequest.timeout:type_name -> google.protobuf.Duration
-	45, // 17: parity.v1.WaitForAppliedResponse.applied_time:type_name -> google.protobuf.Timestamp
-	44, // 18: parity.v1.WaitForAppliedResponse.waited:type_name -> google.protobuf.Duration
-	45, // 19: parity.v1.SnapshotPoint.ts_time:type_name -> google.protobuf.Timestamp
-	44, // 20: parity.v1.SnapshotPoint.pause:type_name -> google.protobuf.Duration
-	45, // 21: parity.v1.SnapshotPoint.create_time:type_name -> google.protobuf.Timestamp
-	3,  // 22: parity.v1.Diff.state:type_name -> parity.v1.DiffState
-	4,  // 23: parity.v1.Diff.result:type_name -> parity.v1.DiffResult
-	45, // 24: parity.v1.Diff.create_time:type_name -> google.protobuf.Timestamp
-	45, // 25: parity.v1.Diff.end_time:type_name -> google.protobuf.Timestamp
-	44, // 26: parity.v1.Diff.max_pause:type_name -> google.protobuf.Duration
-	42, // 27: parity.v1.Diff.differences_by_class:type_name -> parity.v1.Diff.DifferencesByClassEntry
-	19, // 28: parity.v1.Diff.pairs:type_name -> parity.v1.SnapshotPoint
-	21, // 29: parity.v1.Diff.table_results:type_name -> parity.v1.TableResult
-	22, // 30: parity.v1.Diff.progress:type_name -> parity.v1.DiffProgress
-	44, // 31: parity.v1.DiffProgress.eta:type_name -> google.protobuf.Duration
-	44, // 32: parity.v1.DiffProgress.pair_age:type_name -> google.protobuf.Duration
-	24, // 33: parity.v1.StartDiffRequest.snapshot_policy:type_name -> parity.v1.SnapshotPolicy
-	25, // 34: parity.v1.StartDiffRequest.options:type_name -> parity.v1.DiffOptions
-	44, // 35: parity.v1.SnapshotPolicy.max_view_age:type_name -> google.protobuf.Duration
-	44, // 36: parity.v1.WatchDiffRequest.interval:type_name -> google.protobuf.Duration
-	3,  // 37: parity.v1.ListDiffsRequest.state:type_name -> parity.v1.DiffState
-	45, // 38: parity.v1.ListDiffsRequest.start_time_after:type_name -> google.protobuf.Timestamp
-	45, // 39: parity.v1.ListDiffsRequest.start_time_before:type_name -> google.protobuf.Timestamp
-	20, // 40: parity.v1.ListDiffsResponse.diffs:type_name -> parity.v1.Diff
-	5,  // 41: parity.v1.Difference.kind:type_name -> parity.v1.DifferenceKind
-	5,  // 42: parity.v1.ListDifferencesRequest.kind:type_name -> parity.v1.DifferenceKind
-	31, // 43: parity.v1.ListDifferencesResponse.differences:type_name -> parity.v1.Difference
-	38, // 44: parity.v1.RepairResponse.keys:type_name -> parity.v1.RepairedKey
-	44, // 45: parity.v1.RepairResponse.max_pause:type_name -> google.protobuf.Duration
-	4,  // 46: parity.v1.RepairResponse.verify_result:type_name -> parity.v1.DiffResult
-	44, // 47: parity.v1.CutoverCheckRequest.max_full_diff_age:type_name -> google.protobuf.Duration
-	44, // 48: parity.v1.CutoverCheckRequest.wait_timeout:type_name -> google.protobuf.Duration
-	19, // 49: parity.v1.CutoverCheckResponse.pair:type_name -> parity.v1.SnapshotPoint
-	41, // 50: parity.v1.CutoverCheckResponse.tables:type_name -> parity.v1.CutoverTable
-	31, // 51: parity.v1.CutoverCheckResponse.differences:type_name -> parity.v1.Difference
-	43, // 52: parity.v1.CutoverCheckResponse.differences_by_class:type_name -> parity.v1.CutoverCheckResponse.DifferencesByClassEntry
-	44, // 53: parity.v1.CutoverCheckResponse.waited:type_name -> google.protobuf.Duration
-	44, // 54: parity.v1.CutoverTable.last_full_age:type_name -> google.protobuf.Duration
-	45, // 55: parity.v1.CutoverTable.bypass_since:type_name -> google.protobuf.Timestamp
-	45, // 56: parity.v1.CutoverTable.bypass_watched_since:type_name -> google.protobuf.Timestamp
-	6,  // 57: parity.v1.Parity.GetStatus:input_type -> parity.v1.GetStatusRequest
-	7,  // 58: parity.v1.Parity.WatchStatus:input_type -> parity.v1.WatchStatusRequest
-	16, // 59: parity.v1.Parity.WaitForApplied:input_type -> parity.v1.WaitForAppliedRequest
-	12, // 60: parity.v1.Parity.GetUpstreamTSO:input_type -> parity.v1.GetUpstreamTSORequest
-	14, // 61: parity.v1.Parity.ListUpstreamTables:input_type -> parity.v1.ListUpstreamTablesRequest
-	18, // 62: parity.v1.Parity.CreateSnapshotPoint:input_type -> parity.v1.CreateSnapshotPointRequest
-	23, // 63: parity.v1.Parity.StartDiff:input_type -> parity.v1.StartDiffRequest
-	26, // 64: parity.v1.Parity.GetDiff:input_type -> parity.v1.GetDiffRequest
-	27, // 65: parity.v1.Parity.WatchDiff:input_type -> parity.v1.WatchDiffRequest
-	28, // 66: parity.v1.Parity.CancelDiff:input_type -> parity.v1.CancelDiffRequest
-	29, // 67: parity.v1.Parity.ListDiffs:input_type -> parity.v1.ListDiffsRequest
-	32, // 68: parity.v1.Parity.ListDifferences:input_type -> parity.v1.ListDifferencesRequest
-	34, // 69: parity.v1.Parity.GetFixSQL:input_type -> parity.v1.GetFixSQLRequest
-	36, // 70: parity.v1.Parity.Repair:input_type -> parity.v1.RepairRequest
-	39, // 71: parity.v1.Parity.CutoverCheck:input_type -> parity.v1.CutoverCheckRequest
-	8,  // 72: parity.v1.Parity.GetStatus:output_type -> parity.v1.Status
-	8,  // 73: parity.v1.Parity.WatchStatus:output_type -> parity.v1.Status
-	17, // 74: parity.v1.Parity.WaitForApplied:output_type -> parity.v1.WaitForAppliedResponse
-	13, // 75: parity.v1.Parity.GetUpstreamTSO:output_type -> parity.v1.GetUpstreamTSOResponse
-	15, // 76: parity.v1.Parity.ListUpstreamTables:output_type -> parity.v1.ListUpstreamTablesResponse
-	19, // 77: parity.v1.Parity.CreateSnapshotPoint:output_type -> parity.v1.SnapshotPoint
-	20, // 78: parity.v1.Parity.StartDiff:output_type -> parity.v1.Diff
-	20, // 79: parity.v1.Parity.GetDiff:output_type -> parity.v1.Diff
-	20, // 80: parity.v1.Parity.WatchDiff:output_type -> parity.v1.Diff
-	20, // 81: parity.v1.Parity.CancelDiff:output_type -> parity.v1.Diff
-	30, // 82: parity.v1.Parity.ListDiffs:output_type -> parity.v1.ListDiffsResponse
-	33, // 83: parity.v1.Parity.ListDifferences:output_type -> parity.v1.ListDifferencesResponse
-	35, // 84: parity.v1.Parity.GetFixSQL:output_type -> parity.v1.FixSQLChunk
-	37, // 85: parity.v1.Parity.Repair:output_type -> parity.v1.RepairResponse
-	40, // 86: parity.v1.Parity.CutoverCheck:output_type -> parity.v1.CutoverCheckResponse
-	72, // [72:87] is the sub-list for method output_type
-	57, // [57:72] is the sub-list for method input_type
-	57, // [57:57] is the sub-list for extension type_name
-	57, // [57:57] is the sub-list for extension extendee
-	0,  // [0:57] is the sub-list for field type_name
+	46, // 2: parity.v1.Status.applied_time:type_name -> google.protobuf.Timestamp
+	46, // 3: parity.v1.Status.resolved_time:type_name -> google.protobuf.Timestamp
+	11, // 4: parity.v1.Status.partitions:type_name -> parity.v1.PartitionStatus
+	12, // 5: parity.v1.Status.verification:type_name -> parity.v1.VerificationStatus
+	46, // 6: parity.v1.Status.update_time:type_name -> google.protobuf.Timestamp
+	10, // 7: parity.v1.Status.ha:type_name -> parity.v1.HAStatus
+	9,  // 8: parity.v1.Status.bypass:type_name -> parity.v1.BypassStatus
+	46, // 9: parity.v1.BypassStatus.last_detection_time:type_name -> google.protobuf.Timestamp
+	46, // 10: parity.v1.BypassStatus.watched_since:type_name -> google.protobuf.Timestamp
+	2,  // 11: parity.v1.HAStatus.role:type_name -> parity.v1.HARole
+	45, // 12: parity.v1.HAStatus.lease_expires_in:type_name -> google.protobuf.Duration
+	46, // 13: parity.v1.HAStatus.active_since:type_name -> google.protobuf.Timestamp
+	46, // 14: parity.v1.VerificationStatus.covered_time:type_name -> google.protobuf.Timestamp
+	45, // 15: parity.v1.VerificationStatus.freshness:type_name -> google.protobuf.Duration
+	21, // 16: parity.v1.VerificationStatus.running:type_name -> parity.v1.Diff
+	21, // 17: parity.v1.VerificationStatus.last_diff:type_name -> parity.v1.Diff
+	46, // 18: parity.v1.GetUpstreamTSOResponse.time:type_name -> google.protobuf.Timestamp
+	45, // 19: parity.v1.WaitForAppliedRequest.timeout:type_name -> google.protobuf.Duration
+	46, // 20: parity.v1.WaitForAppliedResponse.applied_time:type_name -> google.protobuf.Timestamp
+	45, // 21: parity.v1.WaitForAppliedResponse.waited:type_name -> google.protobuf.Duration
+	46, // 22: parity.v1.SnapshotPoint.ts_time:type_name -> google.protobuf.Timestamp
+	45, // 23: parity.v1.SnapshotPoint.pause:type_name -> google.protobuf.Duration
+	46, // 24: parity.v1.SnapshotPoint.create_time:type_name -> google.protobuf.Timestamp
+	3,  // 25: parity.v1.Diff.state:type_name -> parity.v1.DiffState
+	4,  // 26: parity.v1.Diff.result:type_name -> parity.v1.DiffResult
+	46, // 27: parity.v1.Diff.create_time:type_name -> google.protobuf.Timestamp
+	46, // 28: parity.v1.Diff.end_time:type_name -> google.protobuf.Timestamp
+	45, // 29: parity.v1.Diff.max_pause:type_name -> google.protobuf.Duration
+	43, // 30: parity.v1.Diff.differences_by_class:type_name -> parity.v1.Diff.DifferencesByClassEntry
+	20, // 31: parity.v1.Diff.pairs:type_name -> parity.v1.SnapshotPoint
+	22, // 32: parity.v1.Diff.table_results:type_name -> parity.v1.TableResult
+	23, // 33: parity.v1.Diff.progress:type_name -> parity.v1.DiffProgress
+	45, // 34: parity.v1.DiffProgress.eta:type_name -> google.protobuf.Duration
+	45, // 35: parity.v1.DiffProgress.pair_age:type_name -> google.protobuf.Duration
+	25, // 36: parity.v1.StartDiffRequest.snapshot_policy:type_name -> parity.v1.SnapshotPolicy
+	26, // 37: parity.v1.StartDiffRequest.options:type_name -> parity.v1.DiffOptions
+	45, // 38: parity.v1.SnapshotPolicy.max_view_age:type_name -> google.protobuf.Duration
+	45, // 39: parity.v1.WatchDiffRequest.interval:type_name -> google.protobuf.Duration
+	3,  // 40: parity.v1.ListDiffsRequest.state:type_name -> parity.v1.DiffState
+	46, // 41: parity.v1.ListDiffsRequest.start_time_after:type_name -> google.protobuf.Timestamp
+	46, // 42: parity.v1.ListDiffsRequest.start_time_before:type_name -> google.protobuf.Timestamp
+	21, // 43: parity.v1.ListDiffsResponse.diffs:type_name -> parity.v1.Diff
+	5,  // 44: parity.v1.Difference.kind:type_name -> parity.v1.DifferenceKind
+	5,  // 45: parity.v1.ListDifferencesRequest.kind:type_name -> parity.v1.DifferenceKind
+	32, // 46: parity.v1.ListDifferencesResponse.differences:type_name -> parity.v1.Difference
+	39, // 47: parity.v1.RepairResponse.keys:type_name -> parity.v1.RepairedKey
+	45, // 48: parity.v1.RepairResponse.max_pause:type_name -> google.protobuf.Duration
+	4,  // 49: parity.v1.RepairResponse.verify_result:type_name -> parity.v1.DiffResult
+	45, // 50: parity.v1.CutoverCheckRequest.max_full_diff_age:type_name -> google.protobuf.Duration
+	45, // 51: parity.v1.CutoverCheckRequest.wait_timeout:type_name -> google.protobuf.Duration
+	20, // 52: parity.v1.CutoverCheckResponse.pair:type_name -> parity.v1.SnapshotPoint
+	42, // 53: parity.v1.CutoverCheckResponse.tables:type_name -> parity.v1.CutoverTable
+	32, // 54: parity.v1.CutoverCheckResponse.differences:type_name -> parity.v1.Difference
+	44, // 55: parity.v1.CutoverCheckResponse.differences_by_class:type_name -> parity.v1.CutoverCheckResponse.DifferencesByClassEntry
+	45, // 56: parity.v1.CutoverCheckResponse.waited:type_name -> google.protobuf.Duration
+	45, // 57: parity.v1.CutoverTable.last_full_age:type_name -> google.protobuf.Duration
+	46, // 58: parity.v1.CutoverTable.bypass_since:type_name -> google.protobuf.Timestamp
+	46, // 59: parity.v1.CutoverTable.bypass_watched_since:type_name -> google.protobuf.Timestamp
+	6,  // 60: parity.v1.Parity.GetStatus:input_type -> parity.v1.GetStatusRequest
+	7,  // 61: parity.v1.Parity.WatchStatus:input_type -> parity.v1.WatchStatusRequest
+	17, // 62: parity.v1.Parity.WaitForApplied:input_type -> parity.v1.WaitForAppliedRequest
+	13, // 63: parity.v1.Parity.GetUpstreamTSO:input_type -> parity.v1.GetUpstreamTSORequest
+	15, // 64: parity.v1.Parity.ListUpstreamTables:input_type -> parity.v1.ListUpstreamTablesRequest
+	19, // 65: parity.v1.Parity.CreateSnapshotPoint:input_type -> parity.v1.CreateSnapshotPointRequest
+	24, // 66: parity.v1.Parity.StartDiff:input_type -> parity.v1.StartDiffRequest
+	27, // 67: parity.v1.Parity.GetDiff:input_type -> parity.v1.GetDiffRequest
+	28, // 68: parity.v1.Parity.WatchDiff:input_type -> parity.v1.WatchDiffRequest
+	29, // 69: parity.v1.Parity.CancelDiff:input_type -> parity.v1.CancelDiffRequest
+	30, // 70: parity.v1.Parity.ListDiffs:input_type -> parity.v1.ListDiffsRequest
+	33, // 71: parity.v1.Parity.ListDifferences:input_type -> parity.v1.ListDifferencesRequest
+	35, // 72: parity.v1.Parity.GetFixSQL:input_type -> parity.v1.GetFixSQLRequest
+	37, // 73: parity.v1.Parity.Repair:input_type -> parity.v1.RepairRequest
+	40, // 74: parity.v1.Parity.CutoverCheck:input_type -> parity.v1.CutoverCheckRequest
+	8,  // 75: parity.v1.Parity.GetStatus:output_type -> parity.v1.Status
+	8,  // 76: parity.v1.Parity.WatchStatus:output_type -> parity.v1.Status
+	18, // 77: parity.v1.Parity.WaitForApplied:output_type -> parity.v1.WaitForAppliedResponse
+	14, // 78: parity.v1.Parity.GetUpstreamTSO:output_type -> parity.v1.GetUpstreamTSOResponse
+	16, // 79: parity.v1.Parity.ListUpstreamTables:output_type -> parity.v1.ListUpstreamTablesResponse
+	20, // 80: parity.v1.Parity.CreateSnapshotPoint:output_type -> parity.v1.SnapshotPoint
+	21, // 81: parity.v1.Parity.StartDiff:output_type -> parity.v1.Diff
+	21, // 82: parity.v1.Parity.GetDiff:output_type -> parity.v1.Diff
+	21, // 83: parity.v1.Parity.WatchDiff:output_type -> parity.v1.Diff
+	21, // 84: parity.v1.Parity.CancelDiff:output_type -> parity.v1.Diff
+	31, // 85: parity.v1.Parity.ListDiffs:output_type -> parity.v1.ListDiffsResponse
+	34, // 86: parity.v1.Parity.ListDifferences:output_type -> parity.v1.ListDifferencesResponse
+	36, // 87: parity.v1.Parity.GetFixSQL:output_type -> parity.v1.FixSQLChunk
+	38, // 88: parity.v1.Parity.Repair:output_type -> parity.v1.RepairResponse
+	41, // 89: parity.v1.Parity.CutoverCheck:output_type -> parity.v1.CutoverCheckResponse
+	75, // [75:90] is the sub-list for method output_type
+	60, // [60:75] is the sub-list for method input_type
+	60, // [60:60] is the sub-list for extension type_name
+	60, // [60:60] is the sub-list for extension extendee
+	0,  // [0:60] is the sub-list for field type_name
 }
 
 func init() { file_parity_v1_parity_proto_init() }
@@ -4109,12 +4225,12 @@ func file_parity_v1_parity_proto_init() {
 	if File_parity_v1_parity_proto != nil {
 		return
 	}
-	file_parity_v1_parity_proto_msgTypes[10].OneofWrappers = []any{
+	file_parity_v1_parity_proto_msgTypes[11].OneofWrappers = []any{
 		(*WaitForAppliedRequest_Ts)(nil),
 		(*WaitForAppliedRequest_Now)(nil),
 	}
-	file_parity_v1_parity_proto_msgTypes[12].OneofWrappers = []any{}
-	file_parity_v1_parity_proto_msgTypes[33].OneofWrappers = []any{
+	file_parity_v1_parity_proto_msgTypes[13].OneofWrappers = []any{}
+	file_parity_v1_parity_proto_msgTypes[34].OneofWrappers = []any{
 		(*CutoverCheckRequest_UpstreamTs)(nil),
 		(*CutoverCheckRequest_Now)(nil),
 	}
@@ -4124,7 +4240,7 @@ func file_parity_v1_parity_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_parity_v1_parity_proto_rawDesc), len(file_parity_v1_parity_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   38,
+			NumMessages:   39,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
