@@ -8,7 +8,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/tidb-parity/parity/api"
+	"github.com/tidb-parity/parity/api/client"
 	parityv1 "github.com/tidb-parity/parity/api/parity/v1"
 )
 
@@ -18,7 +18,7 @@ var errPassed = errors.New("a member has applied past the fleet point")
 
 // pairPassed reports whether err is a member's refusal of an exact pair.
 func pairPassed(err error) bool {
-	r, _ := api.ReasonOf(err)
+	r, _ := client.ReasonOf(err)
 	return r == parityv1.ErrorReason_PAIR_PASSED.String()
 }
 
