@@ -275,20 +275,19 @@ func (d *Decoder) row(m *wireMessage, op open.Op) (open.Event, error) {
 	}
 	ev := open.Event{Kind: open.KindRow, CommitTs: *m.CommitTs, Schema: m.Schema, Table: m.Table, Op: op, OnlyHandleKey: m.HandleKeyOnly}
 	var newHash, oldHash uint32
-	var newNulls, oldNulls bool
 	switch op {
 	case open.OpInsert, open.OpUpdate:
 		if m.Data == nil {
 			return fail("data", fmt.Errorf("%w: an %s without data", ErrMissingField, m.Type))
 		}
-		if ev.Columns, newHash, newNulls, err = d.image(t, m.Data, m.HandleKeyOnly, "data"); err != nil {
+		if ev.Columns, newHash, err = d.image(t, m.Data, m.HandleKeyOnly, "data"); err != nil {
 			return fail("", err)
 		}
 		if op == open.OpUpdate {
 			if m.Old == nil {
 				return fail("old", fmt.Errorf("%w: an UPDATE without old", ErrMissingField))
 			}
-			if ev.OldColumns, oldHash, oldNulls, err = d.image(t, m.Old, m.HandleKeyOnly, "old"); err != nil {
+			if ev.OldColumns, oldHash, err = d.image(t, m.Old, m.HandleKeyOnly, "old"); err != nil {
 				return fail("", err)
 			}
 		} else if m.Old != nil {
@@ -301,12 +300,10 @@ func (d *Decoder) row(m *wireMessage, op open.Op) (open.Event, error) {
 		if m.Data != nil {
 			return fail("data", fmt.Errorf("%w: a DELETE with data", ErrColumn))
 		}
-		if ev.Columns, oldHash, oldNulls, err = d.image(t, m.Old, m.HandleKeyOnly, "old"); err != nil {
+		if ev.Columns, oldHash, err = d.image(t, m.Old, m.HandleKeyOnly, "old"); err != nil {
 			return fail("", err)
 		}
 	}
-	_ = newNulls
-	_ = oldNulls
 	// The checksum: current is the new row's, previous the old row's (TiCDC's
 	// RowChangedEvent.Checksum). A half that does not apply must be 0.
 	var cs wireChecksum
@@ -356,11 +353,11 @@ func (d *Decoder) row(m *wireMessage, op open.Op) (open.Event, error) {
 }
 
 // image decodes one row image (data or old) in table column order and returns its
-// checksum and whether every column is NULL.
-func (d *Decoder) image(t *table, vals map[string]any, handleOnly bool, field string) ([]open.Column, uint32, bool, error) {
+// checksum (0 when every column is NULL: the CRC of nothing).
+func (d *Decoder) image(t *table, vals map[string]any, handleOnly bool, field string) ([]open.Column, uint32, error) {
 	for name := range vals {
 		if _, ok := t.byName[name]; !ok {
-			return nil, 0, false, &DecodeError{Table: t.qualified(), Field: field + "." + name,
+			return nil, 0, &DecodeError{Table: t.qualified(), Field: field + "." + name,
 				Err: fmt.Errorf("%w: column %q is not in the table schema at version %d", ErrColumn, name, t.version)}
 		}
 	}
@@ -368,14 +365,13 @@ func (d *Decoder) image(t *table, vals map[string]any, handleOnly bool, field st
 	if handleOnly {
 		n = len(t.handle)
 		if n == 0 {
-			return nil, 0, false, &DecodeError{Table: t.qualified(), Field: "handleKeyOnly",
+			return nil, 0, &DecodeError{Table: t.qualified(), Field: "handleKeyOnly",
 				Err: fmt.Errorf("%w: a handle-key-only row of a table without a handle key", ErrColumn)}
 		}
 	}
 	cols := make([]open.Column, 0, n)
 	var buf [64]byte
 	var sum uint32
-	allNull := true
 	for i := range t.cols {
 		c := &t.cols[i]
 		raw, ok := vals[c.name]
@@ -383,20 +379,19 @@ func (d *Decoder) image(t *table, vals map[string]any, handleOnly bool, field st
 			if handleOnly && c.flags&open.FlagHandleKey == 0 {
 				continue
 			}
-			return nil, 0, false, &DecodeError{Table: t.qualified(), Field: field + "." + c.name,
+			return nil, 0, &DecodeError{Table: t.qualified(), Field: field + "." + c.name,
 				Err: fmt.Errorf("%w: column %s is missing", ErrColumn, c.name)}
 		}
 		p, err := d.decodeValue(c, raw)
 		if err != nil {
-			return nil, 0, false, &DecodeError{Table: t.qualified(), Field: field + "." + c.name, Err: err}
+			return nil, 0, &DecodeError{Table: t.qualified(), Field: field + "." + c.name, Err: err}
 		}
 		cols = append(cols, open.Column{Name: c.name, Type: c.typ, Flags: c.flags, Value: p.value})
 		if p.value != nil {
-			allNull = false
 			sum = crc32.Update(sum, crc32.IEEETable, appendChecksumBytes(buf[:0], c, p))
 		}
 	}
-	return cols, sum, allNull, nil
+	return cols, sum, nil
 }
 
 // keyString renders a row's handle key (every column for a keyless table) for an error.
