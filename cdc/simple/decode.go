@@ -1,11 +1,13 @@
 package simple
 
 import (
+	"cmp"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -70,8 +72,9 @@ type tableKey struct {
 // cached is a schema entry: the table, or why its schema cannot describe rows (that is
 // an error for the table's rows, not for the DDL that carried it).
 type cached struct {
-	t   *table
-	err error
+	wire *wireTableSchema
+	t    *table
+	err  error
 }
 
 // NewDecoder returns a Decoder with an empty schema cache.
@@ -215,8 +218,40 @@ func (d *Decoder) learn(w *wireTableSchema) {
 	t, err := newTable(w)
 	k := tableKey{w.Schema, w.Table, w.Version}
 	d.mu.Lock()
-	d.tables[k] = &cached{t: t, err: err}
+	d.tables[k] = &cached{wire: w, t: t, err: err}
 	d.mu.Unlock()
+}
+
+// ExportSchemas returns every cached table schema (TiCDC's tableSchema JSON, as a JSON
+// array) for the consumer to keep beside its offsets; ImportSchemas on a new Decoder
+// restores them, so a consumer resuming mid-stream decodes rows whose BOOTSTRAP lies
+// before its start offset.
+func (d *Decoder) ExportSchemas() ([]byte, error) {
+	d.mu.RLock()
+	ws := make([]*wireTableSchema, 0, len(d.tables))
+	for _, c := range d.tables {
+		ws = append(ws, c.wire)
+	}
+	d.mu.RUnlock()
+	slices.SortFunc(ws, func(a, b *wireTableSchema) int {
+		return cmp.Or(cmp.Compare(a.Schema, b.Schema), cmp.Compare(a.Table, b.Table), cmp.Compare(a.Version, b.Version))
+	})
+	return json.Marshal(ws)
+}
+
+// ImportSchemas adds the schemas ExportSchemas returned to the cache.
+func (d *Decoder) ImportSchemas(data []byte) error {
+	var ws []*wireTableSchema
+	if err := json.Unmarshal(data, &ws); err != nil {
+		return fmt.Errorf("import simple-protocol schemas: %w", err)
+	}
+	for i, w := range ws {
+		if w == nil {
+			return fmt.Errorf("import simple-protocol schemas: entry %d is null", i)
+		}
+		d.learn(w)
+	}
+	return nil
 }
 
 func (d *Decoder) ddl(m *wireMessage) ([]open.Event, error) {

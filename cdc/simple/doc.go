@@ -31,8 +31,9 @@
 // (and every send-bootstrap-interval-in-sec / send-bootstrap-in-msg-count), and every
 // DDL to every partition, so a stream read from its beginning never hits this. A
 // consumer that resumes mid-stream must first fill the cache: feed the partition's
-// earlier DDL and BOOTSTRAP records to LearnSchema (or to Decode), or re-read from an
-// offset before the table's last BOOTSTRAP.
+// earlier DDL and BOOTSTRAP records to LearnSchema (or to Decode), re-read from an
+// offset before the table's last BOOTSTRAP, or keep ExportSchemas beside its committed
+// offsets and ImportSchemas on start.
 //
 // # Row checksums
 //
@@ -66,4 +67,15 @@
 // consumer that writes rows must learn generated columns elsewhere (the downstream's
 // information_schema). Claim-check, compressed and Avro-encoded records are refused
 // with an error saying so.
+//
+// # What the consumer calls
+//
+//	d, err := simple.NewDecoder(simple.DecoderConfig{TimeZone: loc}) // once per changefeed; safe for all partitions
+//	evs, err := d.Decode(msg.Key, msg.Value)                          // as open.Decoder.Decode
+//	err = simple.WithRecord(err, topic, partition, offset)            // names the Kafka record (DecodeError and ChecksumError)
+//	errors.Is(err, simple.ErrChecksum) / simple.ErrCorrupted / simple.ErrNoSchema
+//	st := d.Stats()                                                   // RowsVerified, RowsWithoutChecksum, Mismatches (for metrics)
+//	b, _ := d.ExportSchemas(); d.ImportSchemas(b)                     // resuming mid-stream
+//
+// A BOOTSTRAP record decodes to no events (and no error): its offset is done.
 package simple
