@@ -256,8 +256,9 @@ func columnTypes(mt map[string]string) (map[string]colType, error) {
 				return nil, fail("mysqlType."+name, ErrUnknownType, "%q", s)
 			}
 		}
-		if t.kind != kindText || t.code == open.TypeNewDecimal || t.code == open.TypeDate || t.code == open.TypeDatetime ||
-			t.code == open.TypeTimestamp || t.code == open.TypeDuration || t.code == open.TypeJSON {
+		if hasCharset := (t.kind == kindText && t.code != open.TypeNewDecimal && t.code != open.TypeDate &&
+			t.code != open.TypeDatetime && t.code != open.TypeTimestamp && t.code != open.TypeDuration &&
+			t.code != open.TypeJSON) || t.code == open.TypeEnum || t.code == open.TypeSet; !hasCharset {
 			t.flags |= open.FlagBinary // TiCDC's binary flag: every type without a character set
 		}
 		out[name] = t
