@@ -85,6 +85,10 @@ var methodRoles = map[string]Role{
 	parityv1.Parity_CutoverCheck_FullMethodName:        RoleOperate,
 
 	parityv1.Parity_Repair_FullMethodName: RoleRepair,
+
+	parityv1.Fleet_GetFleetStatus_FullMethodName:    RoleRead,
+	parityv1.Fleet_VerifyFleet_FullMethodName:       RoleOperate,
+	parityv1.Fleet_FleetCutoverCheck_FullMethodName: RoleOperate,
 }
 
 // openServices are the services every caller may use without a token: health checks

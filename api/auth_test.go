@@ -462,11 +462,19 @@ func TestRequiredRole(t *testing.T) {
 	for _, s := range parityv1.Parity_ServiceDesc.Streams {
 		names = append(names, s.StreamName)
 	}
+	for _, m := range parityv1.Fleet_ServiceDesc.Methods {
+		names = append(names, m.MethodName)
+	}
+	want["GetFleetStatus"], want["VerifyFleet"], want["FleetCutoverCheck"] = RoleRead, RoleOperate, RoleOperate
 	if len(names) != len(want) {
 		t.Errorf("the service has %d methods, the test knows %d", len(names), len(want))
 	}
 	for _, n := range names {
-		got, ok := RequiredRole("/" + parityv1.Parity_ServiceDesc.ServiceName + "/" + n)
+		svc := parityv1.Parity_ServiceDesc.ServiceName
+		if strings.Contains(n, "Fleet") {
+			svc = parityv1.Fleet_ServiceDesc.ServiceName
+		}
+		got, ok := RequiredRole("/" + svc + "/" + n)
 		if !ok || got != want[n] || got == "" {
 			t.Errorf("RequiredRole(%s) = %q, %v; want %q", n, got, ok, want[n])
 		}

@@ -24,6 +24,7 @@ import (
 	"github.com/tidb-parity/parity/cdc"
 	"github.com/tidb-parity/parity/checker"
 	"github.com/tidb-parity/parity/checker/verify"
+	"github.com/tidb-parity/parity/fleet"
 	"github.com/tidb-parity/parity/internal/tso"
 )
 
@@ -159,6 +160,10 @@ func classify(err error) (codes.Code, parityv1.ErrorReason, map[string]string) {
 		return codes.FailedPrecondition, parityv1.ErrorReason_VERIFICATION_DISABLED, nil
 	case errors.Is(err, ErrApplierNotRunning), errors.Is(err, cdc.ErrStopped), errors.Is(err, verify.ErrNotRunning):
 		return codes.FailedPrecondition, parityv1.ErrorReason_APPLIER_NOT_RUNNING, nil
+	case errors.As(err, new(*fleetOwnershipError)):
+		return codes.FailedPrecondition, parityv1.ErrorReason_FLEET_OWNERSHIP, nil
+	case errors.Is(err, fleet.ErrNoActive):
+		return codes.Unavailable, parityv1.ErrorReason_SERVER_UNAVAILABLE, map[string]string{"server": "fleet member"}
 	case errors.Is(err, verify.ErrPairPassed):
 		return codes.Aborted, parityv1.ErrorReason_PAIR_PASSED, gcMD
 	case errors.Is(err, verify.ErrPastGC), tso.IsGCSafePoint(err):
@@ -195,21 +200,6 @@ func isConnErr(err error) bool {
 	}
 	var ne net.Error
 	return errors.As(err, &ne)
-}
-
-// ReasonOf returns the ErrorInfo reason of a status error ("" without one), for
-// clients and tests.
-func ReasonOf(err error) (reason string, md map[string]string) {
-	st, ok := status.FromError(err)
-	if !ok {
-		return "", nil
-	}
-	for _, d := range st.Details() {
-		if info, ok := d.(*errdetails.ErrorInfo); ok {
-			return info.GetReason(), info.GetMetadata()
-		}
-	}
-	return "", nil
 }
 
 // diffName is a run's resource name.

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/tidb-parity/parity/api/client"
 	"github.com/tidb-parity/parity/cdc"
 	"github.com/tidb-parity/parity/checker"
 	"github.com/tidb-parity/parity/checker/verify"
@@ -59,7 +60,7 @@ func TestToStatus(t *testing.T) {
 			if msg := status.Convert(err).Message(); msg != c.err.Error() && c.err != authErr {
 				t.Errorf("message %q, want the error's %q", msg, c.err.Error())
 			}
-			reason, md := ReasonOf(err)
+			reason, md := client.ReasonOf(err)
 			if reason != c.reason {
 				t.Fatalf("reason %q, want %q", reason, c.reason)
 			}

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tidb-parity/parity/api/client"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -41,7 +42,7 @@ func TestPageTokens(t *testing.T) {
 		if status.Code(st) != codes.InvalidArgument {
 			t.Fatalf("%s: %v, want INVALID_ARGUMENT", b.name, err)
 		}
-		if _, md := ReasonOf(st); md["field"] != "page_token" {
+		if _, md := client.ReasonOf(st); md["field"] != "page_token" {
 			t.Fatalf("%s: metadata %v, want field page_token", b.name, md)
 		}
 	}

@@ -27,9 +27,14 @@ func TestREADMEFieldNames(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc := parityv1.File_parity_v1_parity_proto.Services().ByName("Parity")
-	if svc == nil {
-		t.Fatal("parity.v1.Parity not in the descriptor")
+	services := map[string]protoreflect.ServiceDescriptor{
+		"Parity": parityv1.File_parity_v1_parity_proto.Services().ByName("Parity"),
+		"Fleet":  parityv1.File_parity_v1_fleet_proto.Services().ByName("Fleet"),
+	}
+	for name, d := range services {
+		if d == nil {
+			t.Fatalf("parity.v1.%s not in the descriptor", name)
+		}
 	}
 	readme := parseREADME(string(raw))
 	if len(readme.commands) < 15 || len(readme.paragraphs) < 10 {
@@ -37,7 +42,7 @@ func TestREADMEFieldNames(t *testing.T) {
 	}
 
 	// The grpcurl commands: requests and answers.
-	methodRE := regexp.MustCompile(`parity\.v1\.Parity/(\w+)`)
+	methodRE := regexp.MustCompile(`parity\.v1\.(Parity|Fleet)/(\w+)`)
 	bodyRE := regexp.MustCompile(`-d '([^']*)'`)
 	checked := map[string]bool{}
 	for _, c := range readme.commands {
@@ -45,12 +50,14 @@ func TestREADMEFieldNames(t *testing.T) {
 		if m == nil {
 			continue
 		}
+		svc := services[m[1]]
+		m = m[1:] // m[1]: the method
 		md := svc.Methods().ByName(protoreflect.Name(m[1]))
 		if md == nil {
-			t.Errorf("line %d: %s is not a method of parity.v1.Parity", c.lineNo, m[1])
+			t.Errorf("line %d: %s is not a method of %s", c.lineNo, m[1], svc.FullName())
 			continue
 		}
-		checked[m[1]] = true
+		checked[string(md.FullName())] = true
 		if b := bodyRE.FindStringSubmatch(c.line); b != nil {
 			if err := protojson.Unmarshal([]byte(b[1]), dynamicpb.NewMessage(md.Input())); err != nil {
 				t.Errorf("line %d: %s's request %s: %v", c.lineNo, m[1], b[1], err)
@@ -78,9 +85,11 @@ func TestREADMEFieldNames(t *testing.T) {
 			t.Errorf("line %d: %s shows no answer", c.lineNo, m[1])
 		}
 	}
-	for i := range svc.Methods().Len() {
-		if name := string(svc.Methods().Get(i).Name()); !checked[name] {
-			t.Errorf("the README shows no grpcurl call of %s", name)
+	for _, svc := range services {
+		for i := range svc.Methods().Len() {
+			if md := svc.Methods().Get(i); !checked[string(md.FullName())] {
+				t.Errorf("the README shows no grpcurl call of %s", md.Name())
+			}
 		}
 	}
 
@@ -92,7 +101,7 @@ func TestREADMEFieldNames(t *testing.T) {
 		var method protoreflect.MethodDescriptor
 		for _, m := range tokenRE.FindAllStringSubmatch(p.text, -1) {
 			word := m[1] + m[2]
-			if md := svc.Methods().ByName(protoreflect.Name(word)); md != nil {
+			if md := methodNamed(services, word); md != nil {
 				method = md
 				continue
 			}
@@ -109,6 +118,16 @@ func TestREADMEFieldNames(t *testing.T) {
 	if named < 15 {
 		t.Errorf("only %d field names found in the README's prose: the parser no longer reads it", named)
 	}
+}
+
+// methodNamed is the method of one of services named name (nil: none).
+func methodNamed(services map[string]protoreflect.ServiceDescriptor, name string) protoreflect.MethodDescriptor {
+	for _, svc := range services {
+		if md := svc.Methods().ByName(protoreflect.Name(name)); md != nil {
+			return md
+		}
+	}
+	return nil
 }
 
 // readmeCommand is a console block's command (continuation lines joined) and what it

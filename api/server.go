@@ -26,6 +26,7 @@ import (
 
 	parityv1 "github.com/tidb-parity/parity/api/parity/v1"
 	"github.com/tidb-parity/parity/checker/verify"
+	"github.com/tidb-parity/parity/fleet"
 	"github.com/tidb-parity/parity/internal/tso"
 )
 
@@ -63,6 +64,9 @@ type Options struct {
 	// Auth authenticates and authorizes calls and its TLS config serves TLS; nil: no
 	// authentication (tests, or a daemon CheckExposure allowed without it).
 	Auth *Authenticator
+	// Fleet, when set, serves the Fleet service over it (`parity fleet serve`); a server
+	// with a fleet and no Backend.Replication serves the Fleet service alone.
+	Fleet *fleet.Fleet
 }
 
 // Server is the API's gRPC server. Create it with New, serve with Run.
@@ -90,8 +94,8 @@ var errStopping = errors.New("the daemon is stopping")
 
 // New builds the server (it does not listen yet).
 func New(cfg Config, b Backend, o Options) (*Server, error) {
-	if b.Replication == nil {
-		return nil, errors.New("api: a replication backend is required")
+	if b.Replication == nil && o.Fleet == nil {
+		return nil, errors.New("api: a replication backend or a fleet is required")
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -125,7 +129,12 @@ func New(cfg Config, b Backend, o Options) (*Server, error) {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(tc)))
 	}
 	s.srv = grpc.NewServer(opts...)
-	parityv1.RegisterParityServer(s.srv, s)
+	if b.Replication != nil {
+		parityv1.RegisterParityServer(s.srv, s)
+	}
+	if o.Fleet != nil {
+		parityv1.RegisterFleetServer(s.srv, &fleetServer{f: o.Fleet})
+	}
 	healthpb.RegisterHealthServer(s.srv, s.health)
 	reflection.Register(s.srv)
 	s.metrics.init(s.srv)
@@ -193,7 +202,7 @@ func (s *Server) stop() {
 // setHealth reports SERVING while the applier runs, NOT_SERVING otherwise.
 func (s *Server) setHealth() {
 	st := healthpb.HealthCheckResponse_NOT_SERVING
-	if s.b.Replication.Status().State == "running" {
+	if s.b.Replication == nil || s.b.Replication.Status().State == "running" {
 		st = healthpb.HealthCheckResponse_SERVING
 	}
 	s.health.SetServingStatus("", st)

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/tidb-parity/parity/api/client"
 	parityv1 "github.com/tidb-parity/parity/api/parity/v1"
 	"github.com/tidb-parity/parity/cdc"
 )
@@ -257,7 +258,7 @@ func wantReason(t *testing.T, err error, code codes.Code, reason string) map[str
 	if status.Code(err) != code {
 		t.Fatalf("error %v, want %v", err, code)
 	}
-	r, md := ReasonOf(err)
+	r, md := client.ReasonOf(err)
 	if r != reason {
 		t.Fatalf("error %v: reason %q, want %q", err, r, reason)
 	}

@@ -2,10 +2,11 @@ package api
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"os"
+
+	"github.com/tidb-parity/parity/api/client"
 )
 
 // TLSConfig is the API's TLS ([api.tls]): the server's certificate and, optionally, the
@@ -92,7 +93,7 @@ func (c TLSConfig) ServerTLS() (*tls.Config, error) {
 		Certificates: []tls.Certificate{cert},
 	}
 	if c.ClientCAFile != "" {
-		pool, err := loadCertPool(c.ClientCAFile)
+		pool, err := client.LoadCertPool(c.ClientCAFile)
 		if err != nil {
 			return nil, fmt.Errorf("api.tls.client-ca-file: %w", err)
 		}
@@ -100,41 +101,4 @@ func (c TLSConfig) ServerTLS() (*tls.Config, error) {
 		cfg.ClientAuth = tls.VerifyClientCertIfGiven
 	}
 	return cfg, nil
-}
-
-// ClientTLS is a client's TLS configuration for the API: the server is verified
-// against caFile (the system's roots when empty) under serverName (the dialed host when
-// empty); certFile and keyFile, both or neither, are the client certificate.
-func ClientTLS(caFile, certFile, keyFile, serverName string) (*tls.Config, error) {
-	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: serverName}
-	if caFile != "" {
-		pool, err := loadCertPool(caFile)
-		if err != nil {
-			return nil, fmt.Errorf("CA file: %w", err)
-		}
-		cfg.RootCAs = pool
-	}
-	switch {
-	case certFile != "" && keyFile != "":
-		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
-		if err != nil {
-			return nil, fmt.Errorf("client certificate %q, key %q: %w", certFile, keyFile, err)
-		}
-		cfg.Certificates = []tls.Certificate{cert}
-	case certFile != "" || keyFile != "":
-		return nil, errors.New("a client certificate needs both its certificate and its key file")
-	}
-	return cfg, nil
-}
-
-func loadCertPool(path string) (*x509.CertPool, error) {
-	pem, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("%s holds no PEM certificate", path)
-	}
-	return pool, nil
 }

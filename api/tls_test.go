@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 
+	"github.com/tidb-parity/parity/api/client"
 	parityv1 "github.com/tidb-parity/parity/api/parity/v1"
 )
 
@@ -150,7 +151,7 @@ func TestTLSAuth(t *testing.T) {
 
 	client := func(t *testing.T, caFile, certFile, keyFile, serverName string) credentials.TransportCredentials {
 		t.Helper()
-		c, err := ClientTLS(caFile, certFile, keyFile, serverName)
+		c, err := client.TLS(caFile, certFile, keyFile, serverName)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -224,7 +225,7 @@ func TestTLSAuth(t *testing.T) {
 // asks for.
 func forceCert(t *testing.T, caFile, certFile, keyFile string) credentials.TransportCredentials {
 	t.Helper()
-	c, err := ClientTLS(caFile, "", "", "")
+	c, err := client.TLS(caFile, "", "", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -311,13 +312,13 @@ func TestServerTLS(t *testing.T) {
 		}
 	}
 
-	if _, err := ClientTLS("", cert, "", ""); err == nil {
+	if _, err := client.TLS("", cert, "", ""); err == nil {
 		t.Error("ClientTLS with a certificate and no key")
 	}
-	if _, err := ClientTLS(notPEM, "", "", ""); err == nil || !strings.Contains(err.Error(), notPEM) {
+	if _, err := client.TLS(notPEM, "", "", ""); err == nil || !strings.Contains(err.Error(), notPEM) {
 		t.Errorf("ClientTLS with a bad CA file: %v", err)
 	}
-	if c, err := ClientTLS("", "", "", "parity.example.com"); err != nil || c.RootCAs != nil || c.ServerName != "parity.example.com" {
+	if c, err := client.TLS("", "", "", "parity.example.com"); err != nil || c.RootCAs != nil || c.ServerName != "parity.example.com" {
 		t.Errorf("ClientTLS with system roots: %v, %v", c, err)
 	}
 }

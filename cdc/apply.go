@@ -474,7 +474,8 @@ type hookPoint string
 
 const (
 	hookBeforeKeylessCommit hookPoint = "before-keyless-commit"
-	hookAfterRows           hookPoint = "after-rows" // rows of a round applied, checkpoint not written
+	hookAfterRows           hookPoint = "after-rows"         // rows of a round applied, checkpoint not written
+	hookBetweenStatements   hookPoint = "between-statements" // inside a worker's transaction, between two statements
 	hookBeforeDDLRecord     hookPoint = "before-ddl-record"
 )
 

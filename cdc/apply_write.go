@@ -24,6 +24,9 @@ type batch struct {
 
 const maxStatementBytes = 4 << 20
 
+// maxTxnBytes bounds the values one worker's transaction writes.
+const maxTxnBytes = 32 << 20
+
 // workerNames are the apply workers' writers in the marker table (bypasslog): one row
 // per worker, so concurrent workers never wait for each other's marker.
 var workerNames = func() []string {
@@ -38,9 +41,35 @@ func (a *applier) worker(ctx context.Context, ch <-chan []op, writer string) err
 	// One statement under construction per table: ops of tables produced concurrently
 	// interleave on the channel without cutting each other's statements short. Within a
 	// table, a change of kind (delete/upsert, columns) flushes first, so the versions of
-	// a row are written in order.
+	// a row are written in order. Finished statements join the worker's transaction,
+	// which commits at applier.txn-rows rows (or maxTxnBytes), at a fence, before a
+	// keyless unit and at the round's end.
 	batches := map[[2]string]*batch{}
 	var order [][2]string
+	var (
+		txn               []txnStmt
+		txnRows, txnBytes int
+		between           = func() error { return a.hooks.fire(hookBetweenStatements) }
+	)
+	commit := func() error {
+		if len(txn) == 0 {
+			return nil
+		}
+		what := txn[0].table
+		if len(txn) > 1 {
+			what = fmt.Sprintf("%s and %d more statement(s)", what, len(txn)-1)
+		}
+		err := a.retry(ctx, what, func(ctx context.Context) error {
+			return a.meta.execMarked(ctx, a.db, writer, txn, between)
+		})
+		if err != nil {
+			return err
+		}
+		a.rows.Add(int64(txnRows))
+		clear(txn)
+		txn, txnRows, txnBytes = txn[:0], 0, 0
+		return nil
+	}
 	flush := func(b *batch) error {
 		if len(b.rows) == 0 {
 			return nil
@@ -52,16 +81,14 @@ func (a *applier) worker(ctx context.Context, ch <-chan []op, writer string) err
 		} else {
 			q, args = buildUpsert(b.schema, b.table, b.rows, b.mode)
 		}
-		err := a.retry(ctx, ident.Table(b.schema, b.table), func(ctx context.Context) error {
-			return a.meta.execMarked(ctx, a.db, writer, q, args)
-		})
-		if err != nil {
-			return err
-		}
-		a.rows.Add(int64(len(b.rows)))
+		txn = append(txn, txnStmt{table: ident.Table(b.schema, b.table), q: q, args: args})
+		txnRows, txnBytes = txnRows+len(b.rows), txnBytes+b.bytes
 		clear(b.rows)
 		b.rows = b.rows[:0]
 		b.bytes = 0
+		if txnRows >= a.cfg.Applier.TxnRows || txnBytes >= maxTxnBytes {
+			return commit()
+		}
 		return nil
 	}
 	flushAll := func() error {
@@ -70,7 +97,7 @@ func (a *applier) worker(ctx context.Context, ch <-chan []op, writer string) err
 				return err
 			}
 		}
-		return nil
+		return commit()
 	}
 	var last *batch // the batch of the previous op: consecutive ops are mostly of one table
 	add := func(o *op) error {

@@ -136,6 +136,11 @@ type ApplierConfig struct {
 	// BatchRows is the most rows in one multi-row statement.
 	// Default: 256
 	BatchRows int `toml:"batch-rows"`
+	// TxnRows is the most rows one worker writes in one transaction: its statements of a
+	// round share one transaction (one marker, one fence, one COMMIT) until this many
+	// rows (or 32 MiB of values), then the next transaction starts.
+	// Default: 4096
+	TxnRows int `toml:"txn-rows"`
 	// MemoryBytes bounds the row events held in memory while they wait for the resolved
 	// ts; beyond it, buffered rows spill to SpillDir.
 	// Default: 268435456 (256 MiB)
@@ -261,6 +266,7 @@ func DefaultConfig() Config {
 		Applier: ApplierConfig{
 			Workers:         8,
 			BatchRows:       256,
+			TxnRows:         4096,
 			MemoryBytes:     256 << 20,
 			MetaSchema:      "parity_meta",
 			MaxRetries:      10,
@@ -380,6 +386,9 @@ func (c Config) Validate() error {
 	}
 	if a.BatchRows < 1 || a.BatchRows > 10000 {
 		bad("applier.batch-rows", "must be between 1 and 10000, got %d", a.BatchRows)
+	}
+	if a.TxnRows < 1 || a.TxnRows > 1000000 {
+		bad("applier.txn-rows", "must be between 1 and 1000000, got %d", a.TxnRows)
 	}
 	if a.MemoryBytes < 1<<10 {
 		bad("applier.memory-bytes", "must be at least 1024, got %d", a.MemoryBytes)

@@ -367,9 +367,17 @@ func (m *meta) markDDL(ctx context.Context, conn *sql.Conn) error {
 	return nil
 }
 
-// execMarked runs one statement in a transaction that writer's marker opens (after the
-// lease's fence with ha).
-func (m *meta) execMarked(ctx context.Context, db *sql.DB, writer, q string, args []any) error {
+// txnStmt is one statement of an apply transaction, and the table it writes.
+type txnStmt struct {
+	table string
+	q     string
+	args  []any
+}
+
+// execMarked runs stmts in one transaction that writer's marker opens (after the lease's
+// fence with ha): all of them commit or none. between (nil: none) runs after each
+// statement that another follows, inside the transaction (the tests' crash point).
+func (m *meta) execMarked(ctx context.Context, db *sql.DB, writer string, stmts []txnStmt, between func() error) error {
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
@@ -382,8 +390,15 @@ func (m *meta) execMarked(ctx context.Context, db *sql.DB, writer, q string, arg
 	if err := m.mark(ctx, tx, writer); err != nil {
 		return err
 	}
-	if _, err := tx.ExecContext(ctx, q, args...); err != nil {
-		return err
+	for i, s := range stmts {
+		if _, err := tx.ExecContext(ctx, s.q, s.args...); err != nil {
+			return fmt.Errorf("%s: %w", s.table, err)
+		}
+		if between != nil && i < len(stmts)-1 {
+			if err := between(); err != nil {
+				return err
+			}
+		}
 	}
 	return tx.Commit()
 }

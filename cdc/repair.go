@@ -380,7 +380,7 @@ func (r *Replicator) repairKey(ctx context.Context, a *applier, up *sql.Conn, t 
 		if !dry {
 			q, args := buildDeleteByHandle(downSchema, downTable, [][]open.Column{key})
 			if err := a.retry(ctx, target, func(ctx context.Context) error {
-				return a.meta.execMarked(ctx, a.db, "repair", q, args)
+				return a.meta.execMarked(ctx, a.db, "repair", []txnStmt{{table: target, q: q, args: args}}, nil)
 			}); err != nil {
 				return "", "", err
 			}
@@ -404,7 +404,7 @@ func (r *Replicator) repairKey(ctx context.Context, a *applier, up *sql.Conn, t 
 		// key's value, and rewrites a key column a collation held equal ('ABC' for 'abc').
 		q, args := buildUpsert(downSchema, downTable, [][]open.Column{cols}, modeReplace)
 		if err := a.retry(ctx, target, func(ctx context.Context) error {
-			return a.meta.execMarked(ctx, a.db, "repair", q, args)
+			return a.meta.execMarked(ctx, a.db, "repair", []txnStmt{{table: target, q: q, args: args}}, nil)
 		}); err != nil {
 			return "", "", err
 		}

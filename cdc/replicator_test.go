@@ -117,3 +117,33 @@ func TestCrashAtAnyStepConvergesExactlyOnce(t *testing.T) {
 		})
 	}
 }
+
+// TestCrashBetweenStatementsLeavesNeither (#32): a worker's statements of a round share
+// one transaction; a crash between two of them leaves neither in the fallback (nothing
+// of the round is visible), and the restarted applier applies both, once.
+func TestCrashBetweenStatementsLeavesNeither(t *testing.T) {
+	down := testenv.Downstream(t)
+	f := newFeed(t, 1)
+	s := down.Name
+	exec(t, down.DB, "CREATE TABLE kv (id BIGINT PRIMARY KEY, v VARCHAR(32))")
+	exec(t, down.DB, "CREATE TABLE kv2 (id BIGINT PRIMARY KEY, v VARCHAR(32))")
+	t1 := f.next()
+	f.rows(0,
+		ins(t1, s, "kv", ci("id", 1, pk), cs("v", "a")),
+		ins(t1, s, "kv", ci("id", 2, pk), cs("v", "b")),
+		ins(t1, s, "kv2", ci("id", 1, pk), cs("v", "c")),
+	)
+	f.resolved(t1)
+	cfg := testConfig(t, f, down)
+	cfg.Applier.Workers, cfg.Applier.BatchRows = 1, 1 // one transaction of three statements
+	run := start(t, cfg, crashAt(hookBetweenStatements))
+	if err := run.result(t); !errors.Is(err, errCrash) {
+		t.Fatalf("first run: %v, want the simulated crash", err)
+	}
+	equal(t, "kv after the crash", dump(t, down.DB, s, "kv"), nil)
+	equal(t, "kv2 after the crash", dump(t, down.DB, s, "kv2"), nil)
+	run = start(t, cfg, nil)
+	run.wait(t, t1)
+	equal(t, "kv", dump(t, down.DB, s, "kv"), []string{"1|a", "2|b"})
+	equal(t, "kv2", dump(t, down.DB, s, "kv2"), []string{"1|c"})
+}

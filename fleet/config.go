@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tidb-parity/parity/api"
+	"github.com/tidb-parity/parity/api/client"
 	"github.com/tidb-parity/parity/checker"
 	"github.com/tidb-parity/parity/internal/config"
 )
@@ -142,8 +142,8 @@ func (c Config) Validate() error {
 		}
 		if m.TokenFile != "" && !m.client("").UsesTLS() {
 			for j, a := range m.Addrs {
-				if h, _, err := net.SplitHostPort(a); err == nil && !api.IsLoopbackHost(h) {
-					bad(fmt.Sprintf("%s.addrs[%d]", key, j), "%s: %v (set %s.tls-ca)", a, api.ErrTokenInClear, key)
+				if h, _, err := net.SplitHostPort(a); err == nil && !client.IsLoopbackHost(h) {
+					bad(fmt.Sprintf("%s.addrs[%d]", key, j), "%s: %v (set %s.tls-ca)", a, client.ErrTokenInClear, key)
 				}
 			}
 		}
@@ -152,8 +152,8 @@ func (c Config) Validate() error {
 }
 
 // client is how the member's daemon at addr is dialed.
-func (m Member) client(addr string) api.ClientConfig {
-	return api.ClientConfig{Addr: addr, TLSCA: m.TLSCA, TLSCert: m.TLSCert, TLSKey: m.TLSKey, TLSServerName: m.TLSServerName, TokenFile: m.TokenFile}
+func (m Member) client(addr string) client.ClientConfig {
+	return client.ClientConfig{Addr: addr, TLSCA: m.TLSCA, TLSCert: m.TLSCert, TLSKey: m.TLSKey, TLSServerName: m.TLSServerName, TokenFile: m.TokenFile}
 }
 
 // OwnershipError names every selected table owned by no member or by several: a table

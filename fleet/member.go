@@ -14,7 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/tidb-parity/parity/api"
+	"github.com/tidb-parity/parity/api/client"
 	parityv1 "github.com/tidb-parity/parity/api/parity/v1"
 )
 
@@ -54,8 +54,9 @@ func (m *member) close() {
 	}
 }
 
-// errNoActive: none of the member's daemons holds its lease and applies.
-var errNoActive = errors.New("no daemon of the member is active (applying)")
+// ErrNoActive is matched by a member none of whose daemons holds its lease and applies
+// (none answered, or every one stands by).
+var ErrNoActive = errors.New("no daemon of the member is active (applying)")
 
 // find returns the daemon applying for the member, asking each (the one last found
 // first): the one whose status says it applies and, with [ha], holds the lease. It
@@ -91,7 +92,7 @@ func (m *member) find(ctx context.Context) (int, *parityv1.Status, error) {
 		m.mu.Unlock()
 		return i, st, nil
 	}
-	return -1, nil, fmt.Errorf("member %s: %w (%w)", m.cfg.Name, errNoActive, errors.Join(errs...))
+	return -1, nil, fmt.Errorf("member %s: %w (%w)", m.cfg.Name, ErrNoActive, errors.Join(errs...))
 }
 
 // retryable: the member's daemon is gone or no longer active; its standby may take
@@ -101,10 +102,10 @@ func retryable(err error) bool {
 	case codes.Unavailable:
 		return true
 	case codes.FailedPrecondition:
-		r, _ := api.ReasonOf(err)
+		r, _ := client.ReasonOf(err)
 		return r == parityv1.ErrorReason_APPLIER_NOT_RUNNING.String()
 	}
-	return errors.Is(err, errNoActive)
+	return errors.Is(err, ErrNoActive)
 }
 
 // call runs fn on the member's active daemon; when that daemon is gone or stands by

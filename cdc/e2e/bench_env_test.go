@@ -210,7 +210,7 @@ func (be *benchEnv) writeConfig(tb testing.TB) {
 		level = "debug"
 	}
 	cfg := be.configTOML(filepath.Join(filepath.Dir(be.configPath), "spill"), level, "",
-		fmt.Sprintf("workers = %d\nbatch-rows = %d\nledger = %t\n", benchWorkers, benchBatchRows, !be.noLedger),
+		fmt.Sprintf("workers = %d\nbatch-rows = %d\nledger = %t\n%s", benchWorkers, benchBatchRows, !be.noLedger, benchTxnRowsKey()),
 		fmt.Sprintf("pprof = %t\n", os.Getenv("PARITY_BENCH_PPROF") != ""))
 	if os.Getenv("PARITY_BENCH_HA") != "" {
 		// The applier fenced by a lease (docs/reliability.md): every write transaction
@@ -385,4 +385,40 @@ func (be *benchEnv) count(tb testing.TB, table string) int {
 		tb.Fatal(err)
 	}
 	return n
+}
+
+// fallbackCPU is the fallback server's CPU time so far (user+sys of its process, from
+// /proc: the server runs on this machine), found through its pid file.
+func (be *benchEnv) fallbackCPU(tb testing.TB) time.Duration {
+	tb.Helper()
+	var pidFile string
+	if err := be.down.QueryRow("SELECT @@pid_file").Scan(&pidFile); err != nil {
+		tb.Fatalf("the fallback's pid file: %v", err)
+	}
+	raw, err := os.ReadFile(pidFile)
+	if err != nil {
+		tb.Fatalf("the fallback's pid file: %v", err)
+	}
+	stat, err := os.ReadFile("/proc/" + strings.TrimSpace(string(raw)) + "/stat")
+	if err != nil {
+		tb.Fatalf("the fallback's CPU time: %v", err)
+	}
+	// Fields after the command's closing parenthesis: state is field 3; utime and stime
+	// are fields 14 and 15, in clock ticks (100 a second on Linux).
+	f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+	var utime, stime int64
+	if _, err := fmt.Sscan(f[11]+" "+f[12], &utime, &stime); err != nil {
+		tb.Fatalf("the fallback's /proc stat %q: %v", f, err)
+	}
+	return time.Duration(utime+stime) * 10 * time.Millisecond
+}
+
+// benchTxnRowsKey sets applier.txn-rows from PARITY_BENCH_TXN_ROWS ("" keeps the
+// default): txn-rows = 1 is the transaction shape before #32 (each statement its own
+// transaction with its marker and fence), the baseline of the change.
+func benchTxnRowsKey() string {
+	if v := os.Getenv("PARITY_BENCH_TXN_ROWS"); v != "" {
+		return "txn-rows = " + v + "\n"
+	}
+	return ""
 }

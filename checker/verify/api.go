@@ -121,7 +121,7 @@ func (c *Config) checkRequest(req Request) error {
 
 // options are a run's options from req (checked) and the service's defaults.
 func (c *Config) options(req Request) runOptions {
-	o := runOptions{maxViewAge: c.MaxViewAge, rate: c.MaxRowsPerSecond, minTS: req.MinTS, atTS: req.AtTS, whole: req.WholeTables}
+	o := runOptions{maxViewAge: c.MaxViewAge, rate: c.MaxRowsPerSecond, minTS: req.MinTS, atTS: req.AtTS, atTSWait: req.AtTSWait, whole: req.WholeTables}
 	if req.MaxViewAge > 0 {
 		o.maxViewAge = req.MaxViewAge
 	}

@@ -17,6 +17,10 @@ import (
 // errPrepSlow releases an early barrier whose pair was not ready in time.
 var errPrepSlow = errors.New("the snapshot pair's connections were not ready in time")
 
+// errNotReached ends the wait for an applier that did not reach the barrier's TSO in
+// the time expireAfter gave it.
+var errNotReached = errors.New("the applier did not reach the pair's TSO in time")
+
 // earlyBarrier holds the applier's barrier at ts from its creation, and runs in it the
 // function that OpenSnapshotPair later hands its Barrier. When the applier reaches ts
 // first it waits (at most maxWait) for that function: that wait is part of the pause.
@@ -32,7 +36,12 @@ type earlyBarrier struct {
 	ended  bool                             // done was received
 	err    error                            // what done carried
 	pause  time.Duration                    // the applier held ts this long (set before done)
+	expiry <-chan time.Time                 // Barrier gives up (errNotReached) when it fires; nil: never
 }
+
+// expireAfter makes Barrier give up waiting for the applier to reach ts after d
+// (errNotReached). Call it before Barrier, from the same goroutine.
+func (e *earlyBarrier) expireAfter(d time.Duration) { e.expiry = time.After(d) }
 
 var _ checker.Barrierer = (*earlyBarrier)(nil)
 
@@ -83,6 +92,8 @@ func (e *earlyBarrier) Barrier(ctx context.Context, ts uint64, fn func(ctx conte
 			err = errPrepSlow
 		}
 		return err
+	case <-e.expiry:
+		return errNotReached
 	case <-ctx.Done():
 		return ctx.Err()
 	}

@@ -314,7 +314,10 @@ func (g *gate) check(ctx context.Context, req CutoverRequest) (CutoverResult, er
 		run = Request{Scope: ScopeFull, Tables: patterns, MinTS: ts}
 	}
 	if req.ExactPair {
-		run.MinTS, run.AtTS = 0, ts
+		run.MinTS, run.AtTS, run.AtTSWait = 0, ts, wait
+		if run.AtTSWait == 0 {
+			run.AtTSWait = DefaultCutoverWait
+		}
 	}
 	started, err := g.runs.trigger(ctx, TriggerCutoverCheck, TriggerCutoverCheck, run)
 	if err != nil {

@@ -47,7 +47,8 @@ type runCounters interface {
 type runOptions struct {
 	maxViewAge time.Duration
 	minTS      uint64
-	atTS       uint64 // Request.AtTS
+	atTS       uint64        // Request.AtTS
+	atTSWait   time.Duration // Request.AtTSWait
 	rate       int
 	whole      []string // Request.WholeTables
 }

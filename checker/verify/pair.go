@@ -113,20 +113,55 @@ func (r *runner) openPairAt(ctx context.Context, ts uint64, quiet *slog.Logger) 
 		eb.close()
 		return pastGC(fmt.Errorf("snapshot pair at %d (%s): %w", ts, tso.Format(ts), err))
 	}
+	// A fleet point may be a little ahead of TiDB's clock when it is taken: the pair's
+	// read views open once TiDB has passed it, while the applier comes to ts.
+	if err := e.waitUpstreamPast(ctx, ts); err != nil {
+		eb.close()
+		return err
+	}
+	if w := r.opt.atTSWait; w > 0 {
+		eb.expireAfter(w)
+	}
 	p, err := checker.OpenSnapshotPair(ctx, eb, checker.SnapshotPairConfig{
 		TS: ts, UpstreamDSN: cfg.UpstreamDSN, Downstream: e.db.down, Kill: e.db.kill,
 		Conns: cfg.MaxConnections, QueryTimeout: cfg.QueryTimeout,
 	})
 	held := eb.close()
-	if err != nil {
-		if e.deps.BarrierPassed != nil && errors.Is(err, e.deps.BarrierPassed) {
-			e.count.barrierPassed()
-			return pairPassed(fmt.Errorf("snapshot pair at exactly %d (%s): %w", ts, tso.Format(ts), err))
-		}
+	switch {
+	case err == nil:
+	case errors.Is(err, errPrepSlow) || (e.deps.BarrierPassed != nil && errors.Is(err, e.deps.BarrierPassed)):
+		// Passed before the barrier was set, or released while the pair was not ready:
+		// either way the applier is beyond ts now.
+		e.count.barrierPassed()
+		return pairPassed(fmt.Errorf("snapshot pair at exactly %d (%s): %w", ts, tso.Format(ts), err))
+	case errors.Is(err, errNotReached):
+		applied, _ := e.deps.Applier.Watermarks()
+		return fmt.Errorf("snapshot pair at exactly %d (%s): the fallback did not reach it within %v (applied %d, %s): %w",
+			ts, tso.Format(ts), r.opt.atTSWait, applied, tso.Format(applied), context.DeadlineExceeded)
+	default:
 		return fmt.Errorf("snapshot pair at exactly %d (%s): %w", ts, tso.Format(ts), tso.Hint(err))
 	}
 	p.Pause = held
 	r.opened(ctx, p)
+	return nil
+}
+
+// waitUpstreamPast waits until TiDB's TSO has passed ts (at once for a ts from TiDB's
+// past: one query when ts is within the last few seconds of the local clock, none
+// before).
+func (e *executor) waitUpstreamPast(ctx context.Context, ts uint64) error {
+	for time.Until(tso.Time(ts)) > -5*time.Second {
+		cur, err := e.db.upstreamTSO(ctx, e.cfg.QueryTimeout)
+		if err != nil {
+			return err
+		}
+		if cur >= ts {
+			return nil
+		}
+		if err := retry.Sleep(ctx, max(time.Duration(ts-cur)>>18*time.Millisecond, 5*time.Millisecond)); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 

@@ -100,6 +100,9 @@ type Request struct {
 	// (the run waits for it); a fallback already applied beyond it refuses the run
 	// (ErrPairPassed, at the trigger or when the pair opens). Not with MinTS. 0: none.
 	AtTS uint64
+	// AtTSWait bounds, with AtTS, the wait for the applier to reach AtTS: past it the run
+	// fails (its error matches context.DeadlineExceeded). 0: the run's context alone.
+	AtTSWait time.Duration
 	// WholeTables are tables ("schema.table") a scoped run compares whole, as a full
 	// run would (checker.Config.WholeTables; the cutover check's full comparison).
 	WholeTables []string

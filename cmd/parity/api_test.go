@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/tidb-parity/parity/api"
+	"github.com/tidb-parity/parity/api/client"
 	parityv1 "github.com/tidb-parity/parity/api/parity/v1"
 	"github.com/tidb-parity/parity/cdc/loadgen"
 	"github.com/tidb-parity/parity/daemon"
@@ -44,7 +45,7 @@ func apiErr(t *testing.T, what string, err error, code codes.Code, reason string
 	if status.Code(err) != code {
 		t.Fatalf("%s: %v, want %v", what, err, code)
 	}
-	r, got := api.ReasonOf(err)
+	r, got := client.ReasonOf(err)
 	if r != reason {
 		t.Fatalf("%s: reason %q (%v), want %q", what, r, err, reason)
 	}

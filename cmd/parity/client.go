@@ -29,7 +29,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/tidb-parity/parity/api"
+	"github.com/tidb-parity/parity/api/client"
 	parityv1 "github.com/tidb-parity/parity/api/parity/v1"
 )
 
@@ -93,7 +93,7 @@ func (f *clientFlags) dial() (*grpc.ClientConn, parityv1.ParityClient, error) {
 	if f.addr == "" {
 		return nil, nil, usageErr(errors.New("--addr: the daemon's gRPC address is required"))
 	}
-	c := api.ClientConfig{Addr: f.addr, TLSCA: f.tlsCA, TLSCert: f.tlsCert, TLSKey: f.tlsKey, TLSServerName: f.tlsServerName, TokenFile: f.tokenFile}
+	c := client.ClientConfig{Addr: f.addr, TLSCA: f.tlsCA, TLSCert: f.tlsCert, TLSKey: f.tlsKey, TLSServerName: f.tlsServerName, TokenFile: f.tokenFile}
 	opts, err := c.DialOptions()
 	if err != nil {
 		return nil, nil, usageErr(fmt.Errorf("--%w", err))

@@ -17,7 +17,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/tidb-parity/parity/api"
+	"github.com/tidb-parity/parity/api/client"
 	parityv1 "github.com/tidb-parity/parity/api/parity/v1"
 	"github.com/tidb-parity/parity/internal/tso"
 )
@@ -292,7 +292,7 @@ func TestClientFlags(t *testing.T) {
 		return p
 	}
 	good, empty, two := write("good", "s3cr3t-token\n"), write("empty", "\n"), write("two", "a\nb\n")
-	if tok, err := api.ReadTokenFile(good); err != nil || tok != "s3cr3t-token" {
+	if tok, err := client.ReadTokenFile(good); err != nil || tok != "s3cr3t-token" {
 		t.Errorf("ReadTokenFile = %q, %v", tok, err)
 	}
 	for _, p := range []string{empty, two, filepath.Join(dir, "none")} {
@@ -304,7 +304,7 @@ func TestClientFlags(t *testing.T) {
 	if _, _, err := (&clientFlags{addr: "10.1.2.3:1", tokenFile: good}).dial(); err == nil || !strings.Contains(err.Error(), "in clear") {
 		t.Errorf("a token in clear to 10.1.2.3: %v, want it refused", err)
 	}
-	md, _ := api.Bearer{Token: "s3cr3t-token"}.GetRequestMetadata(t.Context())
+	md, _ := client.Bearer{Token: "s3cr3t-token"}.GetRequestMetadata(t.Context())
 	if md["authorization"] != "Bearer s3cr3t-token" {
 		t.Errorf("metadata %v", md)
 	}

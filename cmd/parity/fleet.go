@@ -10,14 +10,18 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
+	"os/signal"
 	"sort"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/tidb-parity/parity/api"
 	"github.com/tidb-parity/parity/fleet"
 	"github.com/tidb-parity/parity/internal/tso"
 )
@@ -88,7 +92,7 @@ fails every fleet command, named). TiDB's TSO is the fleet's clock: verification
 cutover check take every member's snapshot pair at one TSO T (deploy/fleet.example.toml,
 docs/runbook.md "A sharded estate").`,
 	}
-	cmd.AddCommand(newFleetStatusCommand(), newFleetVerifyCommand(), newFleetCutoverCommand())
+	cmd.AddCommand(newFleetStatusCommand(), newFleetVerifyCommand(), newFleetCutoverCommand(), newFleetServeCommand())
 	return cmd
 }
 
@@ -285,4 +289,73 @@ func printFleetCutover(w io.Writer, r fleet.CutoverResult) error {
 		fmt.Fprintf(w, "FAIL %s\n", f)
 	}
 	return nil
+}
+
+func newFleetServeCommand() *cobra.Command {
+	var (
+		file     string
+		cfg      = api.DefaultConfig()
+		logLevel string
+	)
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Serve the Fleet gRPC API (fleet status, verification, the cutover check) for runbooks",
+		Long: `serve answers the parity.v1.Fleet service on --addr: GetFleetStatus, VerifyFleet and
+FleetCutoverCheck, what parity fleet status|verify|cutover-check print, for a runbook that
+calls gRPC (api/README.md, "The Fleet service"). Tokens and TLS as parity serve's [api]:
+GetFleetStatus needs the read role, VerifyFleet and FleetCutoverCheck operate. It stops on
+SIGTERM or SIGINT (exit 0).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if file == "" {
+				return usageErr(errors.New("--fleet: the fleet file is required"))
+			}
+			fc, err := fleet.Load(file)
+			if err != nil {
+				return usageErr(err)
+			}
+			var lvl slog.Level
+			if err := lvl.UnmarshalText([]byte(logLevel)); err != nil {
+				return usageErr(fmt.Errorf("--log-level: %w", err))
+			}
+			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: lvl}))
+			if err := cfg.Validate(); err != nil {
+				return usageErr(err)
+			}
+			auth, err := api.NewAuthenticator(cfg.TokenFile, cfg.TLS, log)
+			if err != nil {
+				return usageErr(err)
+			}
+			if err := api.CheckExposure(cfg.Addr, cfg.Insecure, auth); err != nil {
+				return usageErr(err)
+			}
+			fl, err := fleet.Open(fc, log)
+			if err != nil {
+				return usageErr(err)
+			}
+			defer fl.Close()
+			srv, err := api.New(cfg, api.Backend{}, api.Options{Logger: log, Auth: auth, Fleet: fl})
+			if err != nil {
+				return usageErr(err)
+			}
+			ln, err := net.Listen("tcp", cfg.Addr)
+			if err != nil {
+				return usageErr(fmt.Errorf("--addr: %w", err))
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
+			defer stop()
+			log.Info("fleet API serving", "fleet", fc.Fleet.Name, "addr", ln.Addr().String(), "members", len(fc.Members))
+			return srv.Run(ctx, ln)
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&file, "fleet", os.Getenv("PARITY_FLEET"), "the fleet file (env PARITY_FLEET)")
+	fs.StringVar(&cfg.Addr, "addr", "127.0.0.1:8393", "address to serve the Fleet API on")
+	fs.StringVar(&cfg.TokenFile, "token-file", "", "the tokens file (as api.token-file of parity serve)")
+	fs.StringVar(&cfg.TLS.CertFile, "tls-cert", "", "the server's certificate (PEM)")
+	fs.StringVar(&cfg.TLS.KeyFile, "tls-key", "", "the server certificate's key (PEM)")
+	fs.StringVar(&cfg.TLS.ClientCAFile, "tls-client-ca", "", "CA that client certificates must chain to (mutual TLS)")
+	fs.BoolVar(&cfg.Insecure, "insecure", false, "serve a non-loopback address without tokens or TLS (as api.insecure)")
+	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	return cmd
 }

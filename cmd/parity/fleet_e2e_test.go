@@ -17,8 +17,13 @@ import (
 
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/tidb-parity/parity/api/client"
 	parityv1 "github.com/tidb-parity/parity/api/parity/v1"
 	"github.com/tidb-parity/parity/cdc/loadgen"
 	"github.com/tidb-parity/parity/fleet"
@@ -175,6 +180,54 @@ func (e *fleetEnv) start(m *fleetMember, name string, withHA bool) *haProc {
 	})
 	m.daemons = append(m.daemons, p)
 	return p
+}
+
+// fleetAPI starts `parity fleet serve` over the fleet file and returns its client.
+func (e *fleetEnv) fleetAPI(path string) parityv1.FleetClient {
+	e.t.Helper()
+	addr := freeAddrTB(e.t)
+	logPath := filepath.Join(e.dir, fmt.Sprintf("fleet-serve-%d.log", time.Now().UnixNano()))
+	logf, err := os.Create(logPath)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "fleet", "serve", "--fleet", path, "--addr", addr)
+	cmd.Env = append(os.Environ(), execMainEnv+"=1")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		e.t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); logf.Close(); close(done) }()
+	e.t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+	})
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { conn.Close() })
+	hc := healthpb.NewHealthClient(conn)
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		r, err := hc.Check(ctx, &healthpb.HealthCheckRequest{})
+		cancel()
+		if err == nil && r.GetStatus() == healthpb.HealthCheckResponse_SERVING {
+			break
+		}
+		if time.Now().After(deadline) {
+			b, _ := os.ReadFile(logPath)
+			e.t.Fatalf("parity fleet serve did not serve: %v\n%s", err, b)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return parityv1.NewFleetClient(conn)
 }
 
 // withStandby starts m's standby once its first daemon holds the lease.
@@ -457,6 +510,45 @@ func TestFleetVerifyAndCutover(t *testing.T) {
 		t.Fatalf("parity fleet cutover-check: exit %d\n%s", code, out)
 	} else {
 		t.Logf("parity fleet cutover-check:\n%s", out)
+	}
+
+	// The same through the Fleet API (parity fleet serve), as a runbook calls it.
+	fc := e.fleetAPI(path)
+	fst, err := fc.GetFleetStatus(ctx, &parityv1.GetFleetStatusRequest{})
+	if err != nil || len(fst.GetMembers()) != 4 || fst.GetUnreachable() != 0 {
+		t.Fatalf("GetFleetStatus: %v %v", fst, err)
+	}
+	t.Logf("GetFleetStatus:\n%s", protojson.Format(fst))
+	fcr, err := fc.FleetCutoverCheck(ctx, &parityv1.FleetCutoverCheckRequest{})
+	if err != nil || !fcr.GetPassed() || len(fcr.GetMembers()) != 4 {
+		t.Fatalf("FleetCutoverCheck: %v %v", fcr, err)
+	}
+	for _, mr := range fcr.GetMembers() {
+		if mr.GetPairTs() != fcr.GetT() || mr.GetResult() != "passed" {
+			t.Fatalf("FleetCutoverCheck's member %s: %v", mr.GetMember(), mr)
+		}
+	}
+	t.Logf("FleetCutoverCheck:\n%s", protojson.Format(fcr))
+	fv, err := fc.VerifyFleet(ctx, &parityv1.VerifyFleetRequest{Scope: "full"})
+	if err != nil || fv.GetResult() != "equal" || len(fv.GetMembers()) != 4 {
+		t.Fatalf("VerifyFleet: %v %v", fv, err)
+	}
+	for _, mr := range fv.GetMembers() {
+		if mr.GetPairTs() != fv.GetT() {
+			t.Fatalf("VerifyFleet's member %s at %d, T %d", mr.GetMember(), mr.GetPairTs(), fv.GetT())
+		}
+	}
+	t.Logf("VerifyFleet:\n%s", protojson.Format(fv))
+	if _, err := fc.VerifyFleet(ctx, &parityv1.VerifyFleetRequest{MaxRowsPerSecond: -1}); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("VerifyFleet with a negative rate: %v", err)
+	}
+	{
+		// A fleet file whose ownership is wrong: FAILED_PRECONDITION, FLEET_OWNERSHIP, naming the table.
+		bad := e.fleetAPI(unowned)
+		_, err := bad.FleetCutoverCheck(ctx, &parityv1.FleetCutoverCheckRequest{})
+		if r, _ := client.ReasonOf(err); status.Code(err) != codes.FailedPrecondition || r != "FLEET_OWNERSHIP" || !strings.Contains(err.Error(), e.members[3].db+".sbtest2 is owned by no member") {
+			t.Fatalf("FleetCutoverCheck over a table owned by no member: %v", err)
+		}
 	}
 
 	// m1's active daemon SIGKILLed mid-check: its standby takes over; the check never

@@ -26,7 +26,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/tidb-parity/parity/api"
+	"github.com/tidb-parity/parity/api/client"
 	parityv1 "github.com/tidb-parity/parity/api/parity/v1"
 	"github.com/tidb-parity/parity/cdc/loadgen"
 	"github.com/tidb-parity/parity/daemon"
@@ -101,7 +101,7 @@ func startRunbookEnv(t *testing.T, ctx context.Context, name string, withLoad bo
 	runServeInTest(t, ctx, e.cfg)
 
 	conn, err := grpc.NewClient(e.apiAddr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithPerRPCCredentials(api.Bearer{Token: e.token}))
+		grpc.WithPerRPCCredentials(client.Bearer{Token: e.token}))
 	if err != nil {
 		t.Fatal(err)
 	}

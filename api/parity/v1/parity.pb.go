@@ -69,6 +69,9 @@ const (
 	// A pair was asked for at exactly a TSO (metadata["ts"]) the fallback has already
 	// applied beyond: ask again at a newer TSO.
 	ErrorReason_PAIR_PASSED ErrorReason = 12
+	// A table a fleet selects is owned by no member or by two (the message names them):
+	// the fleet file must be fixed.
+	ErrorReason_FLEET_OWNERSHIP ErrorReason = 13
 )
 
 // Enum value maps for ErrorReason.
@@ -87,6 +90,7 @@ var (
 		10: "UNAUTHENTICATED",
 		11: "PERMISSION_DENIED",
 		12: "PAIR_PASSED",
+		13: "FLEET_OWNERSHIP",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED": 0,
@@ -102,6 +106,7 @@ var (
 		"UNAUTHENTICATED":          10,
 		"PERMISSION_DENIED":        11,
 		"PAIR_PASSED":              12,
+		"FLEET_OWNERSHIP":          13,
 	}
 )
 
@@ -3993,7 +3998,7 @@ const file_parity_v1_parity_proto_rawDesc = "" +
 	"\vbypass_keys\x18\x10 \x01(\x03R\n" +
 	"bypassKeys\x12\x1d\n" +
 	"\n" +
-	"bypass_ddl\x18\x11 \x03(\tR\tbypassDdl*\x9e\x02\n" +
+	"bypass_ddl\x18\x11 \x03(\tR\tbypassDdl*\xb3\x02\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10INVALID_ARGUMENT\x10\x01\x12\x12\n" +
@@ -4008,7 +4013,8 @@ const file_parity_v1_parity_proto_rawDesc = "" +
 	"\x0fUNAUTHENTICATED\x10\n" +
 	"\x12\x15\n" +
 	"\x11PERMISSION_DENIED\x10\v\x12\x0f\n" +
-	"\vPAIR_PASSED\x10\f*\xb4\x01\n" +
+	"\vPAIR_PASSED\x10\f\x12\x13\n" +
+	"\x0fFLEET_OWNERSHIP\x10\r*\xb4\x01\n" +
 	"\fApplierState\x12\x1d\n" +
 	"\x19APPLIER_STATE_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16APPLIER_STATE_STARTING\x10\x01\x12\x19\n" +

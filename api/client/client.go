@@ -1,20 +1,25 @@
-package api
-
-// client.go is the client side of the API that the CLI and a fleet share: dialing a
-// daemon with TLS and a bearer token, the one way a token is read from its file and
-// refused in clear to anything but loopback.
+// Package client is the client side of parity's gRPC API, shared by the CLI and the
+// fleet: dialing a daemon with TLS and a bearer token (the one way a token is read from
+// its file and refused in clear to anything but loopback) and reading an error's
+// ErrorInfo reason. It imports no other parity package but the generated code's, so
+// the server (package api) may use a fleet built on it.
+package client
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
 	"os"
 	"strings"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 )
 
 // ClientConfig is how a client reaches a daemon's API.
@@ -47,7 +52,7 @@ func (c ClientConfig) DialOptions() ([]grpc.DialOption, error) {
 	}
 	var opts []grpc.DialOption
 	if c.UsesTLS() {
-		cfg, err := ClientTLS(c.TLSCA, c.TLSCert, c.TLSKey, c.TLSServerName)
+		cfg, err := TLS(c.TLSCA, c.TLSCert, c.TLSKey, c.TLSServerName)
 		if err != nil {
 			return nil, fmt.Errorf("tls-ca/tls-cert/tls-key: %w", err)
 		}
@@ -111,3 +116,56 @@ func (b Bearer) GetRequestMetadata(context.Context, ...string) (map[string]strin
 
 // RequireTransportSecurity implements credentials.PerRPCCredentials.
 func (b Bearer) RequireTransportSecurity() bool { return b.TLS }
+
+// ReasonOf returns the ErrorInfo reason of a status error ("" without one), and its
+// metadata.
+func ReasonOf(err error) (reason string, md map[string]string) {
+	st, ok := status.FromError(err)
+	if !ok {
+		return "", nil
+	}
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok {
+			return info.GetReason(), info.GetMetadata()
+		}
+	}
+	return "", nil
+}
+
+// TLS is a client's TLS configuration for the API: the server is verified
+// against caFile (the system's roots when empty) under serverName (the dialed host when
+// empty); certFile and keyFile, both or neither, are the client certificate.
+func TLS(caFile, certFile, keyFile, serverName string) (*tls.Config, error) {
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: serverName}
+	if caFile != "" {
+		pool, err := LoadCertPool(caFile)
+		if err != nil {
+			return nil, fmt.Errorf("CA file: %w", err)
+		}
+		cfg.RootCAs = pool
+	}
+	switch {
+	case certFile != "" && keyFile != "":
+		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+		if err != nil {
+			return nil, fmt.Errorf("client certificate %q, key %q: %w", certFile, keyFile, err)
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	case certFile != "" || keyFile != "":
+		return nil, errors.New("a client certificate needs both its certificate and its key file")
+	}
+	return cfg, nil
+}
+
+// LoadCertPool reads a PEM file of CA certificates.
+func LoadCertPool(path string) (*x509.CertPool, error) {
+	pem, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("%s holds no PEM certificate", path)
+	}
+	return pool, nil
+}
