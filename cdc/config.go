@@ -240,10 +240,8 @@ const (
 // others cannot be.
 func validProtocol(p string) error {
 	switch p {
-	case ProtocolOpen, ProtocolCanal:
+	case ProtocolOpen, ProtocolCanal, ProtocolSimple:
 		return nil
-	case ProtocolSimple:
-		return errors.New(`"simple" is not yet supported`)
 	case "avro", "debezium", "canal", "maxwell":
 		return fmt.Errorf("%q carries no watermark (resolved ts): parity cannot tell when every row up to a commit ts has arrived, so it cannot apply the changefeed exactly once in commit-ts order; create the changefeed with protocol=open-protocol, canal-json (enable-tidb-extension=true) or simple", p)
 	case "":

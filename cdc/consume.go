@@ -18,6 +18,7 @@ import (
 
 	"github.com/tidb-parity/parity/cdc/canal"
 	"github.com/tidb-parity/parity/cdc/open"
+	"github.com/tidb-parity/parity/cdc/simple"
 	"github.com/tidb-parity/parity/internal/retry"
 )
 
@@ -32,6 +33,7 @@ type recordDecoder interface {
 var (
 	_ recordDecoder = (*open.Decoder)(nil)
 	_ recordDecoder = (*canal.Decoder)(nil)
+	_ recordDecoder = (*simple.Decoder)(nil)
 )
 
 // newRecordDecoder returns the decoder of the changefeed's protocol.
@@ -39,6 +41,10 @@ func newRecordDecoder(cfg Config) (recordDecoder, error) {
 	switch cfg.Changefeed.Protocol {
 	case ProtocolCanal:
 		return canal.NewDecoder(canal.DecoderConfig{MaxMessageBytes: cfg.Changefeed.MaxMessageBytes})
+	case ProtocolSimple:
+		// TIMESTAMP text as TiCDC rendered it: changefeed.time-zone is TiCDC's zone, the
+		// apply sessions' time_zone.
+		return simple.NewDecoder(simple.DecoderConfig{})
 	case ProtocolOpen, "":
 		return open.NewDecoder(open.DecoderConfig{
 			Compression:     open.Compression(cfg.Changefeed.Compression),

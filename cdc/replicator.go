@@ -316,7 +316,8 @@ func (r *Replicator) runOnce(ctx context.Context, epoch uint64, started func()) 
 		return err
 	}
 	var schemas *streamSchemas
-	if cfg.Changefeed.Protocol == ProtocolCanal {
+	if cfg.Changefeed.Protocol == ProtocolCanal || cfg.Changefeed.Protocol == ProtocolSimple {
+		// Neither says which columns are generated; canal-json not which form the key.
 		schemas = newStreamSchemas(saved.appliedTs, r.schemaFallback(cfg, applyDB))
 	}
 	c := &coordinator{

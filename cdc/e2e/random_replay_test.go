@@ -44,7 +44,7 @@ import (
 func TestRandomReplay(t *testing.T) {
 	root := randomDatasetsDir(t)
 	runs := replayEnvInt(t, "PARITY_RANDOM_REPLAY_ROUNDS", 3)
-	for _, name := range []string{"table-a", "handle-only-deletes", "index-value", "canal-json-table"} {
+	for _, name := range []string{"table-a", "handle-only-deletes", "index-value", "canal-json-table", "simple-index-value"} {
 		ds := loadRandomDataset(t, filepath.Join(root, name))
 		for run := range runs {
 			t.Run(fmt.Sprintf("%s/run-%d", name, run+1), func(t *testing.T) {
@@ -54,15 +54,15 @@ func TestRandomReplay(t *testing.T) {
 	}
 }
 
-// restampCanalWatermark returns a canal-json TIDB_WATERMARK message with its watermark
-// set to ts.
-func restampCanalWatermark(t *testing.T, value []byte, ts uint64) []byte {
+// restampWatermark returns a canal-json or simple watermark message (typ) with its ts
+// (the number after field) set to ts.
+func restampWatermark(t *testing.T, value []byte, typ, field string, ts uint64) []byte {
 	t.Helper()
-	re := regexp.MustCompile(`"watermarkTs":[0-9]+`)
-	if !bytes.Contains(value, []byte(`"type":"TIDB_WATERMARK"`)) || len(re.FindAllIndex(value, -1)) != 1 {
-		t.Fatalf("restamp: not a canal-json watermark: %s", value)
+	re := regexp.MustCompile(regexp.QuoteMeta(field) + `[0-9]+`)
+	if !bytes.Contains(value, []byte(typ)) || len(re.FindAllIndex(value, -1)) != 1 {
+		t.Fatalf("restamp: not a %s message: %s", typ, value)
 	}
-	return re.ReplaceAll(value, []byte(`"watermarkTs":`+strconv.FormatUint(ts, 10)))
+	return re.ReplaceAll(value, []byte(field+strconv.FormatUint(ts, 10)))
 }
 
 // randomDatasetsDir is ../shared/ticdc-random beside the repository root.
@@ -284,8 +284,12 @@ func (ds *randomDataset) replay(t *testing.T, serveFirst bool) {
 	next := ds.lastResolved + 1
 	res := make([]kafka.Message, ds.partitions)
 	for p := range res {
-		if ds.protocol == "canal-json" { // a TIDB_WATERMARK: the ts is in the value, the key empty
-			res[p] = kafka.Message{Partition: p, Value: restampCanalWatermark(t, ds.resolvedVal, next)}
+		switch ds.protocol { // the ts is in the value, the key empty
+		case "canal-json":
+			res[p] = kafka.Message{Partition: p, Value: restampWatermark(t, ds.resolvedVal, `"type":"TIDB_WATERMARK"`, `"watermarkTs":`, next)}
+			continue
+		case "simple":
+			res[p] = kafka.Message{Partition: p, Value: restampWatermark(t, ds.resolvedVal, `"type":"WATERMARK"`, `"commitTs":`, next)}
 			continue
 		}
 		res[p] = kafka.Message{Partition: p, Key: restampKey(t, ds.resolvedKey, next), Value: ds.resolvedVal}
