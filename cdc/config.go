@@ -50,6 +50,12 @@ type ChangefeedConfig struct {
 	// TopicRegex selects the changefeed's topics by name at start-up (anchored).
 	// Default: "" (use topics)
 	TopicRegex string `toml:"topic-regex"`
+	// Protocol is the changefeed's protocol, by TiCDC's name (the sink URI's protocol=):
+	// "open-protocol", "canal-json" (created with enable-tidb-extension=true) or
+	// "simple". Avro and Debezium are refused: they carry no watermark, which an
+	// exactly-once, commit-ordered applier needs (docs/serve.md, the protocol table).
+	// Default: "open-protocol"
+	Protocol string `toml:"protocol"`
 	// Compression is TiCDC's large-message-handle-compression: none, snappy or lz4.
 	// Default: "none"
 	Compression string `toml:"compression"`
@@ -223,11 +229,33 @@ type SkipDDL struct {
 	Pattern string `toml:"pattern"`
 }
 
+// The changefeed protocols parity consumes, by TiCDC's names.
+const (
+	ProtocolOpen   = "open-protocol"
+	ProtocolCanal  = "canal-json"
+	ProtocolSimple = "simple"
+)
+
+// validProtocol accepts TiCDC's protocols parity can apply exactly once and says why the
+// others cannot be.
+func validProtocol(p string) error {
+	switch p {
+	case ProtocolOpen, ProtocolCanal, ProtocolSimple:
+		return nil
+	case "avro", "debezium", "canal", "maxwell":
+		return fmt.Errorf("%q carries no watermark (resolved ts): parity cannot tell when every row up to a commit ts has arrived, so it cannot apply the changefeed exactly once in commit-ts order; create the changefeed with protocol=open-protocol, canal-json (enable-tidb-extension=true) or simple", p)
+	case "":
+		return errors.New("required")
+	}
+	return fmt.Errorf("unknown protocol %q (open-protocol, canal-json or simple)", p)
+}
+
 // DefaultConfig returns the defaults documented on each field.
 func DefaultConfig() Config {
 	return Config{
 		Changefeed: ChangefeedConfig{
 			ID:           "default",
+			Protocol:     ProtocolOpen,
 			Compression:  "none",
 			TimeZone:     "UTC",
 			SchemaMap:    map[string]string{},
@@ -295,8 +323,13 @@ func (c Config) Validate() error {
 			bad("changefeed.topic-regex", "%v", err)
 		}
 	}
+	if err := validProtocol(cf.Protocol); err != nil {
+		bad("changefeed.protocol", "%v", err)
+	}
 	if err := open.Compression(cf.Compression).Validate(); err != nil {
 		bad("changefeed.compression", "%v", err)
+	} else if cf.Protocol != ProtocolOpen && cf.Protocol != "" && open.Compression(cf.Compression) != open.CompressionNone {
+		bad("changefeed.compression", "%q applies to the open protocol only (protocol %q)", cf.Compression, cf.Protocol)
 	}
 	if _, err := sessionTimeZone(cf.TimeZone); err != nil {
 		bad("changefeed.time-zone", "%v", err)

@@ -16,9 +16,44 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/tidb-parity/parity/cdc/canal"
 	"github.com/tidb-parity/parity/cdc/open"
+	"github.com/tidb-parity/parity/cdc/simple"
 	"github.com/tidb-parity/parity/internal/retry"
 )
+
+// recordDecoder turns one Kafka record of the changefeed into its events, in the open
+// protocol's event model whatever the protocol (changefeed.protocol picks it), so that
+// everything after the reader is the same for every protocol. An error names what could
+// not be decoded; the reader adds topic, partition and offset.
+type recordDecoder interface {
+	Decode(key, value []byte) ([]open.Event, error)
+}
+
+var (
+	_ recordDecoder = (*open.Decoder)(nil)
+	_ recordDecoder = (*canal.Decoder)(nil)
+	_ recordDecoder = (*simple.Decoder)(nil)
+)
+
+// newRecordDecoder returns the decoder of the changefeed's protocol.
+func newRecordDecoder(cfg Config) (recordDecoder, error) {
+	switch cfg.Changefeed.Protocol {
+	case ProtocolCanal:
+		return canal.NewDecoder(canal.DecoderConfig{MaxMessageBytes: cfg.Changefeed.MaxMessageBytes})
+	case ProtocolSimple:
+		// TIMESTAMP text as TiCDC rendered it: changefeed.time-zone is TiCDC's zone, the
+		// apply sessions' time_zone.
+		return simple.NewDecoder(simple.DecoderConfig{})
+	case ProtocolOpen, "":
+		return open.NewDecoder(open.DecoderConfig{
+			Compression:     open.Compression(cfg.Changefeed.Compression),
+			ClaimCheck:      claimCheckLoader(cfg.Changefeed.ClaimCheckDir),
+			MaxPayloadBytes: cfg.Changefeed.MaxMessageBytes,
+		})
+	}
+	return nil, fmt.Errorf("changefeed.protocol: %w", validProtocol(cfg.Changefeed.Protocol))
+}
 
 // record is one Kafka record handed from a partition reader to the coordinator.
 type record struct {
@@ -43,7 +78,7 @@ func claimCheckLoader(dir string) func(string) ([]byte, error) {
 // consume reads one partition from start (-1: the first offset) and hands decoded
 // records to the coordinator. It never commits offsets to Kafka: progress lives in the
 // meta schema.
-func (r *Replicator) consume(ctx context.Context, dec *open.Decoder, idx int, pk partKey, start int64, out chan<- record) error {
+func (r *Replicator) consume(ctx context.Context, dec recordDecoder, schemas *streamSchemas, idx int, pk partKey, start int64, out chan<- record) error {
 	rd := kafka.NewReader(kafka.ReaderConfig{
 		Brokers:         r.cfg.Changefeed.Brokers,
 		Dialer:          r.kafka.Dialer(10 * time.Second),
@@ -96,6 +131,18 @@ func (r *Replicator) consume(ctx context.Context, dec *open.Decoder, idx int, pk
 		failingSince = time.Time{}
 		rec := record{part: idx, offset: msg.Offset, hw: msg.HighWaterMark}
 		rec.events, err = dec.Decode(msg.Key, msg.Value)
+		if err == nil && schemas != nil {
+			// Keys and generated columns from the tables' definitions (streamschema.go).
+			if err = schemas.complete(ctx, pk, rec.events); err != nil {
+				var fe *schemaReadError
+				if ctx.Err() != nil {
+					return nil
+				}
+				if errors.As(err, &fe) { // not the record's fault: stop, read it again after a restart
+					return fmt.Errorf("%s offset %d: %w", pk, msg.Offset, err)
+				}
+			}
+		}
 		if err == nil {
 			err = checkEvents(rec.events, r.rows != nil)
 		}

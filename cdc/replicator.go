@@ -15,7 +15,6 @@ import (
 	"github.com/go-sql-driver/mysql"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/tidb-parity/parity/cdc/open"
 	"github.com/tidb-parity/parity/internal/instance"
 	"github.com/tidb-parity/parity/internal/tlsauth"
 )
@@ -312,13 +311,14 @@ func (r *Replicator) runOnce(ctx context.Context, epoch uint64, started func()) 
 		return err
 	}
 	defer buf.close()
-	dec, err := open.NewDecoder(open.DecoderConfig{
-		Compression:     open.Compression(cfg.Changefeed.Compression),
-		ClaimCheck:      claimCheckLoader(cfg.Changefeed.ClaimCheckDir),
-		MaxPayloadBytes: cfg.Changefeed.MaxMessageBytes,
-	})
+	dec, err := newRecordDecoder(cfg)
 	if err != nil {
 		return err
+	}
+	var schemas *streamSchemas
+	if cfg.Changefeed.Protocol == ProtocolCanal || cfg.Changefeed.Protocol == ProtocolSimple {
+		// Neither says which columns are generated; canal-json not which form the key.
+		schemas = newStreamSchemas(saved.appliedTs, r.schemaFallback(cfg, applyDB))
 	}
 	c := &coordinator{
 		r: r, cfg: cfg, log: r.log, meta: m, buf: buf, watch: watch,
@@ -347,7 +347,7 @@ func (r *Replicator) runOnce(ctx context.Context, epoch uint64, started func()) 
 	g, gctx := errgroup.WithContext(ctx)
 	for i, ps := range c.parts {
 		start := ps.nextRead
-		g.Go(func() error { return r.consume(gctx, dec, i, ps.key, start, records) })
+		g.Go(func() error { return r.consume(gctx, dec, schemas, i, ps.key, start, records) })
 	}
 	g.Go(func() error { return c.run(gctx, records) })
 	started()

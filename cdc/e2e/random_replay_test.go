@@ -2,12 +2,15 @@ package e2e
 
 import (
 	"bufio"
+	"bytes"
 	"compress/gzip"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"testing"
 	"time"
 
@@ -41,7 +44,7 @@ import (
 func TestRandomReplay(t *testing.T) {
 	root := randomDatasetsDir(t)
 	runs := replayEnvInt(t, "PARITY_RANDOM_REPLAY_ROUNDS", 3)
-	for _, name := range []string{"table-a", "handle-only-deletes", "index-value"} {
+	for _, name := range []string{"table-a", "handle-only-deletes", "index-value", "canal-json-table", "simple-index-value"} {
 		ds := loadRandomDataset(t, filepath.Join(root, name))
 		for run := range runs {
 			t.Run(fmt.Sprintf("%s/run-%d", name, run+1), func(t *testing.T) {
@@ -49,6 +52,17 @@ func TestRandomReplay(t *testing.T) {
 			})
 		}
 	}
+}
+
+// restampWatermark returns a canal-json or simple watermark message (typ) with its ts
+// (the number after field) set to ts.
+func restampWatermark(t *testing.T, value []byte, typ, field string, ts uint64) []byte {
+	t.Helper()
+	re := regexp.MustCompile(regexp.QuoteMeta(field) + `[0-9]+`)
+	if !bytes.Contains(value, []byte(typ)) || len(re.FindAllIndex(value, -1)) != 1 {
+		t.Fatalf("restamp: not a %s message: %s", typ, value)
+	}
+	return re.ReplaceAll(value, []byte(field+strconv.FormatUint(ts, 10)))
 }
 
 // randomDatasetsDir is ../shared/ticdc-random beside the repository root.
@@ -72,6 +86,7 @@ type randomDataset struct {
 	name         string
 	records      []kafka.Message // in file order, each with its partition
 	partitions   int
+	protocol     string // changefeed.protocol: meta.json's protocol, open-protocol when absent
 	lastResolved uint64
 	resolvedKey  []byte // a resolved record's key, to restamp
 	resolvedVal  []byte
@@ -94,6 +109,7 @@ func loadRandomDataset(t *testing.T, dir string) *randomDataset {
 	var meta struct {
 		Partitions     int    `json:"partitions"`
 		LastResolvedTs uint64 `json:"last_resolved_ts"`
+		Protocol       string `json:"protocol"`
 	}
 	b, err := os.ReadFile(filepath.Join(dir, "meta.json"))
 	if err != nil {
@@ -102,7 +118,10 @@ func loadRandomDataset(t *testing.T, dir string) *randomDataset {
 	if err := json.Unmarshal(b, &meta); err != nil {
 		t.Fatalf("%s/meta.json: %v", ds.name, err)
 	}
-	ds.partitions, ds.lastResolved = meta.Partitions, meta.LastResolvedTs
+	ds.partitions, ds.lastResolved, ds.protocol = meta.Partitions, meta.LastResolvedTs, meta.Protocol
+	if ds.protocol == "" {
+		ds.protocol = "open-protocol"
+	}
 	if ds.partitions < 1 || ds.lastResolved == 0 {
 		t.Fatalf("%s/meta.json: partitions %d, last resolved ts %d", ds.name, ds.partitions, ds.lastResolved)
 	}
@@ -121,7 +140,7 @@ func loadRandomDataset(t *testing.T, dir string) *randomDataset {
 		if err1 != nil || err2 != nil || r.Partition < 0 || r.Partition >= ds.partitions {
 			t.Fatalf("%s/records.jsonl.gz line %d: bad record (partition %d)", ds.name, len(ds.records)+1, r.Partition)
 		}
-		if r.Kind == "resolved" && ds.resolvedKey == nil {
+		if r.Kind == "resolved" && ds.resolvedVal == nil {
 			ds.resolvedKey, ds.resolvedVal = k, v
 		}
 		ds.records = append(ds.records, kafka.Message{Partition: r.Partition, Key: k, Value: v})
@@ -133,8 +152,8 @@ func loadRandomDataset(t *testing.T, dir string) *randomDataset {
 		}
 		ds.final = append(ds.final, tb)
 	})
-	if len(ds.records) == 0 || len(ds.final) == 0 || ds.resolvedKey == nil {
-		t.Fatalf("%s: %d records (a resolved one: %v), %d final tables", ds.name, len(ds.records), ds.resolvedKey != nil, len(ds.final))
+	if len(ds.records) == 0 || len(ds.final) == 0 || ds.resolvedVal == nil {
+		t.Fatalf("%s: %d records (a resolved one: %v), %d final tables", ds.name, len(ds.records), ds.resolvedVal != nil, len(ds.final))
 	}
 	return ds
 }
@@ -235,7 +254,7 @@ func (ds *randomDataset) replay(t *testing.T, serveFirst bool) {
 	want := ds.want(t)
 	e := newReplayEnv(t, ds.partitions, "+08:00") // TiCDC rendered TIMESTAMPs in Asia/Shanghai
 	const workers, batchRows = 6, 2
-	e.writeConfig(fmt.Sprintf("schema-map = { rnd = %q }\n", mapped), fmt.Sprintf("workers = %d\nbatch-rows = %d\n", workers, batchRows))
+	e.writeConfig(fmt.Sprintf("schema-map = { rnd = %q }\nprotocol = %q\n", mapped, ds.protocol), fmt.Sprintf("workers = %d\nbatch-rows = %d\n", workers, batchRows))
 	var s *serve
 	if serveFirst {
 		s = e.startServe()
@@ -265,6 +284,14 @@ func (ds *randomDataset) replay(t *testing.T, serveFirst bool) {
 	next := ds.lastResolved + 1
 	res := make([]kafka.Message, ds.partitions)
 	for p := range res {
+		switch ds.protocol { // the ts is in the value, the key empty
+		case "canal-json":
+			res[p] = kafka.Message{Partition: p, Value: restampWatermark(t, ds.resolvedVal, `"type":"TIDB_WATERMARK"`, `"watermarkTs":`, next)}
+			continue
+		case "simple":
+			res[p] = kafka.Message{Partition: p, Value: restampWatermark(t, ds.resolvedVal, `"type":"WATERMARK"`, `"commitTs":`, next)}
+			continue
+		}
 		res[p] = kafka.Message{Partition: p, Key: restampKey(t, ds.resolvedKey, next), Value: ds.resolvedVal}
 	}
 	produce(t, e, res)

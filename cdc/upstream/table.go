@@ -105,6 +105,7 @@ func LoadTable(ctx context.Context, db Querier, schema, table string) (*Table, e
 		}
 		d.dataType = strings.ToLower(d.dataType)
 		d.columnType = strings.ToLower(d.columnType)
+		d.extra = strings.ToLower(d.extra) // TiDB and MariaDB say "STORED GENERATED"
 		d.nullable = nullable == "YES"
 		defs = append(defs, d)
 	}
@@ -149,6 +150,55 @@ func LoadTable(ctx context.Context, db Querier, schema, table string) (*Table, e
 		return nil, fmt.Errorf("read indexes of %s.%s: %w", schema, table, err)
 	}
 	return buildTable(schema, table, defs, idxs)
+}
+
+// ColumnDef is a column as a DDL defines it (for NewTable).
+type ColumnDef struct {
+	Name      string
+	DataType  string // TiDB's type name: "int", "varbinary", "text", "blob", ...
+	Unsigned  bool
+	Nullable  bool
+	Generated bool
+}
+
+// IndexDef is an index as a DDL defines it (for NewTable). Columns name the indexed
+// columns in index order; an expression part is left out.
+type IndexDef struct {
+	Name            string
+	Primary, Unique bool
+	Columns         []string
+}
+
+// NewTable computes the type codes and flags TiCDC gives a table defined by cols and
+// idxs, exactly as LoadTable does for a table read from information_schema: the view of
+// a table a consumer builds from the changefeed's own DDLs.
+func NewTable(schema, name string, cols []ColumnDef, idxs []IndexDef) (*Table, error) {
+	defs := make([]columnDef, len(cols))
+	pos := map[string]int{}
+	for i, c := range cols {
+		d := columnDef{name: c.Name, dataType: strings.ToLower(c.DataType), nullable: c.Nullable}
+		if c.Unsigned {
+			d.columnType = "unsigned"
+		}
+		if c.Generated {
+			d.extra = "generated"
+		}
+		defs[i] = d
+		pos[strings.ToLower(c.Name)] = i
+	}
+	ixs := make([]*index, 0, len(idxs))
+	for _, x := range idxs {
+		ix := &index{name: x.Name, unique: x.Unique || x.Primary, primary: x.Primary}
+		for _, c := range x.Columns {
+			p, ok := pos[strings.ToLower(c)]
+			if !ok {
+				return nil, fmt.Errorf("table %s.%s: index %s names column %s, which the table does not have", schema, name, x.Name, c)
+			}
+			ix.cols = append(ix.cols, p)
+		}
+		ixs = append(ixs, ix)
+	}
+	return buildTable(schema, name, defs, ixs)
 }
 
 // buildTable computes type codes and flags from column and index definitions.

@@ -17,8 +17,19 @@ import (
 	"github.com/segmentio/kafka-go"
 	"github.com/spf13/cobra"
 
+	"github.com/tidb-parity/parity/cdc/canal"
 	"github.com/tidb-parity/parity/cdc/open"
 	"github.com/tidb-parity/parity/internal/tlsauth"
+)
+
+// recordDecoder decodes one record of the protocol --protocol names into events.
+type recordDecoder interface {
+	Decode(key, value []byte) ([]open.Event, error)
+}
+
+var (
+	_ recordDecoder = (*open.Decoder)(nil)
+	_ recordDecoder = (*canal.Decoder)(nil)
 )
 
 // Exit codes of `parity decode` (the rule of every command: exitClean and the others).
@@ -30,6 +41,7 @@ const (
 // decodeOptions are the flags of `parity decode`.
 type decodeOptions struct {
 	keyFile, valueFile string
+	protocol           string
 	compression        string
 	claimCheckDir      string
 
@@ -51,12 +63,14 @@ func newDecodeCommand() *cobra.Command {
 	var o decodeOptions
 	cmd := &cobra.Command{
 		Use:   "decode",
-		Short: "Print TiCDC open-protocol records as JSON lines, one per event",
-		Long: `Decode TiCDC open-protocol Kafka records and print one JSON object per event
-(format: docs/decode.md).
+		Short: "Print TiCDC open-protocol or canal-json records as JSON lines, one per event",
+		Long: `Decode TiCDC Kafka records (--protocol open-protocol or canal-json) and print one
+JSON object per event (format: docs/decode.md). canal-json records carry no key: give
+--value-file alone.
 
 Read one record from files:
   parity decode --key-file key.bin --value-file value.bin [--compression snappy] [--claim-check-dir DIR]
+  parity decode --protocol canal-json --value-file value.json
 
 or consume a topic from Kafka, from --offset up to the end of each partition as it was
 when the command started (at most --limit records):
@@ -73,6 +87,7 @@ error names the record and where in it), 2 on bad flags or I/O errors.`,
 		},
 	}
 	f := cmd.Flags()
+	f.StringVar(&o.protocol, "protocol", "open-protocol", "the changefeed's protocol: open-protocol or canal-json")
 	f.StringVar(&o.keyFile, "key-file", "", "file holding one Kafka record key")
 	f.StringVar(&o.valueFile, "value-file", "", "file holding the record's value")
 	f.StringVar(&o.compression, "compression", "none", "payload compression the changefeed uses (large-message-handle-compression): none, snappy or lz4")
@@ -97,7 +112,7 @@ func (o decodeOptions) validate() error {
 	case files && kafkaMode:
 		errs = append(errs, errors.New("--key-file/--value-file and --brokers/--topic are exclusive"))
 	case files:
-		if o.keyFile == "" || o.valueFile == "" {
+		if o.valueFile == "" || (o.keyFile == "" && o.protocol != "canal-json") {
 			errs = append(errs, errors.New("--key-file and --value-file go together"))
 		}
 	case kafkaMode:
@@ -106,6 +121,15 @@ func (o decodeOptions) validate() error {
 		}
 	default:
 		errs = append(errs, errors.New("give --key-file and --value-file, or --brokers and --topic"))
+	}
+	switch o.protocol {
+	case "open-protocol":
+	case "canal-json":
+		if o.compression != "none" || o.claimCheckDir != "" {
+			errs = append(errs, errors.New("--compression and --claim-check-dir are the open protocol's"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("--protocol: want open-protocol or canal-json, got %q", o.protocol))
 	}
 	if err := open.Compression(o.compression).Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("--compression: %w", err))
@@ -137,15 +161,21 @@ func runDecode(ctx context.Context, o decodeOptions, out io.Writer) error {
 	if err := o.validate(); err != nil {
 		return &exitError{decodeExitUsage, err}
 	}
-	dec, err := open.NewDecoder(open.DecoderConfig{
-		Compression: open.Compression(o.compression),
-		ClaimCheck:  claimCheckLoader(o.claimCheckDir),
-	})
+	var dec recordDecoder
+	var err error
+	if o.protocol == "canal-json" {
+		dec, err = canal.NewDecoder(canal.DecoderConfig{})
+	} else {
+		dec, err = open.NewDecoder(open.DecoderConfig{
+			Compression: open.Compression(o.compression),
+			ClaimCheck:  claimCheckLoader(o.claimCheckDir),
+		})
+	}
 	if err != nil {
 		return &exitError{decodeExitUsage, err}
 	}
 	w := bufio.NewWriter(out)
-	if o.keyFile != "" {
+	if o.valueFile != "" {
 		err = decodeFiles(dec, o, w)
 	} else {
 		err = decodeTopic(ctx, dec, o, w)
@@ -172,10 +202,13 @@ func claimCheckLoader(dir string) func(string) ([]byte, error) {
 	}
 }
 
-func decodeFiles(dec *open.Decoder, o decodeOptions, w *bufio.Writer) error {
-	key, err := os.ReadFile(o.keyFile)
-	if err != nil {
-		return &exitError{decodeExitUsage, fmt.Errorf("read key: %w", err)}
+func decodeFiles(dec recordDecoder, o decodeOptions, w *bufio.Writer) error {
+	var key []byte
+	var err error
+	if o.keyFile != "" {
+		if key, err = os.ReadFile(o.keyFile); err != nil {
+			return &exitError{decodeExitUsage, fmt.Errorf("read key: %w", err)}
+		}
 	}
 	value, err := os.ReadFile(o.valueFile)
 	if err != nil {
@@ -183,7 +216,11 @@ func decodeFiles(dec *open.Decoder, o decodeOptions, w *bufio.Writer) error {
 	}
 	evs, err := dec.Decode(key, value)
 	if err != nil {
-		return &exitError{decodeExitUndecodable, fmt.Errorf("%s + %s: %w%s", o.keyFile, o.valueFile, err, hint(err, o))}
+		name := o.valueFile
+		if o.keyFile != "" {
+			name = o.keyFile + " + " + o.valueFile
+		}
+		return &exitError{decodeExitUndecodable, fmt.Errorf("%s: %w%s", name, err, hint(err, o))}
 	}
 	return writeEvents(w, evs, nil)
 }
@@ -205,7 +242,7 @@ func writeEvents(w *bufio.Writer, evs []open.Event, rec *open.RecordRef) error {
 // decodeTopic reads the selected partitions in order, each from the start offset to the
 // high watermark it had when the command started, and prints every event. The first
 // record that does not decode stops the command with its coordinates.
-func decodeTopic(ctx context.Context, dec *open.Decoder, o decodeOptions, w *bufio.Writer) error {
+func decodeTopic(ctx context.Context, dec recordDecoder, o decodeOptions, w *bufio.Writer) error {
 	k, err := tlsauth.NewKafka("kafka", o.tls, o.sasl)
 	if err != nil {
 		return &exitError{decodeExitUsage, err}
@@ -256,7 +293,7 @@ func decodeTopic(ctx context.Context, dec *open.Decoder, o decodeOptions, w *buf
 }
 
 // decodePartition prints the records of one partition and returns how many it read.
-func decodePartition(ctx context.Context, dialer *kafka.Dialer, dec *open.Decoder, o decodeOptions,
+func decodePartition(ctx context.Context, dialer *kafka.Dialer, dec recordDecoder, o decodeOptions,
 	broker string, partition, limit int, w *bufio.Writer) (int, error) {
 	conn, err := dialer.DialLeader(ctx, "tcp", broker, o.topic, partition)
 	if err != nil {
@@ -299,7 +336,11 @@ func decodePartition(ctx context.Context, dialer *kafka.Dialer, dec *open.Decode
 			evs, err := dec.Decode(m.Key, m.Value)
 			if err != nil {
 				batch.Close()
-				err = open.WithRecord(err, o.topic, partition, m.Offset)
+				if ce := (*canal.DecodeError)(nil); errors.As(err, &ce) {
+					err = fmt.Errorf("topic %s partition %d offset %d: %w", o.topic, partition, m.Offset, err)
+				} else {
+					err = open.WithRecord(err, o.topic, partition, m.Offset)
+				}
 				if h := hint(err, o); h != "" {
 					err = fmt.Errorf("%w%s", err, h)
 				}

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -268,4 +269,53 @@ func produce(ctx context.Context, t *testing.T, broker, topic string, partition 
 		time.Sleep(200 * time.Millisecond)
 	}
 	t.Fatalf("produce to %s partition %d: %v", topic, partition, err)
+}
+
+// TestDecodeCanalJSON prints TiCDC-made canal-json records (cdc/canal's corpus, from
+// ../shared/ticdc-random/canal-json-table) given as a value file alone, and refuses a
+// record without the TiDB extension, naming the sink-URI option.
+func TestDecodeCanalJSON(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "cdc", "canal", "testdata", "ticdc-v8.5.6.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	kinds := map[string]bool{}
+	for i, line := range lines {
+		var r struct{ Value string }
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatal(err)
+		}
+		f := filepath.Join(dir, strconv.Itoa(i)+".json")
+		if err := os.WriteFile(f, []byte(r.Value), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		out, err := runDecodeCommand(t, "--protocol", "canal-json", "--value-file", f)
+		if err != nil {
+			t.Fatalf("record %d: %v\n%s", i, err, out)
+		}
+		var ev struct {
+			Kind     string `json:"kind"`
+			CommitTs uint64 `json:"commit_ts"`
+		}
+		if err := json.Unmarshal([]byte(strings.SplitN(out, "\n", 2)[0]), &ev); err != nil || ev.CommitTs == 0 {
+			t.Fatalf("record %d: %v: %s", i, err, out)
+		}
+		kinds[ev.Kind] = true
+	}
+	if !kinds["row"] || !kinds["ddl"] || !kinds["resolved"] {
+		t.Errorf("kinds printed: %v", kinds)
+	}
+	f := filepath.Join(dir, "noext.json")
+	if err := os.WriteFile(f, []byte(`{"type":"INSERT","table":"t","mysqlType":{"a":"int"},"data":[{"a":"1"}]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := runDecodeCommand(t, "--protocol", "canal-json", "--value-file", f)
+	if exitCode(err) != 1 || !strings.Contains(err.Error(), "enable-tidb-extension=true") {
+		t.Errorf("no TiDB extension: exit %d, %v\n%s", exitCode(err), err, out)
+	}
+	if _, err := runDecodeCommand(t, "--protocol", "avro", "--value-file", f); exitCode(err) != 2 {
+		t.Errorf("--protocol avro: exit %d, %v", exitCode(err), err)
+	}
 }

@@ -45,6 +45,7 @@ var serveBindings = []config.Binding{
 	{Flag: "brokers", Key: "changefeed.brokers"},
 	{Flag: "topics", Key: "changefeed.topics"},
 	{Flag: "topic-regex", Key: "changefeed.topic-regex"},
+	{Flag: "protocol", Key: "changefeed.protocol"},
 	{Flag: "compression", Key: "changefeed.compression"},
 	{Flag: "time-zone", Key: "changefeed.time-zone"},
 	{Flag: "start-ts", Key: "changefeed.start-ts"},
@@ -141,6 +142,7 @@ Exit status: 0 after a signal, 1 when replication failed, 2 for a configuration 
 	fl.StringSlice("brokers", nil, "changefeed.brokers (comma separated)")
 	fl.StringSlice("topics", nil, "changefeed.topics (comma separated)")
 	fl.String("topic-regex", "", "changefeed.topic-regex")
+	fl.String("protocol", "", "changefeed.protocol (open-protocol, canal-json, simple)")
 	fl.String("compression", "", "changefeed.compression (none, snappy, lz4)")
 	fl.String("time-zone", "", "changefeed.time-zone of TIMESTAMP values")
 	fl.Uint64("start-ts", 0, "changefeed.start-ts: checkpoint assumed at the first start (import TSO)")

@@ -1,0 +1,428 @@
+// Package canal decodes TiCDC's canal-json protocol (with the TiDB extension) into the
+// event model of cdc/open, so that the consumer, the applier and everything above them
+// handle every protocol alike.
+//
+// It is a leaf package like cdc/open (no Kafka client, no SQL), so it can be fuzzed and
+// reused by the consumer and `parity decode`. What a canal-json message lacks — which
+// columns form the handle key when the table has no primary key, which are generated,
+// which belong to other unique indexes — is not guessed here: the decoder reports what
+// the message says (pkNames as the handle, types from mysqlType) and the consumer
+// completes the flags from the table's schema (cdc/streamschema.go).
+package canal
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+
+	"github.com/tidb-parity/parity/cdc/open"
+)
+
+// Sentinel errors wrapped by DecodeError; test with errors.Is.
+var (
+	ErrSyntax       = errors.New("invalid JSON")
+	ErrNoExtension  = errors.New("no TiDB extension (_tidb): parity needs the commit ts and the watermarks it carries; create the changefeed with enable-tidb-extension=true in its sink URI")
+	ErrMissingField = errors.New("missing required field")
+	ErrKind         = errors.New("unknown message type")
+	ErrUnknownType  = errors.New("unknown mysqlType")
+	ErrValue        = errors.New("invalid column value")
+	ErrTooLarge     = errors.New("message exceeds the configured limit")
+)
+
+// DecodeError says what could not be decoded: Field names the JSON member ("data[0].c_int",
+// "_tidb.commitTs"), Row the row's index in data (-1 when not about a row).
+type DecodeError struct {
+	Field string
+	Row   int
+	Err   error
+}
+
+func (e *DecodeError) Error() string {
+	var b strings.Builder
+	b.WriteString("decode canal-json record")
+	if e.Field != "" {
+		fmt.Fprintf(&b, ": field %s", e.Field)
+	}
+	b.WriteString(": ")
+	b.WriteString(e.Err.Error())
+	return b.String()
+}
+
+func (e *DecodeError) Unwrap() error { return e.Err }
+
+func fail(field string, err error, format string, a ...any) *DecodeError {
+	if format != "" {
+		err = fmt.Errorf("%w: %s", err, fmt.Sprintf(format, a...))
+	}
+	return &DecodeError{Field: field, Row: -1, Err: err}
+}
+
+// DecoderConfig configures a Decoder.
+type DecoderConfig struct {
+	// MaxMessageBytes bounds one record's value.
+	// Default: 0 (64 MiB)
+	MaxMessageBytes int
+}
+
+// Decoder decodes canal-json records. It holds no state between records and is safe for
+// concurrent use.
+type Decoder struct{ max int }
+
+// NewDecoder returns a decoder.
+func NewDecoder(cfg DecoderConfig) (*Decoder, error) {
+	if cfg.MaxMessageBytes < 0 {
+		return nil, fmt.Errorf("canal decoder config: max-message-bytes must not be negative")
+	}
+	if cfg.MaxMessageBytes == 0 {
+		cfg.MaxMessageBytes = 64 << 20
+	}
+	return &Decoder{max: cfg.MaxMessageBytes}, nil
+}
+
+// message is one canal-json message as TiCDC writes it (tiflow
+// pkg/sink/codec/canal/canal_json_message.go, canalJSONMessageWithTiDBExtension).
+type message struct {
+	Database  string            `json:"database"`
+	Table     string            `json:"table"`
+	PKNames   []string          `json:"pkNames"`
+	IsDDL     bool              `json:"isDdl"`
+	Type      string            `json:"type"`
+	SQL       string            `json:"sql"`
+	MySQLType map[string]string `json:"mysqlType"`
+	Data      []json.RawMessage `json:"data"`
+	Old       []json.RawMessage `json:"old"`
+	TiDB      *struct {
+		CommitTs      *uint64 `json:"commitTs"`
+		WatermarkTs   *uint64 `json:"watermarkTs"`
+		OnlyHandleKey bool    `json:"onlyHandleKey"`
+		ClaimCheck    string  `json:"claimCheckLocation"`
+	} `json:"_tidb"`
+}
+
+// Decode decodes one Kafka record (TiCDC writes canal-json records with an empty key and
+// one message in the value) into its events: a resolved event for a TIDB_WATERMARK, a
+// DDL event, or one row event per element of data.
+func (d *Decoder) Decode(key, value []byte) ([]open.Event, error) {
+	if len(value) > d.max {
+		return nil, fail("", ErrTooLarge, "%d bytes, limit %d", len(value), d.max)
+	}
+	var m message
+	if err := json.Unmarshal(value, &m); err != nil {
+		return nil, fail(jsonField(err), ErrSyntax, "%v", err)
+	}
+	if m.TiDB == nil {
+		return nil, fail("_tidb", ErrNoExtension, "")
+	}
+	if m.Type == "TIDB_WATERMARK" {
+		if m.TiDB.WatermarkTs == nil {
+			return nil, fail("_tidb.watermarkTs", ErrMissingField, "")
+		}
+		return []open.Event{{Kind: open.KindResolved, CommitTs: *m.TiDB.WatermarkTs}}, nil
+	}
+	if m.TiDB.CommitTs == nil || *m.TiDB.CommitTs == 0 {
+		return nil, fail("_tidb.commitTs", ErrMissingField, "")
+	}
+	ts := *m.TiDB.CommitTs
+	if m.IsDDL {
+		if strings.TrimSpace(m.SQL) == "" {
+			return nil, fail("sql", ErrMissingField, "a DDL without its statement")
+		}
+		return []open.Event{{Kind: open.KindDDL, CommitTs: ts, Schema: m.Database, Table: m.Table, Query: m.SQL}}, nil
+	}
+	var op open.Op
+	switch m.Type {
+	case "INSERT":
+		op = open.OpInsert
+	case "UPDATE":
+		op = open.OpUpdate
+	case "DELETE":
+		op = open.OpDelete
+	default:
+		return nil, fail("type", ErrKind, "%q", m.Type)
+	}
+	if m.Table == "" {
+		return nil, fail("table", ErrMissingField, "")
+	}
+	if len(m.Data) == 0 {
+		return nil, fail("data", ErrMissingField, "a %s without rows", m.Type)
+	}
+	if op == open.OpUpdate && len(m.Old) != len(m.Data) {
+		return nil, fail("old", ErrMissingField, "an UPDATE with %d rows in data and %d in old", len(m.Data), len(m.Old))
+	}
+	types, err := columnTypes(m.MySQLType)
+	if err != nil {
+		return nil, err
+	}
+	pk := map[string]bool{}
+	for _, n := range m.PKNames {
+		if _, ok := types[n]; !ok {
+			return nil, fail("pkNames", ErrMissingField, "primary-key column %q has no mysqlType", n)
+		}
+		pk[n] = true
+	}
+	evs := make([]open.Event, 0, len(m.Data))
+	for i, raw := range m.Data {
+		ev := open.Event{Kind: open.KindRow, CommitTs: ts, Schema: m.Database, Table: m.Table, Op: op,
+			OnlyHandleKey: m.TiDB.OnlyHandleKey || m.TiDB.ClaimCheck != "", ClaimCheckLocation: m.TiDB.ClaimCheck}
+		if ev.Columns, err = row(fmt.Sprintf("data[%d]", i), raw, types, pk); err != nil {
+			err.(*DecodeError).Row = i
+			return nil, err
+		}
+		if op == open.OpUpdate {
+			if ev.OldColumns, err = row(fmt.Sprintf("old[%d]", i), m.Old[i], types, pk); err != nil {
+				err.(*DecodeError).Row = i
+				return nil, err
+			}
+		}
+		evs = append(evs, ev)
+	}
+	return evs, nil
+}
+
+// colType is what mysqlType says of a column.
+type colType struct {
+	code  byte
+	flags open.Flag
+	kind  valueKind
+}
+
+type valueKind uint8
+
+const (
+	kindSigned valueKind = iota
+	kindUnsigned
+	kindFloat
+	kindDouble
+	kindText
+	kindBytes
+	kindUint // BIT, ENUM index, SET bitmask
+)
+
+// baseTypes maps TiDB's type names (types.TypeToStr, as TiCDC's canal-json encoder writes
+// them in mysqlType) to the open protocol's type code and value kind.
+var baseTypes = map[string]colType{
+	"tinyint": {code: open.TypeTiny}, "smallint": {code: open.TypeShort},
+	"mediumint": {code: open.TypeInt24}, "int": {code: open.TypeLong}, "bigint": {code: open.TypeLonglong},
+	"year":  {code: open.TypeYear},
+	"float": {code: open.TypeFloat, kind: kindFloat}, "double": {code: open.TypeDouble, kind: kindDouble},
+	"decimal": {code: open.TypeNewDecimal, kind: kindText},
+	"date":    {code: open.TypeDate, kind: kindText}, "datetime": {code: open.TypeDatetime, kind: kindText},
+	"timestamp": {code: open.TypeTimestamp, kind: kindText}, "time": {code: open.TypeDuration, kind: kindText},
+	"json": {code: open.TypeJSON, kind: kindText},
+	"bit":  {code: open.TypeBit, kind: kindUint}, "enum": {code: open.TypeEnum, kind: kindUint},
+	"set":  {code: open.TypeSet, kind: kindUint},
+	"char": {code: open.TypeString, kind: kindText}, "varchar": {code: open.TypeVarchar, kind: kindText},
+	"tinytext": {code: open.TypeTinyBlob, kind: kindText}, "text": {code: open.TypeBlob, kind: kindText},
+	"mediumtext": {code: open.TypeMediumBlob, kind: kindText}, "longtext": {code: open.TypeLongBlob, kind: kindText},
+	"binary": {code: open.TypeString, kind: kindBytes}, "varbinary": {code: open.TypeVarchar, kind: kindBytes},
+	"tinyblob": {code: open.TypeTinyBlob, kind: kindBytes}, "blob": {code: open.TypeBlob, kind: kindBytes},
+	"mediumblob": {code: open.TypeMediumBlob, kind: kindBytes}, "longblob": {code: open.TypeLongBlob, kind: kindBytes},
+}
+
+// columnTypes reads mysqlType: a base type name, then " unsigned" and " zerofill" (with
+// content-compatible, the full type "varchar(40)": the length is dropped).
+func columnTypes(mt map[string]string) (map[string]colType, error) {
+	if len(mt) == 0 {
+		return nil, fail("mysqlType", ErrMissingField, "")
+	}
+	out := make(map[string]colType, len(mt))
+	for name, s := range mt {
+		words := strings.Fields(strings.ToLower(s))
+		if len(words) == 0 {
+			return nil, fail("mysqlType."+name, ErrUnknownType, "%q", s)
+		}
+		base := words[0]
+		if i := strings.IndexByte(base, '('); i > 0 {
+			base = base[:i]
+		}
+		t, ok := baseTypes[base]
+		if !ok {
+			return nil, fail("mysqlType."+name, ErrUnknownType, "%q", s)
+		}
+		for _, w := range words[1:] {
+			switch w {
+			case "unsigned":
+				if t.kind != kindSigned {
+					return nil, fail("mysqlType."+name, ErrUnknownType, "%q: unsigned on a non-integer type", s)
+				}
+				t.kind = kindUnsigned
+				t.flags |= open.FlagUnsigned
+			case "zerofill":
+			default:
+				return nil, fail("mysqlType."+name, ErrUnknownType, "%q", s)
+			}
+		}
+		if hasCharset := (t.kind == kindText && t.code != open.TypeNewDecimal && t.code != open.TypeDate &&
+			t.code != open.TypeDatetime && t.code != open.TypeTimestamp && t.code != open.TypeDuration &&
+			t.code != open.TypeJSON) || t.code == open.TypeEnum || t.code == open.TypeSet; !hasCharset {
+			t.flags |= open.FlagBinary // TiCDC's binary flag: every type without a character set
+		}
+		out[name] = t
+	}
+	return out, nil
+}
+
+// row decodes one element of data or old: a JSON object of column name → string or null,
+// in the table's column order.
+func row(field string, raw json.RawMessage, types map[string]colType, pk map[string]bool) ([]open.Column, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, fail(field, ErrSyntax, "%v", err)
+	}
+	if d, ok := tok.(json.Delim); !ok || d != '{' {
+		return nil, fail(field, ErrValue, "a row is not an object")
+	}
+	cols := make([]open.Column, 0, len(types))
+	seen := make(map[string]bool, len(types))
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, fail(field, ErrSyntax, "%v", err)
+		}
+		name := tok.(string) // object keys are strings
+		f := field + "." + name
+		if seen[name] {
+			return nil, fail(f, ErrValue, "column twice in one row")
+		}
+		seen[name] = true
+		t, ok := types[name]
+		if !ok {
+			return nil, fail(f, ErrMissingField, "column has no mysqlType")
+		}
+		tok, err = dec.Token()
+		if err != nil {
+			return nil, fail(f, ErrSyntax, "%v", err)
+		}
+		c := open.Column{Name: name, Type: t.code, Flags: t.flags}
+		if pk[name] {
+			c.Flags |= open.FlagPrimaryKey | open.FlagHandleKey
+		}
+		switch v := tok.(type) {
+		case nil:
+		case string:
+			if c.Value, err = value(v, t); err != nil {
+				return nil, fail(f, ErrValue, "%v", err)
+			}
+		default:
+			return nil, fail(f, ErrValue, "%T, want a string or null", tok)
+		}
+		cols = append(cols, c)
+	}
+	if _, err := dec.Token(); err != nil { // the closing brace
+		return nil, fail(field, ErrSyntax, "%v", err)
+	}
+	for n := range pk {
+		if !seen[n] {
+			return nil, fail(field+"."+n, ErrMissingField, "primary-key column missing from the row")
+		}
+	}
+	if len(cols) == 0 {
+		return nil, fail(field, ErrMissingField, "a row without columns")
+	}
+	return cols, nil
+}
+
+// value turns a canal-json string into the Go value cdc/open decodes the same column to.
+func value(s string, t colType) (any, error) {
+	switch t.kind {
+	case kindSigned:
+		v, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return nil, err
+		}
+		lo, hi := signedRange(t.code)
+		if v < lo || v > hi {
+			return nil, fmt.Errorf("%d out of range", v)
+		}
+		return v, nil
+	case kindUnsigned:
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			return nil, err
+		}
+		if hi := unsignedMax(t.code); v > hi {
+			return nil, fmt.Errorf("%d out of range", v)
+		}
+		return v, nil
+	case kindUint:
+		return strconv.ParseUint(s, 10, 64)
+	case kindFloat:
+		v, err := strconv.ParseFloat(s, 32)
+		if err != nil {
+			return nil, err
+		}
+		return float64(float32(v)), nil
+	case kindDouble:
+		v, err := strconv.ParseFloat(s, 64)
+		if err != nil {
+			return nil, err
+		}
+		if math.IsInf(v, 0) || math.IsNaN(v) {
+			return nil, fmt.Errorf("%q is not a finite number", s)
+		}
+		return v, nil
+	case kindBytes:
+		return latin1(s)
+	}
+	return s, nil
+}
+
+// latin1 reverses TiCDC's rendering of binary values as ISO-8859-1 text: every byte is
+// the code point of one character.
+func latin1(s string) ([]byte, error) {
+	b := make([]byte, 0, len(s))
+	for i, r := range s {
+		if r > 0xff { // U+FFFD too: what invalid UTF-8 decodes to
+			return nil, fmt.Errorf("character %U at byte %d is not ISO-8859-1", r, i)
+		}
+		b = append(b, byte(r))
+	}
+	return b, nil
+}
+
+func signedRange(code byte) (int64, int64) {
+	switch code {
+	case open.TypeTiny:
+		return math.MinInt8, math.MaxInt8
+	case open.TypeShort:
+		return math.MinInt16, math.MaxInt16
+	case open.TypeInt24:
+		return -1 << 23, 1<<23 - 1
+	case open.TypeLong:
+		return math.MinInt32, math.MaxInt32
+	case open.TypeYear:
+		return 0, 2155
+	}
+	return math.MinInt64, math.MaxInt64
+}
+
+func unsignedMax(code byte) uint64 {
+	switch code {
+	case open.TypeTiny:
+		return math.MaxUint8
+	case open.TypeShort:
+		return math.MaxUint16
+	case open.TypeInt24:
+		return 1<<24 - 1
+	case open.TypeLong:
+		return math.MaxUint32
+	case open.TypeYear:
+		return 2155
+	}
+	return math.MaxUint64
+}
+
+// jsonField names where encoding/json failed, when it says.
+func jsonField(err error) string {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		return te.Field
+	}
+	return ""
+}
