@@ -67,6 +67,8 @@ soak-serve: env-up ## parity serve with continuous verification at a steady load
 bench: env-up build ## performance targets, each printed against its baseline (25-35 minutes)
 	@echo "== open-protocol decoder: MB/s and events/s, ratio against encoding/json"
 	$(ENV) $(GO) test -run='^$$' -bench=. -benchmem ./cdc/open/
+	@echo "== canal-json and simple decoders (TiCDC-made corpora): MB/s beside the open protocol's"
+	$(GO) test -run='^$$' -bench='^BenchmarkDecode$$' -benchmem ./cdc/canal/ ./cdc/simple/
 	@echo "== applier: rows/s against raw multi-row INSERTs, p99 lag at 5,000 rows/s"
 	$(ENV) $(GO) test -run='^$$' -bench='^BenchmarkApplier' -benchtime=1x -timeout=60m ./cdc/e2e/
 	@echo "== verification: applier pause per snapshot pair at 5,000 rows/s; freshness with continuous verification every 30s"
