@@ -13,7 +13,7 @@ import (
 // allTypesBatch returns one Kafka record of 16 all-types row events, encoded like
 // classic TiCDC: the corpus's typical, max, min/empty, NULL and escape inserts, an
 // update and a delete, repeated.
-func allTypesBatch(b *testing.B, comp Compression) Message {
+func allTypesBatch(b testing.TB, comp Compression) Message {
 	b.Helper()
 	var evs []Event
 	for _, c := range loadCorpus(b) {
