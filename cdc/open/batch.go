@@ -29,6 +29,7 @@ type decodeState struct {
 	text []byte    // string values, one after another
 	bin  []byte    // []byte values, one after another
 	rows []rowSpan // per event: where its columns are in cols
+	last span      // the columns section read last
 
 	dbuf  bytes.Buffer     // a decompressed payload
 	lz4   *lz4.Reader      // LZ4 frame reader (and its block buffers)
@@ -95,6 +96,7 @@ func (st *decodeState) begin(events int) {
 func (st *decodeState) reset() {
 	clear(st.cols) // the names
 	st.cols, st.vals, st.text, st.bin, st.rows = st.cols[:0], st.vals[:0], st.text[:0], st.bin[:0], st.rows[:0]
+	st.last = span{}
 	st.sc.data = nil
 	if cap(st.cols)*int(reflect.TypeFor[Column]().Size()) > keepScratchBytes {
 		st.cols, st.vals = nil, nil

@@ -508,7 +508,14 @@ func (st *decodeState) columns(section string, ev *Event) (span, error) {
 			ev.Malformed = append(ev.Malformed, section+"."+string(name))
 			continue
 		}
-		col := Column{Name: st.intern(name)}
+		// The section before (of the same table, mostly) names its columns in the same
+		// order: compare with its name at this position before looking in the map.
+		var col Column
+		if j := len(st.cols) - sp.start; j < st.last.len() && st.cols[st.last.start+j].Name == string(name) {
+			col.Name = st.cols[st.last.start+j].Name
+		} else {
+			col.Name = st.intern(name)
+		}
 		v, err := st.column(&col)
 		if err != nil {
 			var fe *fieldError
@@ -521,6 +528,7 @@ func (st *decodeState) columns(section string, ev *Event) (span, error) {
 		st.vals = append(st.vals, v)
 	}
 	sp.end = len(st.cols)
+	st.last = sp
 	return sp, nil
 }
 

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"strconv"
 	"unicode/utf8"
 )
 
@@ -122,13 +121,13 @@ func (st *decodeState) columnValue(t byte, f Flag, kind tokenKind, raw []byte) (
 		v, err := parseUint(t, raw)
 		return pending{kind: valUint, num: v}, err
 	case classFloat:
-		v, err := strconv.ParseFloat(string(raw), 32)
+		v, err := parseFloat(raw, 32)
 		if err != nil {
 			return pending{}, fmt.Errorf("%w: FLOAT %s", ErrRange, raw)
 		}
 		return pending{kind: valFloat, num: math.Float64bits(v)}, nil
 	case classDouble:
-		v, err := strconv.ParseFloat(string(raw), 64)
+		v, err := parseFloat(raw, 64)
 		if err != nil {
 			return pending{}, fmt.Errorf("%w: DOUBLE %s", ErrRange, raw)
 		}
