@@ -335,6 +335,9 @@ func (st *decodeState) number() ([]byte, error) {
 }
 
 func (st *decodeState) int64() (int64, error) {
+	if v, ok := st.sc.smallUint(); ok {
+		return int64(v), nil
+	}
 	raw, err := st.number()
 	if err != nil {
 		return 0, err
@@ -560,6 +563,11 @@ func (st *decodeState) column(col *Column) (pending, error) {
 			}
 			haveT = true
 		case "f":
+			haveF = true
+			var ok bool
+			if f, ok = s.smallUint(); ok {
+				break
+			}
 			raw, err := st.number()
 			if err != nil {
 				return pending{}, inField("f", err)
@@ -567,7 +575,6 @@ func (st *decodeState) column(col *Column) (pending, error) {
 			if f, err = atou64(raw); err != nil || !isInteger(raw) {
 				return pending{}, inField("f", fmt.Errorf("%w: flags %s", ErrRange, raw))
 			}
-			haveF = true
 		case "h":
 			if handle, err = s.boolean(); err != nil {
 				return pending{}, inField("h", err)

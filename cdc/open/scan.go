@@ -311,6 +311,32 @@ func (s *scanner) number() ([]byte, error) {
 	return data[start:i], nil
 }
 
+// smallUint reads a non-negative integer of at most 18 digits that is a whole JSON
+// number (not followed by a fraction, an exponent or another digit), as column types,
+// flags and the like are. ok is false, and nothing is consumed, for anything else.
+func (s *scanner) smallUint() (v uint64, ok bool) {
+	data, i := s.data, s.pos
+	end := min(len(data), i+19)
+	for ; i < end; i++ {
+		c := data[i]
+		if c < '0' || c > '9' {
+			break
+		}
+		v = v*10 + uint64(c-'0')
+	}
+	n := i - s.pos
+	if n == 0 || n > 18 || (n > 1 && data[s.pos] == '0') {
+		return 0, false
+	}
+	if i < len(data) {
+		if c := data[i]; c == '.' || c == 'e' || c == 'E' || (c >= '0' && c <= '9') {
+			return 0, false
+		}
+	}
+	s.pos = i
+	return v, true
+}
+
 // skipDigits returns the index of the first byte at or after i that is not a decimal digit.
 func skipDigits(data []byte, i int) int {
 	for i < len(data) && data[i] >= '0' && data[i] <= '9' {
