@@ -154,7 +154,7 @@ func (st *decodeState) columnValue(t byte, f Flag, kind tokenKind, raw []byte) (
 		off := len(*dst)
 		n := base64.StdEncoding.DecodedLen(len(raw))
 		*dst = slices.Grow(*dst, n)
-		m, err := base64.StdEncoding.Strict().Decode((*dst)[off:off+n], raw)
+		m, err := strictBase64.Decode((*dst)[off:off+n], raw)
 		if err != nil || !canonicalBase64(raw, m) {
 			return pending{}, fmt.Errorf("%w: %v", ErrBase64, err)
 		}
@@ -163,6 +163,10 @@ func (st *decodeState) columnValue(t byte, f Flag, kind tokenKind, raw []byte) (
 	}
 	return pending{}, nil
 }
+
+// strictBase64 is standard padded base64 rejecting non-zero padding bits (made once:
+// Strict copies the encoding).
+var strictBase64 = base64.StdEncoding.Strict()
 
 func (st *decodeState) appendText(raw []byte) pending {
 	off := len(st.text)
