@@ -47,9 +47,10 @@ type decodeState struct {
 // fed ever new names must not grow without bound).
 const maxNames = 16384
 
-// keepScratchBytes bounds the scratch a state keeps for the next call: after a huge
-// record it is dropped rather than held.
-const keepScratchBytes = 4 << 20
+// keepScratchBytes bounds each scratch buffer a state keeps for the next call (a record
+// of 16 events is typically well under 1 MiB): after a huge record it is dropped rather
+// than held.
+const keepScratchBytes = 1 << 20
 
 // valueKind says what a pending value is.
 type valueKind uint8
@@ -109,6 +110,9 @@ func (st *decodeState) reset() {
 	}
 	if cap(st.sc.sbuf) > keepScratchBytes {
 		st.sc.sbuf = nil
+	}
+	if cap(st.sc.nbuf) > keepScratchBytes {
+		st.sc.nbuf = nil
 	}
 	if st.dbuf.Cap() > keepScratchBytes {
 		st.dbuf = bytes.Buffer{}

@@ -64,7 +64,7 @@ func NewDecoder(cfg DecoderConfig) (*Decoder, error) {
 	if cfg.MaxPayloadBytes == 0 {
 		cfg.MaxPayloadBytes = DefaultDecoderConfig().MaxPayloadBytes
 	}
-	return &Decoder{cfg: cfg, states: make(chan *decodeState, max(2, runtime.GOMAXPROCS(0)))}, nil
+	return &Decoder{cfg: cfg, states: make(chan *decodeState, min(max(2, runtime.GOMAXPROCS(0)), 8))}, nil
 }
 
 // Decode decodes one Kafka record into its events, in order. It returns either every
