@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"io"
-	"sync"
 
 	"github.com/klauspost/compress/snappy"
 	"github.com/pierrec/lz4/v4"
@@ -52,12 +51,9 @@ func compress(c Compression, data []byte) ([]byte, error) {
 	return nil, c.Validate()
 }
 
-// lz4Readers keeps frame readers (and their block buffers, up to 4 MiB each) between
-// payloads.
-var lz4Readers = sync.Pool{New: func() any { return lz4.NewReader(nil) }}
-
-// decompress reverses compress, refusing to produce more than limit bytes.
-func decompress(c Compression, data []byte, limit int) ([]byte, error) {
+// decompress reverses compress into st's scratch (valid until the next payload),
+// refusing to produce more than limit bytes.
+func (st *decodeState) decompress(c Compression, data []byte, limit int) ([]byte, error) {
 	switch c {
 	case "", CompressionNone:
 		return data, nil
@@ -74,25 +70,30 @@ func decompress(c Compression, data []byte, limit int) ([]byte, error) {
 		if n > 22*len(data)+64 {
 			return nil, fmt.Errorf("%w: snappy header claims %d bytes from %d compressed bytes", ErrCompression, n, len(data))
 		}
-		out, err := snappy.Decode(nil, data)
+		st.dbuf.Reset()
+		st.dbuf.Grow(n)
+		out, err := snappy.Decode(st.dbuf.AvailableBuffer()[:n], data)
 		if err != nil {
 			return nil, fmt.Errorf("%w: snappy: %v", ErrCompression, err)
 		}
 		return out, nil
 	case CompressionLZ4:
-		r := lz4Readers.Get().(*lz4.Reader)
-		defer lz4Readers.Put(r)
-		r.Reset(bytes.NewReader(data))
-		var buf bytes.Buffer
-		buf.Grow(min(4*len(data), limit) + 1)
-		n, err := io.Copy(&buf, io.LimitReader(r, int64(limit)+1))
+		if st.lz4 == nil {
+			st.lz4 = lz4.NewReader(nil)
+		}
+		st.lzsrc.Reset(data)
+		st.lz4.Reset(&st.lzsrc)
+		st.lzlim = io.LimitedReader{R: st.lz4, N: int64(limit) + 1}
+		st.dbuf.Reset()
+		st.dbuf.Grow(min(4*len(data), limit) + 1)
+		n, err := st.dbuf.ReadFrom(&st.lzlim)
 		if err != nil {
 			return nil, fmt.Errorf("%w: lz4: %v", ErrCompression, err)
 		}
 		if n > int64(limit) {
 			return nil, fmt.Errorf("%w: lz4 payload exceeds %d bytes", ErrTooLarge, limit)
 		}
-		return buf.Bytes(), nil
+		return st.dbuf.Bytes(), nil
 	}
 	return nil, c.Validate()
 }

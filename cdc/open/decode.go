@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 )
 
@@ -50,6 +51,9 @@ func (c DecoderConfig) Validate() error {
 // and new architecture). It is safe for concurrent use.
 type Decoder struct {
 	cfg DecoderConfig
+	// states keeps the scratch of finished calls for the next ones (a few, for
+	// concurrent callers): see decodeState.
+	states chan *decodeState
 }
 
 // NewDecoder returns a Decoder; zero fields of cfg take their defaults.
@@ -60,11 +64,17 @@ func NewDecoder(cfg DecoderConfig) (*Decoder, error) {
 	if cfg.MaxPayloadBytes == 0 {
 		cfg.MaxPayloadBytes = DefaultDecoderConfig().MaxPayloadBytes
 	}
-	return &Decoder{cfg: cfg}, nil
+	return &Decoder{cfg: cfg, states: make(chan *decodeState, min(max(2, runtime.GOMAXPROCS(0)), 8))}, nil
 }
 
 // Decode decodes one Kafka record into its events, in order. It returns either every
 // event of the record or an error (a *DecodeError); never a partial batch.
+//
+// The events of one record share their memory: one slice holds the columns of all of
+// them, one string the text of every string value, one slice the bytes of every []byte
+// value, and one array per Go type the boxed values (see decodeState.finish). Nothing
+// aliases key, value or the decoder's scratch; a value kept after its event is dropped
+// keeps its record's arenas alive.
 func (d *Decoder) Decode(key, value []byte) ([]Event, error) {
 	return d.decode(key, value, 0)
 }
@@ -113,8 +123,10 @@ func (d *Decoder) decode(key, value []byte, depth int) ([]Event, error) {
 		return nil, &DecodeError{Part: "key", Offset: 8, PayloadOffset: -1, Index: -1,
 			Err: fmt.Errorf("%w: record holds no events", ErrTruncated)}
 	}
+	st := d.state()
+	defer d.release(st)
 	events := make([]Event, nk)
-	st := decodeState{d: d}
+	st.begin(nk)
 	kpos, vpos := 8, 0
 	for i := range events {
 		kl := int(binary.BigEndian.Uint64(key[kpos:]))
@@ -122,20 +134,37 @@ func (d *Decoder) decode(key, value []byte, depth int) ([]Event, error) {
 		kjson := key[kpos+8 : kpos+8+kl]
 		payload := value[vpos+8 : vpos+8+vl]
 		ev := &events[i]
-		var prev *Event
-		if i > 0 {
-			prev = &events[i-1]
-		}
-		if err := st.key(kjson, ev, prev); err != nil {
+		if err := st.key(kjson, ev); err != nil {
 			return nil, locate(err, "key", kpos+8, -1, i)
 		}
-		if err := st.value(ev, prev, payload, kpos+8, vpos+8, i, depth); err != nil {
+		if err := st.value(ev, payload, kpos+8, vpos+8, i, depth); err != nil {
 			return nil, err
 		}
 		kpos += 8 + kl
 		vpos += 8 + vl
 	}
+	st.finish(events)
 	return events, nil
+}
+
+// state returns scratch for one call: a kept one, or a new one.
+func (d *Decoder) state() *decodeState {
+	select {
+	case st := <-d.states:
+		return st
+	default:
+		return &decodeState{d: d, names: make(map[string]string)}
+	}
+}
+
+// release keeps st for a later call unless enough are kept; scratch that grew beyond
+// keepScratchBytes for a huge record is dropped rather than kept.
+func (d *Decoder) release(st *decodeState) {
+	st.reset()
+	select {
+	case d.states <- st:
+	default:
+	}
 }
 
 // locate turns a scanner or value error into a DecodeError at base+position.
@@ -181,13 +210,8 @@ func inField(field string, err error) error {
 	return &fieldError{field: field, err: err}
 }
 
-type decodeState struct {
-	d  *Decoder
-	sc scanner
-}
-
 // key parses a key JSON object into ev.
-func (st *decodeState) key(data []byte, ev *Event, prev *Event) error {
+func (st *decodeState) key(data []byte, ev *Event) error {
 	s := &st.sc
 	s.data, s.pos = data, 0
 	if err := s.expect('{'); err != nil {
@@ -195,10 +219,6 @@ func (st *decodeState) key(data []byte, ev *Event, prev *Event) error {
 	}
 	var haveTs, haveT bool
 	var t int64
-	var prevSchema, prevTable string // the previous event's names, reused when equal
-	if prev != nil {
-		prevSchema, prevTable = prev.Schema, prev.Table
-	}
 	for first := true; ; first = false {
 		name, ok, err := s.member(first)
 		if err != nil {
@@ -218,13 +238,13 @@ func (st *decodeState) key(data []byte, ev *Event, prev *Event) error {
 			}
 			haveTs = true
 		case "scm":
-			v, err := st.string(prevSchema)
+			v, err := st.name()
 			if err != nil {
 				return inField("scm", err)
 			}
 			ev.Schema = v
 		case "tbl":
-			v, err := st.string(prevTable)
+			v, err := st.name()
 			if err != nil {
 				return inField("tbl", err)
 			}
@@ -247,7 +267,7 @@ func (st *decodeState) key(data []byte, ev *Event, prev *Event) error {
 				return inField("ohk", err)
 			}
 		case "ccl":
-			v, err := st.string("")
+			v, err := st.string()
 			if err != nil {
 				return inField("ccl", err)
 			}
@@ -276,23 +296,33 @@ func (st *decodeState) key(data []byte, ev *Event, prev *Event) error {
 	return nil
 }
 
-// string reads a JSON string, reusing same when the bytes are equal (saves an
-// allocation for the schema and table names repeated in a batch).
-func (st *decodeState) string(same string) (string, error) {
+// string reads a JSON string.
+func (st *decodeState) string() (string, error) {
+	b, err := st.stringBytes()
+	if err != nil {
+		return "", err
+	}
+	return string(b), nil
+}
+
+// name reads a JSON string that names something (a schema, a table): interned.
+func (st *decodeState) name() (string, error) {
+	b, err := st.stringBytes()
+	if err != nil {
+		return "", err
+	}
+	return st.intern(b), nil
+}
+
+func (st *decodeState) stringBytes() ([]byte, error) {
 	s := &st.sc
 	if s.peek() != '"' {
-		return "", s.wrongType("a string")
+		return nil, s.wrongType("a string")
 	}
 	var b []byte
 	var err error
 	b, s.sbuf, err = s.str(s.sbuf[:0])
-	if err != nil {
-		return "", err
-	}
-	if string(b) == same {
-		return same, nil
-	}
-	return string(b), nil
+	return b, err
 }
 
 func (st *decodeState) number() ([]byte, error) {
@@ -305,6 +335,9 @@ func (st *decodeState) number() ([]byte, error) {
 }
 
 func (st *decodeState) int64() (int64, error) {
+	if v, ok := st.sc.smallUint(); ok {
+		return int64(v), nil
+	}
 	raw, err := st.number()
 	if err != nil {
 		return 0, err
@@ -318,7 +351,7 @@ func (st *decodeState) int64() (int64, error) {
 
 // value decodes the value frame of event i (payload starts at byte base of the value,
 // the key JSON at keyBase of the key).
-func (st *decodeState) value(ev, prev *Event, payload []byte, keyBase, base, i, depth int) error {
+func (st *decodeState) value(ev *Event, payload []byte, keyBase, base, i, depth int) error {
 	if ev.Kind == KindResolved {
 		return nil // TiCDC writes an empty value; nothing in it is defined
 	}
@@ -327,7 +360,7 @@ func (st *decodeState) value(ev, prev *Event, payload []byte, keyBase, base, i, 
 	payloadBase := -1
 	if !cfg.Compression.none() {
 		var err error
-		data, err = decompress(cfg.Compression, payload, cfg.MaxPayloadBytes)
+		data, err = st.decompress(cfg.Compression, payload, cfg.MaxPayloadBytes)
 		if err != nil {
 			return &DecodeError{Part: "value", Offset: base, PayloadOffset: -1, Index: i, Field: "payload", Err: err}
 		}
@@ -337,7 +370,7 @@ func (st *decodeState) value(ev, prev *Event, payload []byte, keyBase, base, i, 
 	if ev.Kind == KindDDL {
 		err = st.ddl(data, ev)
 	} else {
-		err = st.row(data, ev, prev)
+		err = st.row(data, ev, i)
 	}
 	if err != nil {
 		return locate(err, "value", base, payloadBase, i)
@@ -346,6 +379,7 @@ func (st *decodeState) value(ev, prev *Event, payload []byte, keyBase, base, i, 
 		if err := st.d.claimCheck(ev, depth); err != nil {
 			return &DecodeError{Part: "key", Offset: keyBase, PayloadOffset: -1, Index: i, Field: "ccl", Err: err}
 		}
+		st.rows[i].claimed = true // ev is the object's event now, with memory of its own
 	}
 	return nil
 }
@@ -367,7 +401,7 @@ func (st *decodeState) ddl(data []byte, ev *Event) error {
 		}
 		switch string(name) {
 		case "q":
-			if ev.Query, err = st.string(""); err != nil {
+			if ev.Query, err = st.string(); err != nil {
 				return inField("q", err)
 			}
 			haveQ = true
@@ -399,13 +433,13 @@ func (st *decodeState) ddl(data []byte, ev *Event) error {
 	return nil
 }
 
-func (st *decodeState) row(data []byte, ev, prev *Event) error {
+func (st *decodeState) row(data []byte, ev *Event, i int) error {
 	s := &st.sc
 	s.data, s.pos = data, 0
 	if err := s.expect('{'); err != nil {
 		return err
 	}
-	var u, p, del []Column
+	var u, p, del span
 	for first := true; ; first = false {
 		name, ok, err := s.member(first)
 		if err != nil {
@@ -416,23 +450,11 @@ func (st *decodeState) row(data []byte, ev, prev *Event) error {
 		}
 		switch string(name) {
 		case "u":
-			var hint []Column
-			if prev != nil && prev.Op != OpDelete {
-				hint = prev.Columns
-			}
-			u, err = st.columns("u", hint, ev)
+			u, err = st.columns("u", ev)
 		case "p":
-			var hint []Column
-			if prev != nil {
-				hint = prev.OldColumns
-			}
-			p, err = st.columns("p", hint, ev)
+			p, err = st.columns("p", ev)
 		case "d":
-			var hint []Column
-			if prev != nil && prev.Op == OpDelete {
-				hint = prev.Columns
-			}
-			del, err = st.columns("d", hint, ev)
+			del, err = st.columns("d", ev)
 		default:
 			err = inField(string(name), s.skip(0))
 		}
@@ -443,41 +465,38 @@ func (st *decodeState) row(data []byte, ev, prev *Event) error {
 	if err := s.end(); err != nil {
 		return err
 	}
+	r := &st.rows[i]
 	switch {
-	case len(del) > 0:
-		if len(u) > 0 || len(p) > 0 {
+	case del.len() > 0:
+		if u.len() > 0 || p.len() > 0 {
 			return inField("d", fmt.Errorf("%w: a delete must not carry u or p", ErrSyntax))
 		}
-		ev.Op, ev.Columns = OpDelete, del
-	case len(u) > 0 && len(p) > 0:
-		ev.Op, ev.Columns, ev.OldColumns = OpUpdate, u, p
-	case len(u) > 0:
-		ev.Op, ev.Columns = OpInsert, u
+		ev.Op, r.cols = OpDelete, del
+	case u.len() > 0 && p.len() > 0:
+		ev.Op, r.cols, r.old = OpUpdate, u, p
+	case u.len() > 0:
+		ev.Op, r.cols = OpInsert, u
 	default:
 		return inField("u", ErrEmptyRow)
 	}
 	return nil
 }
 
-// columns reads a name → column object map. hint is the same section of the previous
-// event: its names are reused when equal, and its length sizes the slice.
-func (st *decodeState) columns(section string, hint []Column, ev *Event) ([]Column, error) {
+// columns reads a name → column object map into the record's columns and returns where
+// they are.
+func (st *decodeState) columns(section string, ev *Event) (span, error) {
 	s := &st.sc
 	if c := s.peek(); c == 'n' {
-		return nil, inField(section, s.literal("null"))
+		return span{}, inField(section, s.literal("null"))
 	} else if c != '{' {
-		return nil, inField(section, s.wrongType("an object"))
+		return span{}, inField(section, s.wrongType("an object"))
 	}
 	s.pos++
-	n := len(hint)
-	if n == 0 {
-		n = 8
-	}
-	cols := make([]Column, 0, n)
+	sp := span{start: len(st.cols)}
 	for first := true; ; first = false {
 		name, ok, err := s.member(first)
 		if err != nil {
-			return nil, inField(section, err)
+			return span{}, inField(section, err)
 		}
 		if !ok {
 			break
@@ -487,32 +506,38 @@ func (st *decodeState) columns(section string, hint []Column, ev *Event) ([]Colu
 			// NULL without its name when only-output-updated-columns is on: the members
 			// "t", "f", "v" land directly in the map. Skip them and say so.
 			if err := s.skip(0); err != nil {
-				return nil, inField(section+"."+string(name), err)
+				return span{}, inField(section+"."+string(name), err)
 			}
 			ev.Malformed = append(ev.Malformed, section+"."+string(name))
 			continue
 		}
-		j := len(cols)
+		// The section before (of the same table, mostly) names its columns in the same
+		// order: compare with its name at this position before looking in the map.
 		var col Column
-		if j < len(hint) && hint[j].Name == string(name) {
-			col.Name = hint[j].Name
+		if j := len(st.cols) - sp.start; j < st.last.len() && st.cols[st.last.start+j].Name == string(name) {
+			col.Name = st.cols[st.last.start+j].Name
 		} else {
-			col.Name = string(name)
+			col.Name = st.intern(name)
 		}
-		if err := st.column(&col); err != nil {
+		v, err := st.column(&col)
+		if err != nil {
 			var fe *fieldError
 			if errors.As(err, &fe) {
-				return nil, &fieldError{field: section + "." + col.Name + "." + fe.field, err: fe.err}
+				return span{}, &fieldError{field: section + "." + col.Name + "." + fe.field, err: fe.err}
 			}
-			return nil, inField(section+"."+col.Name, err)
+			return span{}, inField(section+"."+col.Name, err)
 		}
-		cols = append(cols, col)
+		st.cols = append(st.cols, col)
+		st.vals = append(st.vals, v)
 	}
-	return cols, nil
+	sp.end = len(st.cols)
+	st.last = sp
+	return sp, nil
 }
 
-// column reads one {"t","h","f","v"} object into col.
-func (st *decodeState) column(col *Column) error {
+// column reads one {"t","h","f","v"} object into col and returns its value, still to be
+// boxed by finish.
+func (st *decodeState) column(col *Column) (pending, error) {
 	s := &st.sc
 	s.pos++ // '{'
 	var haveT, haveF, haveV, handle bool
@@ -523,7 +548,7 @@ func (st *decodeState) column(col *Column) error {
 	for first := true; ; first = false {
 		name, ok, err := s.member(first)
 		if err != nil {
-			return err
+			return pending{}, err
 		}
 		if !ok {
 			break
@@ -531,24 +556,28 @@ func (st *decodeState) column(col *Column) error {
 		switch string(name) {
 		case "t":
 			if t, err = st.int64(); err != nil {
-				return inField("t", err)
+				return pending{}, inField("t", err)
 			}
 			if t < 0 || t > 255 || !KnownType(byte(t)) {
-				return inField("t", &syntaxError{pos: s.pos, msg: fmt.Sprintf("%v %d", ErrUnknownType, t), err: ErrUnknownType})
+				return pending{}, inField("t", &syntaxError{pos: s.pos, msg: fmt.Sprintf("%v %d", ErrUnknownType, t), err: ErrUnknownType})
 			}
 			haveT = true
 		case "f":
+			haveF = true
+			var ok bool
+			if f, ok = s.smallUint(); ok {
+				break
+			}
 			raw, err := st.number()
 			if err != nil {
-				return inField("f", err)
+				return pending{}, inField("f", err)
 			}
 			if f, err = atou64(raw); err != nil || !isInteger(raw) {
-				return inField("f", fmt.Errorf("%w: flags %s", ErrRange, raw))
+				return pending{}, inField("f", fmt.Errorf("%w: flags %s", ErrRange, raw))
 			}
-			haveF = true
 		case "h":
 			if handle, err = s.boolean(); err != nil {
-				return inField("h", err)
+				return pending{}, inField("h", err)
 			}
 		case "v":
 			haveV = true
@@ -571,34 +600,33 @@ func (st *decodeState) column(col *Column) error {
 				err = s.skip(0)
 			}
 			if err != nil {
-				return inField("v", err)
+				return pending{}, inField("v", err)
 			}
 		default:
 			if err := s.skip(0); err != nil {
-				return inField(string(name), err)
+				return pending{}, inField(string(name), err)
 			}
 		}
 	}
 	if !haveT {
-		return inField("t", ErrMissingField)
+		return pending{}, inField("t", ErrMissingField)
 	}
 	if !haveF {
-		return inField("f", ErrMissingField)
+		return pending{}, inField("f", ErrMissingField)
 	}
 	if !haveV {
-		return inField("v", ErrMissingField)
+		return pending{}, inField("v", ErrMissingField)
 	}
 	col.Type = byte(t)
 	col.Flags = Flag(f)
 	if handle {
 		col.Flags |= FlagHandleKey
 	}
-	v, err := columnValue(col.Type, col.Flags, vKind, vRaw)
+	v, err := st.columnValue(col.Type, col.Flags, vKind, vRaw)
 	if err != nil {
-		return inField("v", &syntaxError{pos: vPos, msg: err.Error(), err: unwrapSentinel(err)})
+		return pending{}, inField("v", &syntaxError{pos: vPos, msg: err.Error(), err: unwrapSentinel(err)})
 	}
-	col.Value = v
-	return nil
+	return v, nil
 }
 
 // unwrapSentinel returns the package sentinel an error wraps.

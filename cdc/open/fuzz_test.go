@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"math"
 	"reflect"
 	"slices"
 	"strconv"
@@ -145,6 +146,31 @@ func FuzzJSONString(f *testing.F) {
 			b, _, err := sc.str(nil)
 			if err != nil || string(b) != ws {
 				t.Fatalf("scanner read %s as %q, %v; want %q", text, b, err, ws)
+			}
+		}
+	})
+}
+
+// FuzzParseFloat checks parseFloat (with its own path for results below the smallest
+// normal number) against strconv.ParseFloat, as float64 and as float32, on numbers
+// built around that range.
+func FuzzParseFloat(f *testing.F) {
+	for _, s := range []string{"5e-324", "4.9406564584124654e-324", "2.4703282292062328e-324", "2.4703282292062327e-324",
+		"2.2250738585072011e-308", "2.225073858507201e-308", "1e-45", "1.4e-45", "7.006492e-46", "7.00649232e-46",
+		"1.1754942e-38", "-0.000001e-320", "123456789012345678901234567890e-340", "1e-400", "-1e-400", "0e-400", "1.5", "0.0"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		sc := scanner{data: []byte(s)}
+		raw, err := sc.number()
+		if err != nil || sc.pos != len(s) {
+			return // not a JSON number
+		}
+		for _, bits := range []int{64, 32} {
+			want, werr := strconv.ParseFloat(s, bits)
+			got, gerr := parseFloat(raw, bits)
+			if (werr == nil) != (gerr == nil) || math.Float64bits(got) != math.Float64bits(want) {
+				t.Fatalf("parseFloat(%q, %d) = %v (%x), %v; strconv %v (%x), %v", s, bits, got, math.Float64bits(got), gerr, want, math.Float64bits(want), werr)
 			}
 		}
 	})

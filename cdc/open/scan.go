@@ -1,6 +1,7 @@
 package open
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"unicode/utf16"
@@ -38,7 +39,15 @@ func (s *scanner) errorf(format string, args ...any) error {
 	return &syntaxError{pos: s.pos, msg: fmt.Sprintf(format, args...), err: ErrSyntax}
 }
 
+// ws skips white space. TiCDC writes none, so the first test nearly always ends it.
 func (s *scanner) ws() {
+	if s.pos < len(s.data) && s.data[s.pos] > ' ' {
+		return
+	}
+	s.wsSlow()
+}
+
+func (s *scanner) wsSlow() {
 	for s.pos < len(s.data) {
 		switch s.data[s.pos] {
 		case ' ', '\t', '\n', '\r':
@@ -88,6 +97,22 @@ func (s *scanner) end() error {
 // member reads the next member name of an object whose '{' was consumed, and the ':'
 // after it. ok is false at the closing '}' (which is consumed).
 func (s *scanner) member(first bool) (name []byte, ok bool, err error) {
+	// Fast path, what TiCDC writes: no white space, and an ASCII name without escapes
+	// directly followed by ':'. Anything else takes the general path below.
+	data, i := s.data, s.pos
+	if !first && i < len(data) && data[i] == ',' {
+		i++
+	}
+	if i < len(data) && data[i] == '"' && (first || i > s.pos) {
+		j := i + 1
+		for j < len(data) && plainASCII[data[j]] {
+			j++
+		}
+		if j+1 < len(data) && data[j] == '"' && data[j+1] == ':' {
+			s.pos = j + 2
+			return data[i+1 : j], true, nil
+		}
+	}
 	c := s.peek()
 	if c == '}' {
 		s.pos++
@@ -121,13 +146,18 @@ func (s *scanner) str(buf []byte) (out, scratch []byte, err error) {
 	start := s.pos
 	data := s.data
 	i := s.pos
+	// Eight bytes at a time while none of them is special ('"', '\\', a control
+	// character or a byte of a multi-byte sequence).
+	for len(data)-i >= 8 && !special8(binary.LittleEndian.Uint64(data[i:])) {
+		i += 8
+	}
 	for i < len(data) {
 		c := data[i]
 		if c == '"' {
 			s.pos = i + 1
 			return data[start:i], buf, nil
 		}
-		if c == '\\' || c < 0x20 || c >= utf8.RuneSelf {
+		if !plainASCII[c] {
 			break
 		}
 		i++
@@ -195,6 +225,25 @@ func (s *scanner) str(buf []byte) (out, scratch []byte, err error) {
 	return nil, buf, s.errorf("unterminated string")
 }
 
+// plainASCII is true for the bytes a JSON string holds as they are: printable ASCII
+// other than '"' and '\\'.
+var plainASCII = func() (t [256]bool) {
+	for c := 0x20; c < 0x80; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
+
+// special8 reports whether any of the eight bytes in w is '"', '\\', below 0x20 or at
+// least 0x80 (the classic "has a zero byte" and "has a byte less than n" bit tricks:
+// exact about whether such a byte exists, not where).
+func special8(w uint64) bool {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	quote := w ^ (ones * '"')
+	backslash := w ^ (ones * '\\')
+	return ((quote-ones)&^quote|(backslash-ones)&^backslash|(w-ones*0x20)|w)&highs != 0
+}
+
 // unescapes maps the byte after a backslash to the byte it stands for; 0 where it is not
 // a two-byte escape.
 var unescapes = [256]byte{'"': '"', '\\': '\\', '/': '/', 'b': '\b', 'f': '\f', 'n': '\n', 'r': '\r', 't': '\t'}
@@ -260,6 +309,32 @@ func (s *scanner) number() ([]byte, error) {
 	}
 	s.pos = i
 	return data[start:i], nil
+}
+
+// smallUint reads a non-negative integer of at most 18 digits that is a whole JSON
+// number (not followed by a fraction, an exponent or another digit), as column types,
+// flags and the like are. ok is false, and nothing is consumed, for anything else.
+func (s *scanner) smallUint() (v uint64, ok bool) {
+	data, i := s.data, s.pos
+	end := min(len(data), i+19)
+	for ; i < end; i++ {
+		c := data[i]
+		if c < '0' || c > '9' {
+			break
+		}
+		v = v*10 + uint64(c-'0')
+	}
+	n := i - s.pos
+	if n == 0 || n > 18 || (n > 1 && data[s.pos] == '0') {
+		return 0, false
+	}
+	if i < len(data) {
+		if c := data[i]; c == '.' || c == 'e' || c == 'E' || (c >= '0' && c <= '9') {
+			return 0, false
+		}
+	}
+	s.pos = i
+	return v, true
 }
 
 // skipDigits returns the index of the first byte at or after i that is not a decimal digit.

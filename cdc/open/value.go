@@ -3,7 +3,8 @@ package open
 import (
 	"encoding/base64"
 	"fmt"
-	"strconv"
+	"math"
+	"slices"
 	"unicode/utf8"
 )
 
@@ -86,16 +87,17 @@ const (
 
 var kindNames = [...]string{"null", "number", "string", "boolean", "object or array"}
 
-// columnValue converts a column's raw JSON value into the Go value documented on Column.
-// raw is the number text or the unescaped string bytes (which may alias a scratch buffer;
-// the result never does).
-func columnValue(t byte, f Flag, kind tokenKind, raw []byte) (any, error) {
+// columnValue converts a column's raw JSON value into the value documented on Column,
+// held as a pending value until finish boxes it: numbers in place, text and bytes
+// appended to the record's arenas. raw is the number text or the unescaped string bytes
+// (which may alias a scratch buffer; the arenas never do).
+func (st *decodeState) columnValue(t byte, f Flag, kind tokenKind, raw []byte) (pending, error) {
 	class := typeClasses[t]
 	if class == classUnknown {
-		return nil, fmt.Errorf("%w %d", ErrUnknownType, t)
+		return pending{}, fmt.Errorf("%w %d", ErrUnknownType, t)
 	}
 	if kind == tokNull {
-		return nil, nil
+		return pending{}, nil
 	}
 	want := tokString
 	switch class {
@@ -105,48 +107,71 @@ func columnValue(t byte, f Flag, kind tokenKind, raw []byte) (any, error) {
 		want = tokNull
 	}
 	if kind != want {
-		return nil, fmt.Errorf("%w: type %d wants a %s, got a %s", ErrValue, t, kindNames[want], kindNames[kind])
+		return pending{}, fmt.Errorf("%w: type %d wants a %s, got a %s", ErrValue, t, kindNames[want], kindNames[kind])
 	}
 	switch class {
 	case classInt, classYear:
 		if class == classInt && f&FlagUnsigned != 0 {
-			return parseUint(t, raw)
+			v, err := parseUint(t, raw)
+			return pending{kind: valUint, num: v}, err
 		}
-		return parseInt(t, raw)
+		v, err := parseInt(t, raw)
+		return pending{kind: valInt, num: uint64(v)}, err
 	case classUint:
-		return parseUint(t, raw)
+		v, err := parseUint(t, raw)
+		return pending{kind: valUint, num: v}, err
 	case classFloat:
-		v, err := strconv.ParseFloat(string(raw), 32)
+		v, err := parseFloat(raw, 32)
 		if err != nil {
-			return nil, fmt.Errorf("%w: FLOAT %s", ErrRange, raw)
+			return pending{}, fmt.Errorf("%w: FLOAT %s", ErrRange, raw)
 		}
-		return v, nil
+		return pending{kind: valFloat, num: math.Float64bits(v)}, nil
 	case classDouble:
-		v, err := strconv.ParseFloat(string(raw), 64)
+		v, err := parseFloat(raw, 64)
 		if err != nil {
-			return nil, fmt.Errorf("%w: DOUBLE %s", ErrRange, raw)
+			return pending{}, fmt.Errorf("%w: DOUBLE %s", ErrRange, raw)
 		}
-		return v, nil
+		return pending{kind: valFloat, num: math.Float64bits(v)}, nil
 	case classText:
-		return string(raw), nil
+		return st.appendText(raw), nil
 	case classChar:
 		if f&FlagBinary != 0 {
-			return goUnquote(raw)
+			off := len(st.bin)
+			var err error
+			if st.bin, err = appendUnquoted(st.bin, raw); err != nil {
+				st.bin = st.bin[:off]
+				return pending{}, err
+			}
+			return pending{kind: valBytes, off: off, end: len(st.bin)}, nil
 		}
-		return string(raw), nil
+		return st.appendText(raw), nil
 	case classBlob:
-		n := base64.StdEncoding.DecodedLen(len(raw))
-		out := make([]byte, n)
-		m, err := base64.StdEncoding.Strict().Decode(out, raw)
-		if err != nil || !canonicalBase64(raw, m) {
-			return nil, fmt.Errorf("%w: %v", ErrBase64, err)
-		}
+		dst := &st.text
+		kind := valString
 		if f&FlagBinary != 0 {
-			return out[:m], nil
+			dst, kind = &st.bin, valBytes
 		}
-		return string(out[:m]), nil
+		off := len(*dst)
+		n := base64.StdEncoding.DecodedLen(len(raw))
+		*dst = slices.Grow(*dst, n)
+		m, err := strictBase64.Decode((*dst)[off:off+n], raw)
+		if err != nil || !canonicalBase64(raw, m) {
+			return pending{}, fmt.Errorf("%w: %v", ErrBase64, err)
+		}
+		*dst = (*dst)[:off+m]
+		return pending{kind: kind, off: off, end: off + m}, nil
 	}
-	return nil, nil
+	return pending{}, nil
+}
+
+// strictBase64 is standard padded base64 rejecting non-zero padding bits (made once:
+// Strict copies the encoding).
+var strictBase64 = base64.StdEncoding.Strict()
+
+func (st *decodeState) appendText(raw []byte) pending {
+	off := len(st.text)
+	st.text = append(st.text, raw...)
+	return pending{kind: valString, off: off, end: len(st.text)}
 }
 
 // canonicalBase64 rejects the line breaks the standard decoder skips: TiCDC (encoding/json)
@@ -164,26 +189,26 @@ func isInteger(raw []byte) bool {
 	return true
 }
 
-func parseInt(t byte, raw []byte) (any, error) {
+func parseInt(t byte, raw []byte) (int64, error) {
 	if !isInteger(raw) {
-		return nil, fmt.Errorf("%w: type %d wants an integer, got %s", ErrValue, t, raw)
+		return 0, fmt.Errorf("%w: type %d wants an integer, got %s", ErrValue, t, raw)
 	}
 	v, err := atoi64(raw)
 	minS, maxS, _ := intRange(t)
 	if err != nil || v < minS || v > maxS {
-		return nil, fmt.Errorf("%w: %s for type %d (range %d..%d)", ErrRange, raw, t, minS, maxS)
+		return 0, fmt.Errorf("%w: %s for type %d (range %d..%d)", ErrRange, raw, t, minS, maxS)
 	}
 	return v, nil
 }
 
-func parseUint(t byte, raw []byte) (any, error) {
+func parseUint(t byte, raw []byte) (uint64, error) {
 	if !isInteger(raw) {
-		return nil, fmt.Errorf("%w: type %d wants an integer, got %s", ErrValue, t, raw)
+		return 0, fmt.Errorf("%w: type %d wants an integer, got %s", ErrValue, t, raw)
 	}
 	v, err := atou64(raw)
 	_, _, maxU := intRange(t)
 	if err != nil || v > maxU {
-		return nil, fmt.Errorf("%w: %s for unsigned type %d (range 0..%d)", ErrRange, raw, t, maxU)
+		return 0, fmt.Errorf("%w: %s for unsigned type %d (range 0..%d)", ErrRange, raw, t, maxU)
 	}
 	return v, nil
 }
@@ -232,38 +257,124 @@ func atoi64(raw []byte) (int64, error) {
 }
 
 // goUnquote reverses strconv.Quote without the outer quotes, as tiflow's decoder does
-// with strconv.Unquote("\"" + s + "\"").
+// with strconv.Unquote("\"" + s + "\""). The result is never nil: ” is not NULL.
 func goUnquote(raw []byte) ([]byte, error) {
-	plain := true
-	for _, c := range raw {
-		if c == '\\' || c == '"' || c == '\n' {
-			plain = false
-			break
+	return appendUnquoted(make([]byte, 0, len(raw)), raw)
+}
+
+// appendUnquoted appends goUnquote(raw) to out. It reads escapes exactly as
+// strconv.UnquoteChar does (FuzzQuoted checks it against strconv.Unquote), over the
+// bytes, without converting them to a string.
+func appendUnquoted(out, raw []byte) ([]byte, error) {
+	for i := 0; i < len(raw); {
+		c := raw[i]
+		switch {
+		case c == '\\':
+		case c == '\n':
+			return out, fmt.Errorf("%w: newline", ErrQuoted)
+		case c == '"':
+			return out, quotedError(raw[i:])
+		case c < utf8.RuneSelf:
+			out = append(out, c)
+			i++
+			continue
+		default:
+			r, size := utf8.DecodeRune(raw[i:])
+			if r == utf8.RuneError && size == 1 {
+				out = utf8.AppendRune(out, r)
+			} else {
+				out = append(out, raw[i:i+size]...)
+			}
+			i += size
+			continue
 		}
-	}
-	if plain && utf8.Valid(raw) {
-		out := make([]byte, len(raw)) // non-nil even when empty: '' is not NULL
-		copy(out, raw)
-		return out, nil
-	}
-	out := make([]byte, 0, len(raw))
-	s := string(raw)
-	for len(s) > 0 {
-		if s[0] == '\n' {
-			return nil, fmt.Errorf("%w: newline", ErrQuoted)
+		// A backslash escape.
+		if i+1 >= len(raw) {
+			return out, quotedError(raw[i:])
 		}
-		r, multibyte, tail, err := strconv.UnquoteChar(s, '"')
-		if err != nil {
-			return nil, fmt.Errorf("%w: at %q", ErrQuoted, truncate(s, 12))
-		}
-		s = tail
-		if r < utf8.RuneSelf || !multibyte {
-			out = append(out, byte(r))
-		} else {
-			out = utf8.AppendRune(out, r)
+		e, at := raw[i+1], i
+		i += 2
+		switch e {
+		case 'a':
+			out = append(out, '\a')
+		case 'b':
+			out = append(out, '\b')
+		case 'f':
+			out = append(out, '\f')
+		case 'n':
+			out = append(out, '\n')
+		case 'r':
+			out = append(out, '\r')
+		case 't':
+			out = append(out, '\t')
+		case 'v':
+			out = append(out, '\v')
+		case '\\', '"':
+			out = append(out, e)
+		case 'x', 'u', 'U':
+			n := 2
+			if e == 'u' {
+				n = 4
+			} else if e == 'U' {
+				n = 8
+			}
+			if len(raw)-i < n {
+				return out, quotedError(raw[at:])
+			}
+			var v rune
+			for _, h := range raw[i : i+n] {
+				x, ok := unhex(h)
+				if !ok {
+					return out, quotedError(raw[at:])
+				}
+				v = v<<4 | x
+			}
+			i += n
+			if e == 'x' {
+				out = append(out, byte(v)) // a single byte, possibly not UTF-8
+				break
+			}
+			if !utf8.ValidRune(v) {
+				return out, quotedError(raw[at:])
+			}
+			out = utf8.AppendRune(out, v)
+		case '0', '1', '2', '3', '4', '5', '6', '7':
+			v := rune(e - '0')
+			if len(raw)-i < 2 {
+				return out, quotedError(raw[at:])
+			}
+			for _, o := range raw[i : i+2] {
+				if o < '0' || o > '7' {
+					return out, quotedError(raw[at:])
+				}
+				v = v<<3 | rune(o-'0')
+			}
+			i += 2
+			if v > 255 {
+				return out, quotedError(raw[at:])
+			}
+			out = append(out, byte(v))
+		default:
+			return out, quotedError(raw[at:])
 		}
 	}
 	return out, nil
+}
+
+func quotedError(rest []byte) error {
+	return fmt.Errorf("%w: at %q", ErrQuoted, truncate(string(rest), 12))
+}
+
+func unhex(c byte) (rune, bool) {
+	switch {
+	case c >= '0' && c <= '9':
+		return rune(c - '0'), true
+	case c >= 'a' && c <= 'f':
+		return rune(c - 'a' + 10), true
+	case c >= 'A' && c <= 'F':
+		return rune(c - 'A' + 10), true
+	}
+	return 0, false
 }
 
 func truncate(s string, n int) string {

@@ -1,0 +1,663 @@
+package reference
+
+import (
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// BatchVersion is the only key format version TiCDC writes (codec.BatchVersion1).
+const BatchVersion = 1
+
+// DecoderConfig configures a Decoder.
+type DecoderConfig struct {
+	// Compression of row and DDL payloads (TiCDC's large-message-handle-compression).
+	// Default: "none".
+	Compression Compression
+	// ClaimCheck loads the claim-check object at location (the key's "ccl", e.g.
+	// "file:///data/ticdc-claim-check-storage/<uuid>.json"). Default: nil, which makes
+	// claim-check records an error unless KeepClaimCheck is set.
+	ClaimCheck func(location string) ([]byte, error)
+	// KeepClaimCheck decodes claim-check records as they are on Kafka (handle-key-only
+	// columns, ClaimCheckLocation set) instead of loading the object. Default: false.
+	KeepClaimCheck bool
+	// MaxPayloadBytes bounds a decompressed payload and a claim-check object.
+	// Default: 256 MiB.
+	MaxPayloadBytes int
+}
+
+// DefaultDecoderConfig returns the defaults documented on DecoderConfig.
+func DefaultDecoderConfig() DecoderConfig {
+	return DecoderConfig{Compression: CompressionNone, MaxPayloadBytes: 256 << 20}
+}
+
+// Validate reports every problem with the configuration.
+func (c DecoderConfig) Validate() error {
+	var errs []error
+	if err := c.Compression.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("compression: %w", err))
+	}
+	if c.MaxPayloadBytes < 0 {
+		errs = append(errs, fmt.Errorf("max-payload-bytes: must not be negative, got %d", c.MaxPayloadBytes))
+	}
+	return errors.Join(errs...)
+}
+
+// Decoder decodes Kafka records written by TiCDC's open-protocol encoders (classic tiflow
+// and new architecture). It is safe for concurrent use.
+type Decoder struct {
+	cfg DecoderConfig
+}
+
+// NewDecoder returns a Decoder; zero fields of cfg take their defaults.
+func NewDecoder(cfg DecoderConfig) (*Decoder, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("open decoder config: %w", err)
+	}
+	if cfg.MaxPayloadBytes == 0 {
+		cfg.MaxPayloadBytes = DefaultDecoderConfig().MaxPayloadBytes
+	}
+	return &Decoder{cfg: cfg}, nil
+}
+
+// Decode decodes one Kafka record into its events, in order. It returns either every
+// event of the record or an error (a *DecodeError); never a partial batch.
+func (d *Decoder) Decode(key, value []byte) ([]Event, error) {
+	return d.decode(key, value, 0)
+}
+
+// countFrames counts the length-prefixed frames of a record part after skip bytes,
+// checking that every length fits in what is left.
+func countFrames(part string, b []byte, skip int) (int, error) {
+	n := 0
+	for pos := skip; pos < len(b); n++ {
+		if len(b)-pos < 8 {
+			return 0, &DecodeError{Part: part, Offset: pos, PayloadOffset: -1, Index: n, Field: "length",
+				Err: fmt.Errorf("%w: %d bytes left, need 8 for a length", ErrTruncated, len(b)-pos)}
+		}
+		l := binary.BigEndian.Uint64(b[pos:])
+		if l > uint64(len(b)-pos-8) {
+			return 0, &DecodeError{Part: part, Offset: pos, PayloadOffset: -1, Index: n, Field: "length",
+				Err: fmt.Errorf("%w: length %d, %d bytes left", ErrLength, l, len(b)-pos-8)}
+		}
+		pos += 8 + int(l)
+	}
+	return n, nil
+}
+
+func (d *Decoder) decode(key, value []byte, depth int) ([]Event, error) {
+	if len(key) < 8 {
+		return nil, &DecodeError{Part: "key", PayloadOffset: -1, Index: -1, Field: "version",
+			Err: fmt.Errorf("%w: key has %d bytes, need 8 for the version", ErrTruncated, len(key))}
+	}
+	if v := binary.BigEndian.Uint64(key); v != BatchVersion {
+		return nil, &DecodeError{Part: "key", PayloadOffset: -1, Index: -1, Field: "version",
+			Err: fmt.Errorf("%w %d", ErrVersion, v)}
+	}
+	nk, err := countFrames("key", key, 8)
+	if err != nil {
+		return nil, err
+	}
+	nv, err := countFrames("value", value, 0)
+	if err != nil {
+		return nil, err
+	}
+	if nk != nv {
+		return nil, &DecodeError{Part: "value", Offset: 0, PayloadOffset: -1, Index: min(nk, nv),
+			Err: fmt.Errorf("%w: %d keys, %d values", ErrCountMismatch, nk, nv)}
+	}
+	if nk == 0 {
+		return nil, &DecodeError{Part: "key", Offset: 8, PayloadOffset: -1, Index: -1,
+			Err: fmt.Errorf("%w: record holds no events", ErrTruncated)}
+	}
+	events := make([]Event, nk)
+	st := decodeState{d: d}
+	kpos, vpos := 8, 0
+	for i := range events {
+		kl := int(binary.BigEndian.Uint64(key[kpos:]))
+		vl := int(binary.BigEndian.Uint64(value[vpos:]))
+		kjson := key[kpos+8 : kpos+8+kl]
+		payload := value[vpos+8 : vpos+8+vl]
+		ev := &events[i]
+		var prev *Event
+		if i > 0 {
+			prev = &events[i-1]
+		}
+		if err := st.key(kjson, ev, prev); err != nil {
+			return nil, locate(err, "key", kpos+8, -1, i)
+		}
+		if err := st.value(ev, prev, payload, kpos+8, vpos+8, i, depth); err != nil {
+			return nil, err
+		}
+		kpos += 8 + kl
+		vpos += 8 + vl
+	}
+	return events, nil
+}
+
+// locate turns a scanner or value error into a DecodeError at base+position.
+func locate(err error, part string, base, payloadBase, index int) error {
+	var de *DecodeError
+	if errors.As(err, &de) {
+		return err
+	}
+	pe := &DecodeError{Part: part, Offset: base, PayloadOffset: -1, Index: index, Err: err}
+	var fe *fieldError
+	if errors.As(err, &fe) {
+		pe.Field = fe.field
+		pe.Err = fe.err
+		err = fe.err
+	}
+	if se, ok := asSyntax(err); ok {
+		if payloadBase >= 0 {
+			pe.PayloadOffset = se.pos
+		} else {
+			pe.Offset = base + se.pos
+		}
+	}
+	return pe
+}
+
+// fieldError names the JSON field an error belongs to.
+type fieldError struct {
+	field string
+	err   error
+}
+
+func (e *fieldError) Error() string { return e.field + ": " + e.err.Error() }
+func (e *fieldError) Unwrap() error { return e.err }
+
+func inField(field string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var fe *fieldError
+	if errors.As(err, &fe) {
+		return err
+	}
+	return &fieldError{field: field, err: err}
+}
+
+type decodeState struct {
+	d  *Decoder
+	sc scanner
+}
+
+// key parses a key JSON object into ev.
+func (st *decodeState) key(data []byte, ev *Event, prev *Event) error {
+	s := &st.sc
+	s.data, s.pos = data, 0
+	if err := s.expect('{'); err != nil {
+		return err
+	}
+	var haveTs, haveT bool
+	var t int64
+	var prevSchema, prevTable string // the previous event's names, reused when equal
+	if prev != nil {
+		prevSchema, prevTable = prev.Schema, prev.Table
+	}
+	for first := true; ; first = false {
+		name, ok, err := s.member(first)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			break
+		}
+		switch string(name) {
+		case "ts":
+			raw, err := st.number()
+			if err != nil {
+				return inField("ts", err)
+			}
+			if ev.CommitTs, err = atou64(raw); err != nil || !isInteger(raw) {
+				return inField("ts", &syntaxError{pos: s.pos - len(raw), msg: fmt.Sprintf("ts %s is not a uint64", raw), err: ErrRange})
+			}
+			haveTs = true
+		case "scm":
+			v, err := st.string(prevSchema)
+			if err != nil {
+				return inField("scm", err)
+			}
+			ev.Schema = v
+		case "tbl":
+			v, err := st.string(prevTable)
+			if err != nil {
+				return inField("tbl", err)
+			}
+			ev.Table = v
+		case "rid":
+			if ev.RowID, err = st.int64(); err != nil {
+				return inField("rid", err)
+			}
+		case "ptn":
+			if ev.Partition, err = st.int64(); err != nil {
+				return inField("ptn", err)
+			}
+		case "t":
+			if t, err = st.int64(); err != nil {
+				return inField("t", err)
+			}
+			haveT = true
+		case "ohk":
+			if ev.OnlyHandleKey, err = s.boolean(); err != nil {
+				return inField("ohk", err)
+			}
+		case "ccl":
+			v, err := st.string("")
+			if err != nil {
+				return inField("ccl", err)
+			}
+			ev.ClaimCheckLocation = v
+		default:
+			if err := s.skip(0); err != nil {
+				return inField(string(name), err)
+			}
+		}
+	}
+	if err := s.end(); err != nil {
+		return err
+	}
+	if !haveTs {
+		return inField("ts", ErrMissingField)
+	}
+	if !haveT {
+		return inField("t", ErrMissingField)
+	}
+	switch t {
+	case int64(KindRow), int64(KindDDL), int64(KindResolved):
+		ev.Kind = Kind(t)
+	default:
+		return inField("t", fmt.Errorf("%w %d", ErrKind, t))
+	}
+	return nil
+}
+
+// string reads a JSON string, reusing same when the bytes are equal (saves an
+// allocation for the schema and table names repeated in a batch).
+func (st *decodeState) string(same string) (string, error) {
+	s := &st.sc
+	if s.peek() != '"' {
+		return "", s.wrongType("a string")
+	}
+	var b []byte
+	var err error
+	b, s.sbuf, err = s.str(s.sbuf[:0])
+	if err != nil {
+		return "", err
+	}
+	if string(b) == same {
+		return same, nil
+	}
+	return string(b), nil
+}
+
+func (st *decodeState) number() ([]byte, error) {
+	s := &st.sc
+	c := s.peek()
+	if c != '-' && (c < '0' || c > '9') {
+		return nil, s.wrongType("a number")
+	}
+	return s.number()
+}
+
+func (st *decodeState) int64() (int64, error) {
+	raw, err := st.number()
+	if err != nil {
+		return 0, err
+	}
+	v, err := atoi64(raw)
+	if err != nil || !isInteger(raw) {
+		return 0, &syntaxError{pos: st.sc.pos - len(raw), msg: fmt.Sprintf("%s is not an int64", raw), err: ErrRange}
+	}
+	return v, nil
+}
+
+// value decodes the value frame of event i (payload starts at byte base of the value,
+// the key JSON at keyBase of the key).
+func (st *decodeState) value(ev, prev *Event, payload []byte, keyBase, base, i, depth int) error {
+	if ev.Kind == KindResolved {
+		return nil // TiCDC writes an empty value; nothing in it is defined
+	}
+	cfg := &st.d.cfg
+	data := payload
+	payloadBase := -1
+	if !cfg.Compression.none() {
+		var err error
+		data, err = decompress(cfg.Compression, payload, cfg.MaxPayloadBytes)
+		if err != nil {
+			return &DecodeError{Part: "value", Offset: base, PayloadOffset: -1, Index: i, Field: "payload", Err: err}
+		}
+		payloadBase = 0
+	}
+	var err error
+	if ev.Kind == KindDDL {
+		err = st.ddl(data, ev)
+	} else {
+		err = st.row(data, ev, prev)
+	}
+	if err != nil {
+		return locate(err, "value", base, payloadBase, i)
+	}
+	if ev.Kind == KindRow && ev.ClaimCheckLocation != "" && !cfg.KeepClaimCheck {
+		if err := st.d.claimCheck(ev, depth); err != nil {
+			return &DecodeError{Part: "key", Offset: keyBase, PayloadOffset: -1, Index: i, Field: "ccl", Err: err}
+		}
+	}
+	return nil
+}
+
+func (st *decodeState) ddl(data []byte, ev *Event) error {
+	s := &st.sc
+	s.data, s.pos = data, 0
+	if err := s.expect('{'); err != nil {
+		return err
+	}
+	var haveQ, haveT bool
+	for first := true; ; first = false {
+		name, ok, err := s.member(first)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			break
+		}
+		switch string(name) {
+		case "q":
+			if ev.Query, err = st.string(""); err != nil {
+				return inField("q", err)
+			}
+			haveQ = true
+		case "t":
+			t, err := st.int64()
+			if err != nil {
+				return inField("t", err)
+			}
+			if t < 0 || t > 1<<31-1 {
+				return inField("t", fmt.Errorf("%w: DDL type %d", ErrRange, t))
+			}
+			ev.DDLType = int(t)
+			haveT = true
+		default:
+			if err := s.skip(0); err != nil {
+				return inField(string(name), err)
+			}
+		}
+	}
+	if err := s.end(); err != nil {
+		return err
+	}
+	if !haveQ {
+		return inField("q", ErrMissingField)
+	}
+	if !haveT {
+		return inField("t", ErrMissingField)
+	}
+	return nil
+}
+
+func (st *decodeState) row(data []byte, ev, prev *Event) error {
+	s := &st.sc
+	s.data, s.pos = data, 0
+	if err := s.expect('{'); err != nil {
+		return err
+	}
+	var u, p, del []Column
+	for first := true; ; first = false {
+		name, ok, err := s.member(first)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			break
+		}
+		switch string(name) {
+		case "u":
+			var hint []Column
+			if prev != nil && prev.Op != OpDelete {
+				hint = prev.Columns
+			}
+			u, err = st.columns("u", hint, ev)
+		case "p":
+			var hint []Column
+			if prev != nil {
+				hint = prev.OldColumns
+			}
+			p, err = st.columns("p", hint, ev)
+		case "d":
+			var hint []Column
+			if prev != nil && prev.Op == OpDelete {
+				hint = prev.Columns
+			}
+			del, err = st.columns("d", hint, ev)
+		default:
+			err = inField(string(name), s.skip(0))
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if err := s.end(); err != nil {
+		return err
+	}
+	switch {
+	case len(del) > 0:
+		if len(u) > 0 || len(p) > 0 {
+			return inField("d", fmt.Errorf("%w: a delete must not carry u or p", ErrSyntax))
+		}
+		ev.Op, ev.Columns = OpDelete, del
+	case len(u) > 0 && len(p) > 0:
+		ev.Op, ev.Columns, ev.OldColumns = OpUpdate, u, p
+	case len(u) > 0:
+		ev.Op, ev.Columns = OpInsert, u
+	default:
+		return inField("u", ErrEmptyRow)
+	}
+	return nil
+}
+
+// columns reads a name → column object map. hint is the same section of the previous
+// event: its names are reused when equal, and its length sizes the slice.
+func (st *decodeState) columns(section string, hint []Column, ev *Event) ([]Column, error) {
+	s := &st.sc
+	if c := s.peek(); c == 'n' {
+		return nil, inField(section, s.literal("null"))
+	} else if c != '{' {
+		return nil, inField(section, s.wrongType("an object"))
+	}
+	s.pos++
+	n := len(hint)
+	if n == 0 {
+		n = 8
+	}
+	cols := make([]Column, 0, n)
+	for first := true; ; first = false {
+		name, ok, err := s.member(first)
+		if err != nil {
+			return nil, inField(section, err)
+		}
+		if !ok {
+			break
+		}
+		if s.peek() != '{' {
+			// The new-architecture encoder writes the old value of a column that became
+			// NULL without its name when only-output-updated-columns is on: the members
+			// "t", "f", "v" land directly in the map. Skip them and say so.
+			if err := s.skip(0); err != nil {
+				return nil, inField(section+"."+string(name), err)
+			}
+			ev.Malformed = append(ev.Malformed, section+"."+string(name))
+			continue
+		}
+		j := len(cols)
+		var col Column
+		if j < len(hint) && hint[j].Name == string(name) {
+			col.Name = hint[j].Name
+		} else {
+			col.Name = string(name)
+		}
+		if err := st.column(&col); err != nil {
+			var fe *fieldError
+			if errors.As(err, &fe) {
+				return nil, &fieldError{field: section + "." + col.Name + "." + fe.field, err: fe.err}
+			}
+			return nil, inField(section+"."+col.Name, err)
+		}
+		cols = append(cols, col)
+	}
+	return cols, nil
+}
+
+// column reads one {"t","h","f","v"} object into col.
+func (st *decodeState) column(col *Column) error {
+	s := &st.sc
+	s.pos++ // '{'
+	var haveT, haveF, haveV, handle bool
+	var t int64
+	var f uint64
+	vKind, vPos := tokNull, -1
+	var vRaw []byte
+	for first := true; ; first = false {
+		name, ok, err := s.member(first)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			break
+		}
+		switch string(name) {
+		case "t":
+			if t, err = st.int64(); err != nil {
+				return inField("t", err)
+			}
+			if t < 0 || t > 255 || !KnownType(byte(t)) {
+				return inField("t", &syntaxError{pos: s.pos, msg: fmt.Sprintf("%v %d", ErrUnknownType, t), err: ErrUnknownType})
+			}
+			haveT = true
+		case "f":
+			raw, err := st.number()
+			if err != nil {
+				return inField("f", err)
+			}
+			if f, err = atou64(raw); err != nil || !isInteger(raw) {
+				return inField("f", fmt.Errorf("%w: flags %s", ErrRange, raw))
+			}
+			haveF = true
+		case "h":
+			if handle, err = s.boolean(); err != nil {
+				return inField("h", err)
+			}
+		case "v":
+			haveV = true
+			vPos = s.pos
+			switch c := s.peek(); {
+			case c == '"':
+				vKind = tokString
+				vRaw, s.sbuf, err = s.str(s.sbuf[:0])
+			case c == '-' || (c >= '0' && c <= '9'):
+				vKind = tokNumber
+				vRaw, err = s.number()
+			case c == 'n':
+				vKind, vRaw = tokNull, nil
+				err = s.literal("null")
+			case c == 't' || c == 'f':
+				vKind = tokBool
+				_, err = s.boolean()
+			default:
+				vKind = tokOther
+				err = s.skip(0)
+			}
+			if err != nil {
+				return inField("v", err)
+			}
+		default:
+			if err := s.skip(0); err != nil {
+				return inField(string(name), err)
+			}
+		}
+	}
+	if !haveT {
+		return inField("t", ErrMissingField)
+	}
+	if !haveF {
+		return inField("f", ErrMissingField)
+	}
+	if !haveV {
+		return inField("v", ErrMissingField)
+	}
+	col.Type = byte(t)
+	col.Flags = Flag(f)
+	if handle {
+		col.Flags |= FlagHandleKey
+	}
+	v, err := columnValue(col.Type, col.Flags, vKind, vRaw)
+	if err != nil {
+		return inField("v", &syntaxError{pos: vPos, msg: err.Error(), err: unwrapSentinel(err)})
+	}
+	col.Value = v
+	return nil
+}
+
+// unwrapSentinel returns the package sentinel an error wraps.
+func unwrapSentinel(err error) error {
+	for _, s := range []error{ErrUnknownType, ErrValue, ErrRange, ErrBase64, ErrQuoted} {
+		if errors.Is(err, s) {
+			return s
+		}
+	}
+	return err
+}
+
+// claimCheck replaces ev (a claim-check reference) with the event stored in the object.
+func (d *Decoder) claimCheck(ev *Event, depth int) error {
+	if depth > 0 {
+		return fmt.Errorf("%w: the claim-check object itself refers to a claim-check object", ErrClaimCheck)
+	}
+	if d.cfg.ClaimCheck == nil {
+		return fmt.Errorf("%w: record refers to claim-check object %s but no claim-check storage is configured", ErrClaimCheck, ev.ClaimCheckLocation)
+	}
+	data, err := d.cfg.ClaimCheck(ev.ClaimCheckLocation)
+	if err != nil {
+		return fmt.Errorf("%w: load %s: %w", ErrClaimCheck, ev.ClaimCheckLocation, err)
+	}
+	if len(data) > d.cfg.MaxPayloadBytes {
+		return fmt.Errorf("%w: claim-check object %s has %d bytes, limit %d", ErrTooLarge, ev.ClaimCheckLocation, len(data), d.cfg.MaxPayloadBytes)
+	}
+	var obj struct {
+		Key   *string `json:"key"`
+		Value *string `json:"value"`
+	}
+	if err := json.Unmarshal(data, &obj); err != nil || obj.Key == nil || obj.Value == nil {
+		return fmt.Errorf("%w: object %s is not {\"key\":base64,\"value\":base64}", ErrClaimCheck, ev.ClaimCheckLocation)
+	}
+	k, err1 := base64.StdEncoding.DecodeString(*obj.Key)
+	v, err2 := base64.StdEncoding.DecodeString(*obj.Value)
+	if err1 != nil || err2 != nil {
+		return fmt.Errorf("%w: object %s: %w", ErrClaimCheck, ev.ClaimCheckLocation, ErrBase64)
+	}
+	inner, err := d.decode(k, v, depth+1)
+	if err != nil {
+		return fmt.Errorf("%w: object %s: %w", ErrClaimCheck, ev.ClaimCheckLocation, err)
+	}
+	if len(inner) != 1 || inner[0].Kind != KindRow || inner[0].CommitTs != ev.CommitTs ||
+		inner[0].Schema != ev.Schema || inner[0].Table != ev.Table {
+		return fmt.Errorf("%w: object %s does not hold the row event of the record (ts %d %s.%s)",
+			ErrClaimCheck, ev.ClaimCheckLocation, ev.CommitTs, ev.Schema, ev.Table)
+	}
+	loc := ev.ClaimCheckLocation
+	*ev = inner[0]
+	ev.ClaimCheckLocation = loc
+	return nil
+}
+
+// ClaimCheckFileName returns the object name of a claim-check location (what tiflow's
+// consumer passes to its storage: the last path element).
+func ClaimCheckFileName(location string) string {
+	if i := strings.LastIndexAny(location, "/\\"); i >= 0 {
+		return location[i+1:]
+	}
+	return location
+}
