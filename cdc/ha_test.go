@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"strings"
 	"sync"
@@ -469,4 +470,29 @@ func TestHAWhileActive(t *testing.T) {
 	mu.Lock()
 	t.Logf("events: %q", events)
 	mu.Unlock()
+}
+
+// TestStopWhileStarting: a replicator stopped while it starts (the meta schema being
+// created, a lease just taken) stops cleanly — Run returns nil, as for a stop between
+// rounds — with and without [ha]. (TestHAWhileActive once stopped a daemon that had just
+// taken the lease and got "creating meta schema …: context canceled".)
+func TestStopWhileStarting(t *testing.T) {
+	down := testenv.Downstream(t)
+	f := newFeed(t, 1)
+	for _, ha := range []bool{false, true} {
+		cfg := testConfig(t, f, down)
+		cfg.HA = HAConfig{Enabled: ha, Takeover: 3 * time.Second, RenewInterval: 500 * time.Millisecond}
+		for _, after := range []time.Duration{0, time.Millisecond, 5 * time.Millisecond, 20 * time.Millisecond} {
+			r, err := New(cfg, slog.New(slog.DiscardHandler))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			time.AfterFunc(after, cancel)
+			if err := r.Run(ctx); err != nil {
+				t.Errorf("ha %v, stopped after %v: Run returned %v, want nil (a clean stop)", ha, after, err)
+			}
+			cancel()
+		}
+	}
 }

@@ -221,9 +221,16 @@ func (r *Replicator) Run(ctx context.Context) (err error) {
 	var running sync.Once
 	started := func() { running.Do(func() { close(r.running) }) }
 	if r.cfg.HA.Enabled {
-		return r.runHA(ctx, started)
+		err = r.runHA(ctx, started)
+	} else {
+		err = r.runEpoch(ctx, 0, started)
 	}
-	return r.runEpoch(ctx, 0, started)
+	if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		// Stopped while starting (a lease just taken, the meta schema being created):
+		// a clean stop, as one between rounds is.
+		return nil
+	}
+	return err
 }
 
 // runEpoch runs the replicator until ctx ends or an error stops it, restarting it when
