@@ -16,6 +16,7 @@ import (
 
 	"github.com/tidb-parity/parity/api/client"
 	parityv1 "github.com/tidb-parity/parity/api/parity/v1"
+	"github.com/tidb-parity/parity/internal/retry"
 )
 
 // member is one member's daemons.
@@ -125,10 +126,8 @@ func (m *member) call(ctx context.Context, failover time.Duration, fn func(ctx c
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			return fmt.Errorf("%w (no active daemon answered within %v)", err, failover)
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(500 * time.Millisecond):
+		if err := retry.Sleep(ctx, 500*time.Millisecond); err != nil {
+			return err
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/tidb-parity/parity/api/client"
 	parityv1 "github.com/tidb-parity/parity/api/parity/v1"
 )
 
@@ -108,23 +109,6 @@ func (m *member) status(ctx context.Context) MemberStatus {
 	return ms
 }
 
-func stateName(s parityv1.ApplierState) string {
-	return trimEnum(s.String(), "APPLIER_STATE_")
-}
+func stateName(s parityv1.ApplierState) string { return client.EnumName(s.String(), "APPLIER_STATE_") }
 
-func resultName(r parityv1.DiffResult) string {
-	return trimEnum(r.String(), "DIFF_RESULT_")
-}
-
-func trimEnum(s, prefix string) string {
-	if len(s) > len(prefix) && s[:len(prefix)] == prefix {
-		s = s[len(prefix):]
-	}
-	b := []byte(s)
-	for i, c := range b {
-		if c >= 'A' && c <= 'Z' {
-			b[i] = c + 'a' - 'A'
-		}
-	}
-	return string(b)
-}
+func resultName(r parityv1.DiffResult) string { return client.EnumName(r.String(), "DIFF_RESULT_") }

@@ -6,13 +6,14 @@ package fleet
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/tidb-parity/parity/api/client"
 	parityv1 "github.com/tidb-parity/parity/api/parity/v1"
+	"github.com/tidb-parity/parity/internal/retry"
 )
 
 // MaxDifferences bounds the differences a fleet result lists per member (the runs have
@@ -225,10 +226,8 @@ func (m *member) waitRun(ctx context.Context, s Settings, runID string) (*parity
 			parityv1.DiffState_DIFF_STATE_CANCELLED, parityv1.DiffState_DIFF_STATE_SKIPPED:
 			return d, nil
 		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(500 * time.Millisecond):
+		if err := retry.Sleep(ctx, 500*time.Millisecond); err != nil {
+			return nil, err
 		}
 	}
 }
@@ -264,7 +263,7 @@ func (m *member) differences(ctx context.Context, mr *MemberRun) ([]Difference, 
 		}
 		for _, d := range resp.GetDifferences() {
 			out = append(out, Difference{Member: m.cfg.Name, Table: d.GetTable(), Key: d.GetKey(),
-				Kind: strings.ToLower(strings.TrimPrefix(d.GetKind().String(), "DIFFERENCE_KIND_")), Class: d.GetClass(), Columns: d.GetColumns()})
+				Kind: client.EnumName(d.GetKind().String(), "DIFFERENCE_KIND_"), Class: d.GetClass(), Columns: d.GetColumns()})
 		}
 		if token = resp.GetNextPageToken(); token == "" {
 			break

@@ -169,3 +169,9 @@ func LoadCertPool(path string) (*x509.CertPool, error) {
 	}
 	return pool, nil
 }
+
+// EnumName is an API enum value's name as parity prints it: without the enum's prefix,
+// lower case (DIFF_RESULT_EQUAL → "equal").
+func EnumName(name, prefix string) string {
+	return strings.ToLower(strings.TrimPrefix(name, prefix))
+}

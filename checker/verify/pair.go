@@ -66,10 +66,7 @@ func (r *runner) openPair(ctx context.Context) error {
 			eb = holdAt(ctx, e.deps.Applier, ts, pairPrepWait)
 			b = eb
 		}
-		p, err := checker.OpenSnapshotPair(ctx, b, checker.SnapshotPairConfig{
-			TS: ts, UpstreamDSN: cfg.UpstreamDSN, Downstream: e.db.down, Kill: e.db.kill,
-			Conns: cfg.MaxConnections, QueryTimeout: cfg.QueryTimeout,
-		})
+		p, err := checker.OpenSnapshotPair(ctx, b, e.pairConfig(ts))
 		if eb != nil {
 			held := eb.close()
 			if err == nil {
@@ -122,10 +119,7 @@ func (r *runner) openPairAt(ctx context.Context, ts uint64, quiet *slog.Logger) 
 	if w := r.opt.atTSWait; w > 0 {
 		eb.expireAfter(w)
 	}
-	p, err := checker.OpenSnapshotPair(ctx, eb, checker.SnapshotPairConfig{
-		TS: ts, UpstreamDSN: cfg.UpstreamDSN, Downstream: e.db.down, Kill: e.db.kill,
-		Conns: cfg.MaxConnections, QueryTimeout: cfg.QueryTimeout,
-	})
+	p, err := checker.OpenSnapshotPair(ctx, eb, e.pairConfig(ts))
 	held := eb.close()
 	switch {
 	case err == nil:
@@ -144,6 +138,12 @@ func (r *runner) openPairAt(ctx context.Context, ts uint64, quiet *slog.Logger) 
 	p.Pause = held
 	r.opened(ctx, p)
 	return nil
+}
+
+// pairConfig is how a run's pair at ts is opened.
+func (e *executor) pairConfig(ts uint64) checker.SnapshotPairConfig {
+	return checker.SnapshotPairConfig{TS: ts, UpstreamDSN: e.cfg.UpstreamDSN, Downstream: e.db.down, Kill: e.db.kill,
+		Conns: e.cfg.MaxConnections, QueryTimeout: e.cfg.QueryTimeout}
 }
 
 // waitUpstreamPast waits until TiDB's TSO has passed ts (at once for a ts from TiDB's

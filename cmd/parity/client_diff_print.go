@@ -14,6 +14,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/tidb-parity/parity/api/client"
 	parityv1 "github.com/tidb-parity/parity/api/parity/v1"
 	"github.com/tidb-parity/parity/internal/tso"
 )
@@ -95,11 +96,11 @@ func diffResultName(r parityv1.DiffResult) string {
 	if r == parityv1.DiffResult_DIFF_RESULT_UNSPECIFIED {
 		return "-"
 	}
-	return strings.ToLower(strings.TrimPrefix(r.String(), "DIFF_RESULT_"))
+	return client.EnumName(r.String(), "DIFF_RESULT_")
 }
 
 func kindName(k parityv1.DifferenceKind) string {
-	return strings.ToLower(strings.TrimPrefix(k.String(), "DIFFERENCE_KIND_"))
+	return client.EnumName(k.String(), "DIFFERENCE_KIND_")
 }
 
 // fmtByClass renders differences by class in a stable order: "cdc 2, diverged 1".

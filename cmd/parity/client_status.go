@@ -21,6 +21,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/tidb-parity/parity/api/client"
 	parityv1 "github.com/tidb-parity/parity/api/parity/v1"
 )
 
@@ -148,7 +149,7 @@ func watchStatus(cmd *cobra.Command, cf *clientFlags, interval time.Duration, bo
 
 // applierStateName is the state without its enum prefix: running, failed, ...
 func applierStateName(s parityv1.ApplierState) string {
-	return strings.ToLower(strings.TrimPrefix(s.String(), "APPLIER_STATE_"))
+	return client.EnumName(s.String(), "APPLIER_STATE_")
 }
 
 func printAPIStatus(w io.Writer, st *parityv1.Status) error {
