@@ -29,7 +29,7 @@ import (
 )
 
 // freeAddr returns a free loopback address.
-func freeAddr(t *testing.T) string {
+func freeAddr(t testing.TB) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -1,14 +1,10 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
-	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -140,44 +136,13 @@ level = "info"
 // start starts a daemon of member m (with ha when withHA).
 func (e *fleetEnv) start(m *fleetMember, name string, withHA bool) *haProc {
 	e.t.Helper()
-	p := &haProc{name: name, statusAddr: freeAddrTB(e.t), apiAddr: freeAddrTB(e.t), done: make(chan struct{}),
-		logPath: filepath.Join(e.dir, name+".log")}
+	statusAddr, apiAddr := freeAddr(e.t), freeAddr(e.t)
 	cfg := strings.Replace(m.base, "spill-dir = ", fmt.Sprintf("spill-dir = %q\n#", filepath.Join(e.dir, name+"-spill")), 1) +
-		fmt.Sprintf("[status]\naddr = %q\n[api]\naddr = %q\n", p.statusAddr, p.apiAddr)
+		fmt.Sprintf("[status]\naddr = %q\n[api]\naddr = %q\n", statusAddr, apiAddr)
 	if withHA {
 		cfg += fmt.Sprintf("[ha]\nenabled = true\ninstance = %q\ntakeover = \"5s\"\n", name)
 	}
-	path := filepath.Join(e.dir, name+".toml")
-	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
-		e.t.Fatal(err)
-	}
-	logf, err := os.Create(p.logPath)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	p.cmd = exec.Command(os.Args[0], "serve", "--config", path)
-	p.cmd.Env = append(os.Environ(), execMainEnv+"=1")
-	p.cmd.Stdout, p.cmd.Stderr = logf, logf
-	if err := p.cmd.Start(); err != nil {
-		e.t.Fatal(err)
-	}
-	go func() {
-		_ = p.cmd.Wait()
-		logf.Close()
-		close(p.done)
-	}()
-	e.t.Cleanup(func() {
-		_ = p.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-p.done:
-		case <-time.After(30 * time.Second):
-			_ = p.cmd.Process.Kill()
-			<-p.done
-		}
-		if e.t.Failed() {
-			e.t.Logf("daemon %s's log (last 3000 bytes):\n%s", p.name, tail(p.log(), 3000))
-		}
-	})
+	p := startDaemon(e.t, e.dir, name, statusAddr, apiAddr, cfg)
 	m.daemons = append(m.daemons, p)
 	return p
 }
@@ -185,29 +150,8 @@ func (e *fleetEnv) start(m *fleetMember, name string, withHA bool) *haProc {
 // fleetAPI starts `parity fleet serve` over the fleet file and returns its client.
 func (e *fleetEnv) fleetAPI(path string) parityv1.FleetClient {
 	e.t.Helper()
-	addr := freeAddrTB(e.t)
-	logPath := filepath.Join(e.dir, fmt.Sprintf("fleet-serve-%d.log", time.Now().UnixNano()))
-	logf, err := os.Create(logPath)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	cmd := exec.Command(os.Args[0], "fleet", "serve", "--fleet", path, "--addr", addr)
-	cmd.Env = append(os.Environ(), execMainEnv+"=1")
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		e.t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); logf.Close(); close(done) }()
-	e.t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(20 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-	})
+	addr := freeAddr(e.t)
+	p := startParity(e.t, "fleet serve", nil, "fleet", "serve", "--fleet", path, "--addr", addr)
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		e.t.Fatal(err)
@@ -222,8 +166,7 @@ func (e *fleetEnv) fleetAPI(path string) parityv1.FleetClient {
 			break
 		}
 		if time.Now().After(deadline) {
-			b, _ := os.ReadFile(logPath)
-			e.t.Fatalf("parity fleet serve did not serve: %v\n%s", err, b)
+			e.t.Fatalf("parity fleet serve did not serve: %v\n%s", err, p.stderr.String())
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -247,16 +190,6 @@ func (e *fleetEnv) withStandby(m *fleetMember) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	e.start(m, m.name+"b", true)
-}
-
-func freeAddrTB(t testing.TB) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 func tail(s string, n int) string {
@@ -329,23 +262,12 @@ func (e *fleetEnv) waitApplying(f *fleet.Fleet) fleet.Status {
 	}
 }
 
-// parityCLI runs this binary as parity with args; it returns the output and exit code.
-func parityCLI(t *testing.T, args ...string) (string, int) {
+// fleetCLI runs `parity fleet args...` to its end: its output (stdout, then stderr)
+// and exit code.
+func fleetCLI(t *testing.T, args ...string) (string, int) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], args...)
-	cmd.Env = append(os.Environ(), execMainEnv+"=1")
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-		return out.String(), 0
-	case errors.As(err, &ee):
-		return out.String(), ee.ExitCode()
-	}
-	t.Fatalf("parity %v: %v", args, err)
-	return "", -1
+	p := runParity(t, "fleet "+args[0], nil, append([]string{"fleet"}, args...)...)
+	return p.stdout.String() + p.stderr.String(), p.code
 }
 
 // TestFleetVerifyAndCutover (#31): four fallbacks, four members (m1 with a standby),
@@ -367,7 +289,7 @@ func TestFleetVerifyAndCutover(t *testing.T) {
 	f := e.open(path)
 	st := e.waitApplying(f)
 	t.Logf("fleet status: lag %.2fs (worst %s)", st.Lag, st.WorstMember)
-	if out, code := parityCLI(t, "fleet", "status", "--fleet", path); code != 0 || !strings.Contains(out, "fleet test-estate") || strings.Count(out, "running") < 4 {
+	if out, code := fleetCLI(t, "status", "--fleet", path); code != 0 || !strings.Contains(out, "fleet test-estate") || strings.Count(out, "running") < 4 {
 		t.Fatalf("parity fleet status: exit %d\n%s", code, out)
 	} else {
 		t.Logf("parity fleet status:\n%s", out)
@@ -380,7 +302,7 @@ func TestFleetVerifyAndCutover(t *testing.T) {
 		}
 		return []string{m.db + ".*"}
 	})
-	if out, code := parityCLI(t, "fleet", "verify", "--fleet", unowned); code != 2 || !strings.Contains(out, "table "+e.members[3].db+".sbtest2 is owned by no member") {
+	if out, code := fleetCLI(t, "verify", "--fleet", unowned); code != 2 || !strings.Contains(out, "table "+e.members[3].db+".sbtest2 is owned by no member") {
 		t.Fatalf("a table owned by no member: exit %d\n%s", code, out)
 	}
 	shared := e.writeFleetFile(func(m *fleetMember) []string {
@@ -389,7 +311,7 @@ func TestFleetVerifyAndCutover(t *testing.T) {
 		}
 		return []string{m.db + ".*"}
 	})
-	if out, code := parityCLI(t, "fleet", "cutover-check", "--fleet", shared); code != 2 || !strings.Contains(out, "table "+e.members[2].db+".sbtest1 is owned by m2 and m3") {
+	if out, code := fleetCLI(t, "cutover-check", "--fleet", shared); code != 2 || !strings.Contains(out, "table "+e.members[2].db+".sbtest1 is owned by m2 and m3") {
 		t.Fatalf("a table owned by two members: exit %d\n%s", code, out)
 	}
 
@@ -506,7 +428,7 @@ func TestFleetVerifyAndCutover(t *testing.T) {
 			t.Fatalf("member %s's evidence (owns %d tables): %+v", mr.Member, owned[mr.Member], mr)
 		}
 	}
-	if out, code := parityCLI(t, "fleet", "cutover-check", "--fleet", path); code != 0 || !strings.Contains(out, "PASSED at T") {
+	if out, code := fleetCLI(t, "cutover-check", "--fleet", path); code != 0 || !strings.Contains(out, "PASSED at T") {
 		t.Fatalf("parity fleet cutover-check: exit %d\n%s", code, out)
 	} else {
 		t.Logf("parity fleet cutover-check:\n%s", out)

@@ -81,32 +81,42 @@ level = "info"
 // start starts daemon name (a fresh spill directory, status and API addresses).
 func (e *haEnv) start(name string) *haProc {
 	e.t.Helper()
-	p := &haProc{name: name, statusAddr: freeAddr(e.t), apiAddr: freeAddr(e.t), done: make(chan struct{}),
-		logPath: filepath.Join(e.dir, name+".log")}
+	statusAddr, apiAddr := freeAddr(e.t), freeAddr(e.t)
 	// spill-dir belongs to [applier], just before [log].
 	cfg := strings.Replace(e.base, "[log]\n", fmt.Sprintf("spill-dir = %q\n[log]\n", filepath.Join(e.dir, name+"-spill")), 1) +
 		fmt.Sprintf("[status]\naddr = %q\n[api]\naddr = %q\n[ha]\nenabled = true\ninstance = %q\ntakeover = %q\n",
-			p.statusAddr, p.apiAddr, name, e.bound.String())
-	path := filepath.Join(e.dir, name+".toml")
+			statusAddr, apiAddr, name, e.bound.String())
+	return startDaemon(e.t, e.dir, name, statusAddr, apiAddr, cfg)
+}
+
+// startDaemon starts `parity serve` (this test binary re-executed) named name with the
+// configuration cfg (written under dir), its output in dir/<name>.log; it is stopped
+// (continued first, should a test have paused it) when the test ends, its log's tail
+// printed when the test failed.
+func startDaemon(tb testing.TB, dir, name, statusAddr, apiAddr, cfg string) *haProc {
+	tb.Helper()
+	p := &haProc{name: name, statusAddr: statusAddr, apiAddr: apiAddr, done: make(chan struct{}),
+		logPath: filepath.Join(dir, name+".log")}
+	path := filepath.Join(dir, name+".toml")
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
-		e.t.Fatal(err)
+		tb.Fatal(err)
 	}
 	logf, err := os.Create(p.logPath)
 	if err != nil {
-		e.t.Fatal(err)
+		tb.Fatal(err)
 	}
 	p.cmd = exec.Command(os.Args[0], "serve", "--config", path)
 	p.cmd.Env = append(os.Environ(), execMainEnv+"=1")
 	p.cmd.Stdout, p.cmd.Stderr = logf, logf
 	if err := p.cmd.Start(); err != nil {
-		e.t.Fatal(err)
+		tb.Fatal(err)
 	}
 	go func() {
 		_ = p.cmd.Wait()
 		logf.Close()
 		close(p.done)
 	}()
-	e.t.Cleanup(func() {
+	tb.Cleanup(func() {
 		_ = p.cmd.Process.Signal(syscall.SIGCONT)
 		_ = p.cmd.Process.Signal(syscall.SIGTERM)
 		select {
@@ -114,6 +124,9 @@ func (e *haEnv) start(name string) *haProc {
 		case <-time.After(30 * time.Second):
 			_ = p.cmd.Process.Kill()
 			<-p.done
+		}
+		if tb.Failed() {
+			tb.Logf("daemon %s's log (last 3000 bytes):\n%s", p.name, tail(p.log(), 3000))
 		}
 	})
 	return p

@@ -39,7 +39,7 @@ type parityProc struct {
 }
 
 // startParity starts `parity args...` with extra environment variables.
-func startParity(t *testing.T, name string, env []string, args ...string) *parityProc {
+func startParity(t testing.TB, name string, env []string, args ...string) *parityProc {
 	t.Helper()
 	p := &parityProc{name: name, done: make(chan struct{})}
 	p.cmd = exec.Command(os.Args[0], args...)
@@ -65,7 +65,7 @@ func startParity(t *testing.T, name string, env []string, args ...string) *parit
 }
 
 // wait waits for the process to end within d (then kills it and fails).
-func (p *parityProc) wait(t *testing.T, d time.Duration) int {
+func (p *parityProc) wait(t testing.TB, d time.Duration) int {
 	t.Helper()
 	select {
 	case <-p.done:
@@ -79,7 +79,7 @@ func (p *parityProc) wait(t *testing.T, d time.Duration) int {
 }
 
 // stop sends SIGTERM (if still running) and waits.
-func (p *parityProc) stop(t *testing.T, d time.Duration) int {
+func (p *parityProc) stop(t testing.TB, d time.Duration) int {
 	t.Helper()
 	select {
 	case <-p.done:
@@ -91,7 +91,7 @@ func (p *parityProc) stop(t *testing.T, d time.Duration) int {
 }
 
 // runParity runs `parity args...` to its end (at most 3 minutes).
-func runParity(t *testing.T, name string, env []string, args ...string) *parityProc {
+func runParity(t testing.TB, name string, env []string, args ...string) *parityProc {
 	t.Helper()
 	p := startParity(t, name, env, args...)
 	p.wait(t, 3*time.Minute)
