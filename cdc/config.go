@@ -33,6 +33,27 @@ type Config struct {
 	// HA runs the replicator as the active or a standby one of several daemons
 	// configured for the same changefeed and fallback (see ha.go).
 	HA HAConfig `toml:"ha"`
+
+	// checked is set by Checked: New takes the config as it is.
+	checked bool
+}
+
+// Checked validates c, applies its TLS settings to the DSNs (WithTLS) and returns it
+// marked, so that New does not validate it again: the daemon checks its configuration
+// once and hands each component its part checked.
+func (c Config) Checked() (Config, error) {
+	if c.checked {
+		return c, nil
+	}
+	if err := c.Validate(); err != nil {
+		return c, err
+	}
+	c, err := c.WithTLS()
+	if err != nil {
+		return c, err
+	}
+	c.checked = true
+	return c, nil
 }
 
 // ChangefeedConfig describes the Kafka side of the changefeed.

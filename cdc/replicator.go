@@ -89,17 +89,15 @@ type barrierReq struct {
 	result chan error
 }
 
-// New validates cfg and returns a Replicator. logger may be nil (slog.Default()).
+// New returns a Replicator; cfg is checked (Config.Checked) unless it already was.
+// logger may be nil (slog.Default()).
 func New(cfg Config, logger *slog.Logger) (*Replicator, error) {
-	if err := cfg.Validate(); err != nil {
+	cfg, err := cfg.Checked()
+	if err != nil {
 		return nil, err
 	}
 	if logger == nil {
 		logger = slog.Default()
-	}
-	cfg, err := cfg.WithTLS()
-	if err != nil {
-		return nil, err
 	}
 	k, err := tlsauth.NewKafka("changefeed", cfg.Changefeed.TLS, cfg.Changefeed.SASL)
 	if err != nil {

@@ -116,20 +116,36 @@ func (c Config) Parts() Parts {
 	return p
 }
 
-// Validate reports every problem with its TOML key path.
+// Validate reports every problem with its TOML key path, the TLS certificate files
+// included (they are read).
 func (c Config) Validate() error {
+	_, _, err := c.check()
+	return err
+}
+
+// check is the configuration's one check: every part is validated once and returned
+// checked (cdc.Config.Checked, verify.Config.Checked, bypass.Config.Checked), so the
+// components take them as they are, with [upstream.tls] and [downstream.tls] applied to
+// the DSNs every part connects with. The returned Config has those DSNs too.
+func (c Config) check() (Config, Parts, error) {
 	var errs []error
-	p := c.Parts()
-	if err := p.CDC.Validate(); err != nil {
+	cc, err := c.Parts().CDC.Checked()
+	if err != nil {
 		errs = append(errs, err)
+	} else {
+		c.Upstream, c.Downstream = cc.Upstream, cc.Downstream
 	}
-	if err := p.Verify.Validate(); err != nil {
+	p := c.Parts()
+	if err == nil {
+		p.CDC = cc
+	}
+	if p.Verify, err = p.Verify.Checked(); err != nil {
 		errs = append(errs, err)
 	}
 	if err := c.API.Validate(); err != nil {
 		errs = append(errs, err)
 	}
-	if err := p.Bypass.Validate("bypass."); err != nil {
+	if p.Bypass, err = p.Bypass.Checked(); err != nil {
 		errs = append(errs, err)
 	}
 	if c.HA.Instance != "" && c.Verify.Instance != "" && c.HA.Instance != c.Verify.Instance {
@@ -146,7 +162,7 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("status.addr: %w", err))
 		}
 	}
-	return errors.Join(errs...)
+	return c, p, errors.Join(errs...)
 }
 
 // TLSWarnings are the warnings about [changefeed.tls], [upstream.tls] and
@@ -169,18 +185,6 @@ func (c Config) Redacted() Config {
 		c.Changefeed.SASL.Password = "REDACTED"
 	}
 	return c
-}
-
-// withTLS returns c with [upstream.tls] and [downstream.tls] applied to their DSNs
-// (cdc.Config.WithTLS), so the applier, verification, repair and the API all connect
-// with TLS.
-func (c Config) withTLS() (Config, error) {
-	cc, err := c.Parts().CDC.WithTLS()
-	if err != nil {
-		return c, err
-	}
-	c.Upstream, c.Downstream = cc.Upstream, cc.Downstream
-	return c, nil
 }
 
 func parseLevel(s string) (slog.Level, error) {

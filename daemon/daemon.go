@@ -38,13 +38,13 @@ type Options struct {
 	Build BuildInfo
 }
 
-// Run runs the daemon configured by cfg (validated by the caller: Config.Validate)
-// until ctx is done or a part fails: the replicator, with verify.enabled the
+// Run runs the daemon configured by cfg until ctx is done or a part fails: the replicator, with verify.enabled the
 // verification service, with bypass.enabled the bypass detector (only while this daemon
 // holds the lease under [ha]), the status server and the gRPC API. One errgroup owns
 // them: stop is cancel (ctx, or one of them failing), then wait for all. It returns nil
-// after ctx is done, a *ConfigError when a part could not start, or the error that
-// stopped replication.
+// after ctx is done, a *ConfigError when cfg has a problem (the one check of the
+// configuration, Config.Validate's, is made here; no component repeats it) or a part
+// could not start, or the error that stopped replication.
 func Run(ctx context.Context, cfg Config, opts Options) error {
 	log := opts.Logger
 	if log == nil {
@@ -53,11 +53,10 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 	for _, w := range opts.Warnings {
 		log.Warn(w)
 	}
-	cfg, err := cfg.withTLS()
+	cfg, p, err := cfg.check()
 	if err != nil {
 		return &ConfigError{err}
 	}
-	p := cfg.Parts()
 	r, err := cdc.New(p.CDC, log)
 	if err != nil {
 		return &ConfigError{err}

@@ -108,9 +108,11 @@ type Detector struct {
 	started time.Time     // when Run started: the lag before the first catch-up counts from it
 }
 
-// New checks cfg; Run does the work.
+// New returns a Detector; cfg is checked (Config.Checked) unless it already was. Run
+// does the work.
 func New(cfg Config, log *slog.Logger) (*Detector, error) {
-	if err := cfg.Validate("bypass."); err != nil {
+	cfg, err := cfg.Checked()
+	if err != nil {
 		return nil, err
 	}
 	if log == nil {

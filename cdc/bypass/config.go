@@ -48,6 +48,22 @@ type Config struct {
 	DSN        string `toml:"-"` // the fallback (downstream.dsn)
 	MetaSchema string `toml:"-"` // applier.meta-schema
 	Changefeed string `toml:"-"` // changefeed.id
+
+	// checked is set by Checked: New takes the config as it is.
+	checked bool
+}
+
+// Checked validates c (key paths under "bypass.") and returns it marked, so that New
+// does not validate it again (the daemon checks its configuration once).
+func (c Config) Checked() (Config, error) {
+	if c.checked {
+		return c, nil
+	}
+	if err := c.Validate("bypass."); err != nil {
+		return c, err
+	}
+	c.checked = true
+	return c, nil
 }
 
 // DefaultConfig returns the defaults documented on Config.

@@ -127,6 +127,22 @@ type Config struct {
 	// MetaSchema is applier.meta-schema: the history, the checker's runs and the ts-map
 	// live in the applier's meta schema. Default: none (required).
 	MetaSchema string `toml:"-"`
+
+	// checked is set by Checked: New takes the config as it is.
+	checked bool
+}
+
+// Checked validates c and returns it marked, so that New does not validate it again (the
+// daemon checks its configuration once).
+func (c Config) Checked() (Config, error) {
+	if c.checked {
+		return c, nil
+	}
+	if err := c.Validate(); err != nil {
+		return c, err
+	}
+	c.checked = true
+	return c, nil
 }
 
 // Schedule is one [[verify.schedule]] entry.

@@ -170,9 +170,10 @@ type Service struct {
 	gate *gate
 }
 
-// New validates cfg and returns a Service.
+// New returns a Service; cfg is checked (Config.Checked) unless it already was.
 func New(cfg Config, deps Deps) (*Service, error) {
-	if err := cfg.Validate(); err != nil {
+	cfg, err := cfg.Checked()
+	if err != nil {
 		return nil, err
 	}
 	if !cfg.Enabled {

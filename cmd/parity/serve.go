@@ -75,7 +75,8 @@ type serveFlags struct {
 
 // resolveServeConfig builds the effective config: defaults < file < env < flags. It
 // writes the TLS warnings (daemon.Config.TLSWarnings) to stderr and returns them for the
-// daemon's log.
+// daemon's log. The config is checked once, by daemon.Run (or by Validate for
+// --check-config).
 func resolveServeConfig(cmd *cobra.Command, f *serveFlags) (daemon.Config, []string, error) {
 	cfg, err := loadServeConfig(f.config, cmd.ErrOrStderr())
 	if err != nil {
@@ -88,7 +89,7 @@ func resolveServeConfig(cmd *cobra.Command, f *serveFlags) (daemon.Config, []str
 	for _, w := range warnings {
 		fmt.Fprintln(cmd.ErrOrStderr(), "warning:", w)
 	}
-	return cfg, warnings, cfg.Validate()
+	return cfg, warnings, nil
 }
 
 func init() {
@@ -130,6 +131,9 @@ Exit status: 0 after a signal, 1 when replication failed, 2 for a configuration 
 				return &exitError{code: exitNoAnswer, err: err}
 			}
 			if f.checkConfig {
+				if err := cfg.Validate(); err != nil {
+					return &exitError{code: exitNoAnswer, err: err}
+				}
 				return toml.NewEncoder(cmd.OutOrStdout()).Encode(cfg.Redacted())
 			}
 			return runServe(cmd.Context(), cfg, warnings...)
