@@ -34,7 +34,7 @@ type BypassWatcher interface {
 // Bypass states of a scoped table (TableReport.Bypass).
 const (
 	BypassIncluded  = "included"
-	BypassUnwatched = "unwatched"
+	bypassUnwatched = "unwatched"
 	BypassOff       = "off"
 )
 
@@ -84,9 +84,9 @@ func addBypassKeys(ctx context.Context, cfg *Config, q Querier, t *target, sc *t
 		sc.bypass.Bypass, sc.bypass.BypassNote = BypassOff, "bypass detection is off: writes that bypassed parity are not among the keys"
 		return nil
 	case cov.err != nil:
-		sc.bypass.Bypass, sc.bypass.BypassNote = BypassUnwatched, fmt.Sprintf("the bypass detector cannot vouch for the window from %s: %v", start.UTC().Format(time.RFC3339), cov.err)
+		sc.bypass.Bypass, sc.bypass.BypassNote = bypassUnwatched, fmt.Sprintf("the bypass detector cannot vouch for the window from %s: %v", start.UTC().Format(time.RFC3339), cov.err)
 	case cov.c.Since.After(start):
-		sc.bypass.Bypass = BypassUnwatched
+		sc.bypass.Bypass = bypassUnwatched
 		sc.bypass.BypassNote = fmt.Sprintf("the window starts at %s (TSO %d) but bypass detection watched the fallback only from %s (%s): writes from %s to %s were not watched",
 			start.UTC().Format(time.RFC3339), sc.from, cov.c.Since.UTC().Format(time.RFC3339Nano), cov.c.Reason,
 			start.UTC().Format(time.RFC3339), cov.c.Since.UTC().Format(time.RFC3339Nano))
@@ -152,7 +152,7 @@ func addBypassKeys(ctx context.Context, cfg *Config, q Querier, t *target, sc *t
 // bypassKey is the key of the row a detected write changed, in the checker's typing
 // (keyValue's), with its values, when the write names exactly the compared key's columns
 // and none of them is NULL.
-func bypassKey(p *TablePlan, w bypasslog.Write) (rowkey.Key, []any, bool) {
+func bypassKey(p *tablePlan, w bypasslog.Write) (rowkey.Key, []any, bool) {
 	if p.Keyless {
 		return nil, nil, false
 	}
@@ -169,7 +169,7 @@ func bypassKey(p *TablePlan, w bypasslog.Write) (rowkey.Key, []any, bool) {
 // every column of a keyless table; a NULL is nil); ok is false when the write names
 // other columns (no key, or another key than the one compared). Scoped runs read keys
 // from it (bypassKey) and classification matches differences with it.
-func (p *TablePlan) bypassKeyValues(w bypasslog.Write) ([]any, bool) {
+func (p *tablePlan) bypassKeyValues(w bypasslog.Write) ([]any, bool) {
 	idx := p.diffKeyColumns()
 	if len(w.Columns) != len(idx) || len(w.Values) != len(w.Columns) {
 		return nil, false

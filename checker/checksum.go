@@ -18,34 +18,34 @@ import (
 // ChecksumSQL returns the chunk checksum query for side s: one row (cnt, sum) where cnt is
 // COUNT(*) and sum the exact SUM of the per-row hashes as a decimal string ('0' for no
 // rows). r is the key range of the chunk.
-func (p *TablePlan) ChecksumSQL(s Side, r Range) string {
+func (p *tablePlan) ChecksumSQL(s pairSide, r keyRange) string {
 	if p.batchFold(s) {
 		return p.tidbChecksumSQL(s, r, "")
 	}
 	return "SELECT COUNT(*) AS cnt, IFNULL(SUM(" + p.rowHash(s) + "),0) AS sum FROM " + p.table(s) + p.whereClause(s, r)
 }
 
-// LowerBound selects a benchmark-only query (LowerBoundSQL) that bounds from below what
+// lowerBound selects a benchmark-only query (LowerBoundSQL) that bounds from below what
 // any SQL checksum of a chunk can cost on a server.
-type LowerBound string
+type lowerBound string
 
 const (
-	// LowerBoundRead reads every compared column and hashes nothing.
-	LowerBoundRead LowerBound = "read"
-	// LowerBoundCRC32 is COUNT(*) and SUM(CRC32(row encoding)): a 32-bit per-row hash,
+	// lowerBoundRead reads every compared column and hashes nothing.
+	lowerBoundRead lowerBound = "read"
+	// lowerBoundCRC32 is COUNT(*) and SUM(CRC32(row encoding)): a 32-bit per-row hash,
 	// below the 64 bits the engine requires.
-	LowerBoundCRC32 LowerBound = "crc32"
+	lowerBoundCRC32 lowerBound = "crc32"
 )
 
 // LowerBoundSQL returns, for benchmarks only, a query over the chunk range r on side s
-// that does less than any sound checksum can. LowerBoundRead returns COUNT(*) and, per
+// that does less than any sound checksum can. lowerBoundRead returns COUNT(*) and, per
 // compared column, the cheapest aggregate that still reads it (BIT_XOR of integers and
-// BIT values, SUM(LENGTH(x)) of everything else); LowerBoundCRC32 hashes the row encoding
+// BIT values, SUM(LENGTH(x)) of everything else); lowerBoundCRC32 hashes the row encoding
 // with CRC32. The benchmark (scripts/bench/diffbench) times them in the bare loop's shape:
 // a ratio against another tool that even the read bound does not reach cannot be reached
 // by checksumming in SQL at all.
-func (p *TablePlan) LowerBoundSQL(s Side, r Range, b LowerBound) string {
-	if b == LowerBoundCRC32 {
+func (p *tablePlan) LowerBoundSQL(s pairSide, r keyRange, b lowerBound) string {
+	if b == lowerBoundCRC32 {
 		return "SELECT COUNT(*), IFNULL(SUM(CRC32(" + p.rowEncoding(s) + ")),0) FROM " + p.table(s) + p.whereClause(s, r)
 	}
 	aggs := []string{"COUNT(*)"}
@@ -61,7 +61,7 @@ func (p *TablePlan) LowerBoundSQL(s Side, r Range, b LowerBound) string {
 }
 
 // batchFold reports whether side s computes checksums in tidbChecksumSQL's form.
-func (p *TablePlan) batchFold(s Side) bool {
+func (p *tablePlan) batchFold(s pairSide) bool {
 	return p.Flavor[s] == FlavorTiDB && !p.Pushdown[s] && (p.Hash == HashSHA1 || p.Hash == HashMD5)
 }
 
@@ -79,7 +79,7 @@ func (p *TablePlan) batchFold(s Side) bool {
 //
 // group, when not empty, is an expression of the row computed in the derived table as g
 // and grouped by: the query then returns (g, cnt, sum) per group, ordered by g.
-func (p *TablePlan) tidbChecksumSQL(s Side, r Range, group string) string {
+func (p *tablePlan) tidbChecksumSQL(s pairSide, r keyRange, group string) string {
 	digest := "SHA1"
 	if p.Hash == HashMD5 {
 		digest = "MD5"
@@ -99,7 +99,7 @@ func (p *TablePlan) tidbChecksumSQL(s Side, r Range, group string) string {
 		p.rowEncoding(s) + ")) AS b FROM " + p.table(s) + p.whereClause(s, r) + " LIMIT 18446744073709551615) AS x" + tail
 }
 
-func (p *TablePlan) whereClause(s Side, r Range) string {
+func (p *tablePlan) whereClause(s pairSide, r keyRange) string {
 	var conds []string
 	if c := p.rangePredicate(s, r); c != "" {
 		conds = append(conds, c)
@@ -120,7 +120,7 @@ const binaryCollation = "binary"
 // compareBytes plans side s as a server that compares strings as their bytes, NO PAD (a
 // TiDB without new collations): what the server does, not what its columns declare. The
 // key order, the chunk ranges and the other side's comparisons follow it (keyRef).
-func (p *TablePlan) compareBytes(s Side) {
+func (p *tablePlan) compareBytes(s pairSide) {
 	for i := range p.Columns {
 		if p.Columns[i].Kind == kindString {
 			p.Columns[i].Collation[s] = binaryCollation
@@ -133,12 +133,12 @@ func (p *TablePlan) compareBytes(s Side) {
 // collation so a row falls into the same chunk on both sides; with binaryCollation it
 // compares the column's bytes (no COLLATE names that for a text column), and cannot use
 // its index for the range.
-func (p *TablePlan) keyRef(s Side, c planColumn) string {
+func (p *tablePlan) keyRef(s pairSide, c planColumn) string {
 	id := ident.Quote(c.Name)
 	if c.Enum {
 		id = "CAST(" + id + " AS CHAR)"
 	}
-	if s == Downstream && c.Kind == kindString && c.Collation[0] != "" && c.Collation[0] != c.Collation[1] {
+	if s == downSide && c.Kind == kindString && c.Collation[0] != "" && c.Collation[0] != c.Collation[1] {
 		if c.Collation[0] == binaryCollation {
 			// TiDB compares the UTF-8 bytes it stores.
 			if !isUTF8(c.Charset[1]) {
@@ -158,7 +158,7 @@ func (p *TablePlan) keyRef(s Side, c planColumn) string {
 // optimizers on TiDB and MariaDB turn into index ranges:
 //
 //	k1 >= v1 AND (k1 > v1 OR (k1 = v1 AND k2 > v2))
-func (p *TablePlan) rangePredicate(s Side, r Range) string {
+func (p *tablePlan) rangePredicate(s pairSide, r keyRange) string {
 	var conds []string
 	if sup := p.byteRangeSuperset(s, r); sup != "" {
 		conds = append(conds, sup)
@@ -183,8 +183,8 @@ func (p *TablePlan) rangePredicate(s Side, r Range) string {
 // code point. Other collations (UCA ones expand and ignore characters) get no superset,
 // and an open-ended range has no common prefix: the downstream scans for those.
 // TestTiDBWithoutNewCollations checks the rows it selects and MariaDB's index range.
-func (p *TablePlan) byteRangeSuperset(s Side, r Range) string {
-	if s != Downstream || len(p.Key) == 0 || len(r.Lo) == 0 || len(r.Hi) == 0 {
+func (p *tablePlan) byteRangeSuperset(s pairSide, r keyRange) string {
+	if s != downSide || len(p.Key) == 0 || len(r.Lo) == 0 || len(r.Hi) == 0 {
 		return ""
 	}
 	c := p.Columns[p.Key[0]]
@@ -222,7 +222,7 @@ func (p *TablePlan) byteRangeSuperset(s Side, r Range) string {
 	return id + " >= " + low + " AND " + id + " <= " + high
 }
 
-func (p *TablePlan) boundPredicate(s Side, b Bound, op string) string {
+func (p *tablePlan) boundPredicate(s pairSide, b chunkBound, op string) string {
 	n := len(b)
 	if n > len(p.Key) {
 		n = len(p.Key)
@@ -251,7 +251,7 @@ func (p *TablePlan) boundPredicate(s Side, b Bound, op string) string {
 // plain comparison except on a MySQL or MariaDB downstream of a TiDB upstream, for a
 // string key under a PAD SPACE collation: there the two servers order some strings
 // differently, and the comparison is written to follow TiDB's order (tidbPadOrder).
-func (p *TablePlan) compare(s Side, c planColumn, ref, op string, v sqlValue) string {
+func (p *tablePlan) compare(s pairSide, c planColumn, ref, op string, v sqlValue) string {
 	lit := predicateLiteral(c.Kind, v)
 	plain := ref + " " + op + " " + lit
 	if v.Null || !p.tidbPadOrder(s, c) {
@@ -326,8 +326,8 @@ func padLowChars(c planColumn) int {
 // downstream, for a string key column whose comparison collation (the upstream's, see
 // keyRef) pads with spaces. Boundaries come from the upstream's key order; evaluated in
 // the same order on both sides, the chunks hold the same keys.
-func (p *TablePlan) tidbPadOrder(s Side, c planColumn) bool {
-	if s != Downstream || p.Flavor[Upstream] != FlavorTiDB || p.Flavor[Downstream] == FlavorTiDB || c.Kind != kindString || c.Enum {
+func (p *tablePlan) tidbPadOrder(s pairSide, c planColumn) bool {
+	if s != downSide || p.Flavor[upSide] != FlavorTiDB || p.Flavor[downSide] == FlavorTiDB || c.Kind != kindString || c.Enum {
 		return false
 	}
 	coll := c.Collation[1]
@@ -361,7 +361,7 @@ func prefixesBelow(b []byte) [][]byte {
 	return out
 }
 
-func (p *TablePlan) keyList(s Side) string {
+func (p *tablePlan) keyList(s pairSide) string {
 	parts := make([]string, len(p.Key))
 	for i, k := range p.Key {
 		parts[i] = p.keyRef(s, p.Columns[k])
@@ -369,7 +369,7 @@ func (p *TablePlan) keyList(s Side) string {
 	return strings.Join(parts, ", ")
 }
 
-func (p *TablePlan) keySelect() string {
+func (p *tablePlan) keySelect() string {
 	parts := make([]string, len(p.Key))
 	for i, k := range p.Key {
 		parts[i] = p.selectExpr(p.Columns[k])
@@ -383,7 +383,7 @@ func (p *TablePlan) keySelect() string {
 // MariaDB prints a FLOAT with 6 digits (3.14159 for a stored 3.1415927), and a
 // FLOAT(M,D)/DOUBLE(M,D) with D decimals, while CAST(... AS DOUBLE) widens exactly and
 // prints in full (3.1415927410125732). The exact text also makes exact literals in fix SQL.
-func (p *TablePlan) selectExpr(c planColumn) string {
+func (p *tablePlan) selectExpr(c planColumn) string {
 	switch c.Kind {
 	case kindBit:
 		return "CAST(" + ident.Quote(c.Name) + " AS UNSIGNED)"
@@ -395,24 +395,24 @@ func (p *TablePlan) selectExpr(c planColumn) string {
 
 // boundarySQL returns the key of the row `offset` rows past the start of range r in key
 // order (the index walk that cuts the next chunk), or no row when fewer remain.
-func (p *TablePlan) boundarySQL(s Side, r Range, offset int) string {
+func (p *tablePlan) boundarySQL(s pairSide, r keyRange, offset int) string {
 	return fmt.Sprintf("SELECT %s FROM %s%s ORDER BY %s LIMIT %d,1", p.keySelect(), p.table(s), p.whereClause(s, r), p.keyList(s), offset)
 }
 
 // keysSQL returns the first n keys of range r in key order (cutting several chunks with
 // one index walk).
-func (p *TablePlan) keysSQL(s Side, r Range, n int) string {
+func (p *tablePlan) keysSQL(s pairSide, r keyRange, n int) string {
 	return fmt.Sprintf("SELECT %s FROM %s%s ORDER BY %s LIMIT %d", p.keySelect(), p.table(s), p.whereClause(s, r), p.keyList(s), n)
 }
 
 // regionSampleSQL returns the first row key of every TiDB region of the table (TiDB only).
-func (p *TablePlan) regionSampleSQL() string {
-	return fmt.Sprintf("SELECT %s FROM %s TABLESAMPLE REGIONS() ORDER BY %s", p.keySelect(), p.table(Upstream), p.keyList(Upstream))
+func (p *tablePlan) regionSampleSQL() string {
+	return fmt.Sprintf("SELECT %s FROM %s TABLESAMPLE REGIONS() ORDER BY %s", p.keySelect(), p.table(upSide), p.keyList(upSide))
 }
 
 // orderExpr orders drill-down streams so that Go can merge them: strings by their UTF-8
 // bytes (no collation, no pad space, byteString), everything else by value.
-func (p *TablePlan) orderExpr(c planColumn, s Side) string {
+func (p *tablePlan) orderExpr(c planColumn, s pairSide) string {
 	id := ident.Quote(c.Name)
 	switch c.Kind {
 	case kindString:
@@ -442,12 +442,12 @@ func byteString(f Flavor, x string) string {
 
 // rowColumns returns what a row read on side s holds: the compared columns, then on the
 // upstream the carried ones (width).
-func (p *TablePlan) rowColumns(s Side) []string {
+func (p *tablePlan) rowColumns(s pairSide) []string {
 	cols := make([]string, 0, p.width(s))
 	for _, c := range p.Columns {
 		cols = append(cols, p.selectExpr(c))
 	}
-	if s == Upstream {
+	if s == upSide {
 		for _, c := range p.Carried {
 			cols = append(cols, p.selectExpr(c))
 		}
@@ -456,8 +456,8 @@ func (p *TablePlan) rowColumns(s Side) []string {
 }
 
 // width is the number of values of a row read on side s (rowColumns).
-func (p *TablePlan) width(s Side) int {
-	if s == Upstream {
+func (p *tablePlan) width(s pairSide) int {
+	if s == upSide {
 		return len(p.Columns) + len(p.Carried)
 	}
 	return len(p.Columns)
@@ -465,11 +465,11 @@ func (p *TablePlan) width(s Side) int {
 
 // rangeRowsSQL streams the rows of a range on side s: every compared column (then the
 // carried ones upstream), in the byte/value order of the key that compareKeys expects.
-func (p *TablePlan) rangeRowsSQL(s Side, r Range) string {
+func (p *tablePlan) rangeRowsSQL(s pairSide, r keyRange) string {
 	return p.rowsSQL(s, p.whereClause(s, r))
 }
 
-func (p *TablePlan) rowsSQL(s Side, where string) string {
+func (p *tablePlan) rowsSQL(s pairSide, where string) string {
 	cols := p.rowColumns(s)
 	order := make([]string, len(p.Key))
 	for i, k := range p.Key {
@@ -480,7 +480,7 @@ func (p *TablePlan) rowsSQL(s Side, where string) string {
 
 // rowsInRangesSQL streams the rows of several disjoint ranges (in key order) on side s,
 // in rangeRowsSQL's columns and order: one query for the differing buckets of a chunk.
-func (p *TablePlan) rowsInRangesSQL(s Side, rs []Range) string {
+func (p *tablePlan) rowsInRangesSQL(s pairSide, rs []keyRange) string {
 	terms := make([]string, 0, len(rs))
 	for _, r := range rs {
 		if c := p.rangePredicate(s, r); c != "" {
@@ -501,7 +501,7 @@ func (p *TablePlan) rowsInRangesSQL(s Side, rs []Range) string {
 // of stored differences again. Each key is an equality per key column (with the collation
 // of the range predicates), OR-ed: both servers' range optimizers turn it into point
 // lookups.
-func (p *TablePlan) rowsByKeysSQL(s Side, keys []Bound) string {
+func (p *tablePlan) rowsByKeysSQL(s pairSide, keys []chunkBound) string {
 	terms := make([]string, len(keys))
 	for i, k := range keys {
 		conds := make([]string, len(p.Key))
@@ -530,7 +530,7 @@ func (p *TablePlan) rowsByKeysSQL(s Side, keys []Bound) string {
 
 // hashGroupsSQL returns (h, n) for every distinct row hash of a range, ordered by h: the
 // drill-down of keyless tables compares these multisets.
-func (p *TablePlan) hashGroupsSQL(s Side, r Range) string {
+func (p *tablePlan) hashGroupsSQL(s pairSide, r keyRange) string {
 	return fmt.Sprintf("SELECT h, COUNT(*) FROM (SELECT %s AS h FROM %s%s) AS x GROUP BY h ORDER BY h", p.rowHash(s), p.table(s), p.whereClause(s, r))
 }
 
@@ -539,7 +539,7 @@ const keylessFetchBatch = 256
 
 // rowsByHashesSQL returns the rows of a range whose row hash is one of hs (decimal
 // strings), each followed by its hash.
-func (p *TablePlan) rowsByHashesSQL(s Side, r Range, hs []string) string {
+func (p *tablePlan) rowsByHashesSQL(s pairSide, r keyRange, hs []string) string {
 	lits := make([]string, len(hs))
 	for i, h := range hs {
 		lits[i] = h
@@ -560,7 +560,7 @@ func (p *TablePlan) rowsByHashesSQL(s Side, r Range, hs []string) string {
 
 // numericKey reports whether every key column orders the same in Go and in SQL
 // regardless of collation (numbers and temporal values).
-func (p *TablePlan) numericKey() bool {
+func (p *tablePlan) numericKey() bool {
 	for _, k := range p.Key {
 		switch p.Columns[k].Kind {
 		case kindInt, kindDecimal, kindTemporal:
@@ -573,12 +573,12 @@ func (p *TablePlan) numericKey() bool {
 
 // intKey reports whether the table has a key of one integer column: such ranges are cut by
 // key value, and narrowed or grouped by key buckets (bucketChecksumSQL).
-func (p *TablePlan) intKey() bool {
+func (p *tablePlan) intKey() bool {
 	return len(p.Key) == 1 && !p.Keyless && p.Columns[p.Key[0]].Kind == kindInt
 }
 
 // minMaxSQL returns the smallest and largest key of a range (single-column keys).
-func (p *TablePlan) minMaxSQL(s Side, r Range) string {
+func (p *tablePlan) minMaxSQL(s pairSide, r keyRange) string {
 	k := ident.Quote(p.Columns[p.Key[0]].Name)
 	return "SELECT MIN(" + k + "), MAX(" + k + ") FROM " + p.table(s) + p.whereClause(s, r)
 }
@@ -593,7 +593,7 @@ func (p *TablePlan) minMaxSQL(s Side, r Range) string {
 // (64-row buckets), MariaDB spent 2.15-2.45 s of CPU with integers and 2.29-2.89 s with
 // DECIMAL, against 1.70-1.95 s for the plain checksum; on TiDB the two forms cost the same
 // within noise.
-func (p *TablePlan) bucketChecksumSQL(s Side, r Range, base, width string, intMath bool) string {
+func (p *tablePlan) bucketChecksumSQL(s pairSide, r keyRange, base, width string, intMath bool) string {
 	k := ident.Quote(p.Columns[p.Key[0]].Name)
 	b := "FLOOR((CAST(" + k + " AS DECIMAL(65,0)) - " + base + ") / " + width + ")"
 	if intMath {

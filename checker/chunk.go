@@ -1,6 +1,6 @@
 package checker
 
-// chunk.go owns key ranges and chunks: a Bound and a Range, how key values order in Go
+// chunk.go owns key ranges and chunks: a chunkBound and a keyRange, how key values order in Go
 // as the drill-down queries order them, a chunk (one unit of work), the chunk sizer fed
 // by the comparer's timings and difference counts, and cutting a range by value. It
 // must not query a server (the scopes cut through the pair) nor store chunks (state.go).
@@ -14,13 +14,13 @@ import (
 	"strings"
 )
 
-// Bound is a key tuple (one value per key column).
-type Bound []sqlValue
+// chunkBound is a key tuple (one value per key column).
+type chunkBound []sqlValue
 
-// Range is the key range lo < key <= hi of a chunk. A nil Lo means from the start of the
+// keyRange is the key range lo < key <= hi of a chunk. A nil Lo means from the start of the
 // table, a nil Hi means to its end.
-type Range struct {
-	Lo, Hi Bound
+type keyRange struct {
+	Lo, Hi chunkBound
 }
 
 // compareValue orders two non-NULL key values of kind k the way the drill-down queries
@@ -103,7 +103,7 @@ func compareTime(a, b string) int {
 }
 
 // compareKeys orders two key tuples.
-func (p *TablePlan) compareKeys(a, b []sqlValue) int {
+func (p *tablePlan) compareKeys(a, b []sqlValue) int {
 	for i, k := range p.Key {
 		if c := compareValue(p.Columns[k].Kind, a[i], b[i]); c != 0 {
 			return c
@@ -114,15 +114,15 @@ func (p *TablePlan) compareKeys(a, b []sqlValue) int {
 
 // keyChunk is one unit of work: a key range of one table.
 type keyChunk struct {
-	Table int // index into the run's tables
-	Seq   int // 0-based position of the chunk in its table's key order
-	Range Range
+	Table    int // index into the run's tables
+	Seq      int // 0-based position of the chunk in its table's key order
+	keyRange keyRange
 	// Last marks the final chunk of its table.
 	Last bool
 
 	retry bool    // from a resumed run: an earlier attempt may have stored differences
 	width float64 // key values spanned, when cut by value (0: cut otherwise, or open-ended)
-	// bounds are Range's ends as stored (diff_chunks.lo_bound, hi_bound; see
+	// bounds are keyRange's ends as stored (diff_chunks.lo_bound, hi_bound; see
 	// encodeBound), set when the chunk is cut or read back.
 	bounds [2]string
 }

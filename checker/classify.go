@@ -153,7 +153,7 @@ func (c *classifier) classifyBase(ctx context.Context) (*Classification, error) 
 	if len(keyed) == 0 {
 		return cl, nil
 	}
-	err := c.pair.withSide(ctx, Downstream, func(ctx context.Context, q Querier) error {
+	err := c.pair.withSide(ctx, downSide, func(ctx context.Context, q Querier) error {
 		rd := ledgerReader(c.cfg, q)
 		bounds, err := rd.Bounds(ctx)
 		if err != nil {
@@ -344,7 +344,7 @@ func classOf(cts uint64, changed bool, up ledger.CaughtUp) string {
 // the key's collations allow (sameKey; exactly when they cannot be folded), DECIMAL by
 // value (1.5 = 1.50) and temporal values without trailing fractional zeros (the text
 // TiCDC sends and the text a server prints may spell them apart).
-func (p *TablePlan) matchForm(vals []any) string {
+func (p *tablePlan) matchForm(vals []any) string {
 	idx := p.diffKeyColumns()
 	var dst []byte
 	for i, v := range vals {
@@ -478,7 +478,7 @@ func (c *classifier) readBypass(ctx context.Context, t *target, until time.Time)
 		}
 	}
 	var ws []bypasslog.Write
-	err := c.pair.withSide(ctx, Downstream, func(ctx context.Context, q Querier) error {
+	err := c.pair.withSide(ctx, downSide, func(ctx context.Context, q Querier) error {
 		var err error
 		ws, err = read(ctx, q)
 		return err

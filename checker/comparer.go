@@ -75,9 +75,9 @@ func (c *comparer) compare(ctx context.Context, t *target, u unit, sink differen
 		}
 		p := t.plan
 		start := time.Now()
-		rows, err := c.mergeCounted(ctx, t, p.rowsByKeysSQL(Upstream, u.keys), p.rowsByKeysSQL(Downstream, u.keys), sink.emit)
-		res.up = checksum{count: rows[Upstream], dur: time.Since(start)}
-		res.down = checksum{count: rows[Downstream], dur: res.up.dur}
+		rows, err := c.mergeCounted(ctx, t, p.rowsByKeysSQL(upSide, u.keys), p.rowsByKeysSQL(downSide, u.keys), sink.emit)
+		res.up = checksum{count: rows[upSide], dur: time.Since(start)}
+		res.down = checksum{count: rows[downSide], dur: res.up.dur}
 		if errors.Is(err, errMaxDifferences) {
 			res.differences = undrilledChunk
 			return res, nil
@@ -88,7 +88,7 @@ func (c *comparer) compare(ctx context.Context, t *target, u unit, sink differen
 	grouped := u.grouped
 	if grouped {
 		// Both ends must be known keys (the first and last chunks are open-ended).
-		if lo, hi, grouped = rangeInts(u.Range); grouped {
+		if lo, hi, grouped = rangeInts(u.keyRange); grouped {
 			width = bucketWidth(lo, hi, max(1, int64(u.size)/bucketRows))
 		}
 	}
@@ -96,13 +96,13 @@ func (c *comparer) compare(ctx context.Context, t *target, u unit, sink differen
 	var ub, db bucketSums
 	var err error
 	if grouped {
-		if ub, db, err = c.readBuckets(ctx, t, u.Range, lo, hi, width); err == nil {
+		if ub, db, err = c.readBuckets(ctx, t, u.keyRange, lo, hi, width); err == nil {
 			if res.up, err = ub.total(); err == nil {
 				res.down, err = db.total()
 			}
 		}
 	} else {
-		res.up, res.down, err = c.checksumBoth(ctx, t, u.Range)
+		res.up, res.down, err = c.checksumBoth(ctx, t, u.keyRange)
 	}
 	if err != nil {
 		return res, fmt.Errorf("chunk %d: %w", u.Seq, err)
@@ -124,9 +124,9 @@ func (c *comparer) compare(ctx context.Context, t *target, u unit, sink differen
 		return res, nil
 	}
 	if grouped {
-		err = c.followBuckets(ctx, t, u.Range, lo, hi, width, ub, db, differing, sink.emit, 1)
+		err = c.followBuckets(ctx, t, u.keyRange, lo, hi, width, ub, db, differing, sink.emit, 1)
 	} else {
-		err = c.drill(ctx, t, u.Range, res.up, res.down, sink.emit, 0)
+		err = c.drill(ctx, t, u.keyRange, res.up, res.down, sink.emit, 0)
 	}
 	switch {
 	case errors.Is(err, errMaxDifferences):
@@ -137,7 +137,7 @@ func (c *comparer) compare(ctx context.Context, t *target, u unit, sink differen
 	return res, nil
 }
 
-func (c *comparer) checksumSide(ctx context.Context, t *target, s Side, rng Range) (checksum, error) {
+func (c *comparer) checksumSide(ctx context.Context, t *target, s pairSide, rng keyRange) (checksum, error) {
 	var sum checksum
 	err := c.pair.withSide(ctx, s, func(ctx context.Context, q Querier) error {
 		start := time.Now()
@@ -152,16 +152,16 @@ func (c *comparer) checksumSide(ctx context.Context, t *target, s Side, rng Rang
 }
 
 // checksumBoth runs the range's checksum on both sides at once.
-func (c *comparer) checksumBoth(ctx context.Context, t *target, rng Range) (up, down checksum, err error) {
+func (c *comparer) checksumBoth(ctx context.Context, t *target, rng keyRange) (up, down checksum, err error) {
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		var err error
-		up, err = c.checksumSide(gctx, t, Upstream, rng)
+		up, err = c.checksumSide(gctx, t, upSide, rng)
 		return err
 	})
 	g.Go(func() error {
 		var err error
-		down, err = c.checksumSide(gctx, t, Downstream, rng)
+		down, err = c.checksumSide(gctx, t, downSide, rng)
 		return err
 	})
 	err = g.Wait()

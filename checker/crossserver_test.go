@@ -46,10 +46,10 @@ func TestChecksumMatchesAcrossServers(t *testing.T) {
 
 	// The benchmark's lower-bound queries run on both servers over every type; the CRC32
 	// bound hashes the same encoding, so it agrees across them too.
-	for _, b := range []LowerBound{LowerBoundRead, LowerBoundCRC32} {
+	for _, b := range []lowerBound{lowerBoundRead, lowerBoundCRC32} {
 		var got [2][]string
 		for s, db := range []*sql.DB{p.up.DB, p.down.DB} {
-			_, out := queryTable(t, db, plan.LowerBoundSQL(Side(s), Range{}, b))
+			_, out := queryTable(t, db, plan.LowerBoundSQL(pairSide(s), keyRange{}, b))
 			if len(out) != 1 {
 				t.Fatalf("%s bound on side %d: %d rows", b, s, len(out))
 			}
@@ -58,14 +58,14 @@ func TestChecksumMatchesAcrossServers(t *testing.T) {
 		if got[0][0] != fmt.Sprint(len(rows)) || got[1][0] != fmt.Sprint(len(rows)) {
 			t.Errorf("%s bound counts: %s and %s, want %d", b, got[0][0], got[1][0], len(rows))
 		}
-		if b == LowerBoundCRC32 && got[0][1] != got[1][1] {
+		if b == lowerBoundCRC32 && got[0][1] != got[1][1] {
 			t.Errorf("crc32 bound: tidb %s, mariadb %s", got[0][1], got[1][1])
 		}
 	}
 }
 
 // matchRows checks that rows 1..n have the same checksum on both sides.
-func matchRows(t *testing.T, p pair, plan *TablePlan, n int) {
+func matchRows(t *testing.T, p pair, plan *tablePlan, n int) {
 	t.Helper()
 	ctx := context.Background()
 	for id := 1; id <= n; id++ {
@@ -74,16 +74,16 @@ func matchRows(t *testing.T, p pair, plan *TablePlan, n int) {
 			// Show which column differs.
 			for _, c := range plan.Columns {
 				var a, b string
-				q := func(s Side) string {
+				q := func(s pairSide) string {
 					return fmt.Sprintf("SELECT %s FROM %s WHERE id = %d", plan.encode(s, c), plan.table(s), id)
 				}
-				_ = p.up.QueryRowContext(ctx, q(Upstream)).Scan(&a)
-				_ = p.down.QueryRowContext(ctx, q(Downstream)).Scan(&b)
+				_ = p.up.QueryRowContext(ctx, q(upSide)).Scan(&a)
+				_ = p.down.QueryRowContext(ctx, q(downSide)).Scan(&b)
 				if a != b {
 					t.Errorf("row %d column %s: tidb encodes %q, mariadb %q", id, c.Name, a, b)
 				}
 			}
-			t.Errorf("row %d (pushdown %v): tidb (%d, %s), mariadb (%d, %s)", id, plan.Pushdown[Upstream], up.count, up.sum, down.count, down.sum)
+			t.Errorf("row %d (pushdown %v): tidb (%d, %s), mariadb (%d, %s)", id, plan.Pushdown[upSide], up.count, up.sum, down.count, down.sum)
 		}
 	}
 }
@@ -101,20 +101,20 @@ func TestTiDBChecksumForm(t *testing.T) {
 	exec(t, p.up.DB, "INSERT INTO f VALUES "+strings.Join(vals, ","))
 	ctx := context.Background()
 	plan := p.plan(t, "f", FlavorTiDB)
-	bound := func(id int) Bound { return Bound{stringValue(fmt.Sprint(id))} }
+	bound := func(id int) chunkBound { return chunkBound{stringValue(fmt.Sprint(id))} }
 	for _, h := range []Hash{HashSHA1, HashMD5} {
 		plan.Hash = h
 		conv := "SELECT COUNT(*), IFNULL(SUM(%s),0) FROM %s%s"
-		for _, rng := range []Range{{}, {Hi: bound(1)}, {Lo: bound(10), Hi: bound(1500)}, {Lo: bound(5000)}} {
+		for _, rng := range []keyRange{{}, {Hi: bound(1)}, {Lo: bound(10), Hi: bound(1500)}, {Lo: bound(5000)}} {
 			var got, want checksum
-			q := plan.ChecksumSQL(Upstream, rng)
+			q := plan.ChecksumSQL(upSide, rng)
 			if !strings.Contains(q, "ASCII(SUBSTRING(b,8,1))") {
 				t.Fatalf("%s: not the batch form on TiDB: %s", h, q)
 			}
 			if err := p.up.QueryRowContext(ctx, q).Scan(&got.count, &got.sum); err != nil {
 				t.Fatal(err)
 			}
-			wq := fmt.Sprintf(conv, plan.rowHash(Upstream), plan.table(Upstream), plan.whereClause(Upstream, rng))
+			wq := fmt.Sprintf(conv, plan.rowHash(upSide), plan.table(upSide), plan.whereClause(upSide, rng))
 			if err := p.up.QueryRowContext(ctx, wq).Scan(&want.count, &want.sum); err != nil {
 				t.Fatal(err)
 			}
@@ -123,14 +123,14 @@ func TestTiDBChecksumForm(t *testing.T) {
 			}
 		}
 		// Bucket checksums (the drill-down of big integer-key ranges): the same per bucket.
-		rng := Range{Lo: bound(100), Hi: bound(2900)}
-		q := plan.bucketChecksumSQL(Upstream, rng, "101", "97", false)
+		rng := keyRange{Lo: bound(100), Hi: bound(2900)}
+		q := plan.bucketChecksumSQL(upSide, rng, "101", "97", false)
 		if !strings.Contains(q, "ASCII(SUBSTRING(b,8,1))") {
 			t.Fatalf("%s: bucket query not in the batch form on TiDB: %s", h, q)
 		}
 		k := "FLOOR((CAST(`id` AS DECIMAL(65,0)) - 101) / 97)"
-		wq := "SELECT " + k + " AS b, COUNT(*), IFNULL(SUM(" + plan.rowHash(Upstream) + "),0) FROM " + plan.table(Upstream) +
-			plan.whereClause(Upstream, rng) + " GROUP BY b ORDER BY b"
+		wq := "SELECT " + k + " AS b, COUNT(*), IFNULL(SUM(" + plan.rowHash(upSide) + "),0) FROM " + plan.table(upSide) +
+			plan.whereClause(upSide, rng) + " GROUP BY b ORDER BY b"
 		read := func(q string) []string {
 			rows, err := p.up.QueryContext(ctx, q)
 			if err != nil {
@@ -152,15 +152,15 @@ func TestTiDBChecksumForm(t *testing.T) {
 			t.Errorf("%s buckets: batch form %v, CONV form %v", h, got, want)
 		}
 		// Integer bucket arithmetic (keys >= base): the same buckets.
-		if got := read(plan.bucketChecksumSQL(Upstream, rng, "101", "97", true)); strings.Join(got, " ") != strings.Join(want, " ") {
+		if got := read(plan.bucketChecksumSQL(upSide, rng, "101", "97", true)); strings.Join(got, " ") != strings.Join(want, " ") {
 			t.Errorf("%s buckets: integer arithmetic %v, DECIMAL %v", h, got, want)
 		}
 
 		// The pushdown form (TiKV stores): the same values, and TiDB hands the whole
 		// aggregate to the coprocessor.
 		plan.Pushdown = [2]bool{true, false}
-		for _, rng := range []Range{{}, {Lo: bound(10), Hi: bound(1500)}} {
-			q := plan.ChecksumSQL(Upstream, rng)
+		for _, rng := range []keyRange{{}, {Lo: bound(10), Hi: bound(1500)}} {
+			q := plan.ChecksumSQL(upSide, rng)
 			if strings.Contains(q, "LEFT(") || strings.Contains(q, "ASCII(") {
 				t.Fatalf("%s: not the pushdown form: %s", h, q)
 			}
@@ -169,7 +169,7 @@ func TestTiDBChecksumForm(t *testing.T) {
 				t.Fatal(err)
 			}
 			plan.Pushdown = [2]bool{}
-			wq := plan.ChecksumSQL(Upstream, rng)
+			wq := plan.ChecksumSQL(upSide, rng)
 			plan.Pushdown = [2]bool{true, false}
 			if err := p.up.QueryRowContext(ctx, wq).Scan(&want.count, &want.sum); err != nil {
 				t.Fatal(err)
@@ -182,7 +182,7 @@ func TestTiDBChecksumForm(t *testing.T) {
 			}
 		}
 		for _, intMath := range []bool{false, true} {
-			pq := plan.bucketChecksumSQL(Upstream, rng, "101", "97", intMath)
+			pq := plan.bucketChecksumSQL(upSide, rng, "101", "97", intMath)
 			if got := read(pq); strings.Join(got, " ") != strings.Join(want, " ") {
 				t.Errorf("%s buckets (integer arithmetic %v): pushdown form %v, CONV form %v", h, intMath, got, want)
 			}
@@ -191,7 +191,7 @@ func TestTiDBChecksumForm(t *testing.T) {
 			}
 		}
 		plan.Pushdown = [2]bool{}
-		if copAggregate(t, p.up.DB, plan.ChecksumSQL(Upstream, Range{})) {
+		if copAggregate(t, p.up.DB, plan.ChecksumSQL(upSide, keyRange{})) {
 			t.Errorf("%s: the batch form's aggregate runs in the coprocessor", h)
 		}
 	}

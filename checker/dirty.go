@@ -129,16 +129,16 @@ type tableScope struct {
 // pairTS returns the TSO both sides read at when the run is at a snapshot pair (the
 // upstream at a TSO and the downstream held at the same one).
 func (p *sourcePair) pairTS() (uint64, bool) {
-	if !p.atSnapshot() || p.snapshot[Upstream] != p.snapshot[Downstream] {
+	if !p.atSnapshot() || p.snapshot[upSide] != p.snapshot[downSide] {
 		return 0, false
 	}
-	ts, err := strconv.ParseUint(p.snapshot[Upstream], 10, 64)
+	ts, err := strconv.ParseUint(p.snapshot[upSide], 10, 64)
 	return ts, err == nil && ts > 0
 }
 
 // upstreamTS returns the TSO the upstream reads at, when it reads at one.
 func (p *sourcePair) upstreamTS() (uint64, bool) {
-	ts, err := strconv.ParseUint(p.snapshot[Upstream], 10, 64)
+	ts, err := strconv.ParseUint(p.snapshot[upSide], 10, 64)
 	return ts, err == nil && ts > 0
 }
 
@@ -171,7 +171,7 @@ func (r *runner) resolveScopes(ctx context.Context, targets []*target) ([]*table
 	}
 	var refused []string
 	cov := bypassCoverage(ctx, r.cfg.Bypass, r.log)
-	err := r.pair.withSide(ctx, Downstream, func(ctx context.Context, q Querier) error {
+	err := r.pair.withSide(ctx, downSide, func(ctx context.Context, q Querier) error {
 		rd := ledgerReader(r.cfg, q)
 		bounds, err := rd.Bounds(ctx)
 		if err != nil {
@@ -294,7 +294,7 @@ type handleKey struct {
 
 // newHandleKey works out how the ledger keys table up's rows compared by plan p (f: the
 // upstream's flavour, which decides how its column types are spelled).
-func newHandleKey(up *Table, p *TablePlan, f Flavor) handleKey {
+func newHandleKey(up *tableSchema, p *tablePlan, f Flavor) handleKey {
 	if p.Keyless {
 		return handleKey{why: "keyless: no key to scope by, compared whole"}
 	}
@@ -349,7 +349,7 @@ func newHandleKey(up *Table, p *TablePlan, f Flavor) handleKey {
 // translate returns ledger key k in the checker's typing under order o; ok is false when
 // its values do not fit the key columns (their number, types, or an ENUM index beyond the
 // members).
-func (h *handleKey) translate(p *TablePlan, o int, k rowkey.Key) (rowkey.Key, bool) {
+func (h *handleKey) translate(p *tablePlan, o int, k rowkey.Key) (rowkey.Key, bool) {
 	vals, err := k.Values()
 	if err != nil || len(vals) != len(p.Key) {
 		return nil, false
@@ -437,7 +437,7 @@ func memberText(members []string, set bool, x uint64) (string, bool) {
 // translateAll turns a table's ledger entries into its sorted keys in the checker's
 // typing. note is set (and keys nil) when the entries cannot be the table's keys under
 // exactly one candidate order: the table is then compared whole.
-func (h *handleKey) translateAll(p *TablePlan, entries []ledger.Entry) (keys []rowkey.Key, note string) {
+func (h *handleKey) translateAll(p *tablePlan, entries []ledger.Entry) (keys []rowkey.Key, note string) {
 	if len(entries) == 0 {
 		return nil, ""
 	}
@@ -568,7 +568,7 @@ func openKeyListScope(ctx context.Context, cfg *Config, t *target, sc *tableScop
 		if err := errors.Join(err1, err2); err != nil {
 			return nil, fmt.Errorf("table %s, chunk %d: %w", t.name, c.Seq, err)
 		}
-		var keys []Bound
+		var keys []chunkBound
 		for i, k := range s.rest {
 			if rowkey.Compare(k, lo) >= 0 && rowkey.Compare(k, hi) <= 0 {
 				claimed[i] = true
@@ -584,7 +584,7 @@ func openKeyListScope(ctx context.Context, cfg *Config, t *target, sc *tableScop
 		if c.state != chunkDone {
 			c.retry = true
 			if keys == nil {
-				keys = []Bound{}
+				keys = []chunkBound{}
 			}
 			s.queue = append(s.queue, unit{keyChunk: c.keyChunk, keys: keys})
 		}
@@ -608,8 +608,8 @@ func rawBound(s string) (rowkey.Key, error) {
 	return rowkey.Key(raw), err
 }
 
-// keyBoundValues returns key k's values as a Bound (what rowsByKeysSQL reads by).
-func keyBoundValues(k rowkey.Key) (Bound, error) {
+// keyBoundValues returns key k's values as a chunkBound (what rowsByKeysSQL reads by).
+func keyBoundValues(k rowkey.Key) (chunkBound, error) {
 	vals, err := k.Values()
 	if err != nil {
 		return nil, err
@@ -647,7 +647,7 @@ func (s *keyListScope) cut(ctx context.Context) error {
 			c.bounds = [2]string{keyBound(nil), keyBound(nil)}
 		}
 		s.seq++
-		u := unit{keyChunk: c, keys: make([]Bound, 0, n)}
+		u := unit{keyChunk: c, keys: make([]chunkBound, 0, n)}
 		for _, k := range keys {
 			b, err := keyBoundValues(k)
 			if err != nil {

@@ -174,9 +174,9 @@ func TestHandleKey(t *testing.T) {
 		{Name: "s", DataType: "set", ColumnType: "set('p','q')", Kind: kindString, Collation: "utf8mb4_bin"},
 		{Name: "v", DataType: "int", ColumnType: "int", Kind: kindInt},
 	}
-	up := &Table{Schema: "s", Name: "t", Columns: cols, PrimaryKey: []string{"a_dec", "z_enum", "m_id"}}
-	down := &Table{Schema: "s", Name: "t", Columns: cols, PrimaryKey: []string{"a_dec", "z_enum", "m_id"}}
-	p, err := NewPlan(up, down, nil)
+	up := &tableSchema{Schema: "s", Name: "t", Columns: cols, PrimaryKey: []string{"a_dec", "z_enum", "m_id"}}
+	down := &tableSchema{Schema: "s", Name: "t", Columns: cols, PrimaryKey: []string{"a_dec", "z_enum", "m_id"}}
+	p, err := newPlan(up, down, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,15 +207,15 @@ func TestHandleKey(t *testing.T) {
 	}
 	// Two integer key columns whose table and name orders differ: ambiguous.
 	cols2 := []schemaColumn{{Name: "b", DataType: "int", ColumnType: "int", Kind: kindInt}, {Name: "a", DataType: "int", ColumnType: "int", Kind: kindInt}}
-	up2 := &Table{Columns: cols2, PrimaryKey: []string{"a", "b"}}
-	p2, _ := NewPlan(up2, up2, nil)
+	up2 := &tableSchema{Columns: cols2, PrimaryKey: []string{"a", "b"}}
+	p2, _ := newPlan(up2, up2, nil)
 	h2 := newHandleKey(up2, p2, FlavorTiDB)
 	if _, note := h2.translateAll(p2, []ledger.Entry{{Key: key(t, int64(1), int64(2)), CommitTs: 1}}); !strings.Contains(note, "ambiguous") {
 		t.Errorf("ambiguous order: note %q", note)
 	}
 	// Same orders: one candidate, signed integers.
-	up3 := &Table{Columns: cols2, PrimaryKey: []string{"b"}}
-	p3, _ := NewPlan(up3, up3, nil)
+	up3 := &tableSchema{Columns: cols2, PrimaryKey: []string{"b"}}
+	p3, _ := newPlan(up3, up3, nil)
 	h3 := newHandleKey(up3, p3, FlavorTiDB)
 	if len(h3.orders) != 1 {
 		t.Errorf("single key: %d orders", len(h3.orders))
@@ -230,18 +230,18 @@ func TestHandleKey(t *testing.T) {
 		t.Errorf("single key: %v %q", keys, note)
 	}
 	// Not the handle: a unique key compared while a primary key exists; keyless.
-	up4 := &Table{Columns: cols2, PrimaryKey: []string{"a"}, UniqueKeys: [][]string{{"b"}}}
-	p4, _ := NewPlan(up4, up4, func(c string) bool { return c == "a" }) // the primary key's column ignored
+	up4 := &tableSchema{Columns: cols2, PrimaryKey: []string{"a"}, UniqueKeys: [][]string{{"b"}}}
+	p4, _ := newPlan(up4, up4, func(c string) bool { return c == "a" }) // the primary key's column ignored
 	if h := newHandleKey(up4, p4, FlavorTiDB); h.ok || !strings.Contains(h.why, "not the primary key") {
 		t.Errorf("non-handle key: %+v", h)
 	}
-	up5 := &Table{Columns: cols2}
-	p5, _ := NewPlan(up5, up5, nil)
+	up5 := &tableSchema{Columns: cols2}
+	p5, _ := newPlan(up5, up5, nil)
 	if h := newHandleKey(up5, p5, FlavorTiDB); h.ok || !strings.Contains(h.why, "keyless") {
 		t.Errorf("keyless: %+v", h)
 	}
-	up6 := &Table{Columns: cols2, UniqueKeys: [][]string{{"a"}, {"b"}}}
-	p6, _ := NewPlan(up6, up6, nil)
+	up6 := &tableSchema{Columns: cols2, UniqueKeys: [][]string{{"a"}, {"b"}}}
+	p6, _ := newPlan(up6, up6, nil)
 	if h := newHandleKey(up6, p6, FlavorTiDB); h.ok || !strings.Contains(h.why, "2 NOT NULL unique keys") {
 		t.Errorf("two unique keys: %+v", h)
 	}
@@ -274,7 +274,7 @@ func TestClassOf(t *testing.T) {
 // keys under their collation, DECIMAL by value, temporal text without trailing
 // fractional zeros; different rows do not.
 func TestMatchForm(t *testing.T) {
-	p := &TablePlan{Columns: []planColumn{
+	p := &tablePlan{Columns: []planColumn{
 		{Name: "s", Kind: kindString, Collation: [2]string{"utf8mb4_general_ci", "utf8mb4_general_ci"}},
 		{Name: "d", Kind: kindDecimal},
 		{Name: "t", Kind: kindTemporal},

@@ -9,8 +9,8 @@
 // it runs; Config; the Sources a caller may hold (OpenDSN, OpenSnapshotPair); the result
 // types (Report, TableReport, Difference, Stats, Classification); the readers of a
 // finished run (RunDifferences, RunFixSQL, DeleteRun) and of clean verifications; and
-// the few planning entry points the benchmarks use (LoadTable, NewPlan, ChecksumSQL,
-// LowerBoundSQL). Everything else is unexported.
+// one planning entry point for the benchmarks (PlanChunkSQL: a table's per-chunk queries
+// as a run plans them, chunksql.go). Everything else is unexported.
 //
 // It must not import cdc (the applier is reached through the Barrierer and
 // BypassWatcher interfaces), api or Prometheus (it exposes Stats; the daemon exports

@@ -19,14 +19,14 @@ import (
 
 // drill narrows a mismatched range: bisect while it holds more than RowDiffRows rows,
 // then merge-compare the rows.
-func (c *comparer) drill(ctx context.Context, t *target, rng Range, up, down checksum, emit func(Difference) error, depth int) error {
+func (c *comparer) drill(ctx context.Context, t *target, rng keyRange, up, down checksum, emit func(Difference) error, depth int) error {
 	p := t.plan
 	if p.Keyless {
 		return c.diffKeyless(ctx, t, rng, emit, nil)
 	}
-	n, side := up.count, Upstream
+	n, side := up.count, upSide
 	if down.count > n {
-		n, side = down.count, Downstream
+		n, side = down.count, downSide
 	}
 	if n <= int64(c.rowDiffRows) || depth > 64 {
 		return c.mergeRows(ctx, t, rng, emit)
@@ -34,10 +34,10 @@ func (c *comparer) drill(ctx context.Context, t *target, rng Range, up, down che
 	if p.intKey() {
 		return c.drillBuckets(ctx, t, rng, n, emit, depth)
 	}
-	var mid Bound
+	var mid chunkBound
 	err := c.pair.withSide(ctx, side, func(ctx context.Context, q Querier) error {
 		row, err := firstRow(ctx, q, p.boundarySQL(side, rng, int(n/2)-1), len(p.Key))
-		mid = Bound(row)
+		mid = chunkBound(row)
 		return err
 	})
 	if err != nil {
@@ -46,7 +46,7 @@ func (c *comparer) drill(ctx context.Context, t *target, rng Range, up, down che
 	if mid == nil || (rng.Hi != nil && p.compareKeys(mid, rng.Hi) == 0) {
 		return c.mergeRows(ctx, t, rng, emit)
 	}
-	for _, half := range []Range{{Lo: rng.Lo, Hi: mid}, {Lo: mid, Hi: rng.Hi}} {
+	for _, half := range []keyRange{{Lo: rng.Lo, Hi: mid}, {Lo: mid, Hi: rng.Hi}} {
 		u, d, err := c.checksumBoth(ctx, t, half)
 		if err != nil {
 			return err
@@ -64,7 +64,7 @@ func (c *comparer) drill(ctx context.Context, t *target, rng Range, up, down che
 // drillBuckets narrows a mismatched range of a single integer key: it checksums
 // ~n/(RowDiffRows/2) equal-width key buckets in one grouped query per side and follows only
 // the buckets that differ.
-func (c *comparer) drillBuckets(ctx context.Context, t *target, rng Range, n int64, emit func(Difference) error, depth int) error {
+func (c *comparer) drillBuckets(ctx context.Context, t *target, rng keyRange, n int64, emit func(Difference) error, depth int) error {
 	lo, hi, ok := rangeInts(rng)
 	if !ok {
 		var err error
@@ -91,7 +91,7 @@ func (c *comparer) drillBuckets(ctx context.Context, t *target, rng Range, n int
 
 // rangeInts returns the keys a range of a single integer key can hold, [Lo+1, Hi], when
 // both ends are known integers (ok false otherwise: an open end needs MIN/MAX queries).
-func rangeInts(rng Range) (lo, hi *big.Int, ok bool) {
+func rangeInts(rng keyRange) (lo, hi *big.Int, ok bool) {
 	a, ok1 := boundInt(rng.Lo)
 	b, ok2 := boundInt(rng.Hi)
 	if !ok1 || !ok2 || a.Cmp(b) >= 0 {
@@ -125,13 +125,13 @@ type bucketSums struct {
 // in a bucket even when MIN/MAX were wrong (TiDB's unistore reads a descending scan, and
 // so MAX, at a snapshot from the newest data: a row deleted after the snapshot is missing
 // from MAX while the ranges still hold it).
-func (c *comparer) readBuckets(ctx context.Context, t *target, rng Range, lo, hi, width *big.Int) (ub, db bucketSums, err error) {
+func (c *comparer) readBuckets(ctx context.Context, t *target, rng keyRange, lo, hi, width *big.Int) (ub, db bucketSums, err error) {
 	p := t.plan
 	// Integer arithmetic when every key - lo fits a signed BIGINT (both servers then
 	// compute (key - lo) DIV width without overflow); DECIMAL otherwise.
 	intMath := new(big.Int).Sub(hi, lo).IsInt64()
 	last := lastBucket(lo, hi, width)
-	read := func(ctx context.Context, side Side) (bucketSums, error) {
+	read := func(ctx context.Context, side pairSide) (bucketSums, error) {
 		out := bucketSums{sums: map[string]checksum{}}
 		err := c.pair.withSide(ctx, side, func(ctx context.Context, q Querier) error {
 			start := time.Now()
@@ -159,8 +159,8 @@ func (c *comparer) readBuckets(ctx context.Context, t *target, rng Range, lo, hi
 		return out, nil
 	}
 	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() (err error) { ub, err = read(gctx, Upstream); return })
-	g.Go(func() (err error) { db, err = read(gctx, Downstream); return })
+	g.Go(func() (err error) { ub, err = read(gctx, upSide); return })
+	g.Go(func() (err error) { db, err = read(gctx, downSide); return })
 	if err := g.Wait(); err != nil {
 		return bucketSums{}, bucketSums{}, err
 	}
@@ -237,8 +237,8 @@ func differingBuckets(ub, db bucketSums) []int64 {
 // (differing, from differingBuckets). Buckets of at most RowDiffRows rows on both sides are
 // merge-compared together, one row query per side over all of them; larger ones are
 // drilled further.
-func (c *comparer) followBuckets(ctx context.Context, t *target, rng Range, lo, hi, width *big.Int, ub, db bucketSums, differing []int64, emit func(Difference) error, depth int) error {
-	var small []Range
+func (c *comparer) followBuckets(ctx context.Context, t *target, rng keyRange, lo, hi, width *big.Int, ub, db bucketSums, differing []int64, emit func(Difference) error, depth int) error {
+	var small []keyRange
 	last := lastBucket(lo, hi, width)
 	for _, b := range differing {
 		// Bucket b holds keys in [lo + b*w, lo + (b+1)*w - 1] = (lo + b*w - 1, lo + (b+1)*w - 1],
@@ -251,7 +251,7 @@ func (c *comparer) followBuckets(ctx context.Context, t *target, rng Range, lo, 
 		if end.Cmp(hi) > 0 {
 			end = hi
 		}
-		sub := Range{Lo: Bound{stringValue(new(big.Int).Sub(start, big.NewInt(1)).String())}, Hi: Bound{stringValue(end.String())}}
+		sub := keyRange{Lo: chunkBound{stringValue(new(big.Int).Sub(start, big.NewInt(1)).String())}, Hi: chunkBound{stringValue(end.String())}}
 		if b == 0 {
 			sub.Lo = rng.Lo
 		}
@@ -284,13 +284,13 @@ func (c *comparer) followBuckets(ctx context.Context, t *target, rng Range, lo, 
 
 // rangesAdjoin reports whether b starts where a ends (a bucket range's bounds are the
 // integers the buckets computed, so equal text is an equal key).
-func rangesAdjoin(a, b Range) bool {
+func rangesAdjoin(a, b keyRange) bool {
 	return a.Hi != nil && b.Lo != nil && string(a.Hi[0].Bytes) == string(b.Lo[0].Bytes)
 }
 
 // boundInt reads a bound of a single integer key as an integer; ok is false for an open
 // end (nil), NULL or a value that is not an integer.
-func boundInt(b Bound) (v *big.Int, ok bool) {
+func boundInt(b chunkBound) (v *big.Int, ok bool) {
 	if b == nil || b[0].Null {
 		return nil, false
 	}
@@ -304,9 +304,9 @@ var errKeyBounds = errors.New("key bounds unusable")
 
 // intKeyBounds returns the smallest and largest value of a single integer key in rng over
 // both sides (nil, nil when both sides are empty).
-func intKeyBounds(ctx context.Context, pair *sourcePair, t *target, rng Range) (lo, hi *big.Int, err error) {
+func intKeyBounds(ctx context.Context, pair *sourcePair, t *target, rng keyRange) (lo, hi *big.Int, err error) {
 	p := t.plan
-	for _, side := range []Side{Upstream, Downstream} {
+	for _, side := range []pairSide{upSide, downSide} {
 		err := pair.withSide(ctx, side, func(ctx context.Context, q Querier) error {
 			var mn, mx sql.NullString
 			if err := queryRow(ctx, q, p.minMaxSQL(side, rng), &mn, &mx); err != nil {

@@ -1,6 +1,6 @@
 package checker
 
-// encoding.go owns how a table pair is compared row by row: the plan (TablePlan: both
+// encoding.go owns how a table pair is compared row by row: the plan (tablePlan: both
 // sides' tables, the compared columns, the key), each column's text on each side, the
 // row encoding (with the digests fitEncoding chooses for columns too long to
 // concatenate within the packet) and the per-row hash over it. The statements that use
@@ -40,15 +40,15 @@ const (
 )
 
 // Side is upstream or downstream.
-type Side int
+type pairSide int
 
 const (
-	Upstream Side = iota
-	Downstream
+	upSide pairSide = iota
+	downSide
 )
 
-func (s Side) String() string {
-	if s == Upstream {
+func (s pairSide) String() string {
+	if s == upSide {
 		return "upstream"
 	}
 	return "downstream"
@@ -77,9 +77,9 @@ type planColumn struct {
 	Digest bool
 }
 
-// TablePlan is how one table pair is compared: the tables on both sides, the compared
+// tablePlan is how one table pair is compared: the tables on both sides, the compared
 // columns (upstream order, ignored and generated columns removed) and the key.
-type TablePlan struct {
+type tablePlan struct {
 	Schema  [2]string // per side
 	Table   [2]string
 	Flavor  [2]Flavor
@@ -111,10 +111,10 @@ type TablePlan struct {
 	Where string
 }
 
-func (p *TablePlan) table(s Side) string { return ident.Table(p.Schema[s], p.Table[s]) }
+func (p *tablePlan) table(s pairSide) string { return ident.Table(p.Schema[s], p.Table[s]) }
 
 // keyNames returns the key column names.
-func (p *TablePlan) keyNames() []string {
+func (p *tablePlan) keyNames() []string {
 	out := make([]string, len(p.Key))
 	for i, k := range p.Key {
 		out[i] = p.Columns[k].Name
@@ -131,7 +131,7 @@ func isUTF8(cs string) bool {
 }
 
 // text returns an expression yielding the column's value as text (bytes) on side s.
-func (p *TablePlan) text(s Side, c planColumn) string {
+func (p *tablePlan) text(s pairSide, c planColumn) string {
 	id := ident.Quote(c.Name)
 	switch c.Kind {
 	case kindString:
@@ -189,7 +189,7 @@ func floatText(x string) string {
 // ':', x) built a temporary string per value: 0.52 s against 0.68 s per 1M sysbench rows
 // on MariaDB and 1.17 s against 1.72 s on TiDB for the whole-table SUM(LENGTH(encoding))
 // (docs/diff.md). rowEncoding proves the row encoding injective.
-func (p *TablePlan) fields(s Side, c planColumn) []string {
+func (p *tablePlan) fields(s pairSide, c planColumn) []string {
 	x := p.text(s, c)
 	if c.Kind.variableBytes() {
 		if c.NotNull {
@@ -205,7 +205,7 @@ func (p *TablePlan) fields(s Side, c planColumn) []string {
 
 // encode returns the encoding of column c alone as one expression (for tests that show
 // which column differs).
-func (p *TablePlan) encode(s Side, c planColumn) string {
+func (p *tablePlan) encode(s pairSide, c planColumn) string {
 	f := p.fields(s, c)
 	if len(f) == 1 {
 		return f[0]
@@ -240,7 +240,7 @@ func (p *TablePlan) encode(s Side, c planColumn) string {
 // counts. Leaving r without a length saves a LENGTH and a field per row.
 // TestRowEncodingDecodes decodes the encodings that MariaDB computes for rows built to
 // collide under careless encodings.
-func (p *TablePlan) rowEncoding(s Side) string {
+func (p *tablePlan) rowEncoding(s pairSide) string {
 	raw := p.rawLast()
 	parts := make([]string, 0, 2*len(p.Columns))
 	for i, c := range p.Columns {
@@ -259,7 +259,7 @@ func (p *TablePlan) rowEncoding(s Side) string {
 
 // value returns the value field of a variable-bytes column c: its text, or for a Digest
 // column SHA1 of its text, 40 hexadecimal digits (NULL for NULL, as the text).
-func (p *TablePlan) value(s Side, c planColumn) string {
+func (p *tablePlan) value(s pairSide, c planColumn) string {
 	if c.Digest {
 		return "SHA1(" + p.text(s, c) + ")"
 	}
@@ -279,7 +279,7 @@ const encodingSlack = 1024
 // its text, 40 bytes). It returns the digested columns' names. Columns of the sizes
 // people mostly use (VARCHAR, TEXT) stay inline; LONGTEXT, LONGBLOB and JSON are digested
 // under every packet size, MEDIUMTEXT and MEDIUMBLOB under the 16 MiB default.
-func (p *TablePlan) fitEncoding(packet int64) []string {
+func (p *tablePlan) fitEncoding(packet int64) []string {
 	var out []string
 	for p.encodingBound() > packet-encodingSlack {
 		best := -1
@@ -302,7 +302,7 @@ func (p *TablePlan) fitEncoding(packet int64) []string {
 // separator, a length field of up to 20 digits and the value (its MaxBytes, or 40 for a
 // digest) for variable-bytes kinds, and 100 bytes for the others (a DECIMAL(65,30) prints
 // in 67).
-func (p *TablePlan) encodingBound() int64 {
+func (p *tablePlan) encodingBound() int64 {
 	var n int64
 	for _, c := range p.Columns {
 		switch {
@@ -319,7 +319,7 @@ func (p *TablePlan) encodingBound() int64 {
 
 // rawLast returns the index of the column encoded last without a length field: the last
 // NOT NULL string or binary column, or -1.
-func (p *TablePlan) rawLast() int {
+func (p *tablePlan) rawLast() int {
 	for i := len(p.Columns) - 1; i >= 0; i-- {
 		if c := p.Columns[i]; c.NotNull && (c.Kind == kindString || c.Kind == kindBinary) {
 			return i
@@ -329,7 +329,7 @@ func (p *TablePlan) rawLast() int {
 }
 
 // rowHash returns the SQL expression of the 64-bit unsigned per-row hash on side s.
-func (p *TablePlan) rowHash(s Side) string {
+func (p *tablePlan) rowHash(s pairSide) string {
 	return hashExpr(p.Hash, p.rowEncoding(s), p.Flavor[s] == FlavorTiDB && p.Pushdown[s])
 }
 

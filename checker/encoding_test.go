@@ -29,9 +29,9 @@ func TestRowEncodingInjective(t *testing.T) {
 	if raw := plan.rawLast(); raw < 0 || plan.Columns[raw].Name != "b" {
 		t.Fatalf("rawLast = %d, want the column b", raw)
 	}
-	hashes := func(s Side) []string {
+	hashes := func(s pairSide) []string {
 		db := p.up.DB
-		if s == Downstream {
+		if s == downSide {
 			db = p.down.DB
 		}
 		out := firstColumn(t, db, "SELECT "+plan.rowHash(s)+" FROM "+plan.table(s))
@@ -40,15 +40,15 @@ func TestRowEncodingInjective(t *testing.T) {
 	}
 	check := func() {
 		t.Helper()
-		uh, dh := hashes(Upstream), hashes(Downstream)
+		uh, dh := hashes(upSide), hashes(downSide)
 		if len(uh) != len(vals) {
 			t.Fatalf("%d hashes for %d rows", len(uh), len(vals))
 		}
 		if n := len(slices.Compact(slices.Clone(uh))); n != len(vals) {
-			t.Errorf("%d distinct hashes for %d distinct rows: the encoding is not injective\n%s", n, len(vals), plan.rowEncoding(Upstream))
+			t.Errorf("%d distinct hashes for %d distinct rows: the encoding is not injective\n%s", n, len(vals), plan.rowEncoding(upSide))
 		}
 		if !slices.Equal(uh, dh) {
-			t.Errorf("TiDB and MariaDB hash equal rows differently\n%s\n%s", plan.rowEncoding(Upstream), plan.rowEncoding(Downstream))
+			t.Errorf("TiDB and MariaDB hash equal rows differently\n%s\n%s", plan.rowEncoding(upSide), plan.rowEncoding(downSide))
 		}
 	}
 	check()
@@ -57,8 +57,8 @@ func TestRowEncodingInjective(t *testing.T) {
 	for i, c := range plan.Columns {
 		plan.Columns[i].Digest = c.Kind == kindString || c.Kind == kindBinary
 	}
-	if !strings.Contains(plan.rowEncoding(Upstream), "SHA1(`b`)") {
-		t.Fatalf("the raw-last column b is not digested: %s", plan.rowEncoding(Upstream))
+	if !strings.Contains(plan.rowEncoding(upSide), "SHA1(`b`)") {
+		t.Fatalf("the raw-last column b is not digested: %s", plan.rowEncoding(upSide))
 	}
 	check()
 }
@@ -80,9 +80,9 @@ func TestRowEncodingDecodes(t *testing.T) {
 		[]string{"", ",", "N", "1,", ",1", "0:"},
 		[]string{"NULL", "", "N", "1,N"})
 	plan := p.plan(t, "encdec", FlavorTiDB)
-	for _, s := range []Side{Upstream, Downstream} {
+	for _, s := range []pairSide{upSide, downSide} {
 		db := p.up.DB
-		if s == Downstream {
+		if s == downSide {
 			db = p.down.DB
 		}
 		rows, err := db.QueryContext(context.Background(), "SELECT n, a, i, b, z, "+plan.rowEncoding(s)+" FROM "+plan.table(s))
@@ -162,7 +162,7 @@ func show(v *string) string {
 // decodeRow inverts rowEncoding: it returns the value of every plan column (nil for NULL)
 // read from an encoding, using only the plan, or an error when the encoding is not one
 // rowEncoding can produce.
-func decodeRow(p *TablePlan, enc []byte) ([]*string, error) {
+func decodeRow(p *tablePlan, enc []byte) ([]*string, error) {
 	out := make([]*string, len(p.Columns))
 	pos, ended := 0, false
 	// field reads up to the next ',' (or the end of the encoding, after which nothing

@@ -23,7 +23,7 @@ import (
 
 // insertColumns returns the columns a fix statement writes for an upstream row: the
 // compared ones, and the carried ones it was read with.
-func (p *TablePlan) insertColumns(row []sqlValue) []planColumn {
+func (p *tablePlan) insertColumns(row []sqlValue) []planColumn {
 	return slices.Concat(p.Columns, p.Carried[:len(row)-len(p.Columns)])
 }
 
@@ -112,9 +112,9 @@ func valueList(f *fixStatement, cols []planColumn, row []sqlValue) string {
 // foreign key references the table, otherwise INSERT ... ON DUPLICATE KEY UPDATE, so that
 // ignored columns keep their values and children of the row are not deleted by an ON
 // DELETE CASCADE (REPLACE deletes the old row before it inserts the new one).
-func (p *TablePlan) upsert(row []sqlValue) string {
+func (p *tablePlan) upsert(row []sqlValue) string {
 	var f fixStatement
-	t := p.table(Downstream)
+	t := p.table(downSide)
 	cols := p.insertColumns(row)
 	if !p.PartialColumns && !p.Referenced {
 		return f.sql(fmt.Sprintf("REPLACE INTO %s (%s) VALUES (%s);", t, columnList(cols), valueList(&f, cols, row)))
@@ -128,18 +128,18 @@ func (p *TablePlan) upsert(row []sqlValue) string {
 }
 
 // difference returns a difference of kind about row, with its key.
-func (p *TablePlan) difference(kind DiffKind, row []sqlValue) Difference {
+func (p *tablePlan) difference(kind DiffKind, row []sqlValue) Difference {
 	d := Difference{Kind: kind}
 	d.Key, d.rk = p.keyFor(row)
 	return d
 }
 
-func (p *TablePlan) missing(row []sqlValue, n int) Difference {
+func (p *tablePlan) missing(row []sqlValue, n int) Difference {
 	d := p.difference(Missing, row)
 	if p.Keyless {
 		var f fixStatement
 		cols := p.insertColumns(row)
-		stmt := fmt.Sprintf("INSERT INTO %s (%s) VALUES (%s);", p.table(Downstream), columnList(cols), valueList(&f, cols, row))
+		stmt := fmt.Sprintf("INSERT INTO %s (%s) VALUES (%s);", p.table(downSide), columnList(cols), valueList(&f, cols, row))
 		d.fix = f.sql(strings.TrimSuffix(strings.Repeat(stmt+"\n", n), "\n"))
 		if n > 1 {
 			d.Count = n
@@ -150,13 +150,13 @@ func (p *TablePlan) missing(row []sqlValue, n int) Difference {
 	return d
 }
 
-func (p *TablePlan) differing(row []sqlValue, cols []string) Difference {
+func (p *tablePlan) differing(row []sqlValue, cols []string) Difference {
 	d := p.difference(Differing, row)
 	d.Columns, d.fix = cols, p.upsert(row)
 	return d
 }
 
-func (p *TablePlan) extra(row []sqlValue, n int) Difference {
+func (p *tablePlan) extra(row []sqlValue, n int) Difference {
 	d := p.difference(Extra, row)
 	var f fixStatement
 	var conds []string
@@ -170,8 +170,8 @@ func (p *TablePlan) extra(row []sqlValue, n int) Difference {
 			l := f.lit(c, row[i])
 			cond := ident.Quote(c.Name) + " <=> " + l
 			if c.Kind == kindString && !row[i].Null {
-				f := p.Flavor[Downstream]
-				cond += " AND " + byteString(f, p.text(Downstream, c)) + " = " + byteString(f, l)
+				f := p.Flavor[downSide]
+				cond += " AND " + byteString(f, p.text(downSide, c)) + " = " + byteString(f, l)
 			}
 			conds = append(conds, cond)
 		}
@@ -184,7 +184,7 @@ func (p *TablePlan) extra(row []sqlValue, n int) Difference {
 			conds = append(conds, ident.Quote(c.Name)+" = "+f.lit(c, row[k]))
 		}
 	}
-	d.fix = f.sql(fmt.Sprintf("DELETE FROM %s WHERE %s LIMIT %d;", p.table(Downstream), strings.Join(conds, " AND "), n))
+	d.fix = f.sql(fmt.Sprintf("DELETE FROM %s WHERE %s LIMIT %d;", p.table(downSide), strings.Join(conds, " AND "), n))
 	return d
 }
 

@@ -43,11 +43,11 @@ func BenchmarkHashSQL(b *testing.B) {
 			}
 			exec(b, s.db.DB, "INSERT INTO sbtest1 VALUES "+strings.Join(vals, ","))
 		}
-		t, err := LoadTable(ctx, s.db.DB, s.db.Name, "sbtest1")
+		t, err := loadTable(ctx, s.db.DB, s.db.Name, "sbtest1")
 		if err != nil {
 			b.Fatal(err)
 		}
-		plan, err := NewPlan(t, t, nil)
+		plan, err := newPlan(t, t, nil)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -58,17 +58,17 @@ func BenchmarkHashSQL(b *testing.B) {
 		}{}
 		for _, h := range []Hash{HashSHA1, HashMD5, HashCRC32Pair} {
 			plan.Hash = h
-			variants = append(variants, struct{ name, sql string }{string(h) + "-sum", plan.ChecksumSQL(Upstream, Range{})})
+			variants = append(variants, struct{ name, sql string }{string(h) + "-sum", plan.ChecksumSQL(upSide, keyRange{})})
 			variants = append(variants, struct{ name, sql string }{string(h) + "-xor",
-				strings.Replace(plan.ChecksumSQL(Upstream, Range{}), "IFNULL(SUM(", "IFNULL(BIT_XOR(", 1)})
+				strings.Replace(plan.ChecksumSQL(upSide, keyRange{}), "IFNULL(SUM(", "IFNULL(BIT_XOR(", 1)})
 		}
 		variants = append(variants,
-			struct{ name, sql string }{"count-only", "SELECT COUNT(*), 0 FROM " + plan.table(Upstream)},
-			struct{ name, sql string }{"syncdiff-md5", "SELECT COUNT(*), BIT_XOR(CAST(CONV(SUBSTRING(MD5(CONCAT_WS(',', id, k, c, pad, CONCAT(ISNULL(id), ISNULL(k), ISNULL(c), ISNULL(pad)))), 1, 16), 16, 10) AS UNSIGNED) ^ CAST(CONV(SUBSTRING(MD5(CONCAT_WS(',', id, k, c, pad, CONCAT(ISNULL(id), ISNULL(k), ISNULL(c), ISNULL(pad)))), 17, 16), 16, 10) AS UNSIGNED)) FROM " + plan.table(Upstream)},
-			struct{ name, sql string }{"crc32-xor-bare", "SELECT COUNT(*), BIT_XOR(CRC32(CONCAT_WS('#', id, k, c, pad))) FROM " + plan.table(Upstream)},
+			struct{ name, sql string }{"count-only", "SELECT COUNT(*), 0 FROM " + plan.table(upSide)},
+			struct{ name, sql string }{"syncdiff-md5", "SELECT COUNT(*), BIT_XOR(CAST(CONV(SUBSTRING(MD5(CONCAT_WS(',', id, k, c, pad, CONCAT(ISNULL(id), ISNULL(k), ISNULL(c), ISNULL(pad)))), 1, 16), 16, 10) AS UNSIGNED) ^ CAST(CONV(SUBSTRING(MD5(CONCAT_WS(',', id, k, c, pad, CONCAT(ISNULL(id), ISNULL(k), ISNULL(c), ISNULL(pad)))), 17, 16), 16, 10) AS UNSIGNED)) FROM " + plan.table(upSide)},
+			struct{ name, sql string }{"crc32-xor-bare", "SELECT COUNT(*), BIT_XOR(CRC32(CONCAT_WS('#', id, k, c, pad))) FROM " + plan.table(upSide)},
 			// What the injective encoding costs: the same hashes over a plain CONCAT_WS.
-			struct{ name, sql string }{"sha1-sum-bare", "SELECT COUNT(*), SUM(CAST(CONV(SUBSTRING(SHA1(CONCAT_WS('#', id, k, c, pad)),1,16),16,10) AS UNSIGNED)) FROM " + plan.table(Upstream)},
-			struct{ name, sql string }{"crc32-xor-ours", "SELECT COUNT(*), BIT_XOR(CRC32(" + plan.rowEncoding(Upstream) + ")) FROM " + plan.table(Upstream)},
+			struct{ name, sql string }{"sha1-sum-bare", "SELECT COUNT(*), SUM(CAST(CONV(SUBSTRING(SHA1(CONCAT_WS('#', id, k, c, pad)),1,16),16,10) AS UNSIGNED)) FROM " + plan.table(upSide)},
+			struct{ name, sql string }{"crc32-xor-ours", "SELECT COUNT(*), BIT_XOR(CRC32(" + plan.rowEncoding(upSide) + ")) FROM " + plan.table(upSide)},
 		)
 		// Interleaved rounds, fastest of each: other load on the machine moves single
 		// timings a lot.

@@ -77,18 +77,18 @@ func (p pair) both(t *testing.T, stmts ...string) {
 
 // plan loads table on both sides and builds the checksum plan the engine would, with the
 // given upstream flavour and a MariaDB downstream.
-func (p pair) plan(t *testing.T, table string, upFlavor Flavor) *TablePlan {
+func (p pair) plan(t *testing.T, table string, upFlavor Flavor) *tablePlan {
 	t.Helper()
 	ctx := context.Background()
-	up, err := LoadTable(ctx, p.up.DB, p.up.Name, table)
+	up, err := loadTable(ctx, p.up.DB, p.up.Name, table)
 	if err != nil {
 		t.Fatal(err)
 	}
-	down, err := LoadTable(ctx, p.down.DB, p.down.Name, table)
+	down, err := loadTable(ctx, p.down.DB, p.down.Name, table)
 	if err != nil {
 		t.Fatal(err)
 	}
-	plan, err := NewPlan(up, down, nil)
+	plan, err := newPlan(up, down, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,14 +98,14 @@ func (p pair) plan(t *testing.T, table string, upFlavor Flavor) *TablePlan {
 
 // rowChecksums returns both sides' chunk checksums (count and sum) of the range
 // (id-1, id] of plan's integer key: the row id alone.
-func (p pair) rowChecksums(t *testing.T, plan *TablePlan, id int) (up, down checksum) {
+func (p pair) rowChecksums(t *testing.T, plan *tablePlan, id int) (up, down checksum) {
 	t.Helper()
 	ctx := context.Background()
-	rng := Range{Lo: Bound{stringValue(fmt.Sprint(id - 1))}, Hi: Bound{stringValue(fmt.Sprint(id))}}
-	if err := p.up.QueryRowContext(ctx, plan.ChecksumSQL(Upstream, rng)).Scan(&up.count, &up.sum); err != nil {
+	rng := keyRange{Lo: chunkBound{stringValue(fmt.Sprint(id - 1))}, Hi: chunkBound{stringValue(fmt.Sprint(id))}}
+	if err := p.up.QueryRowContext(ctx, plan.ChecksumSQL(upSide, rng)).Scan(&up.count, &up.sum); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.down.QueryRowContext(ctx, plan.ChecksumSQL(Downstream, rng)).Scan(&down.count, &down.sum); err != nil {
+	if err := p.down.QueryRowContext(ctx, plan.ChecksumSQL(downSide, rng)).Scan(&down.count, &down.sum); err != nil {
 		t.Fatal(err)
 	}
 	return up, down

@@ -102,7 +102,7 @@ func valueOfKey(x any) sqlValue {
 // appendKey appends the exact key of values vals of columns cols (indexes into
 // p.Columns) to dst. ok is false only for a type rowkey cannot hold, which keyValue
 // never returns.
-func (p *TablePlan) appendKey(dst []byte, cols []int, vals []sqlValue) (out []byte, ok bool) {
+func (p *tablePlan) appendKey(dst []byte, cols []int, vals []sqlValue) (out []byte, ok bool) {
 	for i, c := range cols {
 		if dst, ok = rowkey.Append(dst, keyValue(p.Columns[c], vals[i]), rowkey.Exact); !ok {
 			return dst, false
@@ -119,7 +119,7 @@ func (p *TablePlan) appendKey(dst []byte, cols []int, vals []sqlValue) (out []by
 const boundPrefix = "rk:"
 
 // encodeBound returns the stored form of bound b of p's key.
-func (p *TablePlan) encodeBound(b Bound) (string, error) {
+func (p *tablePlan) encodeBound(b chunkBound) (string, error) {
 	if b == nil {
 		return "", nil
 	}
@@ -140,7 +140,7 @@ type boundValueJSON struct {
 }
 
 // decodeBound reads a stored chunk bound, in either form (see boundPrefix).
-func decodeBound(s string) (Bound, error) {
+func decodeBound(s string) (chunkBound, error) {
 	switch {
 	case s == "":
 		return nil, nil
@@ -153,7 +153,7 @@ func decodeBound(s string) (Bound, error) {
 		if err != nil {
 			return nil, fmt.Errorf("decode chunk bound: %w", err)
 		}
-		b := make(Bound, len(vals)) // not nil, even for no values: nil is an open end
+		b := make(chunkBound, len(vals)) // not nil, even for no values: nil is an open end
 		for i, v := range vals {
 			b[i] = valueOfKey(v)
 		}
@@ -163,7 +163,7 @@ func decodeBound(s string) (Bound, error) {
 		if err := json.Unmarshal([]byte(s), &in); err != nil {
 			return nil, fmt.Errorf("decode chunk bound: %w", err)
 		}
-		b := make(Bound, len(in))
+		b := make(chunkBound, len(in))
 		for i, v := range in {
 			if v.Null {
 				b[i] = nullValue
@@ -179,14 +179,9 @@ func decodeBound(s string) (Bound, error) {
 	return nil, fmt.Errorf("decode chunk bound: not a stored bound (%.8q...)", s)
 }
 
-// DecodeBound parses a chunk bound as persisted in parity_meta.diff_chunks.lo_bound /
-// hi_bound ("" is an open end, nil), in the form of this release or of earlier ones
-// (see boundPrefix).
-func DecodeBound(s string) (Bound, error) { return decodeBound(s) }
-
 // diffKeyColumns are the columns that identify a difference's row: the key, or every
 // column of a keyless table.
-func (p *TablePlan) diffKeyColumns() []int {
+func (p *tablePlan) diffKeyColumns() []int {
 	if !p.Keyless {
 		return p.Key
 	}
@@ -199,7 +194,7 @@ func (p *TablePlan) diffKeyColumns() []int {
 
 // keyFor returns the key of a difference's row: its report form (the key columns' SQL
 // literals) and its exact rowkey.Key.
-func (p *TablePlan) keyFor(row []sqlValue) (Key, rowkey.Key) {
+func (p *tablePlan) keyFor(row []sqlValue) (Key, rowkey.Key) {
 	idx := p.diffKeyColumns()
 	k := make(Key, len(idx))
 	vals := make([]sqlValue, len(idx))
@@ -243,7 +238,7 @@ func unmarshalDifference(data string) (Difference, error) {
 // keyValues returns the key values of a stored difference of p's table (diffKeyColumns'
 // values, typed as keyValue types them): from its rowkey.Key, or from the literals of a
 // difference stored by an earlier release.
-func (p *TablePlan) keyValues(d Difference) ([]any, error) {
+func (p *tablePlan) keyValues(d Difference) ([]any, error) {
 	idx := p.diffKeyColumns()
 	mismatch := func() error {
 		names := make([]string, len(d.Key))
@@ -291,9 +286,9 @@ func exactKey(vals []any) (string, error) {
 	return string(k), err
 }
 
-// boundOf returns key values as a Bound (the values SQL reads rows by).
-func boundOf(vals []any) Bound {
-	b := make(Bound, len(vals))
+// boundOf returns key values as a chunkBound (the values SQL reads rows by).
+func boundOf(vals []any) chunkBound {
+	b := make(chunkBound, len(vals))
 	for i, v := range vals {
 		b[i] = valueOfKey(v)
 	}
@@ -308,7 +303,7 @@ func boundOf(vals []any) Bound {
 // of every key's form. ok is false when a value could not be folded (a character the fold
 // does not model, such as 'ß', equal to 's' in general_ci): such a value may equal values
 // whose forms differ, so the form must not be matched (looseKey may).
-func (p *TablePlan) sameKey(vals []any) (form string, ok bool) {
+func (p *tablePlan) sameKey(vals []any) (form string, ok bool) {
 	idx := p.diffKeyColumns()
 	var dst []byte
 	for i, v := range vals {
@@ -326,7 +321,7 @@ func (p *TablePlan) sameKey(vals []any) (form string, ok bool) {
 
 // looseKey returns a form of key values that is equal for every two keys whose values
 // are equal outside character columns: coarser than sameKey, and defined for every key.
-func (p *TablePlan) looseKey(vals []any) string {
+func (p *tablePlan) looseKey(vals []any) string {
 	idx := p.diffKeyColumns()
 	var dst []byte
 	for i, v := range vals {

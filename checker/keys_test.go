@@ -14,8 +14,8 @@ import (
 )
 
 // keysPlan has a key of every kind keys.go types differently, and a non-key column.
-func keysPlan() *TablePlan {
-	return &TablePlan{
+func keysPlan() *tablePlan {
+	return &tablePlan{
 		Columns: []planColumn{
 			{Name: "s", Kind: kindString, Collation: [2]string{"utf8mb4_general_ci", "utf8mb4_general_ci"}},
 			{Name: "i", Kind: kindInt},
@@ -98,7 +98,7 @@ func TestKeyValues(t *testing.T) {
 // decode.
 func TestBoundForms(t *testing.T) {
 	p := keysPlan()
-	b := Bound{stringValue("Ésa"), stringValue("-3"), stringValue("18446744073709551615"), stringValue("2.5"),
+	b := chunkBound{stringValue("Ésa"), stringValue("-3"), stringValue("18446744073709551615"), stringValue("2.5"),
 		stringValue("-0.01"), stringValue("2038-01-19 03:14:07.000"), {Bytes: []byte{0, '\''}}, nullValue}
 	enc, err := p.encodeBound(b)
 	if err != nil {
@@ -135,7 +135,7 @@ func TestBoundForms(t *testing.T) {
 	}
 	old := `[{"x":"azAwOTk="},{"x":"OTk="},{"x":"LTc1LjI1"},{"x":"MjAyNC0wMy0wMSAwMDowMTozOC41MDA="},{"x":"AAK1"},{"n":true},{}]`
 	got, err = decodeBound(old)
-	want := Bound{stringValue("k0099"), stringValue("99"), stringValue("-75.25"), stringValue("2024-03-01 00:01:38.500"), {Bytes: []byte{0, 2, 0xb5}}, nullValue, stringValue("")}
+	want := chunkBound{stringValue("k0099"), stringValue("99"), stringValue("-75.25"), stringValue("2024-03-01 00:01:38.500"), {Bytes: []byte{0, 2, 0xb5}}, nullValue, stringValue("")}
 	if err != nil || !reflect.DeepEqual(got, want) {
 		t.Errorf("old bound %s: %+v (%v)", old, got, err)
 	}
@@ -201,17 +201,17 @@ func TestStoredDifferenceForms(t *testing.T) {
 // TestSameKey: Go puts together the keys the collations hold equal, and may put together
 // more, never fewer.
 func TestSameKey(t *testing.T) {
-	plan := func(up, down string) *TablePlan {
-		return &TablePlan{Columns: []planColumn{{Name: "s", Kind: kindString, Collation: [2]string{up, down}}, {Name: "i", Kind: kindInt}}, Key: []int{0, 1}}
+	plan := func(up, down string) *tablePlan {
+		return &tablePlan{Columns: []planColumn{{Name: "s", Kind: kindString, Collation: [2]string{up, down}}, {Name: "i", Kind: kindInt}}, Key: []int{0, 1}}
 	}
-	form := func(p *TablePlan, s string, i int64) string {
+	form := func(p *tablePlan, s string, i int64) string {
 		f, ok := p.sameKey([]any{s, i})
 		if !ok {
 			t.Fatalf("%q not folded", s)
 		}
 		return f
 	}
-	same := func(p *TablePlan, a, b string) bool { return form(p, a, 1) == form(p, b, 1) }
+	same := func(p *tablePlan, a, b string) bool { return form(p, a, 1) == form(p, b, 1) }
 	ci := plan("utf8mb4_general_ci", "utf8mb4_general_ci")
 	for _, s := range []string{"ASE", "Asé", "Ase ", "ase"} {
 		if !same(ci, "Ase", s) {
@@ -251,7 +251,7 @@ func TestSameKey(t *testing.T) {
 // TestFoundChunk: a row the re-check reads again by key goes back to the chunk its key
 // was stored in, however the collation lets it be spelled now.
 func TestFoundChunk(t *testing.T) {
-	p := &TablePlan{Columns: []planColumn{{Name: "s", Kind: kindString, Collation: [2]string{"utf8mb4_general_ci", "utf8mb4_general_ci"}}, {Name: "i", Kind: kindInt}}, Key: []int{0, 1}}
+	p := &tablePlan{Columns: []planColumn{{Name: "s", Kind: kindString, Collation: [2]string{"utf8mb4_general_ci", "utf8mb4_general_ci"}}, {Name: "i", Kind: kindInt}}, Key: []int{0, 1}}
 	f := newFoundDiffs()
 	for i, k := range []struct {
 		s   string
@@ -297,11 +297,11 @@ func FuzzBoundRoundTrip(f *testing.F) {
 	f.Add([]byte("18446744073709551615"), []byte("-0.50"), uint8(kindBit), uint8(kindDecimal), false)
 	f.Add([]byte(`[{"x":"MTIz"},{"n":true},{}]`), []byte("rk:AgAAAAAAAAAB"), uint8(kindJSON), uint8(kindTemporal), true)
 	f.Fuzz(func(t *testing.T, a, b []byte, ka, kb uint8, null bool) {
-		p := &TablePlan{Columns: []planColumn{
+		p := &tablePlan{Columns: []planColumn{
 			{Name: "a", Kind: colKind(int(ka) % (int(kindJSON) + 1)), Unsigned: ka > 128},
 			{Name: "b", Kind: colKind(int(kb) % (int(kindJSON) + 1))},
 		}, Key: []int{0, 1}}
-		in := Bound{{Bytes: a}, {Bytes: b}}
+		in := chunkBound{{Bytes: a}, {Bytes: b}}
 		if null {
 			in[1] = nullValue
 		}
@@ -354,7 +354,7 @@ func FuzzStoredKey(f *testing.F) {
 	f.Add([]byte("o'k"), []byte("-5"), []byte(`{"kind":"missing","key":{"s":"'a'","i":"1"},"rk":"CGEAAQIAAAAAAAAAAQ=="}`))
 	f.Add([]byte{0xff, 0}, []byte("18446744073709551615"), []byte(`{"kind":"extra","key":{"s":"X'FF'","i":"NULL"}}`))
 	f.Fuzz(func(t *testing.T, s, i, stored []byte) {
-		p := &TablePlan{Columns: []planColumn{
+		p := &tablePlan{Columns: []planColumn{
 			{Name: "s", Kind: kindString, Collation: [2]string{"utf8mb4_general_ci", "utf8mb4_bin"}},
 			{Name: "i", Kind: kindInt},
 		}, Key: []int{0, 1}}

@@ -52,7 +52,7 @@ func TestPadSpaceOrder(t *testing.T) {
 				col = c
 			}
 		}
-		if !plan.tidbPadOrder(Downstream, col) {
+		if !plan.tidbPadOrder(downSide, col) {
 			t.Fatalf("%s: comparisons not rewritten for a TiDB upstream", name)
 		}
 		for _, b := range all {
@@ -62,7 +62,7 @@ func TestPadSpaceOrder(t *testing.T) {
 				plain := ids(p.down.DB, "", name+" "+op+" "+predicateLiteral(kindString, v))
 				// Through the index (a range scan) and without it (every row evaluated).
 				for _, hint := range []string{"FORCE INDEX (" + name + ")", "IGNORE INDEX (" + name + ")"} {
-					if down := ids(p.down.DB, hint, plan.compare(Downstream, col, name, op, v)); up != down {
+					if down := ids(p.down.DB, hint, plan.compare(downSide, col, name, op, v)); up != down {
 						t.Fatalf("%s %s %q (%s): TiDB selects %s, MariaDB with the rewritten comparison %s", name, op, b, hint, up, down)
 					}
 				}

@@ -36,12 +36,12 @@ type sourcePair struct {
 	// inside a barrier and labelled.
 	snapshot [2]string
 	// pushdown, per side: a TiDB side computes checksums in the form its coprocessor
-	// evaluates (see TablePlan.Pushdown).
+	// evaluates (see tablePlan.Pushdown).
 	pushdown [2]bool
 	// binaryStrings, per side: a TiDB bootstrapped without new collations, which compares
 	// every string as binary bytes (NO PAD) whatever collation its columns declare.
 	binaryStrings [2]bool
-	// packet is the smaller max_allowed_packet of the two servers (TablePlan.FitEncoding).
+	// packet is the smaller max_allowed_packet of the two servers (tablePlan.FitEncoding).
 	packet int64
 	// timeout bounds every query (Config.QueryTimeout).
 	timeout time.Duration
@@ -76,16 +76,16 @@ func openPair(ctx context.Context, cfg *Config, up, down Source, log *slog.Logge
 // atSnapshot reports whether both sides read at a snapshot: reading again reads the same
 // data.
 func (p *sourcePair) atSnapshot() bool {
-	return p.snapshot[Upstream] != "" && p.snapshot[Downstream] != ""
+	return p.snapshot[upSide] != "" && p.snapshot[downSide] != ""
 }
 
 // anyTiDB reports whether a side is TiDB.
 func (p *sourcePair) anyTiDB() bool { return len(p.tidbSides()) > 0 }
 
 // tidbSides returns the sides whose server is TiDB.
-func (p *sourcePair) tidbSides() []Side {
-	var out []Side
-	for _, s := range []Side{Upstream, Downstream} {
+func (p *sourcePair) tidbSides() []pairSide {
+	var out []pairSide
+	for _, s := range []pairSide{upSide, downSide} {
 		if p.flavor[s] == FlavorTiDB {
 			out = append(out, s)
 		}
@@ -98,7 +98,7 @@ func (p *sourcePair) tidbSides() []Side {
 // server (queryKiller), and the call fails even if the query returned a result after
 // that: a killed statement may end early without an error (SLEEP on TiDB), and a kill
 // can cut a result short.
-func (p *sourcePair) withSide(ctx context.Context, s Side, fn func(context.Context, Querier) error) error {
+func (p *sourcePair) withSide(ctx context.Context, s pairSide, fn func(context.Context, Querier) error) error {
 	src := p.src[s]
 	q, release, err := src.Acquire(ctx)
 	if err != nil {
@@ -130,19 +130,19 @@ func (p *sourcePair) withSide(ctx context.Context, s Side, fn func(context.Conte
 // withBoth holds one connection of each side (always acquired upstream first, so workers
 // cannot deadlock on the per-side pools).
 func (p *sourcePair) withBoth(ctx context.Context, fn func(ctx context.Context, up, down Querier) error) error {
-	return p.withSide(ctx, Upstream, func(ctx context.Context, uq Querier) error {
-		return p.withSide(ctx, Downstream, func(ctx context.Context, dq Querier) error {
+	return p.withSide(ctx, upSide, func(ctx context.Context, uq Querier) error {
+		return p.withSide(ctx, downSide, func(ctx context.Context, dq Querier) error {
 			return fn(ctx, uq, dq)
 		})
 	})
 }
 
-// ChecksumPushdown reports whether a source of flavour f computes its checksums in the form
+// checksumPushdown reports whether a source of flavour f computes its checksums in the form
 // TiDB pushes down to its coprocessor, under mode (Config.TiDBChecksum; "auto" or "" reads
 // TiDB's store through q: pushdown unless it is the embedded unistore). When the store
 // cannot be read (hidden under TiDB's security-enhanced mode, as on TiDB Cloud, which runs
 // on TiKV) it assumes TiKV: pushdown is true and storeErr says why, for the caller to log.
-func ChecksumPushdown(ctx context.Context, q Querier, f Flavor, mode TiDBChecksum) (pushdown bool, storeErr error) {
+func checksumPushdown(ctx context.Context, q Querier, f Flavor, mode TiDBChecksum) (pushdown bool, storeErr error) {
 	if f != FlavorTiDB {
 		return false, nil
 	}
@@ -167,7 +167,7 @@ func (p *sourcePair) choosePushdown(ctx context.Context, mode TiDBChecksum, log 
 	for _, side := range p.tidbSides() {
 		var storeErr error
 		err := p.withSide(ctx, side, func(ctx context.Context, q Querier) error {
-			p.pushdown[side], storeErr = ChecksumPushdown(ctx, q, FlavorTiDB, mode)
+			p.pushdown[side], storeErr = checksumPushdown(ctx, q, FlavorTiDB, mode)
 			return nil
 		})
 		switch {
@@ -211,7 +211,7 @@ func (p *sourcePair) readCollations(ctx context.Context, log *slog.Logger) error
 // session started) into p.packet.
 func (p *sourcePair) readPacket(ctx context.Context) error {
 	p.packet = 0
-	for _, side := range []Side{Upstream, Downstream} {
+	for _, side := range []pairSide{upSide, downSide} {
 		var n int64
 		err := p.withSide(ctx, side, func(ctx context.Context, q Querier) error {
 			return queryRow(ctx, q, "SELECT @@max_allowed_packet", &n)
@@ -252,10 +252,10 @@ func openDSNSources(ctx context.Context, cfg *Config, log *slog.Logger) (src Sou
 		}
 	}()
 	for _, s := range []struct {
-		side Side
+		side pairSide
 		sc   SourceConfig
 		dst  *Source
-	}{{Upstream, cfg.Upstream, &src.Upstream}, {Downstream, cfg.Downstream, &src.Downstream}} {
+	}{{upSide, cfg.Upstream, &src.Upstream}, {downSide, cfg.Downstream, &src.Downstream}} {
 		if s.sc.Snapshot != "" {
 			if err := checkSnapshotGC(ctx, s.sc.DSN, s.sc.Snapshot, time.Now(), log.With("side", s.side.String())); err != nil {
 				return Sources{}, nil, fmt.Errorf("%s: %w", s.side, err)

@@ -19,7 +19,7 @@ type target struct {
 	idx      int
 	name     string // upstream schema.table, for logs and errors
 	stored   storedTable
-	plan     *TablePlan // nil when fatal
+	plan     *tablePlan // nil when fatal
 	problems []StructureProblem
 	fatal    bool // the data is not compared (a fatal structure problem)
 	estRows  int64
@@ -77,7 +77,7 @@ var systemSchemas = map[string]bool{"mysql": true, "information_schema": true, "
 
 func (pl *planner) listTables(ctx context.Context) ([][2]string, error) {
 	var out [][2]string
-	err := pl.pair.withSide(ctx, Upstream, func(ctx context.Context, q Querier) error {
+	err := pl.pair.withSide(ctx, upSide, func(ctx context.Context, q Querier) error {
 		rows, err := q.QueryContext(ctx, "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE TABLE_TYPE = 'BASE TABLE' ORDER BY TABLE_SCHEMA, TABLE_NAME")
 		if err != nil {
 			return err
@@ -111,10 +111,10 @@ func (pl *planner) listTables(ctx context.Context) ([][2]string, error) {
 func (pl *planner) planTable(ctx context.Context, st storedTable) (*target, error) {
 	t := &target{idx: st.idx, name: st.upSchema + "." + st.upTable, stored: st}
 	cfg := pl.cfg
-	var up, down *Table
-	err := pl.pair.withSide(ctx, Upstream, func(ctx context.Context, q Querier) error {
+	var up, down *tableSchema
+	err := pl.pair.withSide(ctx, upSide, func(ctx context.Context, q Querier) error {
 		var err error
-		up, err = LoadTable(ctx, q, st.upSchema, st.upTable)
+		up, err = loadTable(ctx, q, st.upSchema, st.upTable)
 		if err == nil && up != nil {
 			var n sql.NullInt64
 			rows, qerr := q.QueryContext(ctx, "SELECT TABLE_ROWS FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?", st.upSchema, st.upTable)
@@ -131,7 +131,7 @@ func (pl *planner) planTable(ctx context.Context, st storedTable) (*target, erro
 			// one small chunk.
 			if n.Int64 > 0 {
 				chunks := cfg.MinChunks
-				if pl.pair.flavor[Upstream] == FlavorTiDB {
+				if pl.pair.flavor[upSide] == FlavorTiDB {
 					chunks = cfg.TiDBMinChunks
 				}
 				t.maxChunkRows = max(cfg.MinChunkRows, min(cfg.MaxChunkRows, int(n.Int64/int64(max(chunks, 4*cfg.Concurrency)))))
@@ -142,9 +142,9 @@ func (pl *planner) planTable(ctx context.Context, st storedTable) (*target, erro
 	if err != nil {
 		return nil, fmt.Errorf("table %s: upstream structure: %w", t.name, err)
 	}
-	err = pl.pair.withSide(ctx, Downstream, func(ctx context.Context, q Querier) error {
+	err = pl.pair.withSide(ctx, downSide, func(ctx context.Context, q Querier) error {
 		var err error
-		down, err = LoadTable(ctx, q, st.downSchema, st.downName)
+		down, err = loadTable(ctx, q, st.downSchema, st.downName)
 		return err
 	})
 	if err != nil {
@@ -162,7 +162,7 @@ func (pl *planner) planTable(ctx context.Context, st storedTable) (*target, erro
 	}
 	ignored := cfg.ignoredFunc(st.upSchema, st.upTable)
 	t.problems = compareStructure(up, down, ignored)
-	plan, err := NewPlan(up, down, ignored)
+	plan, err := newPlan(up, down, ignored)
 	if err != nil {
 		t.problems = append(t.problems, StructureProblem{Problem: err.Error(), Fatal: true})
 		t.fatal = true
@@ -171,7 +171,7 @@ func (pl *planner) planTable(ctx context.Context, st storedTable) (*target, erro
 	plan.Flavor = pl.pair.flavor
 	for s, binary := range pl.pair.binaryStrings {
 		if binary {
-			plan.compareBytes(Side(s))
+			plan.compareBytes(pairSide(s))
 		}
 	}
 	plan.Referenced = down.Referenced
@@ -189,20 +189,20 @@ func (pl *planner) planTable(ctx context.Context, st storedTable) (*target, erro
 		pl.log.Info("long columns enter the row hash as their SHA1", "table", t.name, "columns", cols, "max_allowed_packet", pl.pair.packet)
 	}
 	t.plan = plan
-	t.handle = newHandleKey(up, plan, pl.pair.flavor[Upstream])
+	t.handle = newHandleKey(up, plan, pl.pair.flavor[upSide])
 	return t, nil
 }
 
-// NewPlan builds the comparison plan of a table pair: the compared columns are the
+// newPlan builds the comparison plan of a table pair: the compared columns are the
 // upstream's columns that exist on both sides, are not ignored and are not generated
 // downstream (the downstream computes those, fix SQL cannot write them). A column
 // generated upstream but plain downstream is compared: the downstream stores its values
 // like any other column's. It fails only when nothing can be compared.
-func NewPlan(up, down *Table, ignored func(string) bool) (*TablePlan, error) {
+func newPlan(up, down *tableSchema, ignored func(string) bool) (*tablePlan, error) {
 	if ignored == nil {
 		ignored = func(string) bool { return false }
 	}
-	p := &TablePlan{Schema: [2]string{up.Schema, down.Schema}, Table: [2]string{up.Name, down.Name}, Hash: HashSHA1}
+	p := &tablePlan{Schema: [2]string{up.Schema, down.Schema}, Table: [2]string{up.Name, down.Name}, Hash: HashSHA1}
 	for _, uc := range up.Columns {
 		dc, ok := down.column(uc.Name)
 		if !ok || dc.Generated {

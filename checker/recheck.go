@@ -146,8 +146,8 @@ func (rc *rechecker) readAgain(ctx context.Context, tables []*target) (int64, er
 			if rc.confirming && n > 0 {
 				// A store anomaly, not a data difference: said loudly, counted, not reported.
 				rc.log.Warn("differences gone when read again at the same snapshot pair: a snapshot read was not repeatable; not reported",
-					"table", t.name, "unconfirmed", n, "upstream_snapshot", rc.cmp.pair.snapshot[Upstream],
-					"downstream_snapshot", rc.cmp.pair.snapshot[Downstream])
+					"table", t.name, "unconfirmed", n, "upstream_snapshot", rc.cmp.pair.snapshot[upSide],
+					"downstream_snapshot", rc.cmp.pair.snapshot[downSide])
 			}
 			return nil
 		})
@@ -264,7 +264,7 @@ func (rc *rechecker) keyless(ctx context.Context, t *target) (int64, error) {
 		if rc.confirming && !here[c.Seq] {
 			continue
 		}
-		u, d, err := rc.cmp.checksumBoth(ctx, t, c.Range)
+		u, d, err := rc.cmp.checksumBoth(ctx, t, c.keyRange)
 		if err != nil {
 			return resolved, err
 		}
@@ -334,7 +334,7 @@ func (rc *rechecker) redrillKeyless(ctx context.Context, t *target, c storedChun
 		news = append(news, newStoredDiff(c.Seq, len(news), d))
 		return nil
 	}
-	err = rc.cmp.diffKeyless(ctx, t, c.Range, emit, keep)
+	err = rc.cmp.diffKeyless(ctx, t, c.keyRange, emit, keep)
 	switch {
 	case errors.Is(err, errMaxDifferences):
 		return nil, false, nil

@@ -225,8 +225,8 @@ func (tk *tracker) report(ctx context.Context, pair *sourcePair) (*Report, error
 	tk.mu.Lock()
 	targets, tallies, rechecks, scopes, classes := tk.targets, tk.tallies, tk.rechecks, tk.scopes, tk.classes
 	rep := &Report{RunID: tk.st.runID, State: runDone, StartedAt: tk.start.UTC(), FinishedAt: time.Now().UTC(),
-		Upstream: pair.src[Upstream].Describe(), Downstream: pair.src[Downstream].Describe(), Equal: true,
-		UpstreamSnapshot: pair.snapshot[Upstream], DownstreamSnapshot: pair.snapshot[Downstream],
+		Upstream: pair.src[upSide].Describe(), Downstream: pair.src[downSide].Describe(), Equal: true,
+		UpstreamSnapshot: pair.snapshot[upSide], DownstreamSnapshot: pair.snapshot[downSide],
 		RecheckRounds: rechecks, Classification: tk.classification}
 	tk.mu.Unlock()
 	rep.Scope = tk.cfg.scope.String()

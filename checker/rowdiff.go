@@ -300,7 +300,7 @@ func (s *rowStream) row() []sqlValue {
 
 // compareRowKeys orders two full rows (rangeRowsSQL's columns, in plan order) by key, like
 // compareKeys of their key values, without copying the keys.
-func (p *TablePlan) compareRowKeys(a, b []sqlValue) int {
+func (p *tablePlan) compareRowKeys(a, b []sqlValue) int {
 	for _, k := range p.Key {
 		if c := compareValue(p.Columns[k].Kind, a[k], b[k]); c != 0 {
 			return c
@@ -310,7 +310,7 @@ func (p *TablePlan) compareRowKeys(a, b []sqlValue) int {
 }
 
 // differingColumns returns the names of the columns whose canonical values differ.
-func (p *TablePlan) differingColumns(up, down []sqlValue) []string {
+func (p *tablePlan) differingColumns(up, down []sqlValue) []string {
 	var out []string
 	for i, c := range p.Columns {
 		if up[i].Null == down[i].Null && bytes.Equal(up[i].Bytes, down[i].Bytes) {
@@ -325,14 +325,14 @@ func (p *TablePlan) differingColumns(up, down []sqlValue) []string {
 
 // mergeRows streams both sides of range r in key order and reports every difference to
 // emit. Memory: two rows at a time.
-func (c *comparer) mergeRows(ctx context.Context, t *target, rng Range, emit func(Difference) error) error {
+func (c *comparer) mergeRows(ctx context.Context, t *target, rng keyRange, emit func(Difference) error) error {
 	p := t.plan
-	return c.mergeQueries(ctx, t, p.rangeRowsSQL(Upstream, rng), p.rangeRowsSQL(Downstream, rng), emit)
+	return c.mergeQueries(ctx, t, p.rangeRowsSQL(upSide, rng), p.rangeRowsSQL(downSide, rng), emit)
 }
 
 // mergeRanges merge-compares the rows of several disjoint ranges, given in key order,
 // with one row query per side over all of them.
-func (c *comparer) mergeRanges(ctx context.Context, t *target, rngs []Range, emit func(Difference) error) error {
+func (c *comparer) mergeRanges(ctx context.Context, t *target, rngs []keyRange, emit func(Difference) error) error {
 	switch len(rngs) {
 	case 0:
 		return nil
@@ -340,7 +340,7 @@ func (c *comparer) mergeRanges(ctx context.Context, t *target, rngs []Range, emi
 		return c.mergeRows(ctx, t, rngs[0], emit)
 	}
 	p := t.plan
-	return c.mergeQueries(ctx, t, p.rowsInRangesSQL(Upstream, rngs), p.rowsInRangesSQL(Downstream, rngs), emit)
+	return c.mergeQueries(ctx, t, p.rowsInRangesSQL(upSide, rngs), p.rowsInRangesSQL(downSide, rngs), emit)
 }
 
 // mergeQueries merge-compares the rows of two queries in rangeRowsSQL's columns and order.
@@ -354,7 +354,7 @@ func (c *comparer) mergeCounted(ctx context.Context, t *target, uSQL, dSQL strin
 	p := t.plan
 	count := func(us, ds *rowStream) { rows = [2]int64{us.read, ds.read} }
 	err = c.pair.withBoth(ctx, func(ctx context.Context, uq, dq Querier) error {
-		err := withDriverRows(ctx, t.name, uq, dq, uSQL, dSQL, p.width(Upstream), p.width(Downstream), func(us, ds *rowStream) error {
+		err := withDriverRows(ctx, t.name, uq, dq, uSQL, dSQL, p.width(upSide), p.width(downSide), func(us, ds *rowStream) error {
 			defer count(us, ds)
 			return mergeStreams(t, us, ds, emit)
 		})
@@ -371,7 +371,7 @@ func (c *comparer) mergeCounted(ctx context.Context, t *target, uSQL, dSQL strin
 			return fmt.Errorf("read downstream rows of %s: %w", t.name, err)
 		}
 		defer drows.Close()
-		us, ds := newRowStream(urows, p.width(Upstream)), newRowStream(drows, p.width(Downstream))
+		us, ds := newRowStream(urows, p.width(upSide)), newRowStream(drows, p.width(downSide))
 		defer count(us, ds)
 		return mergeStreams(t, us, ds, emit)
 	})
@@ -475,16 +475,16 @@ type hashGroup struct {
 // differ across servers, e.g. JSON spelling), and reports the rest as missing or extra
 // with their multiplicity. keep, when set, says how many of n differing copies of a row
 // to report (the re-check reports a row only as often as it was found before).
-func (c *comparer) diffKeyless(ctx context.Context, t *target, rng Range, emit func(Difference) error, keep func(kind DiffKind, row []sqlValue, n int64) int64) error {
+func (c *comparer) diffKeyless(ctx context.Context, t *target, rng keyRange, emit func(Difference) error, keep func(kind DiffKind, row []sqlValue, n int64) int64) error {
 	p := t.plan
 	var upOnly, downOnly []hashGroup
 	err := c.pair.withBoth(ctx, func(ctx context.Context, uq, dq Querier) error {
-		urows, err := uq.QueryContext(ctx, p.hashGroupsSQL(Upstream, rng))
+		urows, err := uq.QueryContext(ctx, p.hashGroupsSQL(upSide, rng))
 		if err != nil {
 			return fmt.Errorf("read upstream row hashes of %s: %w", t.name, err)
 		}
 		defer urows.Close()
-		drows, err := dq.QueryContext(ctx, p.hashGroupsSQL(Downstream, rng))
+		drows, err := dq.QueryContext(ctx, p.hashGroupsSQL(downSide, rng))
 		if err != nil {
 			return fmt.Errorf("read downstream row hashes of %s: %w", t.name, err)
 		}
@@ -563,7 +563,7 @@ func (c *comparer) diffKeyless(ctx context.Context, t *target, rng Range, emit f
 	// fetch reads one row of each group, keylessFetchBatch groups per query: each query
 	// scans the range once (one query per group scanned it once per group, hundreds of
 	// times for a table without an index, which is one chunk).
-	fetch := func(side Side, groups []hashGroup) ([]*counted, error) {
+	fetch := func(side pairSide, groups []hashGroup) ([]*counted, error) {
 		var out []*counted
 		for len(groups) > 0 {
 			batch := groups[:min(len(groups), keylessFetchBatch)]
@@ -603,11 +603,11 @@ func (c *comparer) diffKeyless(ctx context.Context, t *target, rng Range, emit f
 		}
 		return out, nil
 	}
-	ups, err := fetch(Upstream, upOnly)
+	ups, err := fetch(upSide, upOnly)
 	if err != nil {
 		return err
 	}
-	downs, err := fetch(Downstream, downOnly)
+	downs, err := fetch(downSide, downOnly)
 	if err != nil {
 		return err
 	}
@@ -654,7 +654,7 @@ func (c *comparer) diffKeyless(ctx context.Context, t *target, rng Range, emit f
 	return nil
 }
 
-func (p *TablePlan) canonRow(row []sqlValue) string {
+func (p *tablePlan) canonRow(row []sqlValue) string {
 	var b strings.Builder
 	for i, c := range p.Columns {
 		s := canon(c.Kind, row[i])

@@ -168,7 +168,7 @@ func (r *runner) run(ctx context.Context) error {
 	}
 	r.pair, r.cmp = pair, newComparer(r.cfg, pair, r.log)
 	r.track.opened(pair)
-	r.gate.Store(newBusyGate(r.cfg, threadsRunning(pair, Downstream), r.log))
+	r.gate.Store(newBusyGate(r.cfg, threadsRunning(pair, downSide), r.log))
 	targets, err := (&planner{cfg: r.cfg, pair: pair, st: r.st, log: r.log}).plan(ctx)
 	if err != nil {
 		return err

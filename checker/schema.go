@@ -2,7 +2,7 @@ package checker
 
 // schema.go owns what the servers say about a table's structure: each column's kind
 // (how it is encoded, ordered and compared), the table read from information_schema
-// (LoadTable), the key choice and the structure differences between the sides. It must
+// (loadTable), the key choice and the structure differences between the sides. It must
 // not build the row encoding (encoding.go) nor compare rows.
 
 import (
@@ -54,8 +54,8 @@ type schemaColumn struct {
 	MaxBytes int64
 }
 
-// Table is the structure of one table on one side.
-type Table struct {
+// tableSchema is the structure of one table on one side.
+type tableSchema struct {
 	Schema  string
 	Name    string
 	Columns []schemaColumn
@@ -71,7 +71,7 @@ type Table struct {
 }
 
 // column returns the named column (case-insensitive, as MySQL column names are).
-func (t *Table) column(name string) (schemaColumn, bool) {
+func (t *tableSchema) column(name string) (schemaColumn, bool) {
 	for _, c := range t.Columns {
 		if strings.EqualFold(c.Name, name) {
 			return c, true
@@ -106,9 +106,9 @@ func kindOf(dataType, columnType string, check bool) colKind {
 	return kindString
 }
 
-// LoadTable reads the structure of schema.table through q. It returns (nil, nil) when the
+// loadTable reads the structure of schema.table through q. It returns (nil, nil) when the
 // table does not exist.
-func LoadTable(ctx context.Context, q Querier, schema, table string) (*Table, error) {
+func loadTable(ctx context.Context, q Querier, schema, table string) (*tableSchema, error) {
 	// MariaDB stores JSON as LONGTEXT with a CHECK (json_valid(col)) constraint; find those.
 	jsonCols := map[string]bool{}
 	if rows, err := q.QueryContext(ctx, `SELECT CONSTRAINT_NAME, CHECK_CLAUSE FROM information_schema.CHECK_CONSTRAINTS
@@ -134,7 +134,7 @@ func LoadTable(ctx context.Context, q Querier, schema, table string) (*Table, er
 	if err != nil {
 		return nil, fmt.Errorf("read columns of %s.%s: %w", schema, table, err)
 	}
-	t := &Table{Schema: schema, Name: table}
+	t := &tableSchema{Schema: schema, Name: table}
 	for rows.Next() {
 		var c schemaColumn
 		var nullable, extra, gen string
@@ -291,7 +291,7 @@ func structureEqual(problems []StructureProblem) bool {
 
 // compareStructure reports column and key differences between up and down, ignoring the
 // ignored columns. It never fails: differences are results.
-func compareStructure(up, down *Table, ignored func(string) bool) []StructureProblem {
+func compareStructure(up, down *tableSchema, ignored func(string) bool) []StructureProblem {
 	var out []StructureProblem
 	for _, uc := range up.Columns {
 		if ignored(uc.Name) {
@@ -358,7 +358,7 @@ func equalFoldSlices(a, b []string) bool {
 // chooseKey returns the columns that identify a row for chunking and drill-down: the
 // upstream primary key, else the first NOT NULL unique key; both must exist downstream.
 // keyless is true when there is none and the table is compared as a multiset of rows.
-func chooseKey(up, down *Table, ignored func(string) bool) (key []string, keyless bool) {
+func chooseKey(up, down *tableSchema, ignored func(string) bool) (key []string, keyless bool) {
 	cands := [][]string{}
 	if len(up.PrimaryKey) > 0 {
 		cands = append(cands, up.PrimaryKey)

@@ -37,8 +37,8 @@ type unit struct {
 	// (chunkSizer.plan, when the unit was handed out).
 	grouped bool
 	size    int
-	// keys, for a key unit: only the rows of these keys are compared (Range is unused).
-	keys []Bound
+	// keys, for a key unit: only the rows of these keys are compared (keyRange is unused).
+	keys []chunkBound
 	// found, for a key unit of stored differences: the differences it re-reads.
 	found *foundDiffs
 }
@@ -53,11 +53,11 @@ type rangeScope struct {
 	log   *slog.Logger
 
 	// Touched by next only (one producer).
-	queue      []unit // cut (or resumed) and recorded, not yet handed out
-	lo         Bound  // where the next cut starts
-	seq        int    // the next cut chunk's seq
-	split      bool   // the last chunk is cut
-	regionKeys []Bound
+	queue      []unit     // cut (or resumed) and recorded, not yet handed out
+	lo         chunkBound // where the next cut starts
+	seq        int        // the next cut chunk's seq
+	split      bool       // the last chunk is cut
+	regionKeys []chunkBound
 
 	mu     sync.Mutex // the sizes, adapted by the workers' feedback
 	sizer  *chunkSizer
@@ -84,7 +84,7 @@ func openRangeScope(ctx context.Context, cfg *Config, t *target, pair *sourcePai
 		}
 		track.restore(t.idx, stored)
 		for _, c := range stored {
-			s.lo, s.seq = c.Range.Hi, c.Seq+1
+			s.lo, s.seq = c.keyRange.Hi, c.Seq+1
 			s.split = s.split || c.Last
 			if c.state != chunkDone {
 				c.retry = true
@@ -96,13 +96,13 @@ func openRangeScope(ctx context.Context, cfg *Config, t *target, pair *sourcePai
 		}
 	}
 	p := t.plan
-	if p.Flavor[Upstream] == FlavorTiDB && len(p.Key) > 0 && !p.Keyless && p.numericKey() {
+	if p.Flavor[upSide] == FlavorTiDB && len(p.Key) > 0 && !p.Keyless && p.numericKey() {
 		s.loadRegions(ctx)
 	}
 	// Cut a single integer key by value (valueCutter), unless a row filter applies: its
 	// MIN/MAX could scan the table, and the filtered keys' density is unknown.
 	if p.intKey() && p.Where == "" {
-		mn, mx, err := intKeyBounds(ctx, pair, t, Range{})
+		mn, mx, err := intKeyBounds(ctx, pair, t, keyRange{})
 		switch {
 		case errors.Is(err, errKeyBounds):
 			// Only the chunk sizes depend on them: cut by rows instead.
@@ -152,7 +152,7 @@ func (s *rangeScope) cut(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("table %s: %w", s.t.name, err)
 		}
-		batch[i] = keyChunk{Table: s.t.idx, Seq: s.seq, Range: Range{Lo: s.lo, Hi: hi}, Last: hi == nil, bounds: [2]string{lo, enc}}
+		batch[i] = keyChunk{Table: s.t.idx, Seq: s.seq, keyRange: keyRange{Lo: s.lo, Hi: hi}, Last: hi == nil, bounds: [2]string{lo, enc}}
 		lo = enc
 		if widths != nil {
 			batch[i].width = widths[i]
@@ -191,7 +191,7 @@ func (s *rangeScope) feedback(u unit, res chunkResult) {
 // each chunk query stays within one region (a failure only loses that optimisation).
 func (s *rangeScope) loadRegions(ctx context.Context) {
 	p := s.t.plan
-	err := s.pair.withSide(ctx, Upstream, func(ctx context.Context, q Querier) error {
+	err := s.pair.withSide(ctx, upSide, func(ctx context.Context, q Querier) error {
 		rows, err := q.QueryContext(ctx, p.regionSampleSQL())
 		if err != nil {
 			return err
@@ -205,7 +205,7 @@ func (s *rangeScope) loadRegions(ctx context.Context) {
 			if rs.done {
 				return nil
 			}
-			b := Bound(rs.row())
+			b := chunkBound(rs.row())
 			if n := len(s.regionKeys); n == 0 || p.compareKeys(s.regionKeys[n-1], b) != 0 {
 				s.regionKeys = append(s.regionKeys, b)
 			}
@@ -232,15 +232,15 @@ const cutKeys = 32768
 // of the table fits (the last chunk is open-ended, so rows beyond the last upstream key,
 // extra downstream, are still compared). It returns at least one bound, and for chunks
 // cut by key value their key widths.
-func (s *rangeScope) nextBoundaries(ctx context.Context, lo Bound) ([]Bound, []float64, error) {
+func (s *rangeScope) nextBoundaries(ctx context.Context, lo chunkBound) ([]chunkBound, []float64, error) {
 	p := s.t.plan
 	if len(p.Key) == 0 {
-		return []Bound{nil}, nil, nil // nothing to cut on: one chunk
+		return []chunkBound{nil}, nil, nil // nothing to cut on: one chunk
 	}
 	// Cut at the next region start key (the chunk ends with that key's row, so it reads
 	// at most one row of the next region). Region keys are only used for numeric and
 	// temporal keys, where Go and the server order keys the same way.
-	var limit Bound
+	var limit chunkBound
 	for _, k := range s.regionKeys {
 		if lo == nil || p.compareKeys(k, lo) > 0 {
 			limit = k
@@ -257,9 +257,9 @@ func (s *rangeScope) nextBoundaries(ctx context.Context, lo Bound) ([]Bound, []f
 			return his, widths, nil
 		}
 	}
-	var his []Bound
+	var his []chunkBound
 	side := cutSide(p)
-	rng := Range{Lo: lo, Hi: limit}
+	rng := keyRange{Lo: lo, Hi: limit}
 	batch := 1
 	if p.Flavor[side] == FlavorTiDB {
 		batch = max(1, cutKeys/size)
@@ -284,9 +284,9 @@ func (s *rangeScope) nextBoundaries(ctx context.Context, lo Bound) ([]Bound, []f
 				return nil
 			}
 			if batch == 1 {
-				his, full = append(his, Bound(rs.row())), true
+				his, full = append(his, chunkBound(rs.row())), true
 			} else if n%size == 0 {
-				his = append(his, Bound(rs.row()))
+				his = append(his, chunkBound(rs.row()))
 				full = n == batch*size
 			}
 		}
@@ -310,7 +310,7 @@ const valueBatch = 8
 
 // cutByValue cuts the next valueBatch chunks of a table with a valueCutter (see there); ok
 // is false when a bound is not an integer (the caller walks the index).
-func (s *rangeScope) cutByValue(lo, limit Bound, size int) (his []Bound, widths []float64, ok bool) {
+func (s *rangeScope) cutByValue(lo, limit chunkBound, size int) (his []chunkBound, widths []float64, ok bool) {
 	var l, lim *big.Int // nil: open end
 	if lo != nil {
 		if l, ok = boundInt(lo); !ok {
@@ -325,10 +325,10 @@ func (s *rangeScope) cutByValue(lo, limit Bound, size int) (his []Bound, widths 
 	s.mu.Lock()
 	ints, widths := s.cutter.cut(l, lim, size, valueBatch)
 	s.mu.Unlock()
-	his = make([]Bound, len(ints))
+	his = make([]chunkBound, len(ints))
 	for i, v := range ints {
 		if v != nil {
-			his[i] = Bound{stringValue(v.String())}
+			his[i] = chunkBound{stringValue(v.String())}
 		}
 	}
 	return his, widths, true
@@ -340,16 +340,16 @@ func (s *rangeScope) cutByValue(lo, limit Bound, size int) (his []Bound, widths 
 // costs a fraction of TiDB's (20 ms against 50-90 ms for 62,500 keys here) and keeps the
 // load off the production side; unless a key column's collations differ, when the
 // downstream could not walk its index in the upstream's order.
-func cutSide(p *TablePlan) Side {
-	if p.Flavor[Upstream] != FlavorTiDB || p.Flavor[Downstream] == FlavorTiDB {
-		return Upstream
+func cutSide(p *tablePlan) pairSide {
+	if p.Flavor[upSide] != FlavorTiDB || p.Flavor[downSide] == FlavorTiDB {
+		return upSide
 	}
 	for _, k := range p.Key {
 		if c := p.Columns[k]; c.Enum || (c.Kind == kindString && c.Collation[0] != c.Collation[1]) {
-			return Upstream
+			return upSide
 		}
 	}
-	return Downstream
+	return downSide
 }
 
 // recheckBatch is how many differences one key unit of a keyScope holds (one pair of
@@ -379,7 +379,7 @@ func newFoundDiffs() *foundDiffs {
 }
 
 // add records stored difference ref, of key values vals and rows differing rows.
-func (f *foundDiffs) add(p *TablePlan, ref diffRef, vals []any, rows int64) error {
+func (f *foundDiffs) add(p *tablePlan, ref diffRef, vals []any, rows int64) error {
 	k, err := exactKey(vals)
 	if err != nil {
 		return err
@@ -407,7 +407,7 @@ func (f *foundDiffs) add(p *TablePlan, ref diffRef, vals []any, rows int64) erro
 // sameKey; a key with a form that no stored key's form matches can only equal a stored
 // key without one), else of a key equal outside its character columns, else the unit's
 // first chunk (a row read by the unit's keys is the row of one of them).
-func (f *foundDiffs) chunkOf(p *TablePlan, d Difference) (int, bool) {
+func (f *foundDiffs) chunkOf(p *tablePlan, d Difference) (int, bool) {
 	if c, ok := f.exact[string(d.rk)]; ok {
 		return c, true
 	}

@@ -265,7 +265,7 @@ func TestConnSourceTimeout(t *testing.T) {
 			sides := testSides(src, 200*time.Millisecond)
 			marker := fmt.Sprintf("parity-conn-timeout-%d", time.Now().UnixNano())
 			var slept sql.NullInt64
-			err = sides.withSide(ctx, Upstream, func(ctx context.Context, q Querier) error {
+			err = sides.withSide(ctx, upSide, func(ctx context.Context, q Querier) error {
 				return queryRow(ctx, q, "SELECT /* "+marker+" */ SLEEP(5)", &slept)
 			})
 			if !errors.Is(err, context.DeadlineExceeded) {
@@ -287,7 +287,7 @@ func TestConnSourceTimeout(t *testing.T) {
 				}
 			}
 			var n int
-			err = sides.withSide(ctx, Upstream, func(ctx context.Context, q Querier) error {
+			err = sides.withSide(ctx, upSide, func(ctx context.Context, q Querier) error {
 				return queryRow(ctx, q, "SELECT COUNT(*) FROM ct", &n)
 			})
 			if err != nil || n != 1 {

@@ -431,10 +431,10 @@ func (s *store) chunksWhere(ctx context.Context, table int, clause string) ([]st
 		if err := rows.Scan(&c.Seq, &lo, &hi, &c.Last, &c.state, &c.res.up.count, &c.res.down.count, &c.res.differences); err != nil {
 			return nil, fmt.Errorf("read chunks of table %d: %w", table, err)
 		}
-		if c.Range.Lo, err = decodeBound(lo); err != nil {
+		if c.keyRange.Lo, err = decodeBound(lo); err != nil {
 			return nil, fmt.Errorf("chunk %d of table %d: %w", c.Seq, table, err)
 		}
-		if c.Range.Hi, err = decodeBound(hi); err != nil {
+		if c.keyRange.Hi, err = decodeBound(hi); err != nil {
 			return nil, fmt.Errorf("chunk %d of table %d: %w", c.Seq, table, err)
 		}
 		c.bounds = [2]string{lo, hi}

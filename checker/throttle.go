@@ -84,7 +84,7 @@ func newBusyGate(cfg *Config, threads func(ctx context.Context) (int, error), lo
 }
 
 // threadsRunning reads a server's Threads_running through withSide.
-func threadsRunning(pair *sourcePair, s Side) func(ctx context.Context) (int, error) {
+func threadsRunning(pair *sourcePair, s pairSide) func(ctx context.Context) (int, error) {
 	return func(ctx context.Context) (int, error) {
 		var name string
 		var n int

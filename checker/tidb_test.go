@@ -202,7 +202,7 @@ func TestTiDBWithoutNewCollations(t *testing.T) {
 	// plain byte comparison does, and MariaDB serves a range with a common prefix from its
 	// primary key.
 	plan := p.plan(t, "oc", FlavorTiDB)
-	plan.compareBytes(Upstream)
+	plan.compareBytes(upSide)
 	var keys [][]byte
 	for _, k := range firstColumn(t, p.up.DB, "SELECT s FROM oc ORDER BY s") {
 		keys = append(keys, []byte(k))
@@ -213,8 +213,8 @@ func TestTiDBWithoutNewCollations(t *testing.T) {
 	ranged := 0
 	for i := 0; i+1 < len(keys); i += 37 {
 		for _, j := range []int{i + 1, min(i+60, len(keys)-1), len(keys) - 1} {
-			lo, hi := Bound{sqlValue{Bytes: keys[i]}}, Bound{sqlValue{Bytes: keys[j]}}
-			where := plan.rangePredicate(Downstream, Range{Lo: lo, Hi: hi})
+			lo, hi := chunkBound{sqlValue{Bytes: keys[i]}}, chunkBound{sqlValue{Bytes: keys[j]}}
+			where := plan.rangePredicate(downSide, keyRange{Lo: lo, Hi: hi})
 			var got, want int
 			if err := p.down.QueryRow("SELECT COUNT(*) FROM oc WHERE " + where).Scan(&got); err != nil {
 				t.Fatal(err)
@@ -225,7 +225,7 @@ func TestTiDBWithoutNewCollations(t *testing.T) {
 			if got != want || want != j-i {
 				t.Fatalf("range (%q, %q]: %d rows downstream with parity's predicate, %d by bytes, %d upstream", keys[i], keys[j], got, want, j-i)
 			}
-			if plan.byteRangeSuperset(Downstream, Range{Lo: lo, Hi: hi}) != "" {
+			if plan.byteRangeSuperset(downSide, keyRange{Lo: lo, Hi: hi}) != "" {
 				ranged++
 				if typ := explainType(t, p.down.DB, "SELECT COUNT(*) FROM oc WHERE "+where); typ != "range" {
 					t.Errorf("range (%q, %q]: MariaDB reads it by %q, not by an index range", keys[i], keys[j], typ)

@@ -226,8 +226,8 @@ func TestDriverRowStream(t *testing.T) {
 	execSession(t, &p, false, "SET SESSION sql_mode = ''", ins...)
 	plan := p.plan(t, "torture", FlavorTiDB)
 	ctx := context.Background()
-	for side, db := range map[Side]*sql.DB{Upstream: p.up.DB, Downstream: p.down.DB} {
-		q := plan.rangeRowsSQL(side, Range{})
+	for side, db := range map[pairSide]*sql.DB{upSide: p.up.DB, downSide: p.down.DB} {
+		q := plan.rangeRowsSQL(side, keyRange{})
 		read := func(s *rowStream) [][]sqlValue {
 			var out [][]sqlValue
 			for {

@@ -354,7 +354,7 @@ func (tk *tracker) stats() Stats {
 	now := time.Now()
 	s := Stats{RunID: tk.st.runID, State: tk.state, Phase: tk.phase, Tables: len(tk.targets), RecheckRounds: tk.rechecks,
 		Elapsed: now.Sub(tk.start), PhaseTimes: maps.Clone(tk.phaseTimes),
-		UpstreamSnapshot: tk.snapshot[Upstream], DownstreamSnapshot: tk.snapshot[Downstream]}
+		UpstreamSnapshot: tk.snapshot[upSide], DownstreamSnapshot: tk.snapshot[downSide]}
 	if tk.phase != phaseFinished {
 		s.PhaseTimes[tk.phase] += now.Sub(tk.phaseStart)
 	}

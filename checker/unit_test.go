@@ -150,8 +150,8 @@ func TestCanon(t *testing.T) {
 	}
 }
 
-func testPlan() *TablePlan {
-	return &TablePlan{
+func testPlan() *tablePlan {
+	return &tablePlan{
 		Schema: [2]string{"up`db", "down"}, Table: [2]string{"t", "t`2"},
 		Columns: []planColumn{
 			{Name: "region", Kind: kindString, Collation: [2]string{"utf8mb4_bin", "utf8mb4_general_ci"}, Charset: [2]string{"utf8mb4", "utf8mb4"}},
@@ -168,38 +168,38 @@ func testPlan() *TablePlan {
 
 func TestRangePredicates(t *testing.T) {
 	p := testPlan()
-	lo := Bound{stringValue("a'b"), stringValue("10")}
-	hi := Bound{stringValue("z"), stringValue("-5")}
+	lo := chunkBound{stringValue("a'b"), stringValue("10")}
+	hi := chunkBound{stringValue("z"), stringValue("-5")}
 	var out strings.Builder
-	for _, s := range []Side{Upstream, Downstream} {
-		for _, r := range []Range{{}, {Lo: lo}, {Hi: hi}, {Lo: lo, Hi: hi}} {
+	for _, s := range []pairSide{upSide, downSide} {
+		for _, r := range []keyRange{{}, {Lo: lo}, {Hi: hi}, {Lo: lo, Hi: hi}} {
 			out.WriteString(s.String() + ": " + p.rangePredicate(s, r) + "\n")
 		}
 	}
-	single := &TablePlan{Columns: []planColumn{{Name: "id", Kind: kindInt}}, Key: []int{0}}
-	out.WriteString("single: " + single.rangePredicate(Upstream, Range{Lo: Bound{stringValue("1")}, Hi: Bound{stringValue("9")}}) + "\n")
+	single := &tablePlan{Columns: []planColumn{{Name: "id", Kind: kindInt}}, Key: []int{0}}
+	out.WriteString("single: " + single.rangePredicate(upSide, keyRange{Lo: chunkBound{stringValue("1")}, Hi: chunkBound{stringValue("9")}}) + "\n")
 	p.Where = "id > 0"
-	out.WriteString("checksum: " + p.ChecksumSQL(Downstream, Range{Lo: lo}) + "\n")
-	out.WriteString("rows: " + p.rangeRowsSQL(Upstream, Range{Hi: hi}) + "\n")
-	out.WriteString("boundary: " + p.boundarySQL(Downstream, Range{Lo: lo}, 999) + "\n")
+	out.WriteString("checksum: " + p.ChecksumSQL(downSide, keyRange{Lo: lo}) + "\n")
+	out.WriteString("rows: " + p.rangeRowsSQL(upSide, keyRange{Hi: hi}) + "\n")
+	out.WriteString("boundary: " + p.boundarySQL(downSide, keyRange{Lo: lo}, 999) + "\n")
 	// A TiDB upstream without new collations compares bytes; a latin1 downstream column is
 	// compared as the UTF-8 bytes TiDB holds, and looked up by key through its own index.
 	b := testPlan()
 	b.Columns[0].Collation[0] = binaryCollation
 	b.Columns[0].Charset[1] = "latin1"
-	out.WriteString("binary: " + b.rangePredicate(Downstream, Range{Lo: lo, Hi: hi}) + "\n")
-	out.WriteString("binary keys: " + b.rowsByKeysSQL(Downstream, []Bound{lo}) + "\n")
+	out.WriteString("binary: " + b.rangePredicate(downSide, keyRange{Lo: lo, Hi: hi}) + "\n")
+	out.WriteString("binary keys: " + b.rowsByKeysSQL(downSide, []chunkBound{lo}) + "\n")
 	// A utf8mb4_general_ci downstream key: a range whose ends share a prefix gets the
 	// index-served superset.
 	b.Columns[0].Charset[1] = "utf8mb4"
 	b.Columns[0].MaxBytes = 12
-	out.WriteString("binary prefix: " + b.rangePredicate(Downstream, Range{Lo: Bound{stringValue("ab\xc3\xa9x"), stringValue("1")},
-		Hi: Bound{stringValue("ab\xc3\xa9z"), stringValue("2")}}) + "\n")
+	out.WriteString("binary prefix: " + b.rangePredicate(downSide, keyRange{Lo: chunkBound{stringValue("ab\xc3\xa9x"), stringValue("1")},
+		Hi: chunkBound{stringValue("ab\xc3\xa9z"), stringValue("2")}}) + "\n")
 	golden(t, "predicates.golden", out.String())
 }
 
 func TestCompareKeys(t *testing.T) {
-	p := &TablePlan{Columns: []planColumn{{Name: "a", Kind: kindInt}, {Name: "s", Kind: kindString}, {Name: "d", Kind: kindDecimal}, {Name: "t", Kind: kindTemporal}}, Key: []int{0, 1, 2, 3}}
+	p := &tablePlan{Columns: []planColumn{{Name: "a", Kind: kindInt}, {Name: "s", Kind: kindString}, {Name: "d", Kind: kindDecimal}, {Name: "t", Kind: kindTemporal}}, Key: []int{0, 1, 2, 3}}
 	k := func(a, s, d, tm string) []sqlValue {
 		return []sqlValue{stringValue(a), stringValue(s), stringValue(d), stringValue(tm)}
 	}
@@ -360,8 +360,8 @@ func FuzzRangePredicate(f *testing.F) {
 	f.Add([]byte{0, '`', ')'}, []byte("1e5"), []byte{}, []byte("x"))
 	f.Fuzz(func(t *testing.T, s1, n1, s2, n2 []byte) {
 		p := testPlan()
-		for _, side := range []Side{Upstream, Downstream} {
-			pred := p.rangePredicate(side, Range{Lo: Bound{{Bytes: s1}, {Bytes: n1}}, Hi: Bound{{Bytes: s2}, {Bytes: n2}}})
+		for _, side := range []pairSide{upSide, downSide} {
+			pred := p.rangePredicate(side, keyRange{Lo: chunkBound{{Bytes: s1}, {Bytes: n1}}, Hi: chunkBound{{Bytes: s2}, {Bytes: n2}}})
 			depth := 0
 			inQuote := false
 			for _, c := range []byte(pred) {
@@ -562,8 +562,8 @@ func TestFitEncoding(t *testing.T) {
 	col := func(name string, k colKind, maxBytes int64) planColumn {
 		return planColumn{Name: name, Kind: k, MaxBytes: maxBytes}
 	}
-	plan := func() *TablePlan {
-		return &TablePlan{Columns: []planColumn{
+	plan := func() *tablePlan {
+		return &tablePlan{Columns: []planColumn{
 			col("id", kindInt, 0), col("name", kindString, 400), col("body", kindString, 65535),
 			col("doc", kindJSON, unboundedBytes), col("img", kindBinary, 16777215), col("note", kindString, 16777215),
 		}}
@@ -588,8 +588,8 @@ func TestFitEncoding(t *testing.T) {
 			t.Errorf("packet %d: encoding bound %d", c.packet, p.encodingBound())
 		}
 		for _, pc := range p.Columns {
-			if in := strings.Contains(p.rowEncoding(Upstream), "SHA1("+p.text(Upstream, pc)+")"); in != slices.Contains(got, pc.Name) {
-				t.Errorf("packet %d: %s digested %v, its SHA1 in the encoding %v: %s", c.packet, pc.Name, !in, in, p.rowEncoding(Upstream))
+			if in := strings.Contains(p.rowEncoding(upSide), "SHA1("+p.text(upSide, pc)+")"); in != slices.Contains(got, pc.Name) {
+				t.Errorf("packet %d: %s digested %v, its SHA1 in the encoding %v: %s", c.packet, pc.Name, !in, in, p.rowEncoding(upSide))
 			}
 		}
 	}

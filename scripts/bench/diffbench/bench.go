@@ -11,8 +11,6 @@ import (
 	"strings"
 	"syscall"
 	"time"
-
-	"github.com/tidb-parity/parity/checker"
 )
 
 // caseResult holds the three tools' results for one pair and one case.
@@ -23,8 +21,8 @@ type caseResult struct {
 	parity   Result
 	reladiff Result
 	floor    Result
-	// Lower bounds (identical case only): the bare loop with checker.LowerBoundRead and
-	// checker.LowerBoundCRC32 instead of the checksum.
+	// Lower bounds (identical case only): the bare loop with checker.ChunkSQL.LowerBound's
+	// "read" and "crc32" instead of the checksum.
 	readBound, crcBound Result
 	fixOK               *bool // parity's fix SQL made the downstream equal (differences case)
 	fixNote             string
@@ -164,9 +162,9 @@ func runCase(ctx context.Context, o options, p *pair, name string, diffs []Diffe
 		r.floor = best(r.floor, fr)
 		if len(diffs) == 0 && o.bounds {
 			for _, b := range []struct {
-				bound checker.LowerBound
+				bound string
 				res   *Result
-			}{{checker.LowerBoundRead, &r.readBound}, {checker.LowerBoundCRC32, &r.crcBound}} {
+			}{{"read", &r.readBound}, {"crc32", &r.crcBound}} {
 				br, err := runFloor(ctx, o, p, pr, b.bound)
 				if err != nil {
 					return r, err

@@ -138,16 +138,3 @@ func TestParityConcurrency(t *testing.T) {
 		}
 	}
 }
-
-func TestDecodeBound(t *testing.T) {
-	b, err := decodeBound(`[{"x":"MTIz"},{"n":true},{"x":""}]`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(b) != 3 || string(b[0].Bytes) != "123" || !b[1].Null || b[2].Null || len(b[2].Bytes) != 0 {
-		t.Fatalf("decodeBound = %+v", b)
-	}
-	if b, err := decodeBound(""); err != nil || b != nil {
-		t.Fatalf(`decodeBound("") = %v, %v; want nil (open end)`, b, err)
-	}
-}

@@ -63,7 +63,7 @@ func benchHashes(ctx context.Context, w io.Writer, tables []*Table) error {
 		}
 		rows = append(rows, r)
 	}
-	// parity's own checksum SQL (checker.TablePlan.ChecksumSQL) with each of its hashes.
+	// parity's own checksum SQL (checker.ChunkSQL.Checksum) with each of its hashes.
 	engine := make([]map[checker.Hash]string, len(tables))
 	for i, t := range tables {
 		m, err := engineHashSQL(ctx, t)

@@ -11,7 +11,7 @@
 //   - the floor: a bare loop of chunked count+checksum queries on both sides at parity's
 //     concurrency, using parity's own per-chunk checksum SQL over the same key ranges;
 //   - in the identical case, two lower bounds in the bare loop's shape: reading every
-//     compared column with no hash at all, and a 32-bit CRC32 per row (checker.LowerBoundSQL).
+//     compared column with no hash at all, and a 32-bit CRC32 per row (checker.ChunkSQL.LowerBound).
 //     reladiff's time over these bounds what any tool checksumming in SQL can reach.
 //
 // Then, on the TiDB pair (dirty.go), a cdc-scoped `parity diff --scope cdc` over a

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -109,13 +108,13 @@ func runParity(ctx context.Context, o options, p *pair, dir string) (Result, err
 
 // chunkRange is a chunk's key range as parity persisted it.
 type chunkRange struct {
-	seq   int
-	r     checker.Range
-	count int64 // upstream rows parity counted in it
+	seq    int
+	lo, hi string // its bounds as stored (checker.ChunkSQL reads them)
+	count  int64  // upstream rows parity counted in it
 }
 
 // parityChunks reads the chunk ranges of a finished parity run from the meta schema
-// (parity_meta.diff_chunks on the downstream), decoded by checker.DecodeBound.
+// (parity_meta.diff_chunks on the downstream).
 func parityChunks(ctx context.Context, p *pair, runID string) ([]chunkRange, error) {
 	qctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
@@ -130,14 +129,7 @@ func parityChunks(ctx context.Context, p *pair, runID string) ([]chunkRange, err
 	var out []chunkRange
 	for rows.Next() {
 		var c chunkRange
-		var lo, hi string
-		if err := rows.Scan(&c.seq, &lo, &hi, &c.count); err != nil {
-			return nil, err
-		}
-		if c.r.Lo, err = decodeBound(lo); err != nil {
-			return nil, err
-		}
-		if c.r.Hi, err = decodeBound(hi); err != nil {
+		if err := rows.Scan(&c.seq, &c.lo, &c.hi, &c.count); err != nil {
 			return nil, err
 		}
 		out = append(out, c)
@@ -151,41 +143,17 @@ func parityChunks(ctx context.Context, p *pair, runID string) ([]chunkRange, err
 	return out, nil
 }
 
-// decodeBound reads a persisted chunk bound with the engine's own decoder.
-func decodeBound(s string) (checker.Bound, error) { return checker.DecodeBound(s) }
-
-// tablePlan builds the engine's comparison plan for the pair's table.
-func tablePlan(ctx context.Context, up, down *checker.DSNSource, upT, downT *Table) (*checker.TablePlan, error) {
-	ut, err := checker.LoadTable(ctx, up.DB(), upT.DB, upT.Name)
-	if err != nil {
-		return nil, err
+// engineConfig is the engine's configuration of the parity run the bare loop follows:
+// its --hash and --tidb-checksum.
+func engineConfig(o options) checker.Config {
+	cfg := checker.DefaultConfig()
+	if h, ok := parityFlag(o.parityArgs, "hash"); ok {
+		cfg.Hash = checker.Hash(h)
 	}
-	dt, err := checker.LoadTable(ctx, down.DB(), downT.DB, downT.Name)
-	if err != nil {
-		return nil, err
+	if mode, ok := parityFlag(o.parityArgs, "tidb-checksum"); ok {
+		cfg.TiDBChecksum = checker.TiDBChecksum(mode)
 	}
-	if ut == nil || dt == nil {
-		return nil, fmt.Errorf("table %s missing on a side", upT.qname())
-	}
-	plan, err := checker.NewPlan(ut, dt, nil)
-	if err != nil {
-		return nil, err
-	}
-	// As the engine's planTable does after NewPlan.
-	plan.Flavor = [2]checker.Flavor{up.Flavor(), down.Flavor()}
-	plan.Hash = checker.DefaultConfig().Hash
-	return plan, nil
-}
-
-// pushdown decides, as the engine does (checker.Config.TiDBChecksum), whether src computes
-// checksums in the form TiDB pushes down to its coprocessor.
-func pushdown(ctx context.Context, o options, src *checker.DSNSource) (bool, error) {
-	mode, _ := parityFlag(o.parityArgs, "tidb-checksum")
-	pd, storeErr := checker.ChecksumPushdown(ctx, src.DB(), src.Flavor(), checker.TiDBChecksum(mode))
-	if storeErr != nil && ctx.Err() == nil {
-		slog.Warn("cannot read the TiDB store type; assuming TiKV, as parity does", "err", storeErr)
-	}
-	return pd, ctx.Err()
+	return cfg
 }
 
 // runFloor is the bare loop: parity's per-chunk checksum SQL over the chunk ranges of the
@@ -193,9 +161,9 @@ func pushdown(ctx context.Context, o options, src *checker.DSNSource) (bool, err
 // engine's compare phase costs with nothing else (no boundary walk, no state writes, no
 // drill-down).
 // runFloor times the bare loop: parity's checksum query (bound "") or one of the
-// lower-bound queries (checker.LowerBoundSQL) over parity's chunks, both sides of a chunk at
-// once, at parity's concurrency.
-func runFloor(ctx context.Context, o options, p *pair, par Result, bound checker.LowerBound) (Result, error) {
+// lower-bound queries (checker.ChunkSQL.LowerBound: "read", "crc32") over parity's
+// chunks, both sides of a chunk at once, at parity's concurrency.
+func runFloor(ctx context.Context, o options, p *pair, par Result, bound string) (Result, error) {
 	chunks, err := parityChunks(ctx, p, par.runID)
 	if err != nil {
 		return Result{}, err
@@ -211,18 +179,11 @@ func runFloor(ctx context.Context, o options, p *pair, par Result, bound checker
 		return Result{}, err
 	}
 	defer down.Close()
-	plan, err := tablePlan(ctx, up, down, p.up, p.down)
+	// The checksum SQL parity's run used: planned as it plans, with its --hash and
+	// --tidb-checksum.
+	plan, err := checker.PlanChunkSQL(ctx, up, down, engineConfig(o), p.up.DB, p.up.Name, p.down.DB, p.down.Name)
 	if err != nil {
 		return Result{}, err
-	}
-	// The checksum SQL parity's run used: its --hash and --tidb-checksum.
-	if h, ok := parityFlag(o.parityArgs, "hash"); ok {
-		plan.Hash = checker.Hash(h)
-	}
-	for s, src := range []*checker.DSNSource{up, down} {
-		if plan.Pushdown[s], err = pushdown(ctx, o, src); err != nil {
-			return Result{}, err
-		}
 	}
 	// Open the connections before the clock starts, as parity's pool has by then.
 	if err := warm(ctx, up, conc); err != nil {
@@ -240,15 +201,24 @@ func runFloor(ctx context.Context, o options, p *pair, par Result, bound checker
 		g.Go(func() error {
 			var cnt [2]int64
 			var sum [2]string
+			var queries [2]string
+			var err error
+			if bound != "" {
+				queries, err = plan.LowerBound(bound, c.lo, c.hi)
+			} else {
+				queries, err = plan.Checksum(c.lo, c.hi)
+			}
+			if err != nil {
+				return fmt.Errorf("chunk %d: %w", c.seq, err)
+			}
 			sg, sctx := errgroup.WithContext(gctx)
 			for s, src := range []*checker.DSNSource{up, down} {
-				side := checker.Side(s)
 				sg.Go(func() error {
 					qctx, cancel := context.WithTimeout(sctx, 5*time.Minute)
 					defer cancel()
 					if bound != "" {
 						// Only the count is compared; the other columns are read and dropped.
-						rows, err := src.DB().QueryContext(qctx, plan.LowerBoundSQL(side, c.r, bound))
+						rows, err := src.DB().QueryContext(qctx, queries[s])
 						if err != nil {
 							return err
 						}
@@ -267,7 +237,7 @@ func runFloor(ctx context.Context, o options, p *pair, par Result, bound checker
 						}
 						return rows.Scan(dst...)
 					}
-					return src.DB().QueryRowContext(qctx, plan.ChecksumSQL(side, c.r)).Scan(&cnt[s], &sum[s])
+					return src.DB().QueryRowContext(qctx, queries[s]).Scan(&cnt[s], &sum[s])
 				})
 			}
 			if err := sg.Wait(); err != nil {
@@ -311,21 +281,28 @@ func engineHashSQL(ctx context.Context, t *Table) (map[checker.Hash]string, erro
 		return nil, err
 	}
 	defer src.Close()
-	plan, err := tablePlan(ctx, src, src, t, t)
-	if err != nil {
-		return nil, err
+	whole := func(h checker.Hash, mode checker.TiDBChecksum) (string, error) {
+		cfg := checker.DefaultConfig()
+		cfg.Hash, cfg.TiDBChecksum = h, mode
+		plan, err := checker.PlanChunkSQL(ctx, src, src, cfg, t.DB, t.Name, t.DB, t.Name)
+		if err != nil {
+			return "", err
+		}
+		q, err := plan.Checksum("", "")
+		return q[0], err
 	}
 	out := map[checker.Hash]string{}
 	for _, h := range []checker.Hash{checker.HashSHA1, checker.HashMD5, checker.HashCRC32Pair} {
-		plan.Hash = h
-		out[h] = plan.ChecksumSQL(checker.Upstream, checker.Range{})
+		if out[h], err = whole(h, checker.TiDBChecksumTiDB); err != nil {
+			return nil, err
+		}
 	}
-	if plan.Flavor[checker.Upstream] == checker.FlavorTiDB {
+	if src.Flavor() == checker.FlavorTiDB {
 		// The form TiDB pushes down to its coprocessor (tidb_checksum = "pushdown", the
 		// choice on TiKV stores; unistore evaluates it row by row).
-		plan.Hash = checker.HashSHA1
-		plan.Pushdown = [2]bool{true, true}
-		out[pushdownSHA1] = plan.ChecksumSQL(checker.Upstream, checker.Range{})
+		if out[pushdownSHA1], err = whole(checker.HashSHA1, checker.TiDBChecksumPushdown); err != nil {
+			return nil, err
+		}
 	}
 	return out, nil
 }
