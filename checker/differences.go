@@ -90,11 +90,15 @@ func finishedRun(ctx context.Context, db *sql.DB, metaSchema, runID string, tabl
 			for j, t := range stored {
 				names[j] = t.upSchema + "." + t.upTable
 			}
-			return nil, nil, fmt.Errorf("table %s is not among the tables of run %s (%s)", tables[i], runID, strings.Join(names, ", "))
+			return nil, nil, fmt.Errorf("table %s is %w %s (%s)", tables[i], ErrTableNotInRun, runID, strings.Join(names, ", "))
 		}
 	}
 	return s, keep, nil
 }
+
+// ErrTableNotInRun is matched by the error of a reader of a finished run
+// (RunDifferences, RunFixSQL) asked for a table the run did not compare.
+var ErrTableNotInRun = errors.New("not among the tables of run")
 
 // RunDifferences returns the stored differences of the checker run runID in the meta
 // schema metaSchema of db, in table and key order. tables, when not empty, keeps the

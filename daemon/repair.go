@@ -11,7 +11,6 @@ package daemon
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"sort"
@@ -19,8 +18,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/go-sql-driver/mysql"
 
 	"github.com/tidb-parity/parity/api"
 	"github.com/tidb-parity/parity/cdc"
@@ -57,7 +54,7 @@ type Repairer struct {
 func NewRepairer(r *cdc.Replicator, vs *verify.Service) *Repairer { return &Repairer{r: r, vs: vs} }
 
 // Repair repairs runID's differences (of tables, all when empty) and re-verifies their
-// tables (see repair). Errors match checker.ErrRunNotFound (an unknown run),
+// tables (see repair). Errors match verify.ErrRunNotFound (an unknown run),
 // checker.ErrRunRunning (still running), *api.FieldError (a table not in the run),
 // *verify.BusyError (a repair under way), cdc.ErrStopped or verify.ErrNotRunning.
 func (rp *Repairer) Repair(ctx context.Context, runID string, tables []string, dry bool) (*RepairResult, error) {
@@ -73,7 +70,10 @@ func (rp *Repairer) Repair(ctx context.Context, runID string, tables []string, d
 // repair reads the run's differences, repairs their keys and re-verifies their tables.
 // A non-nil response with an error is a repair that failed part-way.
 func repair(ctx context.Context, r *cdc.Replicator, vs *verify.Service, runID string, tables []string, dry bool) (*RepairResult, error) {
-	diffs, err := runDifferences(ctx, r, vs, runID, tables)
+	diffs, err := vs.Differences(ctx, runID, tables)
+	if errors.Is(err, verify.ErrInvalidRequest) {
+		return nil, &api.FieldError{Field: "tables", Err: err}
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -114,46 +114,6 @@ func repair(ctx context.Context, r *cdc.Replicator, vs *verify.Service, runID st
 	}
 	resp.Reverify = &rec
 	return resp, nil
-}
-
-// runDifferences returns the stored differences of runID: a verification run's, read
-// through the verification service (verify.Service.Differences), or else a checker
-// run's (`parity diff` with the daemon's meta schema).
-func runDifferences(ctx context.Context, r *cdc.Replicator, vs *verify.Service, runID string, tables []string) ([]checker.StoredDifference, error) {
-	diffs, err := vs.Differences(ctx, runID, tables)
-	switch {
-	case errors.Is(err, verify.ErrRunNotFound):
-		return diffRunDifferences(ctx, r.Config(), runID, tables)
-	case errors.Is(err, verify.ErrInvalidRequest):
-		return nil, &api.FieldError{Field: "tables", Err: err}
-	}
-	return diffs, err
-}
-
-// diffRunDifferences returns the stored differences of the checker run runID in the
-// replicator's meta schema (a `parity diff` run kept there).
-func diffRunDifferences(ctx context.Context, cfg cdc.Config, runID string, tables []string) ([]checker.StoredDifference, error) {
-	mc, err := mysql.ParseDSN(cfg.Downstream.DSN)
-	if err != nil {
-		return nil, fmt.Errorf("downstream.dsn: %w", err)
-	}
-	mc.DBName = ""
-	conn, err := mysql.NewConnector(mc)
-	if err != nil {
-		return nil, fmt.Errorf("downstream.dsn: %w", err)
-	}
-	db := sql.OpenDB(conn)
-	defer db.Close()
-	db.SetMaxOpenConns(2)
-	schema := cfg.Applier.MetaSchema
-	diffs, err := checker.RunDifferences(ctx, db, schema, runID, tables)
-	switch {
-	case errors.Is(err, checker.ErrRunNotFound):
-		return nil, fmt.Errorf("run %s not found: neither a verification run (parity verify history) nor a diff run in meta schema %s: %w", runID, schema, checker.ErrRunNotFound)
-	case err != nil && strings.Contains(err.Error(), "is not among the tables"):
-		return nil, &api.FieldError{Field: "tables", Err: err}
-	}
-	return diffs, err
 }
 
 // reverify runs a full verification of tables at a new snapshot pair and returns its

@@ -302,7 +302,7 @@ func repairHTTPCode(err error) int {
 	switch {
 	case errors.As(err, &fe):
 		return http.StatusBadRequest
-	case errors.Is(err, checker.ErrRunNotFound):
+	case errors.Is(err, verify.ErrRunNotFound), errors.Is(err, checker.ErrRunNotFound):
 		return http.StatusNotFound
 	case errors.Is(err, checker.ErrRunRunning), errors.As(err, &busy):
 		return http.StatusConflict

@@ -295,13 +295,25 @@ func runTables(rec RunRecord, patterns []string) ([]TableRecord, error) {
 
 // Differences returns the differences the verification run runID stored, across its
 // tables' checker runs (TableRecord.DiffRunID), in the run's table order and each
-// table's key order; tables ("schema.table" patterns) keeps those tables' only.
-// Unknown: ErrRunNotFound; still running: checker.ErrRunRunning.
+// table's key order; tables ("schema.table" patterns) keeps those tables' only. A
+// runID that is no verification run is read as a `parity diff` run kept in the meta
+// schema (what repair takes too). Unknown: ErrRunNotFound; still running:
+// checker.ErrRunRunning; a table the run did not compare: ErrInvalidRequest.
 func (s *Service) Differences(ctx context.Context, runID string, tables []string) ([]checker.StoredDifference, error) {
 	if err := s.serving(); err != nil {
 		return nil, err
 	}
 	rec, err := s.hist.finished(ctx, runID)
+	if errors.Is(err, ErrRunNotFound) {
+		ds, err := checker.RunDifferences(ctx, s.db.meta, s.cfg.MetaSchema, runID, tables)
+		switch {
+		case errors.Is(err, checker.ErrRunNotFound):
+			return nil, fmt.Errorf("run %s not found: neither a verification run (parity verify history) nor a diff run in meta schema %s: %w", runID, s.cfg.MetaSchema, ErrRunNotFound)
+		case errors.Is(err, checker.ErrTableNotInRun):
+			return nil, invalidField(FieldTables, err)
+		}
+		return ds, err
+	}
 	if err != nil {
 		return nil, err
 	}
