@@ -132,6 +132,12 @@ type Config struct {
 	// TimeZone is the session time zone of TIMESTAMP values on both sides; the applier
 	// must use the same one (TiCDC's --tz). Default: "+00:00".
 	TimeZone string
+	// Protocol is the changefeed's protocol, as TiCDC names it: "open-protocol",
+	// "canal-json" (with the TiDB extension: commit ts, watermarks; DDLs to partition 0
+	// only) or "simple" (JSON, BOOTSTRAP messages, TiCDC's row checksums; TimeZone must
+	// then have a zone name, which TIMESTAMP values carry). canal-json and simple take no
+	// Encoder compression or large-message handling. Default: "open-protocol".
+	Protocol string
 	// Encoder configures the open-protocol encoder (max-batch-size, max-message-bytes,
 	// compression). Default: open.DefaultEncoderConfig().
 	Encoder open.EncoderConfig
@@ -166,6 +172,7 @@ func DefaultConfig() Config {
 		FlushInterval:    10 * time.Millisecond,
 		ResolvedInterval: time.Second,
 		TimeZone:         "+00:00",
+		Protocol:         ProtocolOpen,
 		Encoder:          open.DefaultEncoderConfig(),
 		ProgressInterval: 5 * time.Second,
 	}
@@ -276,6 +283,9 @@ func (c *Config) Validate() error {
 	}
 	if err := c.Encoder.Validate(); err != nil {
 		bad("encoder", "%v", err)
+	}
+	if err := validateProtocol(c.Protocol, c.Encoder, c.TimeZone); err != nil {
+		bad("protocol", "%v", err)
 	}
 	if c.ProgressInterval <= 0 {
 		bad("progress-interval", "must be positive, got %v", c.ProgressInterval)
