@@ -7,7 +7,11 @@
 // partitions by TiCDC's "table" or "index-value" rule, DDL and resolved events broadcast
 // to every partition. With several schemas (Databases) and a topic expression
 // ("parity_{schema}") each schema's changes go to its own topic, as TiCDC's topic
-// dispatcher routes them, and every resolved ts to every topic.
+// dispatcher routes them, and every resolved ts to every topic. Config.Protocol chooses
+// the wire format: the open protocol (cdc/open's encoder), canal-json with the TiDB
+// extension (canal.go) or simple with row checksums (simple.go); the table definitions
+// those two carry come from TiDB (wiretable.go), and both are checked against TiCDC's own
+// messages (ticdc_wire_test.go).
 //
 // It is its own package because it needs both SQL and Kafka (cdc/open is a leaf) and must
 // not live in the daemon's package cdc: it plays the other side of the wire.
