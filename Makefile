@@ -13,6 +13,7 @@ FUZZTIME ?= 60s
 FUZZTIME_OTHERS ?= 10s
 SEEDS ?= 300
 SOAK_DURATION ?= 30m
+PROTOCOL ?= open-protocol
 
 .PHONY: build
 build: ## build bin/parity
@@ -96,8 +97,8 @@ check-generated: ## fail when committed generated code differs from what make ge
 	scripts/protoc/generate.sh --check
 
 .PHONY: demo
-demo: env-up build ## start the environment and show parity at work
-	scripts/demo.sh
+demo: env-up build ## start the environment and show parity at work (PROTOCOL=canal-json or simple: the changefeed's protocol)
+	DEMO_PROTOCOL=$(PROTOCOL) scripts/demo.sh
 
 .PHONY: clean
 clean:

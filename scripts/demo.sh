@@ -21,7 +21,9 @@
 # reports). Re-running starts over (the demo's databases and meta schema are reset).
 #
 # Knobs: DEMO_IMPORT_ROWS (rows per table imported, 20000), DEMO_RATE (transactions/s,
-# 300), DEMO_BACKLOG_SECONDS (load before parity serve starts, 15).
+# 300), DEMO_BACKLOG_SECONDS (load before parity serve starts, 15), DEMO_PROTOCOL (the
+# changefeed's protocol, loadgen's --protocol and serve's changefeed.protocol:
+# open-protocol, canal-json or simple; make demo PROTOCOL=canal-json sets it).
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -51,6 +53,11 @@ export PARITY_API_ADDR="127.0.0.1:$((18490 + ${PARITY_PORT_OFFSET:-0}))"
 rate="${DEMO_RATE:-300}"
 import_rows="${DEMO_IMPORT_ROWS:-20000}"
 backlog="${DEMO_BACKLOG_SECONDS:-15}"
+protocol="${DEMO_PROTOCOL:-open-protocol}"
+case "$protocol" in
+  open-protocol | canal-json | simple) ;;
+  *) echo "demo: DEMO_PROTOCOL (make demo PROTOCOL=…) is $protocol; want open-protocol, canal-json or simple" >&2; exit 2 ;;
+esac
 rm -rf "$dir"
 mkdir -p "$dir" "$reports"
 
@@ -233,7 +240,7 @@ run_id() { # the newest run of a trigger (only the demo starts runs on this daem
 printf '%sparity — a tour%s\n' "$B" "$N"
 cat <<EOF
    A team moves its MySQL application to TiDB and keeps a fallback MySQL fed from TiDB
-   by a TiCDC changefeed (open protocol, through Kafka), so it can roll back. parity is
+   by a TiCDC changefeed ($protocol, through Kafka), so it can roll back. parity is
    the daemon that applies that changefeed to the fallback and proves, while it runs,
    that the fallback holds exactly what TiDB holds. A few minutes; Ctrl-C stops it cleanly.
 EOF
@@ -256,10 +263,10 @@ chapter 2 "The migration: import, then live writes on TiDB" \
   "all-types table and a keyless one on TiDB, imports them into the fallback at one TSO" \
   "(as Dumpling + Lightning would), then writes ~$rate transactions/s on TiDB and publishes" \
   "each committed transaction to Kafka with its real commit ts, like a TiCDC changefeed."
-shown "parity loadgen --database $db --tables 4 --import-rows $import_rows --rate $rate --topic $topic …"
+shown "parity loadgen --database $db --tables 4 --import-rows $import_rows --rate $rate --topic $topic --protocol $protocol …"
 setsid parity loadgen \
   --upstream-dsn "$PARITY_TEST_UPSTREAM_DSN" --downstream-dsn "$PARITY_TEST_DOWNSTREAM_DSN" \
-  --brokers "$PARITY_TEST_KAFKA" --topic "$topic" --partitions 3 \
+  --brokers "$PARITY_TEST_KAFKA" --topic "$topic" --protocol "$protocol" --partitions 3 \
   --database "$db" --reset --tables 4 --import-rows "$import_rows" --import-ts-file "$dir/import_ts" \
   --dispatcher table --rate "$rate" --resolved-interval 1s \
   --log-level warn >"$dir/loadgen.out" 2>"$dir/loadgen.log" &
@@ -283,6 +290,7 @@ cat >"$dir/parity.toml" <<TOML
 id = "demo-$run"
 brokers = ["$PARITY_TEST_KAFKA"]
 topics = ["$topic"]
+protocol = "$protocol"
 time-zone = "+00:00"
 start-ts = $import_ts   # the import TSO, as a TiCDC changefeed's --start-ts
 
@@ -367,10 +375,10 @@ lg_pid=""
 final1=$(sed -n 's/^resolved_ts=//p' "$dir/loadgen.out")
 [[ -n $final1 ]] || { cat "$dir/loadgen.log" >&2; fail "loadgen on $db printed no final resolved ts"; }
 ok "$db: $(grep '^transactions=' "$dir/loadgen.out"); its last change is at or before TSO $final1"
-shown "parity loadgen --database $db2 --tables 4 --rate $rate --topic $topic …"
+shown "parity loadgen --database $db2 --tables 4 --rate $rate --topic $topic --protocol $protocol …"
 setsid parity loadgen \
   --upstream-dsn "$PARITY_TEST_UPSTREAM_DSN" --downstream-dsn "$PARITY_TEST_DOWNSTREAM_DSN" \
-  --brokers "$PARITY_TEST_KAFKA" --topic "$topic" --partitions 0 \
+  --brokers "$PARITY_TEST_KAFKA" --topic "$topic" --protocol "$protocol" --partitions 0 \
   --database "$db2" --reset --tables 4 --all-types=false --keyless=false \
   --dispatcher table --rate "$rate" --resolved-interval 1s \
   --log-level warn >"$dir/loadgen2.out" 2>"$dir/loadgen2.log" &
@@ -449,7 +457,7 @@ ok "$db2: $(grep '^transactions=' "$dir/loadgen2.out")"
 # changefeed's resolved ts moving (without it no TSO after the last write would resolve).
 setsid parity loadgen \
   --upstream-dsn "$PARITY_TEST_UPSTREAM_DSN" --downstream-dsn "$PARITY_TEST_DOWNSTREAM_DSN" \
-  --brokers "$PARITY_TEST_KAFKA" --topic "$topic" --partitions 0 \
+  --brokers "$PARITY_TEST_KAFKA" --topic "$topic" --protocol "$protocol" --partitions 0 \
   --database "$db3" --reset --tables 1 --workers 1 --rows-per-txn 1 --all-types=false --keyless=false \
   --rate 2 --resolved-interval 500ms --log-level warn >"$dir/ticks.out" 2>"$dir/ticks.log" &
 lg3_pid=$!

@@ -491,6 +491,10 @@ func (g *Generator) setUp(ctx context.Context) (res Result, err error) {
 	// The session's default schema is the first; every statement names its schema.
 	dsn, _ := sessionDSN(cfg.Upstream, schemas[0], cfg.TimeZone, true)
 	var ddls []*open.Event
+	var wireTables map[string]*wireTable
+	if cfg.Protocol == ProtocolCanal || cfg.Protocol == ProtocolSimple {
+		wireTables = map[string]*wireTable{}
+	}
 	for _, schema := range schemas {
 		createdDB, err := createDatabase(ctx, root, schema)
 		if err != nil {
@@ -529,6 +533,13 @@ func (g *Generator) setUp(ctx context.Context) (res Result, err error) {
 			if err != nil {
 				return res, fmt.Errorf("upstream: %w", err)
 			}
+			if wireTables != nil {
+				wt, err := g.loadWireTable(ctx, meta)
+				if err != nil {
+					return res, err
+				}
+				wireTables[schema+"."+s.name] = wt
+			}
 			gt := &genTable{spec: s, meta: meta, idCol: meta.Col("id")}
 			if s.kind == kindKeyless {
 				gt.idCol = -1
@@ -536,7 +547,7 @@ func (g *Generator) setUp(ctx context.Context) (res Result, err error) {
 			g.tables = append(g.tables, gt)
 		}
 	}
-	if g.prod, err = newProducer(ctx, cfg); err != nil {
+	if g.prod, err = newProducer(ctx, cfg, wireTables); err != nil {
 		return res, err
 	}
 	if cfg.ImportRows > 0 {
@@ -566,6 +577,24 @@ func (g *Generator) setUp(ctx context.Context) (res Result, err error) {
 	g.log.Info("changefeed started", "start_ts", res.StartTs, "topic", g.prod.topicNames(), "partitions", g.prod.allPartitions(),
 		"schemas", len(schemas), "dispatcher", cfg.Dispatcher)
 	return res, nil
+}
+
+// loadWireTable reads what canal-json and simple say of a table (wiretable.go); a table
+// whose version the DDL history does not give gets a TSO taken now.
+func (g *Generator) loadWireTable(ctx context.Context, meta *upstream.Table) (*wireTable, error) {
+	wt, err := loadWireTable(ctx, g.up, meta.Schema, meta.Name)
+	if err != nil {
+		return nil, fmt.Errorf("upstream: %w", err)
+	}
+	if err := wt.check(meta); err != nil {
+		return nil, fmt.Errorf("upstream: %w", err)
+	}
+	if wt.version == 0 {
+		if wt.version, err = g.tso(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return wt, nil
 }
 
 func (g *Generator) closeSetUp() {

@@ -7,7 +7,11 @@
 // partitions by TiCDC's "table" or "index-value" rule, DDL and resolved events broadcast
 // to every partition. With several schemas (Databases) and a topic expression
 // ("parity_{schema}") each schema's changes go to its own topic, as TiCDC's topic
-// dispatcher routes them, and every resolved ts to every topic.
+// dispatcher routes them, and every resolved ts to every topic. Config.Protocol chooses
+// the wire format: the open protocol (cdc/open's encoder), canal-json with the TiDB
+// extension (canal.go) or simple with row checksums (simple.go); the table definitions
+// those two carry come from TiDB (wiretable.go), and both are checked against TiCDC's own
+// messages (ticdc_wire_test.go).
 //
 // It is its own package because it needs both SQL and Kafka (cdc/open is a leaf) and must
 // not live in the daemon's package cdc: it plays the other side of the wire.
@@ -132,6 +136,12 @@ type Config struct {
 	// TimeZone is the session time zone of TIMESTAMP values on both sides; the applier
 	// must use the same one (TiCDC's --tz). Default: "+00:00".
 	TimeZone string
+	// Protocol is the changefeed's protocol, as TiCDC names it: "open-protocol",
+	// "canal-json" (with the TiDB extension: commit ts, watermarks; DDLs to partition 0
+	// only) or "simple" (JSON, BOOTSTRAP messages, TiCDC's row checksums; TimeZone must
+	// then have a zone name, which TIMESTAMP values carry). canal-json and simple take no
+	// Encoder compression or large-message handling. Default: "open-protocol".
+	Protocol string
 	// Encoder configures the open-protocol encoder (max-batch-size, max-message-bytes,
 	// compression). Default: open.DefaultEncoderConfig().
 	Encoder open.EncoderConfig
@@ -166,6 +176,7 @@ func DefaultConfig() Config {
 		FlushInterval:    10 * time.Millisecond,
 		ResolvedInterval: time.Second,
 		TimeZone:         "+00:00",
+		Protocol:         ProtocolOpen,
 		Encoder:          open.DefaultEncoderConfig(),
 		ProgressInterval: 5 * time.Second,
 	}
@@ -276,6 +287,9 @@ func (c *Config) Validate() error {
 	}
 	if err := c.Encoder.Validate(); err != nil {
 		bad("encoder", "%v", err)
+	}
+	if err := validateProtocol(c.Protocol, c.Encoder, c.TimeZone); err != nil {
+		bad("protocol", "%v", err)
 	}
 	if c.ProgressInterval <= 0 {
 		bad("progress-interval", "must be positive, got %v", c.ProgressInterval)

@@ -123,8 +123,8 @@ func (s *sequencer) inflight() int {
 	return len(s.committing) + len(s.pending)
 }
 
-// producer writes open-protocol records to explicit partitions of its topics: one, or
-// one per schema (a {schema} topic expression).
+// producer writes the changefeed's records (in its protocol) to explicit partitions of
+// its topics: one, or one per schema (a {schema} topic expression).
 type producer struct {
 	w          *kafka.Writer
 	transport  *kafka.Transport
@@ -132,8 +132,17 @@ type producer struct {
 	topics     []*outTopic          // distinct, in the order of their first schema
 	bySchema   map[string]*outTopic // every schema of the configuration
 	dispatcher Dispatcher
-	encCfg     open.EncoderConfig
-	enc        *open.Encoder // for DDL and resolved records
+	wire       wire
+	// tables are the definitions canal-json and simple need, by schema.table.
+	tables map[string]*wireTable
+	// boot is simple's BOOTSTRAP state per topic and table: when it was last sent and
+	// how many row messages of the table followed.
+	boot map[string]*bootState
+}
+
+type bootState struct {
+	at   time.Time
+	rows int
 }
 
 // outTopic is one topic the producer writes and its partition count.
@@ -242,12 +251,14 @@ func createTopic(ctx context.Context, k *tlsauth.Kafka, brokers []string, topic 
 	}
 }
 
-func newProducer(ctx context.Context, cfg *Config) (*producer, error) {
+// newProducer returns a producer of cfg's topics; tables are the definitions canal-json
+// and simple need (nil for the open protocol).
+func newProducer(ctx context.Context, cfg *Config, tables map[string]*wireTable) (*producer, error) {
 	k, err := tlsauth.NewKafka("kafka", cfg.KafkaTLS, cfg.KafkaSASL)
 	if err != nil {
 		return nil, err
 	}
-	p := &producer{log: cfg.Logger, bySchema: map[string]*outTopic{}, encCfg: cfg.Encoder}
+	p := &producer{log: cfg.Logger, bySchema: map[string]*outTopic{}, tables: tables, boot: map[string]*bootState{}}
 	for _, schema := range cfg.Schemas() {
 		name := cfg.TopicOf(schema)
 		i := slices.IndexFunc(p.topics, func(t *outTopic) bool { return t.name == name })
@@ -264,7 +275,7 @@ func newProducer(ctx context.Context, cfg *Config) (*producer, error) {
 	if p.dispatcher, err = NewDispatcher(cfg.Dispatcher); err != nil {
 		return nil, err
 	}
-	if p.enc, err = open.NewEncoder(cfg.Encoder); err != nil {
+	if p.wire, err = newWire(cfg, p.table); err != nil {
 		return nil, err
 	}
 	maxBytes := cfg.Encoder.MaxMessageBytes
@@ -301,6 +312,15 @@ func ensureTopic(ctx context.Context, k *tlsauth.Kafka, cfg *Config, topic strin
 	return n, err
 }
 
+// table returns the definition of a table for canal-json and simple.
+func (p *producer) table(schema, table string) (*wireTable, error) {
+	t := p.tables[schema+"."+table]
+	if t == nil {
+		return nil, fmt.Errorf("table %s.%s has no loaded definition", schema, table)
+	}
+	return t, nil
+}
+
 // Close flushes the writer and closes its connections (a Writer does not close the idle
 // connections of a Transport it was given).
 func (p *producer) Close() error {
@@ -313,7 +333,7 @@ func (p *producer) Close() error {
 type group struct {
 	topic     string
 	partition int
-	enc       *open.Encoder
+	enc       rowBatch
 }
 
 // publishTxns encodes transactions (in commit-ts order) and writes them, returning once
@@ -322,6 +342,9 @@ type group struct {
 func (p *producer) publishTxns(ctx context.Context, txns []*txn) (records, rows int, err error) {
 	if len(txns) == 0 {
 		return 0, 0, nil
+	}
+	if err := p.bootstrap(ctx, txns); err != nil {
+		return 0, 0, err
 	}
 	groups := map[string]*group{}
 	var order []*group
@@ -335,7 +358,7 @@ func (p *producer) publishTxns(ctx context.Context, txns []*txn) (records, rows 
 			gk := fmt.Sprintf("%s/%d/%s", top.name, part, key)
 			g := groups[gk]
 			if g == nil {
-				enc, err := open.NewEncoder(p.encCfg)
+				enc, err := p.wire.rowBatch()
 				if err != nil {
 					return 0, 0, err
 				}
@@ -373,14 +396,60 @@ func (p *producer) topicNames() string {
 	return "topics " + strings.Join(names, ",")
 }
 
+// bootstrap sends, for simple, a table's BOOTSTRAP to every partition of its topic before
+// the table's first row and again every bootstrapInterval or bootstrapMessages rows, as
+// TiCDC's bootstrap worker does (send-bootstrap-to-all-partition = true); Kafka has
+// acknowledged them when it returns. Other protocols have none.
+func (p *producer) bootstrap(ctx context.Context, txns []*txn) error {
+	if w, ok := p.wire.(*jsonWire); !ok || !w.simple {
+		return nil
+	}
+	due := map[string]bool{}
+	for _, t := range txns {
+		for _, ev := range t.events {
+			top, err := p.topicOf(ev.Schema)
+			if err != nil {
+				return fmt.Errorf("%s.%s row at ts %d: %w", ev.Schema, ev.Table, ev.CommitTs, err)
+			}
+			k := top.name + "\x00" + ev.Schema + "." + ev.Table
+			st := p.boot[k]
+			if st == nil || time.Since(st.at) >= bootstrapInterval || st.rows >= bootstrapMessages {
+				if !due[k] {
+					due[k] = true
+					wt, err := p.table(ev.Schema, ev.Table)
+					if err != nil {
+						return err
+					}
+					v, err := encodeSimpleBootstrap(wt)
+					if err != nil {
+						return fmt.Errorf("encode bootstrap of %s.%s: %w", ev.Schema, ev.Table, err)
+					}
+					if _, err := p.broadcast(ctx, open.Message{Value: v}, false, top); err != nil {
+						return err
+					}
+					st = &bootState{at: time.Now()}
+					p.boot[k] = st
+				}
+			}
+			st.rows++
+		}
+	}
+	return nil
+}
+
 // broadcast writes one record to every partition of the given topics (TiCDC's
-// SyncBroadcastMessage) and returns the number of records written.
-func (p *producer) broadcast(ctx context.Context, m open.Message, topics ...*outTopic) (int, error) {
+// SyncBroadcastMessage), or with firstOnly to partition 0 of each, and returns the
+// number of records written.
+func (p *producer) broadcast(ctx context.Context, m open.Message, firstOnly bool, topics ...*outTopic) (int, error) {
 	var msgs []kafka.Message
 	var names []string
 	for _, t := range topics {
 		names = append(names, t.name)
-		for i := 0; i < t.partitions; i++ {
+		n := t.partitions
+		if firstOnly {
+			n = 1
+		}
+		for i := 0; i < n; i++ {
 			msgs = append(msgs, kafka.Message{Topic: t.name, Partition: i, Key: m.Key, Value: m.Value})
 		}
 	}
@@ -415,15 +484,19 @@ func (p *producer) write(ctx context.Context, msgs []kafka.Message) error {
 // resolved broadcasts a resolved ts to every partition of every topic, as TiCDC sends
 // its checkpoint to all of a changefeed's topics; it returns the records written.
 func (p *producer) resolved(ctx context.Context, ts uint64) (int, error) {
-	return p.broadcast(ctx, p.enc.EncodeResolved(ts), p.topics...)
+	m, err := p.wire.resolved(ts)
+	if err != nil {
+		return 0, fmt.Errorf("encode resolved ts %d: %w", ts, err)
+	}
+	return p.broadcast(ctx, m, false, p.topics...)
 }
 
-// ddl broadcasts a DDL to every partition of its schema's topic and returns the
-// records written. TiCDC sends a schema-level DDL (CREATE DATABASE) to the changefeed's
+// ddl sends a DDL to every partition of its schema's topic (canal-json: to partition 0
+// only, as TiCDC does) and returns the records written. TiCDC sends a schema-level DDL (CREATE DATABASE) to the changefeed's
 // default topic; loadgen has none and sends it to the schema's topic, so that each
 // topic alone builds its schemas.
 func (p *producer) ddl(ctx context.Context, ev *open.Event) (int, error) {
-	m, err := p.enc.EncodeDDL(ev)
+	m, err := p.wire.ddl(ev)
 	if err != nil {
 		return 0, fmt.Errorf("encode ddl %q: %w", ev.Query, err)
 	}
@@ -431,5 +504,5 @@ func (p *producer) ddl(ctx context.Context, ev *open.Event) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("ddl %q: %w", ev.Query, err)
 	}
-	return p.broadcast(ctx, m, t)
+	return p.broadcast(ctx, m, !p.wire.ddlToAll(), t)
 }

@@ -308,7 +308,8 @@ func buildTable(schema, name string, defs []columnDef, idxs []*index) (*Table, e
 
 // SelectList renders the columns for a SELECT whose results ScanRows understands: ENUM,
 // SET and BIT are read as numbers (TiCDC sends the ENUM index, the SET bitmask and the BIT
-// value as integers).
+// value as integers), FLOAT as a DOUBLE (TiDB prints a FLOAT with 6 significant digits,
+// which loses bits of most float32 values; the DOUBLE is the float32 exactly).
 func (t *Table) SelectList() string {
 	var b strings.Builder
 	for i, c := range t.Columns {
@@ -318,6 +319,8 @@ func (t *Table) SelectList() string {
 		switch c.DataType {
 		case "enum", "set", "bit":
 			b.WriteString("(" + ident.Quote(c.Name) + "+0)")
+		case "float":
+			b.WriteString("CAST(" + ident.Quote(c.Name) + " AS DOUBLE)")
 		default:
 			b.WriteString(ident.Quote(c.Name))
 		}

@@ -24,7 +24,7 @@ func newLoadgenCommand() *cobra.Command {
 	var bigRows int
 	cmd := &cobra.Command{
 		Use:   "loadgen",
-		Short: "Run a workload on TiDB and publish it to Kafka as TiCDC's open protocol would",
+		Short: "Run a workload on TiDB and publish it to Kafka as a TiCDC changefeed would",
 		Long: `loadgen stands in for TiCDC in tests, benchmarks and the demo. It creates sysbench-style
 tables (sbtest1..N), an all-types table and a keyless table on the upstream TiDB,
 optionally imports them into the downstream as a dump/import would (--import-rows; the
@@ -33,6 +33,13 @@ transactions on TiDB and publishes every committed transaction to the Kafka topi
 its real commit ts, dispatched to partitions like TiCDC ("table" or "index-value"),
 with resolved events broadcast to every partition. A resolved ts is published only after
 every transaction committed at or before it is acknowledged by Kafka.
+
+--protocol chooses the changefeed's protocol: open-protocol (default), canal-json (as
+TiCDC writes it with enable-tidb-extension=true: one row per message, _tidb.commitTs,
+TIDB_WATERMARK messages on every partition, DDLs on partition 0 only) or simple (JSON:
+a BOOTSTRAP of each table on every partition before its first row, DDLs and WATERMARKs
+on every partition, TiCDC's row checksums). canal-json and simple take no --compression
+or --large-message-handle.
 
 With --databases s1,s2,... it writes several schemas, each with the same tables (a
 transaction may change tables of several schemas, --multi-table). A --topic holding
@@ -138,6 +145,7 @@ commit_ts=<ts> (the big transaction's commit ts).`,
 	fl.StringVar(&cfg.Upstream, "upstream-dsn", cfg.Upstream, "upstream TiDB DSN")
 	fl.StringVar(&cfg.Downstream, "downstream-dsn", cfg.Downstream, "downstream MySQL DSN (for --import-rows)")
 	fl.StringSliceVar(&cfg.Brokers, "brokers", cfg.Brokers, "Kafka bootstrap addresses")
+	fl.StringVar(&cfg.Protocol, "protocol", cfg.Protocol, "the changefeed's protocol, as TiCDC names it: open-protocol, canal-json (with the TiDB extension) or simple (JSON, row checksums)")
 	fl.StringVar(&cfg.Topic, "topic", cfg.Topic, "Kafka topic of the changefeed; with {schema} (e.g. 'parity_{schema}') each schema's own topic, as TiCDC's topic dispatcher routes it")
 	addTLSFlags(fl, "upstream", "the upstream", &cfg.UpstreamTLS)
 	addTLSFlags(fl, "downstream", "the downstream", &cfg.DownstreamTLS)
