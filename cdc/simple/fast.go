@@ -122,6 +122,16 @@ type fastMessage struct {
 	handleOnly    bool
 	data, old     byteRange // the data and old objects (start 0: absent or null)
 	cs            wireChecksum
+	t             *table
+	// The images of data and old decoded as they were read (the members they need came
+	// before them, as TiCDC writes them), not left for later.
+	img [2]imageRead
+}
+
+type imageRead struct {
+	read bool
+	sum  uint32
+	cols byteRange // in the builder
 }
 
 type byteRange struct{ start, end int }
@@ -130,15 +140,15 @@ type byteRange struct{ start, end int }
 func (st *state) decode(d *Decoder, value []byte) (evs []open.Event, ok bool) {
 	st.sc.Reset(value, keepBytes)
 	var m fastMessage
-	if !st.message(&m) {
+	if !st.message(d, &m) {
 		return nil, false
 	}
 	const need = mVersion | mType | mDatabase | mTable | mCommitTs | mSchemaVersion
-	if m.seen&need != need || m.op == 0 || m.schema == "" || m.table == "" {
+	if m.seen&need != need {
 		return nil, false
 	}
-	t, err := d.lookup(m.schema, m.table, m.schemaVersion)
-	if err != nil {
+	t := st.rowTable(d, &m)
+	if t == nil {
 		return nil, false
 	}
 	// Which images the message must and must not have, as row() requires.
@@ -167,7 +177,7 @@ func (st *state) decode(d *Decoder, value []byte) (evs []open.Event, ok bool) {
 	}
 	var cols, old byteRange
 	verified, without := 0, 0
-	for _, im := range []struct {
+	for k, im := range []struct {
 		sp   byteRange
 		want uint32
 		out  *byteRange
@@ -175,10 +185,15 @@ func (st *state) decode(d *Decoder, value []byte) (evs []open.Event, ok bool) {
 		if im.sp.start == 0 {
 			continue
 		}
-		st.sc.Pos = im.sp.start // skipped once: an object ending at im.sp.end
-		got, ok := st.image(d, t, m.handleOnly, im.out)
-		if !ok {
-			return nil, false
+		got := m.img[k].sum
+		if m.img[k].read {
+			*im.out = m.img[k].cols
+		} else {
+			st.sc.Pos = im.sp.start // skipped once: an object ending at im.sp.end
+			var ok bool
+			if got, ok = st.image(d, t, m.handleOnly, im.out); !ok {
+				return nil, false
+			}
 		}
 		switch {
 		case im.want == 0 || m.handleOnly:
@@ -204,8 +219,18 @@ func (st *state) decode(d *Decoder, value []byte) (evs []open.Event, ok bool) {
 	return []open.Event{ev}, true
 }
 
+// rowTable returns the cached table of a row message whose database, table, type and
+// schemaVersion have been read, or nil.
+func (st *state) rowTable(d *Decoder, m *fastMessage) *table {
+	const need = mDatabase | mTable | mType | mSchemaVersion
+	if m.t == nil && m.seen&need == need && m.op != 0 && m.schema != "" && m.table != "" {
+		m.t, _ = d.lookup(m.schema, m.table, m.schemaVersion)
+	}
+	return m.t
+}
+
 // message reads the top-level object; it leaves every message but a row's.
-func (st *state) message(m *fastMessage) bool {
+func (st *state) message(d *Decoder, m *fastMessage) bool {
 	sc := &st.sc
 	if sc.Expect('{') != nil {
 		return false
@@ -267,6 +292,7 @@ func (st *state) message(m *fastMessage) bool {
 		case "handleKeyOnly":
 			bit = mHandleKeyOnly
 			m.handleOnly, ok = optBool(sc)
+			ok = ok && !m.img[0].read && !m.img[1].read // the images were read without it
 		case "sql":
 			bit = mSQL
 			_, ok = st.optString()
@@ -275,10 +301,10 @@ func (st *state) message(m *fastMessage) bool {
 			ok = st.checksum(m)
 		case "data":
 			bit = mData
-			m.data, ok = st.object()
+			m.data, ok = st.imageNow(d, m, 0)
 		case "old":
 			bit = mOld
-			m.old, ok = st.object()
+			m.old, ok = st.imageNow(d, m, 1)
 		default:
 			ok = !foldsToMember(name) && sc.Skip() == nil
 		}
@@ -288,6 +314,21 @@ func (st *state) message(m *fastMessage) bool {
 		m.seen |= bit
 	}
 	return sc.End() == nil
+}
+
+// imageNow reads image k (0 data, 1 old) where it is when its table is known, else
+// records where it is for later.
+func (st *state) imageNow(d *Decoder, m *fastMessage, k int) (byteRange, bool) {
+	sc := &st.sc
+	if sc.Peek() != '{' || st.rowTable(d, m) == nil {
+		return st.object()
+	}
+	start := sc.Pos
+	r := &m.img[k]
+	var ok bool
+	r.sum, ok = st.image(d, m.t, m.handleOnly, &r.cols)
+	r.read = ok
+	return byteRange{start, sc.Pos}, ok
 }
 
 // object records where an object value is (start 0 for null).
