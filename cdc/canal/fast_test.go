@@ -1,6 +1,7 @@
 package canal
 
 import (
+	"fmt"
 	"reflect"
 	"testing"
 )
@@ -59,4 +60,35 @@ func FuzzFastPath(f *testing.F) {
 			t.Fatalf("fast path\n%+v\nslow path\n%+v", got, want)
 		}
 	})
+}
+
+// TestConcurrentDecode: one Decoder serves several goroutines (each call takes a state
+// of its own); every one decodes the corpus to the same events as decodeSlow.
+func TestConcurrentDecode(t *testing.T) {
+	d, err := NewDecoder(DecoderConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs := loadCorpus(t)
+	errs := make(chan error, 4)
+	for range 4 {
+		go func() {
+			for range 20 {
+				for _, r := range recs {
+					got, err := d.Decode(nil, []byte(r.Value))
+					want, _ := decodeSlow([]byte(r.Value))
+					if err != nil || !reflect.DeepEqual(got, want) {
+						errs <- fmt.Errorf("%s: %v, events differ: %v", r.Source, err, !reflect.DeepEqual(got, want))
+						return
+					}
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range 4 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
 }

@@ -1,6 +1,7 @@
 package simple
 
 import (
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -70,4 +71,34 @@ func FuzzFastPath(f *testing.F) {
 			t.Fatalf("fast path (%+v)\n%+v\nslow path (%+v)\n%+v", fs, fast, ss, slow)
 		}
 	})
+}
+
+// TestConcurrentDecode: one Decoder serves several goroutines (each call takes a state
+// of its own); every one decodes the corpus rows to the same events as decodeSlow.
+func TestConcurrentDecode(t *testing.T) {
+	d, recs := corpusDecoder(t)
+	errs := make(chan error, 4)
+	for range 4 {
+		go func() {
+			for range 10 {
+				for _, r := range recs {
+					if !strings.HasPrefix(r.Name[4:], "row-") {
+						continue
+					}
+					got, err := d.Decode(nil, []byte(r.Value))
+					want, _ := d.decodeSlow([]byte(r.Value))
+					if err != nil || !reflect.DeepEqual(got, want) {
+						errs <- fmt.Errorf("%s: %v, events differ: %v", r.Name, err, !reflect.DeepEqual(got, want))
+						return
+					}
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range 4 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
 }
