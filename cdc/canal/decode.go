@@ -11,12 +11,10 @@
 package canal
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
-	"strconv"
+	"runtime"
 	"strings"
 
 	"github.com/tidb-parity/parity/cdc/open"
@@ -68,9 +66,13 @@ type DecoderConfig struct {
 	MaxMessageBytes int
 }
 
-// Decoder decodes canal-json records. It holds no state between records and is safe for
-// concurrent use.
-type Decoder struct{ max int }
+// Decoder decodes canal-json records. It is safe for concurrent use; what it keeps
+// between records is scratch (buffers, interned names, the column types of recent
+// tables), never anything a record's events depend on.
+type Decoder struct {
+	max    int
+	states chan *state // scratch of finished calls, for the next ones
+}
 
 // NewDecoder returns a decoder.
 func NewDecoder(cfg DecoderConfig) (*Decoder, error) {
@@ -80,27 +82,7 @@ func NewDecoder(cfg DecoderConfig) (*Decoder, error) {
 	if cfg.MaxMessageBytes == 0 {
 		cfg.MaxMessageBytes = 64 << 20
 	}
-	return &Decoder{max: cfg.MaxMessageBytes}, nil
-}
-
-// message is one canal-json message as TiCDC writes it (tiflow
-// pkg/sink/codec/canal/canal_json_message.go, canalJSONMessageWithTiDBExtension).
-type message struct {
-	Database  string            `json:"database"`
-	Table     string            `json:"table"`
-	PKNames   []string          `json:"pkNames"`
-	IsDDL     bool              `json:"isDdl"`
-	Type      string            `json:"type"`
-	SQL       string            `json:"sql"`
-	MySQLType map[string]string `json:"mysqlType"`
-	Data      []json.RawMessage `json:"data"`
-	Old       []json.RawMessage `json:"old"`
-	TiDB      *struct {
-		CommitTs      *uint64 `json:"commitTs"`
-		WatermarkTs   *uint64 `json:"watermarkTs"`
-		OnlyHandleKey bool    `json:"onlyHandleKey"`
-		ClaimCheck    string  `json:"claimCheckLocation"`
-	} `json:"_tidb"`
+	return &Decoder{max: cfg.MaxMessageBytes, states: make(chan *state, min(max(2, runtime.GOMAXPROCS(0)), 8))}, nil
 }
 
 // Decode decodes one Kafka record (TiCDC writes canal-json records with an empty key and
@@ -110,77 +92,13 @@ func (d *Decoder) Decode(key, value []byte) ([]open.Event, error) {
 	if len(value) > d.max {
 		return nil, fail("", ErrTooLarge, "%d bytes, limit %d", len(value), d.max)
 	}
-	var m message
-	if err := json.Unmarshal(value, &m); err != nil {
-		return nil, fail(jsonField(err), ErrSyntax, "%v", err)
+	st := d.state()
+	evs, ok := st.decode(value)
+	d.release(st)
+	if ok {
+		return evs, nil
 	}
-	if m.TiDB == nil {
-		return nil, fail("_tidb", ErrNoExtension, "")
-	}
-	if m.Type == "TIDB_WATERMARK" {
-		if m.TiDB.WatermarkTs == nil {
-			return nil, fail("_tidb.watermarkTs", ErrMissingField, "")
-		}
-		return []open.Event{{Kind: open.KindResolved, CommitTs: *m.TiDB.WatermarkTs}}, nil
-	}
-	if m.TiDB.CommitTs == nil || *m.TiDB.CommitTs == 0 {
-		return nil, fail("_tidb.commitTs", ErrMissingField, "")
-	}
-	ts := *m.TiDB.CommitTs
-	if m.IsDDL {
-		if strings.TrimSpace(m.SQL) == "" {
-			return nil, fail("sql", ErrMissingField, "a DDL without its statement")
-		}
-		return []open.Event{{Kind: open.KindDDL, CommitTs: ts, Schema: m.Database, Table: m.Table, Query: m.SQL}}, nil
-	}
-	var op open.Op
-	switch m.Type {
-	case "INSERT":
-		op = open.OpInsert
-	case "UPDATE":
-		op = open.OpUpdate
-	case "DELETE":
-		op = open.OpDelete
-	default:
-		return nil, fail("type", ErrKind, "%q", m.Type)
-	}
-	if m.Table == "" {
-		return nil, fail("table", ErrMissingField, "")
-	}
-	if len(m.Data) == 0 {
-		return nil, fail("data", ErrMissingField, "a %s without rows", m.Type)
-	}
-	if op == open.OpUpdate && len(m.Old) != len(m.Data) {
-		return nil, fail("old", ErrMissingField, "an UPDATE with %d rows in data and %d in old", len(m.Data), len(m.Old))
-	}
-	types, err := columnTypes(m.MySQLType)
-	if err != nil {
-		return nil, err
-	}
-	pk := map[string]bool{}
-	for _, n := range m.PKNames {
-		if _, ok := types[n]; !ok {
-			return nil, fail("pkNames", ErrMissingField, "primary-key column %q has no mysqlType", n)
-		}
-		pk[n] = true
-	}
-	evs := make([]open.Event, 0, len(m.Data))
-	for i, raw := range m.Data {
-		ev := open.Event{Kind: open.KindRow, CommitTs: ts, Schema: m.Database, Table: m.Table, Op: op,
-			OnlyHandleKey: m.TiDB.OnlyHandleKey || m.TiDB.ClaimCheck != "", ClaimCheckLocation: m.TiDB.ClaimCheck}
-		if ev.Columns, err = row(fmt.Sprintf("data[%d]", i), raw, types, pk); err != nil {
-			err.(*DecodeError).Row = i
-			return nil, err
-		}
-		if op == open.OpUpdate {
-			if ev.OldColumns, err = row(fmt.Sprintf("old[%d]", i), m.Old[i], types, pk); err != nil {
-				err.(*DecodeError).Row = i
-				return nil, err
-			}
-		}
-		evs = append(evs, ev)
-	}
-	return evs, nil
+	return decodeSlow(value)
 }
 
 // colType is what mysqlType says of a column.
@@ -231,146 +149,48 @@ func columnTypes(mt map[string]string) (map[string]colType, error) {
 	}
 	out := make(map[string]colType, len(mt))
 	for name, s := range mt {
-		words := strings.Fields(strings.ToLower(s))
-		if len(words) == 0 {
-			return nil, fail("mysqlType."+name, ErrUnknownType, "%q", s)
-		}
-		base := words[0]
-		if i := strings.IndexByte(base, '('); i > 0 {
-			base = base[:i]
-		}
-		t, ok := baseTypes[base]
-		if !ok {
-			return nil, fail("mysqlType."+name, ErrUnknownType, "%q", s)
-		}
-		for _, w := range words[1:] {
-			switch w {
-			case "unsigned":
-				if t.kind != kindSigned {
-					return nil, fail("mysqlType."+name, ErrUnknownType, "%q: unsigned on a non-integer type", s)
-				}
-				t.kind = kindUnsigned
-				t.flags |= open.FlagUnsigned
-			case "zerofill":
-			default:
-				return nil, fail("mysqlType."+name, ErrUnknownType, "%q", s)
-			}
-		}
-		if hasCharset := (t.kind == kindText && t.code != open.TypeNewDecimal && t.code != open.TypeDate &&
-			t.code != open.TypeDatetime && t.code != open.TypeTimestamp && t.code != open.TypeDuration &&
-			t.code != open.TypeJSON) || t.code == open.TypeEnum || t.code == open.TypeSet; !hasCharset {
-			t.flags |= open.FlagBinary // TiCDC's binary flag: every type without a character set
+		t, err := columnType(name, s)
+		if err != nil {
+			return nil, err
 		}
 		out[name] = t
 	}
 	return out, nil
 }
 
-// row decodes one element of data or old: a JSON object of column name → string or null,
-// in the table's column order.
-func row(field string, raw json.RawMessage, types map[string]colType, pk map[string]bool) ([]open.Column, error) {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	tok, err := dec.Token()
-	if err != nil {
-		return nil, fail(field, ErrSyntax, "%v", err)
+// columnType reads the mysqlType s of column name.
+func columnType(name, s string) (colType, error) {
+	words := strings.Fields(strings.ToLower(s))
+	if len(words) == 0 {
+		return colType{}, fail("mysqlType."+name, ErrUnknownType, "%q", s)
 	}
-	if d, ok := tok.(json.Delim); !ok || d != '{' {
-		return nil, fail(field, ErrValue, "a row is not an object")
+	base := words[0]
+	if i := strings.IndexByte(base, '('); i > 0 {
+		base = base[:i]
 	}
-	cols := make([]open.Column, 0, len(types))
-	seen := make(map[string]bool, len(types))
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return nil, fail(field, ErrSyntax, "%v", err)
-		}
-		name := tok.(string) // object keys are strings
-		f := field + "." + name
-		if seen[name] {
-			return nil, fail(f, ErrValue, "column twice in one row")
-		}
-		seen[name] = true
-		t, ok := types[name]
-		if !ok {
-			return nil, fail(f, ErrMissingField, "column has no mysqlType")
-		}
-		tok, err = dec.Token()
-		if err != nil {
-			return nil, fail(f, ErrSyntax, "%v", err)
-		}
-		c := open.Column{Name: name, Type: t.code, Flags: t.flags}
-		if pk[name] {
-			c.Flags |= open.FlagPrimaryKey | open.FlagHandleKey
-		}
-		switch v := tok.(type) {
-		case nil:
-		case string:
-			if c.Value, err = value(v, t); err != nil {
-				return nil, fail(f, ErrValue, "%v", err)
+	t, ok := baseTypes[base]
+	if !ok {
+		return colType{}, fail("mysqlType."+name, ErrUnknownType, "%q", s)
+	}
+	for _, w := range words[1:] {
+		switch w {
+		case "unsigned":
+			if t.kind != kindSigned {
+				return colType{}, fail("mysqlType."+name, ErrUnknownType, "%q: unsigned on a non-integer type", s)
 			}
+			t.kind = kindUnsigned
+			t.flags |= open.FlagUnsigned
+		case "zerofill":
 		default:
-			return nil, fail(f, ErrValue, "%T, want a string or null", tok)
-		}
-		cols = append(cols, c)
-	}
-	if _, err := dec.Token(); err != nil { // the closing brace
-		return nil, fail(field, ErrSyntax, "%v", err)
-	}
-	for n := range pk {
-		if !seen[n] {
-			return nil, fail(field+"."+n, ErrMissingField, "primary-key column missing from the row")
+			return colType{}, fail("mysqlType."+name, ErrUnknownType, "%q", s)
 		}
 	}
-	if len(cols) == 0 {
-		return nil, fail(field, ErrMissingField, "a row without columns")
+	if hasCharset := (t.kind == kindText && t.code != open.TypeNewDecimal && t.code != open.TypeDate &&
+		t.code != open.TypeDatetime && t.code != open.TypeTimestamp && t.code != open.TypeDuration &&
+		t.code != open.TypeJSON) || t.code == open.TypeEnum || t.code == open.TypeSet; !hasCharset {
+		t.flags |= open.FlagBinary // TiCDC's binary flag: every type without a character set
 	}
-	return cols, nil
-}
-
-// value turns a canal-json string into the Go value cdc/open decodes the same column to.
-func value(s string, t colType) (any, error) {
-	switch t.kind {
-	case kindSigned:
-		v, err := strconv.ParseInt(s, 10, 64)
-		if err != nil {
-			return nil, err
-		}
-		lo, hi := signedRange(t.code)
-		if v < lo || v > hi {
-			return nil, fmt.Errorf("%d out of range", v)
-		}
-		return v, nil
-	case kindUnsigned:
-		v, err := strconv.ParseUint(s, 10, 64)
-		if err != nil {
-			return nil, err
-		}
-		if hi := unsignedMax(t.code); v > hi {
-			return nil, fmt.Errorf("%d out of range", v)
-		}
-		return v, nil
-	case kindUint:
-		return strconv.ParseUint(s, 10, 64)
-	case kindFloat:
-		v, err := strconv.ParseFloat(s, 32)
-		if err != nil {
-			return nil, err
-		}
-		return float64(float32(v)), nil
-	case kindDouble:
-		v, err := strconv.ParseFloat(s, 64)
-		if err != nil {
-			return nil, err
-		}
-		if math.IsInf(v, 0) || math.IsNaN(v) {
-			return nil, fmt.Errorf("%q is not a finite number", s)
-		}
-		return v, nil
-	case kindBytes:
-		return latin1(s)
-	}
-	return s, nil
+	return t, nil
 }
 
 // latin1 reverses TiCDC's rendering of binary values as ISO-8859-1 text: every byte is
@@ -416,13 +236,4 @@ func unsignedMax(code byte) uint64 {
 		return 2155
 	}
 	return math.MaxUint64
-}
-
-// jsonField names where encoding/json failed, when it says.
-func jsonField(err error) string {
-	var te *json.UnmarshalTypeError
-	if errors.As(err, &te) {
-		return te.Field
-	}
-	return ""
 }

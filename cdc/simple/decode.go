@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -61,6 +62,8 @@ type Decoder struct {
 	mu     sync.RWMutex
 	tables map[tableKey]*cached
 
+	states chan *state // scratch of finished calls, for the next ones
+
 	verified, without, mismatches atomic.Uint64
 }
 
@@ -82,7 +85,7 @@ func NewDecoder(cfg DecoderConfig) (*Decoder, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("simple decoder config: %w", err)
 	}
-	return &Decoder{cfg: cfg, tables: map[tableKey]*cached{}}, nil
+	return &Decoder{cfg: cfg, tables: map[tableKey]*cached{}, states: make(chan *state, min(max(2, runtime.GOMAXPROCS(0)), 8))}, nil
 }
 
 // Stats returns the checksum counters so far.
@@ -133,6 +136,20 @@ var rowOps = map[string]open.Op{"INSERT": open.OpInsert, "UPDATE": open.OpUpdate
 // the schema cache before Decode returns.
 func (d *Decoder) Decode(key, value []byte) ([]open.Event, error) {
 	_ = key
+	st := d.state()
+	evs, ok := st.decode(d, value)
+	d.release(st)
+	if ok {
+		return evs, nil
+	}
+	return d.decodeSlow(value)
+}
+
+// decodeSlow is the decoder built on encoding/json: Decode's fallback for every record
+// the fast path (fast.go) does not decode — DDL and BOOTSTRAP records, any error or
+// checksum mismatch, shapes TiCDC does not write — so the rules, the errors and the
+// counters are its.
+func (d *Decoder) decodeSlow(value []byte) ([]open.Event, error) {
 	m, err := parse(value)
 	if err != nil {
 		return nil, err

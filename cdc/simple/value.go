@@ -3,6 +3,7 @@ package simple
 import (
 	"encoding/base64"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 	"strconv"
@@ -185,11 +186,13 @@ func loadLocation(name string) (*time.Location, error) {
 	return l, nil
 }
 
+var errDatetime = errors.New("want YYYY-MM-DD HH:MM:SS[.ffffff]")
+
 // parseDatetime parses "YYYY-MM-DD HH:MM:SS[.f{1,6}]" strictly (a time.Time in UTC holding
 // the fields, and the number of fractional digits). "0000-00-00 00:00:00[.0…]" is TiDB's
 // zero TIMESTAMP.
 func parseDatetime(s string) (t time.Time, frac int, zero bool, err error) {
-	bad := fmt.Errorf("want YYYY-MM-DD HH:MM:SS[.ffffff]")
+	bad := errDatetime
 	if len(s) < 19 || s[4] != '-' || s[7] != '-' || s[10] != ' ' || s[13] != ':' || s[16] != ':' {
 		return t, 0, false, bad
 	}
@@ -242,7 +245,11 @@ func parseDatetime(s string) (t time.Time, frac int, zero bool, err error) {
 
 // formatDatetime writes t as TiDB's Time.String with frac fractional digits.
 func formatDatetime(t time.Time, frac int) string {
-	b := make([]byte, 0, 26)
+	return string(appendDatetime(make([]byte, 0, 26), t, frac))
+}
+
+// appendDatetime appends formatDatetime's text to b.
+func appendDatetime(b []byte, t time.Time, frac int) []byte {
 	b = appendPadded(b, t.Year(), 4)
 	b = append(b, '-')
 	b = appendPadded(b, int(t.Month()), 2)
@@ -262,11 +269,12 @@ func formatDatetime(t time.Time, frac int) string {
 		}
 		b = appendPadded(b, ns, frac)
 	}
-	return string(b)
+	return b
 }
 
 func appendPadded(b []byte, v, width int) []byte {
-	s := strconv.Itoa(v)
+	var buf [20]byte
+	s := strconv.AppendInt(buf[:0], int64(v), 10)
 	for range width - len(s) {
 		b = append(b, '0')
 	}
