@@ -15,6 +15,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/tidb-parity/parity/cdc/simple"
 	"github.com/tidb-parity/parity/internal/instance"
 	"github.com/tidb-parity/parity/internal/tlsauth"
 )
@@ -322,6 +323,15 @@ func (r *Replicator) runOnce(ctx context.Context, epoch uint64, started func()) 
 	if err != nil {
 		return err
 	}
+	sdec, _ := dec.(*simple.Decoder)
+	if sdec != nil {
+		// The schemas of the DDL and BOOTSTRAP records before the saved offsets.
+		n, err := m.restoreSimpleSchemas(ctx, sdec)
+		if err != nil {
+			return err
+		}
+		r.log.Info("simple-protocol schemas restored", "schemas", n)
+	}
 	var schemas *streamSchemas
 	if cfg.Changefeed.Protocol == ProtocolCanal || cfg.Changefeed.Protocol == ProtocolSimple {
 		// Neither says which columns are generated; canal-json not which form the key.
@@ -331,6 +341,7 @@ func (r *Replicator) runOnce(ctx context.Context, epoch uint64, started func()) 
 		r: r, cfg: cfg, log: r.log, meta: m, buf: buf, watch: watch,
 		ap:      newApplier(applyDB, m, cfg, r.log, r.hooks, saved.tableProgress, &r.ctr),
 		applied: saved.appliedTs, startTs: saved.appliedTs, ddlDone: saved.ddlApplied,
+		simple: sdec,
 	}
 	r.apply.Store(c.ap)
 	defer r.apply.Store(nil) // before applyDB closes
