@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"runtime/debug"
 	"sync"
@@ -336,6 +337,9 @@ func (r *Replicator) runOnce(ctx context.Context, epoch uint64, started func()) 
 	if cfg.Changefeed.Protocol == ProtocolCanal || cfg.Changefeed.Protocol == ProtocolSimple {
 		// Neither says which columns are generated; canal-json not which form the key.
 		schemas = newStreamSchemas(saved.appliedTs, r.schemaFallback(cfg, applyDB))
+		// A DDL of a table the stream has not defined starts from its definition read
+		// before the DDL (streamschema_base.go).
+		schemas.defs, schemas.done = r.schemaDefs(cfg, applyDB), maps.Clone(saved.ddlApplied)
 	}
 	c := &coordinator{
 		r: r, cfg: cfg, log: r.log, meta: m, buf: buf, watch: watch,

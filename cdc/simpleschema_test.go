@@ -113,8 +113,9 @@ func (s simpleKV) row(ts, version uint64, old, new *kvRow) {
 // is restarted as a new Replicator, which resumes from those offsets: the next rows of
 // the table carry only their schema version, and without the schemas saved in
 // <meta>.simple_schema it stopped with simple.ErrNoSchema. The restarted replicator
-// decodes them (checksums verified against the restored column order) and applies
-// them; the fallback ends with exactly the rows written.
+// decodes them (checksums verified against the restored column order), applies them,
+// and learns an ALTER's new version, which a third start restores too; the fallback
+// ends with exactly the rows written.
 func TestSimpleSchemasSurviveRestart(t *testing.T) {
 	down := testenv.Downstream(t)
 	f := newFeed(t, 2)
@@ -168,4 +169,21 @@ func TestSimpleSchemasSurviveRestart(t *testing.T) {
 	run = start(t, cfg, nil)
 	run.wait(t, t3)
 	equal(t, "kv after the restart", dump(t, down.DB, down.Name, "kv"), []string{"1|one", "3|v3", "4|v4", "5|v5"})
+
+	// A new version from an ALTER, its rows, then a restart and rows at that version.
+	t4, t5, t6 := f.next(), f.next(), f.next()
+	kv.ddl("ALTER", "ALTER TABLE "+q+".`kv` ADD COLUMN `w` BIGINT NULL", t4, 2)
+	kv.row(t5, 2, nil, &kvRow{id: 6, v: "v6", w: 60})
+	kv.watermark(t5)
+	run.wait(t, t5)
+	if err := run.stop(t); err != nil {
+		t.Fatalf("second run: %v", err)
+	}
+	equal(t, "saved schemas after the ALTER", savedSchemas(), []string{"kv@1", "kv@2"})
+	kv.row(t6, 2, &kvRow{id: 3, v: "v3", w: -1}, &kvRow{id: 3, v: "three", w: 30})
+	kv.row(t6, 2, &kvRow{id: 4, v: "v4", w: -1}, nil)
+	kv.watermark(t6)
+	run = start(t, cfg, nil)
+	run.wait(t, t6)
+	equal(t, "kv at the end", dump(t, down.DB, down.Name, "kv"), []string{"1|one|NULL", "3|three|30", "5|v5|NULL", "6|v6|60"})
 }
