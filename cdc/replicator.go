@@ -332,6 +332,7 @@ func (r *Replicator) runOnce(ctx context.Context, epoch uint64, started func()) 
 			return err
 		}
 		r.log.Info("simple-protocol schemas restored", "schemas", n)
+		defer r.ctr.checksumDecoder(sdec)()
 	}
 	var schemas *streamSchemas
 	if cfg.Changefeed.Protocol == ProtocolCanal || cfg.Changefeed.Protocol == ProtocolSimple {

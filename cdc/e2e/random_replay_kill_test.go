@@ -3,11 +3,14 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -105,6 +108,16 @@ func (ds *randomDataset) replayKilled(t *testing.T, at []float64) {
 		}
 		t.Fatalf("%s: after SIGKILLs at %v the fallback differs from %s/final.jsonl.gz in %d places", ds.name, killedAt, ds.name, len(errs))
 	}
+	if ds.protocol == "simple" {
+		// The decoder's checksum counts reach /metrics (daemon's collector): the last
+		// serve verified the rows it read since its start.
+		if v := e.metric(t, "parity_cdc_checksum_rows_verified_total"); v <= 0 {
+			t.Errorf("parity_cdc_checksum_rows_verified_total = %v after the replay, want > 0", v)
+		}
+		if v := e.metric(t, "parity_cdc_checksum_mismatches_total"); v != 0 {
+			t.Errorf("parity_cdc_checksum_mismatches_total = %v, want 0", v)
+		}
+	}
 	s.stop(t)
 	t.Logf("%s: %d records, %s; SIGKILLed at %v; whole run %v", ds.name, len(ds.records), want.summary(), killedAt, time.Since(start).Round(time.Millisecond))
 }
@@ -139,4 +152,37 @@ func (e *env) waitAppliedAtLeast(s *serve, ts uint64, timeout time.Duration) uin
 	}
 	e.t.Fatalf("applied ts did not reach %d within %v; log:\n%s", ts, timeout, e.serveLog())
 	return 0
+}
+
+// metric returns the value of a metric without labels other than changefeed from
+// serve's /metrics (-1 when absent).
+func (e *env) metric(t *testing.T, name string) float64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+e.statusAddr+"/metrics", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := httpClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		if rest, ok := strings.CutPrefix(line, name+"{"); ok {
+			if _, val, ok := strings.Cut(rest, "} "); ok {
+				v, err := strconv.ParseFloat(val, 64)
+				if err != nil {
+					t.Fatalf("%s: %v", line, err)
+				}
+				return v
+			}
+		}
+	}
+	return -1
 }
