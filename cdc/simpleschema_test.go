@@ -2,6 +2,7 @@ package cdc
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"hash/crc32"
 	"strconv"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/tidb-parity/parity/cdc/simple"
 	"github.com/tidb-parity/parity/internal/ident"
 	"github.com/tidb-parity/parity/internal/testenv"
 )
@@ -186,4 +188,81 @@ func TestSimpleSchemasSurviveRestart(t *testing.T) {
 	run = start(t, cfg, nil)
 	run.wait(t, t6)
 	equal(t, "kv at the end", dump(t, down.DB, down.Name, "kv"), []string{"1|one|NULL", "3|three|30", "5|v5|NULL", "6|v6|60"})
+}
+
+// TestSimpleCorruptedRowStops: a simple-protocol row whose column value was altered by
+// one byte on its way (TiCDC's checksum unchanged) stops a running replicator with an
+// error naming the Kafka record (topic, partition, offset), the table and the row's key;
+// the rows before it are applied, the corrupted one is not (nor anything after it on its
+// partition). With applier.dead-letter the record is copied to <meta>.dead_letter with
+// the error as evidence, byte for byte, and replication goes on without it.
+func TestSimpleCorruptedRowStops(t *testing.T) {
+	for _, deadLetter := range []bool{false, true} {
+		t.Run(map[bool]string{false: "stops", true: "dead-letter"}[deadLetter], func(t *testing.T) {
+			down := testenv.Downstream(t)
+			f := newFeed(t, 1)
+			kv := simpleKV{f: f, schema: down.Name}
+			cfg := testConfig(t, f, down)
+			cfg.Changefeed.Protocol = ProtocolSimple
+			cfg.Applier.DeadLetter = deadLetter
+			q := ident.Quote(down.Name)
+			t1, t2, t3 := f.next(), f.next(), f.next()
+			kv.ddl("CREATE", "CREATE TABLE "+q+".`kv` (`id` BIGINT NOT NULL PRIMARY KEY, `v` VARCHAR(32) NULL)", t1, 1)
+			kv.bootstrap(1)
+			kv.row(t2, 1, nil, &kvRow{id: 1, v: "good", w: -1})
+			kv.watermark(t2)
+			run := start(t, cfg, nil)
+			run.wait(t, t2)
+
+			// Offsets on the one partition: DDL 0, BOOTSTRAP 1, row 2, watermark 3, the
+			// corrupted row 4.
+			js, sum := kvRow{id: 2, v: "payload", w: -1}.image(1)
+			js = strings.Replace(js, `"payload"`, `"paYload"`, 1) // one byte altered, the checksum kept
+			bad := fmt.Sprintf(`{"version":1,"database":%q,"table":"kv","tableID":100,"type":"INSERT","commitTs":%d,"buildTs":1,"schemaVersion":1,"data":%s,`+
+				`"checksum":{"version":2,"corrupted":false,"current":%d,"previous":0}}`, down.Name, t3, js, sum)
+			f.write(0, kafka.Message{Value: []byte(bad)})
+			kv.row(t3, 1, nil, &kvRow{id: 3, v: "after", w: -1})
+			kv.watermark(t3)
+			if deadLetter {
+				run.wait(t, t3)
+				equal(t, "kv", dump(t, down.DB, down.Name, "kv"), []string{"1|good", "3|after"})
+				var value []byte
+				var msg string
+				err := down.QueryRow("SELECT record_value, error FROM "+ident.Quote(cfg.Applier.MetaSchema)+
+					".dead_letter WHERE changefeed = ? AND topic = ? AND kafka_partition = 0 AND kafka_offset = 4", cfg.Changefeed.ID, f.topic).Scan(&value, &msg)
+				if err != nil {
+					t.Fatalf("dead letter of offset 4: %v", err)
+				}
+				if string(value) != bad {
+					t.Errorf("dead letter value:\n%s\nwant the record:\n%s", value, bad)
+				}
+				for _, want := range []string{"row checksum mismatch", down.Name + ".kv", "id=2", "new image of insert"} {
+					if !strings.Contains(msg, want) {
+						t.Errorf("dead letter error %q does not name %q", msg, want)
+					}
+				}
+				if st := run.r.Status(); st.Checksums == nil || st.Checksums.Mismatches != 1 || st.DeadLetters != 1 {
+					t.Errorf("status after the dead letter: checksums %+v, dead letters %d", st.Checksums, st.DeadLetters)
+				}
+				return
+			}
+			err := run.result(t)
+			var re *RecordError
+			if !errors.As(err, &re) || !errors.Is(err, simple.ErrChecksum) {
+				t.Fatalf("the replicator stopped with %v, want a *RecordError wrapping simple.ErrChecksum", err)
+			}
+			for _, want := range []string{"topic " + f.topic, "partition 0", "offset 4", "table " + down.Name + ".kv", "key (id=2)", "new image of insert", "row checksum mismatch"} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q does not name %q", err, want)
+				}
+			}
+			if re.Topic != f.topic || re.Partition != 0 || re.Offset != 4 {
+				t.Errorf("record error at %s/%d offset %d, want %s/0 offset 4", re.Topic, re.Partition, re.Offset, f.topic)
+			}
+			equal(t, "kv", dump(t, down.DB, down.Name, "kv"), []string{"1|good"})
+			if st := run.r.Status(); st.Checksums == nil || st.Checksums.Mismatches != 1 || st.Checksums.RowsVerified < 1 {
+				t.Errorf("checksum counts: %+v", st.Checksums)
+			}
+		})
+	}
 }
