@@ -15,6 +15,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/tidb-parity/parity/cdc/simple"
 	"github.com/tidb-parity/parity/internal/ident"
 	"github.com/tidb-parity/parity/internal/position"
 	"github.com/tidb-parity/parity/internal/tso"
@@ -22,24 +23,28 @@ import (
 
 // coordinator owns all ingest and apply state; it runs on one goroutine.
 type coordinator struct {
-	r         *Replicator
-	cfg       Config
-	log       *slog.Logger
-	meta      *meta
-	ap        *applier
-	buf       *buffer
-	parts     []*partState
-	applied   uint64
-	startTs   uint64 // checkpoint at start: a DDL at this ts may have run before a crash
-	seq       uint64
-	ddls      []*pendingDDL
-	ddlDone   map[ddlKey]bool
-	barriers  []*barrierReq
-	stopErr   error // an unusable record stopped a partition: apply what is possible, then fail
-	lastPub   time.Time
-	lastLog   time.Time
-	lastTSMap time.Time // last ts-map row (afterCheckpoint)
-	lastPrune time.Time // last ledger pruning
+	r       *Replicator
+	cfg     Config
+	log     *slog.Logger
+	meta    *meta
+	ap      *applier
+	buf     *buffer
+	parts   []*partState
+	applied uint64
+	startTs uint64 // checkpoint at start: a DDL at this ts may have run before a crash
+	seq     uint64
+	ddls    []*pendingDDL
+	ddlDone map[ddlKey]bool
+	// simple is the simple protocol's decoder (nil for the others): its schema cache
+	// is saved with every checkpoint from schemaMark on (simpleschema.go).
+	simple     *simple.Decoder
+	schemaMark int
+	barriers   []*barrierReq
+	stopErr    error // an unusable record stopped a partition: apply what is possible, then fail
+	lastPub    time.Time
+	lastLog    time.Time
+	lastTSMap  time.Time // last ts-map row (afterCheckpoint)
+	lastPrune  time.Time // last ledger pruning
 	// watch lists the changefeed's partitions before every round (see checkPartitions).
 	watch       *partitionWatch
 	lastListErr time.Time
@@ -237,13 +242,20 @@ func (c *coordinator) rowsUpTo(ctx context.Context, ts uint64, announce bool) er
 		}
 	}
 	// The round's ledger commits with its checkpoint, after the rows it names
-	// (internal/ledger).
+	// (internal/ledger); so do the schemas the simple protocol's records taught the
+	// decoder, which every record below the offsets has been decoded by.
+	var schemas []simple.SchemaEntry
+	mark := c.schemaMark
+	if c.simple != nil {
+		schemas, mark = c.simple.SchemasSince(c.schemaMark)
+	}
 	err = c.ap.retry(ctx, "meta checkpoint", func(ctx context.Context) error {
-		return c.meta.saveCheckpoint(ctx, ts, offsets, parts)
+		return c.meta.saveCheckpoint(ctx, ts, offsets, parts, schemas)
 	})
 	if err != nil {
 		return err
 	}
+	c.schemaMark = mark
 	c.r.ctr.observeRound(time.Since(start))
 	c.afterCheckpoint(ctx, ts)
 	for _, p := range c.parts {

@@ -98,7 +98,7 @@ func (p *rigProcess) round(ts uint64, checkpoint bool) {
 		return
 	}
 	p.buf.release(ts)
-	if err := p.rig.meta.saveCheckpoint(ctx, ts, nil, nil); err != nil {
+	if err := p.rig.meta.saveCheckpoint(ctx, ts, nil, nil, nil); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -130,7 +130,7 @@ func TestKeylessProgressNeverMovesBack(t *testing.T) {
 				ins(t3, s, "nk", ci("a", 3, 0), cs("b", "y")),
 			}
 			want := []string{"2|dup", "3|x", "3|y"}
-			if err := k.meta.saveCheckpoint(context.Background(), t1, nil, nil); err != nil {
+			if err := k.meta.saveCheckpoint(context.Background(), t1, nil, nil, nil); err != nil {
 				t.Fatal(err)
 			}
 			// First life: one round up to T3, killed before its checkpoint.
@@ -234,7 +234,7 @@ func TestCheckpointLag(t *testing.T) {
 	k := newKeylessRig(t)
 	now := time.Now()
 	ts := uint64(now.Add(-90*time.Second).UnixMilli()) << 18
-	if err := k.meta.saveCheckpoint(context.Background(), ts, nil, nil); err != nil {
+	if err := k.meta.saveCheckpoint(context.Background(), ts, nil, nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	lag, err := CheckpointLag(context.Background(), k.meta.db, k.cfg.Applier.MetaSchema, k.cfg.Changefeed.ID, now)

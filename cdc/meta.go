@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tidb-parity/parity/cdc/simple"
 	"github.com/tidb-parity/parity/internal/bypasslog"
 	"github.com/tidb-parity/parity/internal/ident"
 	"github.com/tidb-parity/parity/internal/ledger"
@@ -114,6 +115,8 @@ var migrations = []metaschema.Step{
 	}},
 	// Standby daemons: the lease, its takeovers, and each checkpoint's epoch (ha.go).
 	haMigration,
+	// The simple protocol's schema cache, saved with the checkpoints (simpleschema.go).
+	simpleSchemaMigration,
 }
 
 // meta reads and writes the meta schema.
@@ -150,7 +153,7 @@ func init() {
 			) ENGINE=InnoDB`,
 			`INSERT IGNORE INTO %s.schema_migrations (version, name) VALUES (%v, 'superseded by parity_migrations: run a parity that has it')`,
 		},
-		Tables: []string{"checkpoint", "partition_offset", "table_progress", "ddl_applied", "dead_letter", ledger.Table, ledger.RangeTable, "ts_map", bypasslog.MarkerTable, "ha_lease", "ha_epochs"},
+		Tables: []string{"checkpoint", "partition_offset", "table_progress", "ddl_applied", "dead_letter", ledger.Table, ledger.RangeTable, "ts_map", bypasslog.MarkerTable, "ha_lease", "ha_epochs", simpleSchemaTable},
 		Steps:  migrations,
 	})
 }
@@ -261,10 +264,11 @@ func (m *meta) scan(ctx context.Context, what, query string, row func(*sql.Rows)
 	return nil
 }
 
-// saveCheckpoint records appliedTs, the resume offsets and the round's ledger parts in
+// saveCheckpoint records appliedTs, the resume offsets, the round's ledger parts and
+// the simple-protocol schemas learned since the last checkpoint (simpleschema.go) in
 // one transaction. It is called only after every row up to appliedTs is durable
 // downstream.
-func (m *meta) saveCheckpoint(ctx context.Context, appliedTs uint64, offsets map[partKey]int64, parts []ledgerPart) error {
+func (m *meta) saveCheckpoint(ctx context.Context, appliedTs uint64, offsets map[partKey]int64, parts []ledgerPart, schemas []simple.SchemaEntry) error {
 	ctx, cancel := context.WithTimeout(ctx, m.timeout)
 	defer cancel()
 	tx, err := m.db.BeginTx(ctx, nil)
@@ -298,6 +302,9 @@ func (m *meta) saveCheckpoint(ctx context.Context, appliedTs uint64, offsets map
 		}
 	}
 	if err := m.writeLedger(ctx, tx, appliedTs, parts); err != nil {
+		return err
+	}
+	if err := m.writeSimpleSchemas(ctx, tx, schemas); err != nil {
 		return err
 	}
 	if err := tx.Commit(); err != nil {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"runtime/debug"
 	"sync"
@@ -15,6 +16,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/tidb-parity/parity/cdc/simple"
 	"github.com/tidb-parity/parity/internal/instance"
 	"github.com/tidb-parity/parity/internal/tlsauth"
 )
@@ -320,15 +322,29 @@ func (r *Replicator) runOnce(ctx context.Context, epoch uint64, started func()) 
 	if err != nil {
 		return err
 	}
+	sdec, _ := dec.(*simple.Decoder)
+	if sdec != nil {
+		// The schemas of the DDL and BOOTSTRAP records before the saved offsets.
+		n, err := m.restoreSimpleSchemas(ctx, sdec)
+		if err != nil {
+			return err
+		}
+		r.log.Info("simple-protocol schemas restored", "schemas", n)
+		defer r.ctr.checksumDecoder(sdec)()
+	}
 	var schemas *streamSchemas
 	if cfg.Changefeed.Protocol == ProtocolCanal || cfg.Changefeed.Protocol == ProtocolSimple {
 		// Neither says which columns are generated; canal-json not which form the key.
 		schemas = newStreamSchemas(saved.appliedTs, r.schemaFallback(cfg, applyDB))
+		// A DDL of a table the stream has not defined starts from its definition read
+		// before the DDL (streamschema_base.go).
+		schemas.defs, schemas.done = r.schemaDefs(cfg, applyDB), maps.Clone(saved.ddlApplied)
 	}
 	c := &coordinator{
 		r: r, cfg: cfg, log: r.log, meta: m, buf: buf, watch: watch,
 		ap:      newApplier(applyDB, m, cfg, r.log, r.hooks, saved.tableProgress, &r.ctr),
 		applied: saved.appliedTs, startTs: saved.appliedTs, ddlDone: saved.ddlApplied,
+		simple: sdec,
 	}
 	r.apply.Store(c.ap)
 	defer r.apply.Store(nil) // before applyDB closes

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tidb-parity/parity/cdc/simple"
 	"github.com/tidb-parity/parity/internal/tso"
 )
 
@@ -57,12 +58,28 @@ type Status struct {
 	// Rounds is how long each apply round took: rows up to a resolved ts (and the DDLs
 	// due) applied and the checkpoint recorded.
 	Rounds Histogram `json:"-"`
+	// Checksums counts the row images whose TiCDC row checksum was verified on decode,
+	// with changefeed.protocol = "simple" (nil with the others).
+	Checksums *ChecksumStats `json:"checksums,omitempty"`
 
 	Partitions []PartitionStatus `json:"partitions"`
 	UpdatedAt  time.Time         `json:"updated_at"`
 
 	// HA is the daemon's role and lease with ha.enabled (nil without).
 	HA *HAStatus `json:"ha,omitempty"`
+}
+
+// ChecksumStats counts row images (an UPDATE has two) by their TiCDC row checksum,
+// since New (cdc/simple's Stats, summed over the replicator's runs).
+type ChecksumStats struct {
+	// RowsVerified: images whose values hash to TiCDC's checksum.
+	RowsVerified int64 `json:"rows_verified"`
+	// RowsWithoutChecksum: images TiCDC sent no checksum for (checksums off, an all-NULL
+	// row, a half of an UPDATE TiCDC split, a handle-key-only row).
+	RowsWithoutChecksum int64 `json:"rows_without_checksum"`
+	// Mismatches: images whose values do not hash to their checksum, or that TiCDC
+	// flagged corrupted (each stops its partition, or is dead-lettered).
+	Mismatches int64 `json:"mismatches"`
 }
 
 // PartitionStatus is one Kafka partition's progress.
@@ -84,6 +101,10 @@ func (r *Replicator) Status() Status {
 	st.AppliedTs = r.applied
 	r.mu.Unlock()
 	r.ctr.fill(&st)
+	if r.cfg.Changefeed.Protocol == ProtocolSimple {
+		cs := r.ctr.checksumStats()
+		st.Checksums = &cs
+	}
 	if r.cfg.HA.Enabled {
 		ha := r.ha.get()
 		st.HA = &ha
@@ -124,6 +145,40 @@ type counters struct {
 
 	mu     sync.Mutex
 	rounds Histogram
+	// The simple protocol's checksum counts: of the decoders of finished runs (csDone)
+	// and of the running one (csDec, nil when none).
+	csDone simple.Stats
+	csDec  *simple.Decoder
+}
+
+// checksumDecoder makes d the running decoder whose counts Status adds; the returned
+// func, called when its run ends, keeps them.
+func (c *counters) checksumDecoder(d *simple.Decoder) (done func()) {
+	c.mu.Lock()
+	c.csDec = d
+	c.mu.Unlock()
+	return func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		st := d.Stats()
+		c.csDone.RowsVerified += st.RowsVerified
+		c.csDone.RowsWithoutChecksum += st.RowsWithoutChecksum
+		c.csDone.Mismatches += st.Mismatches
+		c.csDec = nil
+	}
+}
+
+func (c *counters) checksumStats() ChecksumStats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st := c.csDone
+	if c.csDec != nil {
+		live := c.csDec.Stats()
+		st.RowsVerified += live.RowsVerified
+		st.RowsWithoutChecksum += live.RowsWithoutChecksum
+		st.Mismatches += live.Mismatches
+	}
+	return ChecksumStats{RowsVerified: int64(st.RowsVerified), RowsWithoutChecksum: int64(st.RowsWithoutChecksum), Mismatches: int64(st.Mismatches)}
 }
 
 func (c *counters) observeRound(d time.Duration) {

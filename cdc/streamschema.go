@@ -23,7 +23,6 @@ package cdc
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"slices"
 	"strings"
@@ -37,7 +36,6 @@ import (
 
 	"github.com/tidb-parity/parity/cdc/open"
 	"github.com/tidb-parity/parity/cdc/upstream"
-	"github.com/tidb-parity/parity/internal/tso"
 )
 
 // tableDef is a table as the stream's DDLs define it.
@@ -75,6 +73,10 @@ type streamSchemas struct {
 	below uint64
 	// fallback reads a table the stream has not defined, as of ts.
 	fallback func(ctx context.Context, schema, table string, ts uint64) (*upstream.Table, error)
+	// defs (nil: none) reads the definition a DDL of a table the stream has not defined
+	// starts from (streamschema_base.go); done lists the DDLs at below that ran.
+	defs func(ctx context.Context, schema, table string, ts uint64) (*tableDef, error)
+	done map[ddlKey]bool
 
 	mu    sync.Mutex
 	wake  chan struct{}     // closed when progress advances
@@ -82,6 +84,7 @@ type streamSchemas struct {
 	hist  map[tableKey][]schemaVersion
 	ddls  map[ddlKey]bool
 	cache map[tableKey]cachedTable // fallback reads, dropped at every DDL
+	base  map[tableKey]*tableDef   // while a DDL is recorded: what it starts from (bases)
 }
 
 func newStreamSchemas(below uint64, fallback func(ctx context.Context, schema, table string, ts uint64) (*upstream.Table, error)) *streamSchemas {
@@ -97,7 +100,7 @@ func (s *streamSchemas) complete(ctx context.Context, pk partKey, evs []open.Eve
 		ev := &evs[i]
 		top = max(top, ev.CommitTs)
 		if ev.Kind == open.KindDDL {
-			if err := s.ddl(ev); err != nil {
+			if err := s.ddl(ctx, ev); err != nil {
 				return fmt.Errorf("tracking the table definitions of DDL %q at commit ts %d: %w", ev.Query, ev.CommitTs, err)
 			}
 		}
@@ -186,25 +189,48 @@ func (s *streamSchemas) table(ctx context.Context, pk partKey, schema, table str
 }
 
 // ddl records the table definitions a DDL leaves.
-func (s *streamSchemas) ddl(ev *open.Event) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+func (s *streamSchemas) ddl(ctx context.Context, ev *open.Event) error {
 	k := newDDLKey(ev.CommitTs, ev.Query)
-	if s.ddls[k] {
+	s.mu.Lock()
+	seen := s.ddls[k]
+	s.mu.Unlock()
+	if seen {
 		return nil
 	}
 	stmts, _, err := parser.New().ParseSQL(ev.Query)
 	if err != nil {
 		return err
 	}
+	base, err := s.bases(ctx, k, ev, stmts)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ddls[k] { // another partition's copy was recorded meanwhile
+		return nil
+	}
 	s.ddls[k] = true
 	clear(s.cache)
+	s.base = base
+	defer func() { s.base = nil }()
 	for _, st := range stmts {
 		if err := s.stmt(st, ev.Schema, ev.CommitTs); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// latest returns a table's latest definition: the stream's, else the one read for the
+// DDL being recorded (bases); nil when neither (unknown, or dropped). fromBase says
+// it is the one read.
+func (s *streamSchemas) latest(k tableKey) (def *tableDef, fromBase bool) {
+	if cur := s.current(k); cur != nil && (cur.def != nil || !cur.unknown) {
+		return cur.def, false
+	}
+	d := s.base[k]
+	return d, d != nil
 }
 
 // current returns the latest version of a table (nil when none).
@@ -244,12 +270,15 @@ func (s *streamSchemas) stmt(st ast.StmtNode, schema string, ts uint64) error {
 	}
 	// alter edits a copy of the table's latest definition.
 	alter := func(k tableKey, fn func(d *tableDef) error) error {
-		cur := s.current(k)
-		if cur == nil || cur.def == nil {
+		cur, fromBase := s.latest(k)
+		if cur == nil {
 			return s.set(k, ts, nil, true)
 		}
-		d := cur.def.clone()
+		d := cur.clone()
 		if err := fn(d); err != nil {
+			if fromBase { // the definition read already had the DDL's effect: read it again for rows
+				return s.set(k, ts, nil, true)
+			}
 			return fmt.Errorf("table %s.%s: %w", k.Schema, k.Table, err)
 		}
 		return s.set(k, ts, d, false)
@@ -258,11 +287,11 @@ func (s *streamSchemas) stmt(st ast.StmtNode, schema string, ts uint64) error {
 	case *ast.CreateTableStmt:
 		k := name(st.Table)
 		if st.ReferTable != nil {
-			src := s.current(name(st.ReferTable))
-			if src == nil || src.def == nil {
+			src, _ := s.latest(name(st.ReferTable))
+			if src == nil {
 				return s.set(k, ts, nil, true)
 			}
-			return s.set(k, ts, src.def.clone(), false)
+			return s.set(k, ts, src.clone(), false)
 		}
 		d := &tableDef{}
 		for _, cd := range st.Cols {
@@ -278,16 +307,16 @@ func (s *streamSchemas) stmt(st ast.StmtNode, schema string, ts uint64) error {
 		k := name(st.Table)
 		for _, sp := range st.Specs {
 			if sp.Tp == ast.AlterTableRenameTable {
-				cur := s.current(k)
+				cur, _ := s.latest(k)
 				nk := name(sp.NewTable)
 				if err := s.set(k, ts, nil, false); err != nil {
 					return err
 				}
-				if cur == nil || cur.def == nil {
+				if cur == nil {
 					if err := s.set(nk, ts, nil, true); err != nil {
 						return err
 					}
-				} else if err := s.set(nk, ts, cur.def, false); err != nil {
+				} else if err := s.set(nk, ts, cur, false); err != nil {
 					return err
 				}
 				k = nk
@@ -300,15 +329,15 @@ func (s *streamSchemas) stmt(st ast.StmtNode, schema string, ts uint64) error {
 	case *ast.RenameTableStmt:
 		for _, tt := range st.TableToTables {
 			from, to := name(tt.OldTable), name(tt.NewTable)
-			cur := s.current(from)
+			cur, _ := s.latest(from)
 			if err := s.set(from, ts, nil, false); err != nil {
 				return err
 			}
-			if cur == nil || cur.def == nil {
+			if cur == nil {
 				if err := s.set(to, ts, nil, true); err != nil {
 					return err
 				}
-			} else if err := s.set(to, ts, cur.def, false); err != nil {
+			} else if err := s.set(to, ts, cur, false); err != nil {
 				return err
 			}
 		}
@@ -501,44 +530,4 @@ func alterSpec(d *tableDef, sp *ast.AlterTableSpec) error {
 		}
 	}
 	return nil
-}
-
-// schemaReadError is a failure to read a table's definition from a database: not the
-// record's fault, so it stops the reader instead of being held against the record.
-type schemaReadError struct{ err error }
-
-func (e *schemaReadError) Error() string { return e.err.Error() }
-func (e *schemaReadError) Unwrap() error { return e.err }
-
-// schemaFallback reads a table the stream has not defined: from the upstream at the
-// row's commit ts when upstream.dsn is set, else the fallback's current definition (its
-// schema mapped by changefeed.schema-map).
-func (r *Replicator) schemaFallback(cfg Config, down *sql.DB) func(ctx context.Context, schema, table string, ts uint64) (*upstream.Table, error) {
-	return func(ctx context.Context, schema, table string, ts uint64) (*upstream.Table, error) {
-		qctx, cancel := context.WithTimeout(ctx, cfg.Applier.QueryTimeout)
-		defer cancel()
-		if r.rows != nil {
-			conn, err := r.rows.db.Conn(qctx)
-			if err != nil {
-				return nil, &schemaReadError{fmt.Errorf("upstream: %w", err)}
-			}
-			defer conn.Close()
-			release, err := tso.At(qctx, conn, ts)
-			if err != nil {
-				return nil, &schemaReadError{fmt.Errorf("upstream at ts %d: %w", ts, err)}
-			}
-			defer release()
-			t, err := upstream.LoadTable(qctx, conn, schema, table)
-			if err != nil {
-				return nil, &schemaReadError{fmt.Errorf("upstream at ts %d: %w", ts, tso.Hint(err))}
-			}
-			return t, nil
-		}
-		t, err := upstream.LoadTable(qctx, down, cfg.targetSchema(schema), table)
-		if err != nil {
-			return nil, &schemaReadError{fmt.Errorf("fallback (no upstream.dsn): %w", err)}
-		}
-		t.Schema = schema
-		return t, nil
-	}
 }

@@ -3,6 +3,7 @@ package cdc
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -122,5 +123,69 @@ func TestStreamSchemasDDL(t *testing.T) {
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Errorf("waiting row after cancel: %v", err)
+	}
+}
+
+// TestStreamSchemasDDLOfUndefinedTable: a DDL of a table the stream has not defined
+// (created before the changefeed, or before the checkpoint a restart resumes from)
+// starts from the table's definition read just before it (commit ts - 1), so the rows
+// after an ADD COLUMN have the column before the DDL ran downstream; a DDL at or below
+// the checkpoint that ran (ddl_applied) reads nothing; a definition that already has the
+// DDL's effect leaves the rows to read the table again; a table not there either is left
+// to the rows' read.
+func TestStreamSchemasDDLOfUndefinedTable(t *testing.T) {
+	kv := &tableDef{cols: []upstream.ColumnDef{{Name: "id", DataType: "bigint"}, {Name: "v", DataType: "varchar", Nullable: true}},
+		idxs: []upstream.IndexDef{{Name: "PRIMARY", Primary: true, Unique: true, Columns: []string{"id"}}}}
+	var reads []string
+	s := newStreamSchemas(100, func(ctx context.Context, schema, table string, ts uint64) (*upstream.Table, error) {
+		return upstream.NewTable(schema, table, kv.cols, kv.idxs) // the fallback's current definition: no DDL run yet
+	})
+	s.done = map[ddlKey]bool{newDDLKey(100, "ALTER TABLE `d`.`done` ADD COLUMN `x` INT"): true}
+	s.defs = func(ctx context.Context, schema, table string, ts uint64) (*tableDef, error) {
+		reads = append(reads, fmt.Sprintf("%s.%s@%d", schema, table, ts))
+		switch table {
+		case "gone":
+			return nil, fmt.Errorf("table %s.%s %w", schema, table, upstream.ErrNoTable)
+		case "had":
+			d := kv.clone()
+			d.cols = append(d.cols, upstream.ColumnDef{Name: "w", DataType: "int", Nullable: true})
+			return d, nil
+		}
+		return kv.clone(), nil
+	}
+	ddl := func(ts uint64, q string) {
+		t.Helper()
+		if err := s.complete(context.Background(), partKey{Topic: "t"}, []open.Event{{Kind: open.KindDDL, CommitTs: ts, Schema: "d", Query: q}}); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	row := func(table string, ts uint64, cols ...string) error {
+		ev := open.Event{Kind: open.KindRow, CommitTs: ts, Schema: "d", Table: table, Op: open.OpInsert}
+		for _, c := range cols {
+			ev.Columns = append(ev.Columns, open.Column{Name: c})
+		}
+		return s.complete(context.Background(), partKey{Topic: "t"}, []open.Event{ev})
+	}
+	ddl(100, "ALTER TABLE `d`.`done` ADD COLUMN `x` INT") // at the checkpoint and ran: nothing read
+	ddl(90, "ALTER TABLE `d`.`old` ADD COLUMN `x` INT")   // below the checkpoint: ran
+	ddl(110, "ALTER TABLE `d`.`kv` ADD COLUMN `w` INT")   // read at 109, then w added
+	ddl(120, "ALTER TABLE `d`.`kv` ADD INDEX `iw`(`w`)")  // defined now: nothing read
+	ddl(130, "ALTER TABLE `d`.`had` ADD COLUMN `w` INT")  // the definition read has w already
+	ddl(140, "RENAME TABLE `d`.`gone` TO `d`.`gone2`")    // not there
+	ddl(150, "CREATE TABLE `d`.`like` LIKE `d`.`model`")  // the model read at 149
+	if got, want := strings.Join(reads, " "), "d.kv@109 d.had@129 d.gone@139 d.model@149"; got != want {
+		t.Errorf("definitions read: %s, want %s", got, want)
+	}
+	if err := row("kv", 111, "id", "v", "w"); err != nil {
+		t.Errorf("a row after the ADD COLUMN: %v", err)
+	}
+	if err := row("had", 131, "id", "v", "w"); err == nil || !strings.Contains(err.Error(), "lacks") {
+		t.Errorf("a row of a table whose DDL was not applied to the definition read reads the fallback's (no w): %v", err)
+	}
+	if err := row("like", 151, "id", "v"); err != nil {
+		t.Errorf("a row of the table created LIKE the model: %v", err)
+	}
+	if len(reads) != 4 {
+		t.Errorf("rows read definitions: %v", reads)
 	}
 }

@@ -52,6 +52,7 @@ type cdcCollector struct {
 	rows, ddls, deadLetters, decodeErrors, retries   *prometheus.Desc
 	fetched, state, rounds                           *prometheus.Desc
 	haActive, haTakeovers, haEpoch                   *prometheus.Desc
+	csVerified, csWithout, csMismatches              *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*cdcCollector)(nil)
@@ -83,6 +84,9 @@ func newCDCCollector(status func() cdc.Status) *cdcCollector {
 		fetched:       d("upstream_rows_fetched_total", "Handle-key-only row events completed by reading the row from the upstream TiDB since start.", l),
 		state:         d("applier_state", "The replicator's state: 1 for the current one of starting, running, stopped, failed; 0 for the others.", []string{"changefeed", "state"}),
 		rounds:        d("apply_round_duration_seconds", "How long each apply round took: the rows up to a resolved ts (and the DDLs due) applied and the checkpoint recorded.", l),
+		csVerified:    d("checksum_rows_verified_total", "With changefeed.protocol simple: row images whose values hash to TiCDC's row checksum, since start.", l),
+		csWithout:     d("checksum_rows_without_checksum_total", "With changefeed.protocol simple: row images TiCDC sent no checksum for (checksums off, an all-NULL row, a half of a split UPDATE, a handle-key-only row), since start.", l),
+		csMismatches:  d("checksum_mismatches_total", "With changefeed.protocol simple: row images that do not hash to TiCDC's row checksum or that TiCDC flagged corrupted, since start (each stops its partition, or is dead-lettered).", l),
 		haActive: prometheus.NewDesc("parity_ha_active", "With ha.enabled: 1 while this daemon holds the changefeed's lease and applies, 0 while it stands by.",
 			[]string{"changefeed", "instance"}, nil),
 		haTakeovers: prometheus.NewDesc("parity_ha_takeovers_total", "With ha.enabled: leases this daemon acquired since start (its first one included).",
@@ -96,7 +100,7 @@ func newCDCCollector(status func() cdc.Status) *cdcCollector {
 func (c *cdcCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.checkpoint, c.checkpointLag, c.resolved, c.resolvedLag, c.partResolved,
 		c.partLag, c.buffered, c.spilled, c.bufferedBytes, c.pendingDDLs, c.rows, c.ddls, c.deadLetters, c.decodeErrors,
-		c.retries, c.fetched, c.state, c.rounds, c.haActive, c.haTakeovers, c.haEpoch} {
+		c.retries, c.fetched, c.state, c.rounds, c.haActive, c.haTakeovers, c.haEpoch, c.csVerified, c.csWithout, c.csMismatches} {
 		ch <- d
 	}
 }
@@ -145,6 +149,11 @@ func (c *cdcCollector) Collect(ch chan<- prometheus.Metric) {
 		buckets[b] = st.Rounds.Counts[i]
 	}
 	ch <- prometheus.MustNewConstHistogram(c.rounds, st.Rounds.Count, st.Rounds.Sum, buckets, cf)
+	if cs := st.Checksums; cs != nil {
+		ctr(c.csVerified, cs.RowsVerified)
+		ctr(c.csWithout, cs.RowsWithoutChecksum)
+		ctr(c.csMismatches, cs.Mismatches)
+	}
 	if ha := st.HA; ha != nil {
 		active := 0.0
 		if ha.Role == "active" {

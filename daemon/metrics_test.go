@@ -67,6 +67,41 @@ func TestCDCCollectorMetricsLint(t *testing.T) {
 	if n := testutil.CollectAndCount(newCDCCollector(haStatus), "parity_ha_active", "parity_ha_takeovers_total", "parity_ha_lease_epoch"); n != 3 {
 		t.Fatalf("%d ha metrics, want 3", n)
 	}
+	// With the simple protocol: parity_cdc_checksum_* from the decoder's Stats.
+	simple, err := cdc.New(func() cdc.Config {
+		c := cdc.DefaultConfig()
+		c.Changefeed.Brokers = []string{"127.0.0.1:1"}
+		c.Changefeed.Topics = []string{"t"}
+		c.Changefeed.Protocol = cdc.ProtocolSimple
+		c.Downstream.DSN = "root@tcp(127.0.0.1:1)/"
+		return c
+	}(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if problems, err := testutil.CollectAndLint(newCDCCollector(simple.Status)); err != nil || len(problems) > 0 {
+		t.Fatalf("lint with simple: %v %v", problems, err)
+	}
+	if n := testutil.CollectAndCount(newCDCCollector(simple.Status), "parity_cdc_checksum_rows_verified_total",
+		"parity_cdc_checksum_rows_without_checksum_total", "parity_cdc_checksum_mismatches_total"); n != 3 {
+		t.Fatalf("%d checksum metrics with the simple protocol, want 3", n)
+	}
+	if n := testutil.CollectAndCount(newCDCCollector(status), "parity_cdc_checksum_rows_verified_total"); n != 0 {
+		t.Fatalf("checksum metrics with the open protocol: %d", n)
+	}
+	counts := func() cdc.Status {
+		st := simple.Status()
+		st.Checksums = &cdc.ChecksumStats{RowsVerified: 7, RowsWithoutChecksum: 2, Mismatches: 1}
+		return st
+	}
+	wantText := `
+# HELP parity_cdc_checksum_mismatches_total With changefeed.protocol simple: row images that do not hash to TiCDC's row checksum or that TiCDC flagged corrupted, since start (each stops its partition, or is dead-lettered).
+# TYPE parity_cdc_checksum_mismatches_total counter
+parity_cdc_checksum_mismatches_total{changefeed="default"} 1
+`
+	if err := testutil.CollectAndCompare(newCDCCollector(counts), strings.NewReader(wantText), "parity_cdc_checksum_mismatches_total"); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // The bypass detector's collector passes the linter, exports parity_bypass_* from its

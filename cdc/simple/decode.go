@@ -1,6 +1,7 @@
 package simple
 
 import (
+	"bytes"
 	"cmp"
 	"encoding/hex"
 	"encoding/json"
@@ -61,6 +62,9 @@ type Decoder struct {
 
 	mu     sync.RWMutex
 	tables map[tableKey]*cached
+	// learned lists, in order, the keys whose entry a record added or changed (not
+	// ImportSchemas): SchemasSince's marks are positions in it.
+	learned []tableKey
 
 	states chan *state // scratch of finished calls, for the next ones
 
@@ -76,6 +80,7 @@ type tableKey struct {
 // an error for the table's rows, not for the DDL that carried it).
 type cached struct {
 	wire *wireTableSchema
+	raw  []byte // wire as JSON (ExportSchemas, SchemasSince)
 	t    *table
 	err  error
 }
@@ -164,7 +169,7 @@ func (d *Decoder) decodeSlow(value []byte) ([]open.Event, error) {
 		if m.TableSchema == nil {
 			return nil, &DecodeError{Field: "tableSchema", Err: fmt.Errorf("%w: a BOOTSTRAP without tableSchema", ErrMissingField)}
 		}
-		d.learn(m.TableSchema)
+		d.learn(m.TableSchema, true)
 		return []open.Event{}, nil
 	case ddlTypes[m.Type]:
 		return d.ddl(m)
@@ -230,13 +235,19 @@ func parse(value []byte) (*wireMessage, error) {
 }
 
 // learn caches a table schema; a schema that cannot describe rows is cached as the
-// error its rows will get.
-func (d *Decoder) learn(w *wireTableSchema) {
+// error its rows will get. record says the schema came from a record (not
+// ImportSchemas): a new or changed entry is then listed for SchemasSince.
+func (d *Decoder) learn(w *wireTableSchema, record bool) {
 	t, err := newTable(w)
+	raw, _ := json.Marshal(w) // cannot fail: w was decoded from JSON
 	k := tableKey{w.Schema, w.Table, w.Version}
 	d.mu.Lock()
-	d.tables[k] = &cached{wire: w, t: t, err: err}
-	d.mu.Unlock()
+	defer d.mu.Unlock()
+	old := d.tables[k]
+	d.tables[k] = &cached{wire: w, raw: raw, t: t, err: err}
+	if record && (old == nil || !bytes.Equal(old.raw, raw)) {
+		d.learned = append(d.learned, k)
+	}
 }
 
 // ExportSchemas returns every cached table schema (TiCDC's tableSchema JSON, as a JSON
@@ -256,7 +267,9 @@ func (d *Decoder) ExportSchemas() ([]byte, error) {
 	return json.Marshal(ws)
 }
 
-// ImportSchemas adds the schemas ExportSchemas returned to the cache.
+// ImportSchemas adds the schemas ExportSchemas returned (or a JSON array of
+// SchemaEntry.TableSchema) to the cache. They are not reported by SchemasSince: they
+// are kept wherever they came from.
 func (d *Decoder) ImportSchemas(data []byte) error {
 	var ws []*wireTableSchema
 	if err := json.Unmarshal(data, &ws); err != nil {
@@ -266,9 +279,40 @@ func (d *Decoder) ImportSchemas(data []byte) error {
 		if w == nil {
 			return fmt.Errorf("import simple-protocol schemas: entry %d is null", i)
 		}
-		d.learn(w)
+		d.learn(w, false)
 	}
 	return nil
+}
+
+// SchemaEntry is one table schema of the cache, keyed as rows name it.
+type SchemaEntry struct {
+	Schema, Table string
+	Version       uint64
+	// TableSchema is TiCDC's tableSchema JSON; a JSON array of them is what
+	// ImportSchemas takes.
+	TableSchema []byte
+}
+
+// SchemasSince returns the table schemas that records added to the cache (or changed)
+// after mark — each once, as the cache holds it now — and the mark to pass next time.
+// Mark 0 is a new Decoder's cache. A consumer that keeps the cache beside its offsets
+// saves what SchemasSince returns with the offsets and moves its mark only when they
+// are saved: a record decoded before the call has its schemas in the result or before
+// mark.
+func (d *Decoder) SchemasSince(mark int) ([]SchemaEntry, int) {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	mark = min(max(mark, 0), len(d.learned))
+	var out []SchemaEntry
+	seen := map[tableKey]bool{}
+	for _, k := range d.learned[mark:] {
+		if seen[k] {
+			continue
+		}
+		seen[k] = true
+		out = append(out, SchemaEntry{Schema: k.schema, Table: k.table, Version: k.version, TableSchema: d.tables[k].raw})
+	}
+	return out, len(d.learned)
 }
 
 func (d *Decoder) ddl(m *wireMessage) ([]open.Event, error) {
@@ -280,11 +324,11 @@ func (d *Decoder) ddl(m *wireMessage) ([]open.Event, error) {
 	}
 	ev := open.Event{Kind: open.KindDDL, CommitTs: *m.CommitTs, Query: m.SQL}
 	if m.PreTableSchema != nil {
-		d.learn(m.PreTableSchema)
+		d.learn(m.PreTableSchema, true)
 		ev.Schema, ev.Table = m.PreTableSchema.Schema, m.PreTableSchema.Table
 	}
 	if m.TableSchema != nil {
-		d.learn(m.TableSchema)
+		d.learn(m.TableSchema, true)
 		ev.Schema, ev.Table = m.TableSchema.Schema, m.TableSchema.Table
 	}
 	return []open.Event{ev}, nil

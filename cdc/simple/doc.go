@@ -32,8 +32,10 @@
 // DDL to every partition, so a stream read from its beginning never hits this. A
 // consumer that resumes mid-stream must first fill the cache: feed the partition's
 // earlier DDL and BOOTSTRAP records to LearnSchema (or to Decode), re-read from an
-// offset before the table's last BOOTSTRAP, or keep ExportSchemas beside its committed
-// offsets and ImportSchemas on start.
+// offset before the table's last BOOTSTRAP, or keep the cache beside its committed
+// offsets and ImportSchemas it on start: ExportSchemas all of it, or SchemasSince
+// only what records added since the last save (parity's replicator writes those in
+// the transaction of each checkpoint, into <meta-schema>.simple_schema).
 //
 // # Row checksums
 //
@@ -76,6 +78,7 @@
 //	errors.Is(err, simple.ErrChecksum) / simple.ErrCorrupted / simple.ErrNoSchema
 //	st := d.Stats()                                                   // RowsVerified, RowsWithoutChecksum, Mismatches (for metrics)
 //	b, _ := d.ExportSchemas(); d.ImportSchemas(b)                     // resuming mid-stream
+//	added, mark = d.SchemasSince(mark)                                // what to save with the next offsets
 //
 // A BOOTSTRAP record decodes to no events (and no error): its offset is done.
 package simple

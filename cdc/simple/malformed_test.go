@@ -238,3 +238,65 @@ func TestExportImportSchemas(t *testing.T) {
 		t.Error("a null schema imported")
 	}
 }
+
+// TestSchemasSince: what records add to the cache is reported once, from the caller's
+// mark; a BOOTSTRAP repeating a cached schema adds nothing, a changed one is reported
+// again; imported schemas are not reported; a JSON array of the reported TableSchema
+// restores a decoder that decodes the rows.
+func TestSchemasSince(t *testing.T) {
+	d, err := NewDecoder(DefaultDecoderConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, mark := d.SchemasSince(0); len(got) != 0 || mark != 0 {
+		t.Fatalf("empty decoder: %d entries, mark %d", len(got), mark)
+	}
+	mustDecode := func(v string) {
+		t.Helper()
+		if _, err := d.Decode(nil, []byte(v)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustDecode(testBootstrap)
+	mustDecode(testBootstrap) // TiCDC repeats a BOOTSTRAP per partition and periodically
+	got, mark := d.SchemasSince(0)
+	if len(got) != 1 || got[0].Schema != "s" || got[0].Table != "t" || got[0].Version != 7 || mark != 1 {
+		t.Fatalf("after a BOOTSTRAP twice: %+v, mark %d", got, mark)
+	}
+	if again, m := d.SchemasSince(mark); len(again) != 0 || m != mark {
+		t.Fatalf("nothing new since mark %d: %+v, mark %d", mark, again, m)
+	}
+	mustDecode(testKeyless)
+	changed := strings.Replace(testBootstrap, `"length":8}`, `"length":9}`, 1) // same version, other content
+	mustDecode(changed)
+	got, mark2 := d.SchemasSince(mark)
+	if len(got) != 2 || got[0].Table != "k" || got[1].Table != "t" || !strings.Contains(string(got[1].TableSchema), `"length":9`) || mark2 != 3 {
+		t.Fatalf("since mark %d: %+v, mark %d", mark, got, mark2)
+	}
+
+	all, _ := d.SchemasSince(0)
+	arr := []byte("[")
+	for i, e := range all {
+		if i > 0 {
+			arr = append(arr, ',')
+		}
+		arr = append(arr, e.TableSchema...)
+	}
+	arr = append(arr, ']')
+	fresh, _ := NewDecoder(DefaultDecoderConfig())
+	if err := fresh.ImportSchemas(arr); err != nil {
+		t.Fatal(err)
+	}
+	if got, m := fresh.SchemasSince(0); len(got) != 0 || m != 0 {
+		t.Fatalf("imported schemas reported: %+v, mark %d", got, m)
+	}
+	if _, err := fresh.Decode(nil, []byte(row("INSERT", `,"data":{"id":"1","e":null,"b":null,"ts":null}`))); err != nil {
+		t.Fatalf("a row after the import: %v", err)
+	}
+	if _, err := fresh.Decode(nil, []byte(changed)); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := fresh.SchemasSince(0); len(got) != 0 {
+		t.Fatalf("a BOOTSTRAP equal to an imported schema reported: %+v", got)
+	}
+}

@@ -3,6 +3,7 @@ package upstream
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -86,70 +87,81 @@ type columnDef struct {
 	nullable                          bool
 }
 
+// ErrNoTable is LoadDefs' and LoadTable's error for a table that does not exist.
+var ErrNoTable = errors.New("does not exist")
+
 // LoadTable reads a table's definition from TiDB's information_schema and computes the
 // column flags the way TiCDC does (tiflow cdc/model/schema_storage.go initColumnsFlag on
 // top of the column flags TiDB's DDL sets).
 func LoadTable(ctx context.Context, db Querier, schema, table string) (*Table, error) {
+	cols, idxs, err := LoadDefs(ctx, db, schema, table)
+	if err != nil {
+		return nil, err
+	}
+	return NewTable(schema, table, cols, idxs)
+}
+
+// LoadDefs reads a table's column and index definitions from information_schema (TiDB's
+// or MySQL's), as NewTable takes them; an index's expression parts are left out.
+func LoadDefs(ctx context.Context, db Querier, schema, table string) ([]ColumnDef, []IndexDef, error) {
 	rows, err := db.QueryContext(ctx, `SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, IS_NULLABLE, EXTRA
 		FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION`, schema, table)
 	if err != nil {
-		return nil, fmt.Errorf("read columns of %s.%s: %w", schema, table, err)
+		return nil, nil, fmt.Errorf("read columns of %s.%s: %w", schema, table, err)
 	}
-	var defs []columnDef
+	var cols []ColumnDef
+	pos := map[string]string{} // lower-case name → name
 	for rows.Next() {
-		var d columnDef
-		var nullable string
-		if err := rows.Scan(&d.name, &d.dataType, &d.columnType, &nullable, &d.extra); err != nil {
+		var c ColumnDef
+		var columnType, nullable, extra string
+		if err := rows.Scan(&c.Name, &c.DataType, &columnType, &nullable, &extra); err != nil {
 			rows.Close()
-			return nil, fmt.Errorf("read columns of %s.%s: %w", schema, table, err)
+			return nil, nil, fmt.Errorf("read columns of %s.%s: %w", schema, table, err)
 		}
-		d.dataType = strings.ToLower(d.dataType)
-		d.columnType = strings.ToLower(d.columnType)
-		d.extra = strings.ToLower(d.extra) // TiDB and MariaDB say "STORED GENERATED"
-		d.nullable = nullable == "YES"
-		defs = append(defs, d)
+		c.DataType = strings.ToLower(c.DataType)
+		c.Unsigned = strings.Contains(strings.ToLower(columnType), "unsigned")
+		c.Nullable = nullable == "YES"
+		c.Generated = strings.Contains(strings.ToLower(extra), "generated") // TiDB and MariaDB say "STORED GENERATED"
+		cols = append(cols, c)
+		pos[strings.ToLower(c.Name)] = c.Name
 	}
 	if err := rows.Close(); err != nil {
-		return nil, fmt.Errorf("read columns of %s.%s: %w", schema, table, err)
+		return nil, nil, fmt.Errorf("read columns of %s.%s: %w", schema, table, err)
 	}
-	if len(defs) == 0 {
-		return nil, fmt.Errorf("table %s.%s does not exist", schema, table)
-	}
-	pos := map[string]int{}
-	for i, d := range defs {
-		pos[strings.ToLower(d.name)] = i
+	if len(cols) == 0 {
+		return nil, nil, fmt.Errorf("table %s.%s %w", schema, table, ErrNoTable)
 	}
 
 	rows, err = db.QueryContext(ctx, `SELECT INDEX_NAME, NON_UNIQUE, COLUMN_NAME FROM information_schema.STATISTICS
 		WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? ORDER BY INDEX_NAME, SEQ_IN_INDEX`, schema, table)
 	if err != nil {
-		return nil, fmt.Errorf("read indexes of %s.%s: %w", schema, table, err)
+		return nil, nil, fmt.Errorf("read indexes of %s.%s: %w", schema, table, err)
 	}
-	var idxs []*index
-	byName := map[string]*index{}
+	var idxs []IndexDef
+	byName := map[string]int{}
 	for rows.Next() {
 		var name, col string
 		var nonUnique int
 		if err := rows.Scan(&name, &nonUnique, &col); err != nil {
 			rows.Close()
-			return nil, fmt.Errorf("read indexes of %s.%s: %w", schema, table, err)
+			return nil, nil, fmt.Errorf("read indexes of %s.%s: %w", schema, table, err)
 		}
-		ix := byName[name]
-		if ix == nil {
-			ix = &index{name: name, unique: nonUnique == 0, primary: strings.EqualFold(name, "PRIMARY")}
-			byName[name] = ix
-			idxs = append(idxs, ix)
+		i, ok := byName[name]
+		if !ok {
+			i = len(idxs)
+			byName[name] = i
+			idxs = append(idxs, IndexDef{Name: name, Unique: nonUnique == 0, Primary: strings.EqualFold(name, "PRIMARY")})
 		}
-		p, ok := pos[strings.ToLower(col)]
+		c, ok := pos[strings.ToLower(col)]
 		if !ok {
 			continue // an expression index part
 		}
-		ix.cols = append(ix.cols, p)
+		idxs[i].Columns = append(idxs[i].Columns, c)
 	}
 	if err := rows.Close(); err != nil {
-		return nil, fmt.Errorf("read indexes of %s.%s: %w", schema, table, err)
+		return nil, nil, fmt.Errorf("read indexes of %s.%s: %w", schema, table, err)
 	}
-	return buildTable(schema, table, defs, idxs)
+	return cols, idxs, nil
 }
 
 // ColumnDef is a column as a DDL defines it (for NewTable).
