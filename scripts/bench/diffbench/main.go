@@ -45,6 +45,7 @@ import (
 )
 
 type options struct {
+	freshMeta     bool
 	rows          int64
 	seed          uint64
 	holes         int
@@ -107,6 +108,7 @@ func main() {
 	flag.IntVar(&o.extra, "extra", 25, "extra downstream rows in the differences case")
 	flag.IntVar(&o.dirty, "dirty", 100000, "TiDB pair: also time a cdc-scoped diff of this many dirty keys from a changefeed ledger (0: not)")
 	flag.BoolVar(&o.dirtyOnly, "dirty-only", false, "run only the cdc-scoped case (-dirty keys; TiDB pair)")
+	flag.BoolVar(&o.freshMeta, "fresh-meta", false, "drop parity_meta (where parity diff keeps its runs) on the fallback first: an older parity binary refuses a meta schema a newer one migrated (scripts/bench/ab.sh)")
 	flag.Parse()
 	// The bare loop runs at parity's concurrency: follow --concurrency in -parity-args
 	// unless -concurrency was given.
@@ -172,6 +174,14 @@ func run(ctx context.Context, o options) error {
 		}
 		defer s.DB.Close()
 		servers[n.name] = s
+	}
+	if o.freshMeta {
+		qctx, cancel := context.WithTimeout(ctx, time.Minute)
+		_, err := servers["fallback"].DB.ExecContext(qctx, "DROP DATABASE IF EXISTS parity_meta")
+		cancel()
+		if err != nil {
+			return fmt.Errorf("drop parity_meta on the fallback: %w", err)
+		}
 	}
 	// One harness run at a time: every mode writes the shared bench tables (load, inject,
 	// revert), and two runs would undo each other's differences. The lock is a named lock
