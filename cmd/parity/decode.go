@@ -19,6 +19,7 @@ import (
 
 	"github.com/tidb-parity/parity/cdc/canal"
 	"github.com/tidb-parity/parity/cdc/open"
+	"github.com/tidb-parity/parity/cdc/simple"
 	"github.com/tidb-parity/parity/internal/tlsauth"
 )
 
@@ -30,6 +31,7 @@ type recordDecoder interface {
 var (
 	_ recordDecoder = (*open.Decoder)(nil)
 	_ recordDecoder = (*canal.Decoder)(nil)
+	_ recordDecoder = (*simple.Decoder)(nil)
 )
 
 // Exit codes of `parity decode` (the rule of every command: exitClean and the others).
@@ -41,6 +43,7 @@ const (
 // decodeOptions are the flags of `parity decode`.
 type decodeOptions struct {
 	keyFile, valueFile string
+	schemaFiles        []string // simple: DDL or BOOTSTRAP records learned before the value
 	protocol           string
 	compression        string
 	claimCheckDir      string
@@ -63,14 +66,18 @@ func newDecodeCommand() *cobra.Command {
 	var o decodeOptions
 	cmd := &cobra.Command{
 		Use:   "decode",
-		Short: "Print TiCDC open-protocol or canal-json records as JSON lines, one per event",
-		Long: `Decode TiCDC Kafka records (--protocol open-protocol or canal-json) and print one
-JSON object per event (format: docs/decode.md). canal-json records carry no key: give
---value-file alone.
+		Short: "Print TiCDC open-protocol, canal-json or simple records as JSON lines, one per event",
+		Long: `Decode TiCDC Kafka records (--protocol open-protocol, canal-json or simple) and print
+one JSON object per event (format: docs/decode.md). canal-json and simple records are
+read from their value alone: give --value-file without --key-file. A simple row record is
+typed by its table's schema, which DDL and BOOTSTRAP records carry: give those as
+--schema-file (from Kafka they are learned from the partition's records before --offset).
+Every simple row's checksum is verified.
 
 Read one record from files:
   parity decode --key-file key.bin --value-file value.bin [--compression snappy] [--claim-check-dir DIR]
   parity decode --protocol canal-json --value-file value.json
+  parity decode --protocol simple --schema-file bootstrap.json --value-file row.json
 
 or consume a topic from Kafka, from --offset up to the end of each partition as it was
 when the command started (at most --limit records):
@@ -87,7 +94,8 @@ error names the record and where in it), 2 on bad flags or I/O errors.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.protocol, "protocol", "open-protocol", "the changefeed's protocol: open-protocol or canal-json")
+	f.StringVar(&o.protocol, "protocol", "open-protocol", "the changefeed's protocol: open-protocol, canal-json or simple")
+	f.StringArrayVar(&o.schemaFiles, "schema-file", nil, "simple: a DDL or BOOTSTRAP record (file) whose table schema the value's rows need (repeatable)")
 	f.StringVar(&o.keyFile, "key-file", "", "file holding one Kafka record key")
 	f.StringVar(&o.valueFile, "value-file", "", "file holding the record's value")
 	f.StringVar(&o.compression, "compression", "none", "payload compression the changefeed uses (large-message-handle-compression): none, snappy or lz4")
@@ -112,7 +120,7 @@ func (o decodeOptions) validate() error {
 	case files && kafkaMode:
 		errs = append(errs, errors.New("--key-file/--value-file and --brokers/--topic are exclusive"))
 	case files:
-		if o.valueFile == "" || (o.keyFile == "" && o.protocol != "canal-json") {
+		if o.valueFile == "" || (o.keyFile == "" && o.protocol == "open-protocol") {
 			errs = append(errs, errors.New("--key-file and --value-file go together"))
 		}
 	case kafkaMode:
@@ -124,12 +132,15 @@ func (o decodeOptions) validate() error {
 	}
 	switch o.protocol {
 	case "open-protocol":
-	case "canal-json":
+	case "canal-json", "simple":
 		if o.compression != "none" || o.claimCheckDir != "" {
 			errs = append(errs, errors.New("--compression and --claim-check-dir are the open protocol's"))
 		}
 	default:
-		errs = append(errs, fmt.Errorf("--protocol: want open-protocol or canal-json, got %q", o.protocol))
+		errs = append(errs, fmt.Errorf("--protocol: want open-protocol, canal-json or simple, got %q", o.protocol))
+	}
+	if len(o.schemaFiles) > 0 && (o.protocol != "simple" || kafkaMode) {
+		errs = append(errs, errors.New("--schema-file: only with --protocol simple and --value-file (from Kafka the schemas are learned from the partition)"))
 	}
 	if err := open.Compression(o.compression).Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("--compression: %w", err))
@@ -163,9 +174,12 @@ func runDecode(ctx context.Context, o decodeOptions, out io.Writer) error {
 	}
 	var dec recordDecoder
 	var err error
-	if o.protocol == "canal-json" {
+	switch o.protocol {
+	case "canal-json":
 		dec, err = canal.NewDecoder(canal.DecoderConfig{})
-	} else {
+	case "simple":
+		dec, err = simple.NewDecoder(simple.DecoderConfig{})
+	default:
 		dec, err = open.NewDecoder(open.DecoderConfig{
 			Compression: open.Compression(o.compression),
 			ClaimCheck:  claimCheckLoader(o.claimCheckDir),
@@ -205,6 +219,19 @@ func claimCheckLoader(dir string) func(string) ([]byte, error) {
 func decodeFiles(dec recordDecoder, o decodeOptions, w *bufio.Writer) error {
 	var key []byte
 	var err error
+	if sd, ok := dec.(*simple.Decoder); ok {
+		for _, f := range o.schemaFiles {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				return &exitError{decodeExitUsage, fmt.Errorf("read schema: %w", err)}
+			}
+			if ok, err := sd.LearnSchema(b); err != nil {
+				return &exitError{decodeExitUndecodable, fmt.Errorf("%s: %w", f, err)}
+			} else if !ok {
+				return &exitError{decodeExitUsage, fmt.Errorf("--schema-file %s: not a DDL or BOOTSTRAP record", f)}
+			}
+		}
+	}
 	if o.keyFile != "" {
 		if key, err = os.ReadFile(o.keyFile); err != nil {
 			return &exitError{decodeExitUsage, fmt.Errorf("read key: %w", err)}
@@ -314,6 +341,11 @@ func decodePartition(ctx context.Context, dialer *kafka.Dialer, dec recordDecode
 	if start >= last {
 		return 0, nil
 	}
+	if sd, ok := dec.(*simple.Decoder); ok && start > first {
+		if err := learnSchemas(ctx, conn, sd, o, partition, first, start); err != nil {
+			return 0, err
+		}
+	}
 	if _, err := conn.Seek(start, kafka.SeekAbsolute); err != nil {
 		return 0, &exitError{decodeExitUsage, fmt.Errorf("topic %s partition %d: seek %d: %w", o.topic, partition, start, err)}
 	}
@@ -336,11 +368,7 @@ func decodePartition(ctx context.Context, dialer *kafka.Dialer, dec recordDecode
 			evs, err := dec.Decode(m.Key, m.Value)
 			if err != nil {
 				batch.Close()
-				if ce := (*canal.DecodeError)(nil); errors.As(err, &ce) {
-					err = fmt.Errorf("topic %s partition %d offset %d: %w", o.topic, partition, m.Offset, err)
-				} else {
-					err = open.WithRecord(err, o.topic, partition, m.Offset)
-				}
+				err = withRecord(err, o, partition, m.Offset)
 				if h := hint(err, o); h != "" {
 					err = fmt.Errorf("%w%s", err, h)
 				}
@@ -367,9 +395,66 @@ func decodePartition(ctx context.Context, dialer *kafka.Dialer, dec recordDecode
 	return n, nil
 }
 
+// withRecord names the Kafka record in a decoder's error.
+func withRecord(err error, o decodeOptions, partition int, offset int64) error {
+	switch o.protocol {
+	case "canal-json":
+		return fmt.Errorf("topic %s partition %d offset %d: %w", o.topic, partition, offset, err)
+	case "simple":
+		var de *simple.DecodeError
+		var ce *simple.ChecksumError
+		if errors.As(err, &de) || errors.As(err, &ce) {
+			return simple.WithRecord(err, o.topic, partition, offset)
+		}
+		return fmt.Errorf("topic %s partition %d offset %d: %w", o.topic, partition, offset, err)
+	}
+	return open.WithRecord(err, o.topic, partition, offset)
+}
+
+// learnSchemas reads the partition's records from first up to start and gives those
+// that carry table schemas (DDL, BOOTSTRAP) to the simple decoder, so that the rows
+// from start on decode: the table schemas of simple's row records come before them.
+func learnSchemas(ctx context.Context, conn *kafka.Conn, sd *simple.Decoder, o decodeOptions, partition int, first, start int64) error {
+	if _, err := conn.Seek(first, kafka.SeekAbsolute); err != nil {
+		return &exitError{decodeExitUsage, fmt.Errorf("topic %s partition %d: seek %d: %w", o.topic, partition, first, err)}
+	}
+	next := first
+	for next < start {
+		if err := ctx.Err(); err != nil {
+			return &exitError{decodeExitUsage, err}
+		}
+		_ = conn.SetReadDeadline(time.Now().Add(o.timeout))
+		batch := conn.ReadBatch(1, 64<<20)
+		before := next
+		for next < start {
+			m, err := batch.ReadMessage()
+			if err != nil {
+				break
+			}
+			next = m.Offset + 1
+			if m.Offset >= start {
+				break
+			}
+			if _, err := sd.LearnSchema(m.Value); err != nil {
+				batch.Close()
+				return &exitError{decodeExitUndecodable, withRecord(fmt.Errorf("learning the table schemas before offset %d: %w", start, err), o, partition, m.Offset)}
+			}
+		}
+		if err := batch.Close(); err != nil && next < start {
+			return &exitError{decodeExitUsage, fmt.Errorf("topic %s partition %d: read at offset %d: %w", o.topic, partition, next, err)}
+		}
+		if next == before {
+			return &exitError{decodeExitUsage, fmt.Errorf("topic %s partition %d: no record readable at offset %d before %d", o.topic, partition, next, start)}
+		}
+	}
+	return nil
+}
+
 // hint suggests the flag that is probably missing for an error.
 func hint(err error, o decodeOptions) string {
 	switch {
+	case errors.Is(err, simple.ErrNoSchema) && o.valueFile != "":
+		return " (give the table's BOOTSTRAP or DDL record as --schema-file)"
 	case errors.Is(err, open.ErrClaimCheck) && o.claimCheckDir == "":
 		return " (give --claim-check-dir)"
 	case (errors.Is(err, open.ErrSyntax) || errors.Is(err, open.ErrCompression)) && o.compression != "none":
