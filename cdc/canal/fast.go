@@ -229,8 +229,7 @@ func (st *state) decode(value []byte) (evs []open.Event, ok bool) {
 			}
 		}
 	}
-	cols := st.b.Finish()
-	evs = make([]open.Event, nData)
+	evs, cols := st.b.FinishEvents(nData)
 	for i := range evs {
 		c := st.cols[i]
 		evs[i] = open.Event{Kind: open.KindRow, CommitTs: m.commitTs, Schema: m.schema, Table: m.table, Op: op,
