@@ -64,12 +64,10 @@ const (
 )
 
 func (d *Decoder) state() *state {
-	select {
-	case st := <-d.states:
+	if st := d.states.Get(); st != nil {
 		return st
-	default:
-		return &state{names: map[string]string{}, tables: map[tableKey]*tableTypes{}}
 	}
+	return &state{names: map[string]string{}, tables: map[tableKey]*tableTypes{}}
 }
 
 func (d *Decoder) release(st *state) {
@@ -86,10 +84,7 @@ func (d *Decoder) release(st *state) {
 	if len(st.tables) > maxTables {
 		clear(st.tables)
 	}
-	select {
-	case d.states <- st:
-	default:
-	}
+	d.states.Put(st)
 }
 
 func (st *state) intern(b []byte) string {

@@ -40,12 +40,10 @@ const (
 )
 
 func (d *Decoder) state() *state {
-	select {
-	case st := <-d.states:
+	if st := d.states.Get(); st != nil {
 		return st
-	default:
-		return &state{names: map[string]string{}, locs: map[string]*time.Location{}}
 	}
+	return &state{names: map[string]string{}, locs: map[string]*time.Location{}}
 }
 
 func (d *Decoder) release(st *state) {
@@ -60,10 +58,7 @@ func (d *Decoder) release(st *state) {
 	if len(st.locs) > maxNames {
 		clear(st.locs)
 	}
-	select {
-	case d.states <- st:
-	default:
-	}
+	d.states.Put(st)
 }
 
 func (st *state) intern(b []byte) string {
