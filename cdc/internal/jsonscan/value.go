@@ -77,6 +77,10 @@ func (s *Scanner) SmallUint() (v uint64, ok bool) {
 // or exponent (what encoding/json accepts for a uint64). ok is false, and the position
 // is unspecified, for anything else.
 func (s *Scanner) Uint64() (v uint64, ok bool) {
+	s.ws()
+	if v, ok := s.SmallUint(); ok { // most: up to 18 digits, one pass
+		return v, true
+	}
 	raw, err := s.Number()
 	if err != nil {
 		return 0, false
@@ -86,6 +90,17 @@ func (s *Scanner) Uint64() (v uint64, ok bool) {
 
 // Int64 is Uint64 for an int64 (an optional '-').
 func (s *Scanner) Int64() (v int64, ok bool) {
+	s.ws()
+	start := s.Pos
+	if start < len(s.Data) && s.Data[start] == '-' {
+		s.Pos++
+		if v, ok := s.SmallUint(); ok {
+			return -int64(v), true
+		}
+		s.Pos = start
+	} else if v, ok := s.SmallUint(); ok {
+		return int64(v), true
+	}
 	raw, err := s.Number()
 	if err != nil {
 		return 0, false
