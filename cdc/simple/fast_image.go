@@ -39,6 +39,7 @@ func (st *state) image(d *Decoder, t *table, handleOnly bool, out *byteRange) (u
 	if sc.Expect('{') != nil {
 		return 0, false
 	}
+	next := 0 // the member expected next: t.sorted[next]
 	for first := true; ; first = false {
 		name, more, err := sc.Member(first)
 		if err != nil {
@@ -47,8 +48,17 @@ func (st *state) image(d *Decoder, t *table, handleOnly bool, out *byteRange) (u
 		if !more {
 			break
 		}
-		i, ok := t.byName[string(name)]
-		if !ok || present[i] {
+		var i int
+		if next < len(t.sorted) && t.cols[t.sorted[next]].name == string(name) {
+			i = t.sorted[next]
+		} else {
+			var ok bool
+			if i, ok = t.byName[string(name)]; !ok {
+				return 0, false
+			}
+		}
+		next = t.rank[i] + 1
+		if present[i] {
 			return 0, false
 		}
 		present[i] = true

@@ -62,6 +62,11 @@ type table struct {
 	cols         []column
 	byName       map[string]int
 	handle       []int // column positions of the handle key; nil for a keyless table
+	// The columns in the order of their names' bytes, the order TiCDC writes a row
+	// image's members in (encoding/json sorts a map's keys), and each column's place in
+	// it: the fast path expects the next member to name the next column of this order
+	// before it looks the name up.
+	sorted, rank []int
 }
 
 // typeCodes maps tiflow's types.TypeToStr names (charset-dependent for strings) to the
@@ -164,6 +169,15 @@ func newTable(w *wireTableSchema) (*table, error) {
 		}
 		t.byName[c.Name] = i
 		t.cols = append(t.cols, col)
+	}
+	t.sorted = make([]int, len(t.cols))
+	for i := range t.sorted {
+		t.sorted[i] = i
+	}
+	slices.SortFunc(t.sorted, func(a, b int) int { return strings.Compare(t.cols[a].name, t.cols[b].name) })
+	t.rank = make([]int, len(t.cols))
+	for r, i := range t.sorted {
+		t.rank[i] = r
 	}
 	var idxCols [][]int
 	for i, ix := range w.Indexes {
