@@ -62,6 +62,7 @@ type tableTypes struct {
 	mysqlType, sqlType []byte
 
 	names []string       // interned column names
+	plain []bool         // per name: jsonscan.Plain (the row reader may compare its bytes)
 	raw   []string       // the mysqlType texts
 	types []colType      // as columnTypes parses them
 	index map[string]int // name → position

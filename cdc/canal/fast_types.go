@@ -1,6 +1,10 @@
 package canal
 
-import "bytes"
+import (
+	"bytes"
+
+	"github.com/tidb-parity/parity/cdc/internal/jsonscan"
+)
 
 // Every row message repeats its table's mysqlType and sqlType. The fast path keeps the
 // table's last of each (tableTypes) and recognizes an unchanged object by comparing
@@ -160,6 +164,7 @@ func (st *state) types(schema, table string) *tableTypes {
 		n := st.intern(name)
 		tt.index[n] = len(tt.names)
 		tt.names = append(tt.names, n)
+		tt.plain = append(tt.plain, jsonscan.Plain(n))
 		tt.raw = append(tt.raw, raw)
 		tt.types = append(tt.types, t)
 		tt.next = append(tt.next, -1)

@@ -41,20 +41,25 @@ func (st *state) image(d *Decoder, t *table, handleOnly bool, out *byteRange) (u
 	}
 	next := 0 // the member expected next: t.sorted[next]
 	for first := true; ; first = false {
-		name, more, err := sc.Member(first)
-		if err != nil {
-			return 0, false
-		}
-		if !more {
-			break
-		}
-		var i int
-		if next < len(t.sorted) && t.cols[t.sorted[next]].name == string(name) {
+		i := -1
+		if next < len(t.sorted) {
 			i = t.sorted[next]
-		} else {
-			var ok bool
-			if i, ok = t.byName[string(name)]; !ok {
+		}
+		// The expected column, written as TiCDC writes it, is recognized by comparing
+		// bytes; anything else is read and looked up.
+		if i < 0 || !t.cols[i].plain || !sc.MemberIs(first, t.cols[i].name) {
+			name, more, err := sc.Member(first)
+			if err != nil {
 				return 0, false
+			}
+			if !more {
+				break
+			}
+			if i < 0 || t.cols[i].name != string(name) {
+				var ok bool
+				if i, ok = t.byName[string(name)]; !ok {
+					return 0, false
+				}
 			}
 		}
 		next = t.rank[i] + 1

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/tidb-parity/parity/cdc/internal/jsonscan"
 	"github.com/tidb-parity/parity/cdc/open"
 )
 
@@ -53,6 +54,7 @@ type column struct {
 	class    valueClass // how the value is carried and hashed
 	elements int        // ENUM/SET members
 	bits     int64      // BIT width
+	plain    bool       // jsonscan.Plain(name): the fast path may compare a member's bytes
 }
 
 // table is one cached (schema, table, version).
@@ -141,7 +143,7 @@ func newTable(w *wireTableSchema) (*table, error) {
 		if !ok {
 			return nil, fmt.Errorf("%w %q (column %s)", ErrUnknownType, c.DataType.MySQLType, c.Name)
 		}
-		col := column{name: c.Name, typ: code, class: classOf(code)}
+		col := column{name: c.Name, typ: code, class: classOf(code), plain: jsonscan.Plain(c.Name)}
 		binary := strings.EqualFold(c.DataType.Charset, "binary")
 		if col.class == classString && c.DataType.Charset == "" {
 			return nil, fmt.Errorf("%w: column %s (%s) has no charset, so binary and text values cannot be told apart", ErrSchema, c.Name, mt)

@@ -174,6 +174,37 @@ func (s *Scanner) Member(first bool) (name []byte, ok bool, err error) {
 	return name, true, nil
 }
 
+// MemberIs consumes the next member name and the ':' after it when they are written
+// exactly as `"name":` (after a ',' unless first) at the position, and reports whether
+// it did; otherwise nothing is consumed. name must be Plain, so that the JSON string
+// with these bytes is name.
+func (s *Scanner) MemberIs(first bool, name string) bool {
+	data, i := s.Data, s.Pos
+	if !first {
+		if i >= len(data) || data[i] != ',' {
+			return false
+		}
+		i++
+	}
+	end := i + len(name) + 1 // the closing quote
+	if end+1 >= len(data) || data[i] != '"' || data[end] != '"' || data[end+1] != ':' || string(data[i+1:end]) != name {
+		return false
+	}
+	s.Pos = end + 2
+	return true
+}
+
+// Plain reports whether name is written in a JSON string as it is (printable ASCII
+// other than '"' and '\\'), as MemberIs needs.
+func Plain(name string) bool {
+	for i := 0; i < len(name); i++ {
+		if !plainASCII[name[i]] {
+			return false
+		}
+	}
+	return true
+}
+
 // Element prepares the next element of an array whose '[' was consumed: ok is false at
 // the closing ']' (which is consumed).
 func (s *Scanner) Element(first bool) (ok bool, err error) {

@@ -29,3 +29,34 @@ func TestIntegers(t *testing.T) {
 		}
 	}
 }
+
+// TestMemberIs: MemberIs accepts exactly when Member reads the same Plain name from the
+// compact form, and then stops where Member stops; otherwise it consumes nothing.
+func TestMemberIs(t *testing.T) {
+	for _, c := range []struct {
+		in    string
+		first bool
+		name  string
+	}{
+		{`"a":1`, true, "a"}, {`,"a":1`, false, "a"}, {`"a":1`, false, "a"}, {`,"a":1`, true, "a"},
+		{`"ab":1`, true, "a"}, {`"a":1`, true, "ab"}, {`"a" :1`, true, "a"}, {` "a":1`, true, "a"},
+		{`"a"`, true, "a"}, {`"a":`, true, "a"}, {`}`, false, "a"}, {`,"c_bigint_u":"1"`, false, "c_bigint_u"},
+		{`"\u0061":1`, true, "a"}, {`"":1`, true, ""}, {`,"a\"b":1`, false, "a"},
+	} {
+		ref := Scanner{Data: []byte(c.in)}
+		name, more, err := ref.Member(c.first)
+		compactEnd := len(c.name) + 3 // `"name":` with no white space and no escape
+		if !c.first {
+			compactEnd++
+		}
+		want := err == nil && more && string(name) == c.name && ref.Pos == compactEnd
+		s := Scanner{Data: []byte(c.in)}
+		got := s.MemberIs(c.first, c.name)
+		if got != want || (got && s.Pos != ref.Pos) || (!got && s.Pos != 0) {
+			t.Errorf("MemberIs(%v, %q) on %q = %v at %d; Member gives %q, %v, %v at %d", c.first, c.name, c.in, got, s.Pos, name, more, err, ref.Pos)
+		}
+	}
+	if !Plain("c_bigint_u") || Plain(`a"b`) || Plain(`a\b`) || Plain("é") || Plain("a\tb") {
+		t.Error("Plain is wrong")
+	}
+}
