@@ -149,3 +149,28 @@ func TestTypesCache(t *testing.T) {
 		}
 	}
 }
+
+// TestPKNamesCache: the key columns are taken from each message's pkNames, also when
+// they change between messages of a table whose types are cached (and after a message
+// naming a column the table does not have).
+func TestPKNamesCache(t *testing.T) {
+	d, err := NewDecoder(DecoderConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pk := range []string{`["a"]`, `["a"]`, `["b"]`, `["a","b"]`, `["b","a","b"]`, `null`, `["x"]`, `[]`, `["x"]`, `["b"]`} {
+		value := []byte(`{"id":0,"database":"d","table":"t","pkNames":` + pk + `,"isDdl":false,"type":"INSERT","es":1,"ts":2,"sql":"",` +
+			`"sqlType":{"a":4,"b":4},"mysqlType":{"a":"int","b":"int"},"old":null,"data":[{"a":"1","b":"2"}],"_tidb":{"commitTs":5}}`)
+		got, gerr := d.Decode(nil, value)
+		want, werr := decodeSlow(value)
+		if (gerr == nil) != (werr == nil) || !reflect.DeepEqual(got, want) {
+			t.Fatalf("pkNames %s: Decode %+v, %v; decodeSlow %+v, %v", pk, got, gerr, want, werr)
+		}
+		st := d.state()
+		_, ok := st.decode(value)
+		d.release(st)
+		if ok != (pk != `["x"]`) {
+			t.Errorf("pkNames %s: decoded by the fast path %v", pk, ok)
+		}
+	}
+}
