@@ -17,6 +17,8 @@ import (
 	"runtime"
 	"strings"
 
+	"github.com/tidb-parity/parity/cdc/internal/slots"
+
 	"github.com/tidb-parity/parity/cdc/open"
 )
 
@@ -71,7 +73,7 @@ type DecoderConfig struct {
 // tables), never anything a record's events depend on.
 type Decoder struct {
 	max    int
-	states chan *state // scratch of finished calls, for the next ones
+	states *slots.Slots[state] // scratch of finished calls, for the next ones
 }
 
 // NewDecoder returns a decoder.
@@ -82,7 +84,7 @@ func NewDecoder(cfg DecoderConfig) (*Decoder, error) {
 	if cfg.MaxMessageBytes == 0 {
 		cfg.MaxMessageBytes = 64 << 20
 	}
-	return &Decoder{max: cfg.MaxMessageBytes, states: make(chan *state, min(max(2, runtime.GOMAXPROCS(0)), 8))}, nil
+	return &Decoder{max: cfg.MaxMessageBytes, states: slots.New[state](max(2, runtime.GOMAXPROCS(0)))}, nil
 }
 
 // Decode decodes one Kafka record (TiCDC writes canal-json records with an empty key and

@@ -36,6 +36,14 @@ type state struct {
 	oldCols      []span // per event of an UPDATE: its old columns in b
 	tt           *tableTypes
 	query, claim string
+
+	// The table's cached types, looked up once the message's database and table are
+	// read (looked), and whether its mysqlType was found to be the same (then mt and
+	// mtSpans are not filled); mtRaw is where the message's mysqlType object is.
+	cand   *tableTypes
+	looked bool
+	same   bool
+	mtRaw  span
 }
 
 type span struct{ start, end int }
@@ -48,7 +56,13 @@ type tableKey struct{ schema, table string }
 // compared member by member with it (TiCDC writes the members in random order) and
 // parsed again only when it differs.
 type tableTypes struct {
+	// The last mysqlType and sqlType objects of the table, as bytes: a message whose
+	// object starts with the same bytes has the same object (a JSON object ends at its
+	// closing brace), recognized without scanning it (fast_types.go).
+	mysqlType, sqlType []byte
+
 	names []string       // interned column names
+	plain []bool         // per name: jsonscan.Plain (the row reader may compare its bytes)
 	raw   []string       // the mysqlType texts
 	types []colType      // as columnTypes parses them
 	index map[string]int // name → position
@@ -64,18 +78,17 @@ const (
 )
 
 func (d *Decoder) state() *state {
-	select {
-	case st := <-d.states:
+	if st := d.states.Get(); st != nil {
 		return st
-	default:
-		return &state{names: map[string]string{}, tables: map[tableKey]*tableTypes{}}
 	}
+	return &state{names: map[string]string{}, tables: map[tableKey]*tableTypes{}}
 }
 
 func (d *Decoder) release(st *state) {
 	st.b.Reset()
 	st.sc.Reset(nil, keepBytes)
 	st.query, st.claim, st.tt = "", "", nil
+	st.cand, st.looked, st.same = nil, false, false
 	clear(st.pk)
 	if cap(st.mt) > keepBytes {
 		st.mt = nil
@@ -86,10 +99,7 @@ func (d *Decoder) release(st *state) {
 	if len(st.tables) > maxTables {
 		clear(st.tables)
 	}
-	select {
-	case d.states <- st:
-	default:
-	}
+	d.states.Put(st)
 }
 
 func (st *state) intern(b []byte) string {
@@ -161,6 +171,7 @@ func (st *state) decode(value []byte) (evs []open.Event, ok bool) {
 	st.sc.Reset(value, keepBytes)
 	st.mt, st.mtSpans, st.data, st.old, st.pk = st.mt[:0], st.mtSpans[:0], st.data[:0], st.old[:0], st.pk[:0]
 	st.cols, st.oldCols = st.cols[:0], st.oldCols[:0]
+	st.cand, st.looked, st.same, st.mtRaw = nil, false, false, span{}
 	var m fastMessage
 	if !st.message(&m) {
 		return nil, false
@@ -229,8 +240,7 @@ func (st *state) decode(value []byte) (evs []open.Event, ok bool) {
 			}
 		}
 	}
-	cols := st.b.Finish()
-	evs = make([]open.Event, nData)
+	evs, cols := st.b.FinishEvents(nData)
 	for i := range evs {
 		c := st.cols[i]
 		evs[i] = open.Event{Kind: open.KindRow, CommitTs: m.commitTs, Schema: m.schema, Table: m.table, Op: op,
@@ -246,7 +256,7 @@ func (st *state) decode(value []byte) (evs []open.Event, ok bool) {
 
 // prepare finds the table's column types and its primary-key columns.
 func (st *state) prepare(schema, table string) bool {
-	if len(st.mtSpans) == 0 {
+	if !st.same && len(st.mtSpans) == 0 {
 		return false
 	}
 	tt := st.types(schema, table)
@@ -331,7 +341,7 @@ func (st *state) message(m *fastMessage) bool {
 			}
 		case "mysqlType":
 			bit = mMySQLType
-			ok = st.mysqlType()
+			ok = st.mysqlType(m)
 		case "data":
 			bit = mData
 			if st.rowsNow(m, false) {
@@ -351,7 +361,9 @@ func (st *state) message(m *fastMessage) bool {
 		case "_tidb":
 			bit = mTiDB
 			ok = st.tidb(m)
-		case "id", "es", "ts", "sqlType": // TiCDC's members the decoder does not read
+		case "sqlType":
+			ok = st.sqlType(m)
+		case "id", "es", "ts": // TiCDC's members the decoder does not read
 			ok = sc.Skip() == nil
 		default:
 			ok = !foldsToMember(name) && sc.Skip() == nil
@@ -448,36 +460,6 @@ func (st *state) pkNames() bool {
 			return false
 		}
 		st.pk = append(st.pk, st.intern(b))
-	}
-}
-
-// mysqlType copies the members (name, type text) into st.mt.
-func (st *state) mysqlType() bool {
-	sc := &st.sc
-	if sc.Null() {
-		return true
-	}
-	if sc.Expect('{') != nil {
-		return false
-	}
-	for first := true; ; first = false {
-		name, more, err := sc.Member(first)
-		if err != nil {
-			return false
-		}
-		if !more {
-			return true
-		}
-		var mm mtMember
-		mm.name.start = len(st.mt)
-		st.mt = append(st.mt, name...)
-		mm.name.end = len(st.mt)
-		mm.typ.start = len(st.mt)
-		if st.mt, err = sc.AppendStr(st.mt); err != nil {
-			return false
-		}
-		mm.typ.end = len(st.mt)
-		st.mtSpans = append(st.mtSpans, mm)
 	}
 }
 

@@ -10,57 +10,6 @@ import (
 	"github.com/tidb-parity/parity/cdc/open"
 )
 
-// types returns the table's column types as this message's mysqlType gives them.
-func (st *state) types(schema, table string) *tableTypes {
-	key := tableKey{schema, table}
-	if tt := st.tables[key]; tt != nil && st.sameTypes(tt) {
-		return tt
-	}
-	tt := &tableTypes{index: make(map[string]int, len(st.mtSpans)), first: -1}
-	for _, mm := range st.mtSpans {
-		name := st.mt[mm.name.start:mm.name.end]
-		if _, dup := tt.index[string(name)]; dup {
-			return nil
-		}
-		raw := string(st.mt[mm.typ.start:mm.typ.end])
-		t, ok := parseType(raw)
-		if !ok {
-			return nil
-		}
-		n := st.intern(name)
-		tt.index[n] = len(tt.names)
-		tt.names = append(tt.names, n)
-		tt.raw = append(tt.raw, raw)
-		tt.types = append(tt.types, t)
-		tt.next = append(tt.next, -1)
-	}
-	st.tables[key] = tt
-	return tt
-}
-
-// sameTypes reports whether the message's mysqlType has exactly tt's members.
-func (st *state) sameTypes(tt *tableTypes) bool {
-	if len(st.mtSpans) != len(tt.names) {
-		return false
-	}
-	seen := resize(st.rowSeen, len(tt.names))
-	st.rowSeen = seen
-	for _, mm := range st.mtSpans {
-		i, ok := tt.index[string(st.mt[mm.name.start:mm.name.end])]
-		if !ok || seen[i] || tt.raw[i] != string(st.mt[mm.typ.start:mm.typ.end]) {
-			return false
-		}
-		seen[i] = true
-	}
-	return true
-}
-
-// parseType is columnTypes for one mysqlType text.
-func parseType(s string) (colType, bool) {
-	t, err := columnType("", s)
-	return t, err == nil
-}
-
 // row reads one element of data or old into the builder.
 func (st *state) row(tt *tableTypes) (span, bool) {
 	sc := &st.sc
@@ -72,26 +21,30 @@ func (st *state) row(tt *tableTypes) (span, bool) {
 	}
 	prev := -1
 	for first := true; ; first = false {
-		name, more, err := sc.Member(first)
-		if err != nil {
-			return out, false
-		}
-		if !more {
-			break
-		}
 		i := tt.first
 		if prev >= 0 {
 			i = tt.next[prev]
 		}
-		if i < 0 || tt.names[i] != string(name) {
-			var ok bool
-			if i, ok = tt.index[string(name)]; !ok {
+		// The column that followed the previous one in the last row, written as TiCDC
+		// writes it, is recognized by comparing bytes; anything else is read and looked up.
+		if i < 0 || !tt.plain[i] || !sc.MemberIs(first, tt.names[i]) {
+			name, more, err := sc.Member(first)
+			if err != nil {
 				return out, false
 			}
-			if prev >= 0 {
-				tt.next[prev] = i
-			} else {
-				tt.first = i
+			if !more {
+				break
+			}
+			if i < 0 || tt.names[i] != string(name) {
+				var ok bool
+				if i, ok = tt.index[string(name)]; !ok {
+					return out, false
+				}
+				if prev >= 0 {
+					tt.next[prev] = i
+				} else {
+					tt.first = i
+				}
 			}
 		}
 		if seen[i] {

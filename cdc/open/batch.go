@@ -8,6 +8,8 @@ import (
 	"reflect"
 
 	"github.com/pierrec/lz4/v4"
+
+	"github.com/tidb-parity/parity/cdc/internal/jsonscan"
 )
 
 // decodeState is the scratch of one Decode call. The columns of every event of the
@@ -21,7 +23,7 @@ import (
 // interned names are reused; nothing returned to the caller aliases a state.
 type decodeState struct {
 	d     *Decoder
-	sc    scanner
+	sc    jsonscan.Scanner
 	names map[string]string // interned schema, table and column names
 
 	cols []Column  // the record's columns in message order, Value not yet set
@@ -98,7 +100,7 @@ func (st *decodeState) reset() {
 	clear(st.cols) // the names
 	st.cols, st.vals, st.text, st.bin, st.rows = st.cols[:0], st.vals[:0], st.text[:0], st.bin[:0], st.rows[:0]
 	st.last = span{}
-	st.sc.data = nil
+	st.sc.Reset(nil, keepScratchBytes)
 	if cap(st.cols)*int(reflect.TypeFor[Column]().Size()) > keepScratchBytes {
 		st.cols, st.vals = nil, nil
 	}
@@ -107,12 +109,6 @@ func (st *decodeState) reset() {
 	}
 	if cap(st.bin) > keepScratchBytes {
 		st.bin = nil
-	}
-	if cap(st.sc.sbuf) > keepScratchBytes {
-		st.sc.sbuf = nil
-	}
-	if cap(st.sc.nbuf) > keepScratchBytes {
-		st.sc.nbuf = nil
 	}
 	if st.dbuf.Cap() > keepScratchBytes {
 		st.dbuf = bytes.Buffer{}

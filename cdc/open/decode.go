@@ -173,12 +173,13 @@ func locate(err error, part string, base, payloadBase, index int) error {
 	if errors.As(err, &de) {
 		return err
 	}
+	err = fromScan(err)
 	pe := &DecodeError{Part: part, Offset: base, PayloadOffset: -1, Index: index, Err: err}
 	var fe *fieldError
 	if errors.As(err, &fe) {
 		pe.Field = fe.field
-		pe.Err = fe.err
-		err = fe.err
+		err = fromScan(fe.err)
+		pe.Err = err
 	}
 	if se, ok := asSyntax(err); ok {
 		if payloadBase >= 0 {
@@ -213,14 +214,14 @@ func inField(field string, err error) error {
 // key parses a key JSON object into ev.
 func (st *decodeState) key(data []byte, ev *Event) error {
 	s := &st.sc
-	s.data, s.pos = data, 0
-	if err := s.expect('{'); err != nil {
+	s.Data, s.Pos = data, 0
+	if err := s.Expect('{'); err != nil {
 		return err
 	}
 	var haveTs, haveT bool
 	var t int64
 	for first := true; ; first = false {
-		name, ok, err := s.member(first)
+		name, ok, err := s.Member(first)
 		if err != nil {
 			return err
 		}
@@ -234,7 +235,7 @@ func (st *decodeState) key(data []byte, ev *Event) error {
 				return inField("ts", err)
 			}
 			if ev.CommitTs, err = atou64(raw); err != nil || !isInteger(raw) {
-				return inField("ts", &syntaxError{pos: s.pos - len(raw), msg: fmt.Sprintf("ts %s is not a uint64", raw), err: ErrRange})
+				return inField("ts", &syntaxError{pos: s.Pos - len(raw), msg: fmt.Sprintf("ts %s is not a uint64", raw), err: ErrRange})
 			}
 			haveTs = true
 		case "scm":
@@ -263,7 +264,7 @@ func (st *decodeState) key(data []byte, ev *Event) error {
 			}
 			haveT = true
 		case "ohk":
-			if ev.OnlyHandleKey, err = s.boolean(); err != nil {
+			if ev.OnlyHandleKey, err = boolean(s); err != nil {
 				return inField("ohk", err)
 			}
 		case "ccl":
@@ -273,12 +274,12 @@ func (st *decodeState) key(data []byte, ev *Event) error {
 			}
 			ev.ClaimCheckLocation = v
 		default:
-			if err := s.skip(0); err != nil {
+			if err := s.Skip(); err != nil {
 				return inField(string(name), err)
 			}
 		}
 	}
-	if err := s.end(); err != nil {
+	if err := s.End(); err != nil {
 		return err
 	}
 	if !haveTs {
@@ -315,27 +316,20 @@ func (st *decodeState) name() (string, error) {
 }
 
 func (st *decodeState) stringBytes() ([]byte, error) {
-	s := &st.sc
-	if s.peek() != '"' {
-		return nil, s.wrongType("a string")
-	}
-	var b []byte
-	var err error
-	b, s.sbuf, err = s.str(s.sbuf[:0])
-	return b, err
+	return st.sc.Str()
 }
 
 func (st *decodeState) number() ([]byte, error) {
 	s := &st.sc
-	c := s.peek()
+	c := s.Peek()
 	if c != '-' && (c < '0' || c > '9') {
-		return nil, s.wrongType("a number")
+		return nil, s.WrongType("a number")
 	}
-	return s.number()
+	return s.Number()
 }
 
 func (st *decodeState) int64() (int64, error) {
-	if v, ok := st.sc.smallUint(); ok {
+	if v, ok := st.sc.SmallUint(); ok {
 		return int64(v), nil
 	}
 	raw, err := st.number()
@@ -344,7 +338,7 @@ func (st *decodeState) int64() (int64, error) {
 	}
 	v, err := atoi64(raw)
 	if err != nil || !isInteger(raw) {
-		return 0, &syntaxError{pos: st.sc.pos - len(raw), msg: fmt.Sprintf("%s is not an int64", raw), err: ErrRange}
+		return 0, &syntaxError{pos: st.sc.Pos - len(raw), msg: fmt.Sprintf("%s is not an int64", raw), err: ErrRange}
 	}
 	return v, nil
 }
@@ -386,13 +380,13 @@ func (st *decodeState) value(ev *Event, payload []byte, keyBase, base, i, depth 
 
 func (st *decodeState) ddl(data []byte, ev *Event) error {
 	s := &st.sc
-	s.data, s.pos = data, 0
-	if err := s.expect('{'); err != nil {
+	s.Data, s.Pos = data, 0
+	if err := s.Expect('{'); err != nil {
 		return err
 	}
 	var haveQ, haveT bool
 	for first := true; ; first = false {
-		name, ok, err := s.member(first)
+		name, ok, err := s.Member(first)
 		if err != nil {
 			return err
 		}
@@ -416,12 +410,12 @@ func (st *decodeState) ddl(data []byte, ev *Event) error {
 			ev.DDLType = int(t)
 			haveT = true
 		default:
-			if err := s.skip(0); err != nil {
+			if err := s.Skip(); err != nil {
 				return inField(string(name), err)
 			}
 		}
 	}
-	if err := s.end(); err != nil {
+	if err := s.End(); err != nil {
 		return err
 	}
 	if !haveQ {
@@ -435,13 +429,13 @@ func (st *decodeState) ddl(data []byte, ev *Event) error {
 
 func (st *decodeState) row(data []byte, ev *Event, i int) error {
 	s := &st.sc
-	s.data, s.pos = data, 0
-	if err := s.expect('{'); err != nil {
+	s.Data, s.Pos = data, 0
+	if err := s.Expect('{'); err != nil {
 		return err
 	}
 	var u, p, del span
 	for first := true; ; first = false {
-		name, ok, err := s.member(first)
+		name, ok, err := s.Member(first)
 		if err != nil {
 			return err
 		}
@@ -456,13 +450,13 @@ func (st *decodeState) row(data []byte, ev *Event, i int) error {
 		case "d":
 			del, err = st.columns("d", ev)
 		default:
-			err = inField(string(name), s.skip(0))
+			err = inField(string(name), s.Skip())
 		}
 		if err != nil {
 			return err
 		}
 	}
-	if err := s.end(); err != nil {
+	if err := s.End(); err != nil {
 		return err
 	}
 	r := &st.rows[i]
@@ -486,26 +480,26 @@ func (st *decodeState) row(data []byte, ev *Event, i int) error {
 // they are.
 func (st *decodeState) columns(section string, ev *Event) (span, error) {
 	s := &st.sc
-	if c := s.peek(); c == 'n' {
-		return span{}, inField(section, s.literal("null"))
+	if c := s.Peek(); c == 'n' {
+		return span{}, inField(section, s.Literal("null"))
 	} else if c != '{' {
-		return span{}, inField(section, s.wrongType("an object"))
+		return span{}, inField(section, s.WrongType("an object"))
 	}
-	s.pos++
+	s.Pos++
 	sp := span{start: len(st.cols)}
 	for first := true; ; first = false {
-		name, ok, err := s.member(first)
+		name, ok, err := s.Member(first)
 		if err != nil {
 			return span{}, inField(section, err)
 		}
 		if !ok {
 			break
 		}
-		if s.peek() != '{' {
+		if s.Peek() != '{' {
 			// The new-architecture encoder writes the old value of a column that became
 			// NULL without its name when only-output-updated-columns is on: the members
 			// "t", "f", "v" land directly in the map. Skip them and say so.
-			if err := s.skip(0); err != nil {
+			if err := s.Skip(); err != nil {
 				return span{}, inField(section+"."+string(name), err)
 			}
 			ev.Malformed = append(ev.Malformed, section+"."+string(name))
@@ -539,14 +533,14 @@ func (st *decodeState) columns(section string, ev *Event) (span, error) {
 // boxed by finish.
 func (st *decodeState) column(col *Column) (pending, error) {
 	s := &st.sc
-	s.pos++ // '{'
+	s.Pos++ // '{'
 	var haveT, haveF, haveV, handle bool
 	var t int64
 	var f uint64
 	vKind, vPos := tokNull, -1
 	var vRaw []byte
 	for first := true; ; first = false {
-		name, ok, err := s.member(first)
+		name, ok, err := s.Member(first)
 		if err != nil {
 			return pending{}, err
 		}
@@ -559,13 +553,13 @@ func (st *decodeState) column(col *Column) (pending, error) {
 				return pending{}, inField("t", err)
 			}
 			if t < 0 || t > 255 || !KnownType(byte(t)) {
-				return pending{}, inField("t", &syntaxError{pos: s.pos, msg: fmt.Sprintf("%v %d", ErrUnknownType, t), err: ErrUnknownType})
+				return pending{}, inField("t", &syntaxError{pos: s.Pos, msg: fmt.Sprintf("%v %d", ErrUnknownType, t), err: ErrUnknownType})
 			}
 			haveT = true
 		case "f":
 			haveF = true
 			var ok bool
-			if f, ok = s.smallUint(); ok {
+			if f, ok = s.SmallUint(); ok {
 				break
 			}
 			raw, err := st.number()
@@ -576,34 +570,34 @@ func (st *decodeState) column(col *Column) (pending, error) {
 				return pending{}, inField("f", fmt.Errorf("%w: flags %s", ErrRange, raw))
 			}
 		case "h":
-			if handle, err = s.boolean(); err != nil {
+			if handle, err = boolean(s); err != nil {
 				return pending{}, inField("h", err)
 			}
 		case "v":
 			haveV = true
-			vPos = s.pos
-			switch c := s.peek(); {
+			vPos = s.Pos
+			switch c := s.Peek(); {
 			case c == '"':
 				vKind = tokString
-				vRaw, s.sbuf, err = s.str(s.sbuf[:0])
+				vRaw, err = s.Str()
 			case c == '-' || (c >= '0' && c <= '9'):
 				vKind = tokNumber
-				vRaw, err = s.number()
+				vRaw, err = s.Number()
 			case c == 'n':
 				vKind, vRaw = tokNull, nil
-				err = s.literal("null")
+				err = s.Literal("null")
 			case c == 't' || c == 'f':
 				vKind = tokBool
-				_, err = s.boolean()
+				_, err = boolean(s)
 			default:
 				vKind = tokOther
-				err = s.skip(0)
+				err = s.Skip()
 			}
 			if err != nil {
 				return pending{}, inField("v", err)
 			}
 		default:
-			if err := s.skip(0); err != nil {
+			if err := s.Skip(); err != nil {
 				return pending{}, inField(string(name), err)
 			}
 		}

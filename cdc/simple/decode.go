@@ -16,6 +16,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tidb-parity/parity/cdc/internal/slots"
+
 	"github.com/tidb-parity/parity/cdc/open"
 )
 
@@ -66,7 +68,7 @@ type Decoder struct {
 	// ImportSchemas): SchemasSince's marks are positions in it.
 	learned []tableKey
 
-	states chan *state // scratch of finished calls, for the next ones
+	states *slots.Slots[state] // scratch of finished calls, for the next ones
 
 	verified, without, mismatches atomic.Uint64
 }
@@ -90,7 +92,7 @@ func NewDecoder(cfg DecoderConfig) (*Decoder, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("simple decoder config: %w", err)
 	}
-	return &Decoder{cfg: cfg, tables: map[tableKey]*cached{}, states: make(chan *state, min(max(2, runtime.GOMAXPROCS(0)), 8))}, nil
+	return &Decoder{cfg: cfg, tables: map[tableKey]*cached{}, states: slots.New[state](max(2, runtime.GOMAXPROCS(0)))}, nil
 }
 
 // Stats returns the checksum counters so far.

@@ -40,12 +40,10 @@ const (
 )
 
 func (d *Decoder) state() *state {
-	select {
-	case st := <-d.states:
+	if st := d.states.Get(); st != nil {
 		return st
-	default:
-		return &state{names: map[string]string{}, locs: map[string]*time.Location{}}
 	}
+	return &state{names: map[string]string{}, locs: map[string]*time.Location{}}
 }
 
 func (d *Decoder) release(st *state) {
@@ -60,10 +58,7 @@ func (d *Decoder) release(st *state) {
 	if len(st.locs) > maxNames {
 		clear(st.locs)
 	}
-	select {
-	case d.states <- st:
-	default:
-	}
+	d.states.Put(st)
 }
 
 func (st *state) intern(b []byte) string {
@@ -204,8 +199,9 @@ func (st *state) decode(d *Decoder, value []byte) (evs []open.Event, ok bool) {
 			return nil, false // a mismatch: decodeSlow counts and reports it
 		}
 	}
-	all := st.b.Finish()
-	ev := open.Event{Kind: open.KindRow, CommitTs: m.commitTs, Schema: m.schema, Table: m.table, Op: m.op, OnlyHandleKey: m.handleOnly}
+	evs, all := st.b.FinishEvents(1)
+	ev := &evs[0]
+	*ev = open.Event{Kind: open.KindRow, CommitTs: m.commitTs, Schema: m.schema, Table: m.table, Op: m.op, OnlyHandleKey: m.handleOnly}
 	if m.op == open.OpDelete {
 		ev.Columns = all[old.start:old.end:old.end]
 	} else {
@@ -216,7 +212,7 @@ func (st *state) decode(d *Decoder, value []byte) (evs []open.Event, ok bool) {
 	}
 	d.verified.Add(uint64(verified))
 	d.without.Add(uint64(without))
-	return []open.Event{ev}, true
+	return evs, true
 }
 
 // rowTable returns the cached table of a row message whose database, table, type and

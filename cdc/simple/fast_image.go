@@ -39,16 +39,31 @@ func (st *state) image(d *Decoder, t *table, handleOnly bool, out *byteRange) (u
 	if sc.Expect('{') != nil {
 		return 0, false
 	}
+	next := 0 // the member expected next: t.sorted[next]
 	for first := true; ; first = false {
-		name, more, err := sc.Member(first)
-		if err != nil {
-			return 0, false
+		i := -1
+		if next < len(t.sorted) {
+			i = t.sorted[next]
 		}
-		if !more {
-			break
+		// The expected column, written as TiCDC writes it, is recognized by comparing
+		// bytes; anything else is read and looked up.
+		if i < 0 || !t.cols[i].plain || !sc.MemberIs(first, t.cols[i].name) {
+			name, more, err := sc.Member(first)
+			if err != nil {
+				return 0, false
+			}
+			if !more {
+				break
+			}
+			if i < 0 || t.cols[i].name != string(name) {
+				var ok bool
+				if i, ok = t.byName[string(name)]; !ok {
+					return 0, false
+				}
+			}
 		}
-		i, ok := t.byName[string(name)]
-		if !ok || present[i] {
+		next = t.rank[i] + 1
+		if present[i] {
 			return 0, false
 		}
 		present[i] = true

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/tidb-parity/parity/cdc/internal/jsonscan"
 	"github.com/tidb-parity/parity/cdc/open"
 )
 
@@ -53,6 +54,7 @@ type column struct {
 	class    valueClass // how the value is carried and hashed
 	elements int        // ENUM/SET members
 	bits     int64      // BIT width
+	plain    bool       // jsonscan.Plain(name): the fast path may compare a member's bytes
 }
 
 // table is one cached (schema, table, version).
@@ -62,6 +64,11 @@ type table struct {
 	cols         []column
 	byName       map[string]int
 	handle       []int // column positions of the handle key; nil for a keyless table
+	// The columns in the order of their names' bytes, the order TiCDC writes a row
+	// image's members in (encoding/json sorts a map's keys), and each column's place in
+	// it: the fast path expects the next member to name the next column of this order
+	// before it looks the name up.
+	sorted, rank []int
 }
 
 // typeCodes maps tiflow's types.TypeToStr names (charset-dependent for strings) to the
@@ -136,7 +143,7 @@ func newTable(w *wireTableSchema) (*table, error) {
 		if !ok {
 			return nil, fmt.Errorf("%w %q (column %s)", ErrUnknownType, c.DataType.MySQLType, c.Name)
 		}
-		col := column{name: c.Name, typ: code, class: classOf(code)}
+		col := column{name: c.Name, typ: code, class: classOf(code), plain: jsonscan.Plain(c.Name)}
 		binary := strings.EqualFold(c.DataType.Charset, "binary")
 		if col.class == classString && c.DataType.Charset == "" {
 			return nil, fmt.Errorf("%w: column %s (%s) has no charset, so binary and text values cannot be told apart", ErrSchema, c.Name, mt)
@@ -164,6 +171,15 @@ func newTable(w *wireTableSchema) (*table, error) {
 		}
 		t.byName[c.Name] = i
 		t.cols = append(t.cols, col)
+	}
+	t.sorted = make([]int, len(t.cols))
+	for i := range t.sorted {
+		t.sorted[i] = i
+	}
+	slices.SortFunc(t.sorted, func(a, b int) int { return strings.Compare(t.cols[a].name, t.cols[b].name) })
+	t.rank = make([]int, len(t.cols))
+	for r, i := range t.sorted {
+		t.rank[i] = r
 	}
 	var idxCols [][]int
 	for i, ix := range w.Indexes {

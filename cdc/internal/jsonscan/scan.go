@@ -1,9 +1,9 @@
 // Package jsonscan is a small JSON scanner for the fixed message shapes of TiCDC's
-// canal-json and simple protocols (the same technique as cdc/open's scanner): members
-// are read in message order without building a tree, strings are returned as slices of
-// the input when they hold no escape, and nothing is allocated from a length that was
-// not checked against the input. It depends on nothing but the standard library, so
-// every protocol package (leaves without Kafka or SQL) can use it.
+// open, canal-json and simple protocols (cdc/open, cdc/canal, cdc/simple): members are
+// read in message order without building a tree, strings are returned as slices of the
+// input when they hold no escape, and nothing is allocated from a length that was not
+// checked against the input. It depends on nothing but the standard library, so every
+// protocol package (leaves without Kafka or SQL) can use it.
 //
 // Strings are unescaped like encoding/json: invalid UTF-8 and unpaired surrogates
 // become U+FFFD.
@@ -30,14 +30,36 @@ const MaxDepth = 64
 
 // Error is a scanner failure at a byte position of the JSON text.
 type Error struct {
-	Pos int
-	Msg string
+	Pos  int
+	Msg  string
+	Kind Kind
 }
+
+// Kind says what kind of failure an Error is (cdc/open maps each to a sentinel).
+type Kind uint8
+
+const (
+	Syntax    Kind = iota // malformed JSON text
+	WrongType             // a valid value of another JSON type than wanted (WrongType, Str)
+	Nesting               // a skipped value nested deeper than MaxDepth
+)
 
 func (e *Error) Error() string { return fmt.Sprintf("byte %d: %s", e.Pos, e.Msg) }
 
 func (s *Scanner) errorf(format string, args ...any) error {
 	return &Error{Pos: s.Pos, Msg: fmt.Sprintf(format, args...)}
+}
+
+// WrongType reports that the next value is not of the wanted JSON type ("a string", "an
+// object", ...): Kind WrongType when a value of another type starts there, Syntax when
+// no JSON value does.
+func (s *Scanner) WrongType(want string) error {
+	kind := Syntax
+	switch c := s.Peek(); {
+	case c == '"' || c == '{' || c == '[' || c == 't' || c == 'f' || c == 'n' || c == '-' || (c >= '0' && c <= '9'):
+		kind = WrongType
+	}
+	return &Error{Pos: s.Pos, Msg: "expected " + want + ", found " + s.describe(), Kind: kind}
 }
 
 // Reset starts scanning data; scratch buffers are kept (up to keep bytes each).
@@ -56,6 +78,10 @@ func (s *Scanner) ws() {
 	if s.Pos < len(s.Data) && s.Data[s.Pos] > ' ' {
 		return
 	}
+	s.wsSlow()
+}
+
+func (s *Scanner) wsSlow() {
 	for s.Pos < len(s.Data) {
 		switch s.Data[s.Pos] {
 		case ' ', '\t', '\n', '\r':
@@ -148,6 +174,37 @@ func (s *Scanner) Member(first bool) (name []byte, ok bool, err error) {
 	return name, true, nil
 }
 
+// MemberIs consumes the next member name and the ':' after it when they are written
+// exactly as `"name":` (after a ',' unless first) at the position, and reports whether
+// it did; otherwise nothing is consumed. name must be Plain, so that the JSON string
+// with these bytes is name.
+func (s *Scanner) MemberIs(first bool, name string) bool {
+	data, i := s.Data, s.Pos
+	if !first {
+		if i >= len(data) || data[i] != ',' {
+			return false
+		}
+		i++
+	}
+	end := i + len(name) + 1 // the closing quote
+	if end+1 >= len(data) || data[i] != '"' || data[end] != '"' || data[end+1] != ':' || string(data[i+1:end]) != name {
+		return false
+	}
+	s.Pos = end + 2
+	return true
+}
+
+// Plain reports whether name is written in a JSON string as it is (printable ASCII
+// other than '"' and '\\'), as MemberIs needs.
+func Plain(name string) bool {
+	for i := 0; i < len(name); i++ {
+		if !plainASCII[name[i]] {
+			return false
+		}
+	}
+	return true
+}
+
 // Element prepares the next element of an array whose '[' was consumed: ok is false at
 // the closing ']' (which is consumed).
 func (s *Scanner) Element(first bool) (ok bool, err error) {
@@ -169,7 +226,7 @@ func (s *Scanner) Element(first bool) (ok bool, err error) {
 // slice of the input; otherwise the unescaped text in a scratch buffer.
 func (s *Scanner) Str() ([]byte, error) {
 	if s.Peek() != '"' {
-		return nil, s.errorf("expected a string, found %s", s.describe())
+		return nil, s.WrongType("a string")
 	}
 	var out []byte
 	var err error

@@ -1,5 +1,7 @@
 package jsonscan
 
+import "fmt"
+
 // Number reads a JSON number literal and returns its text.
 func (s *Scanner) Number() ([]byte, error) {
 	s.ws()
@@ -44,10 +46,41 @@ func (s *Scanner) Number() ([]byte, error) {
 	return data[start:i], nil
 }
 
+// SmallUint reads a non-negative integer of at most 18 digits that is a whole JSON
+// number (not followed by a fraction, an exponent or another digit), as column types,
+// flags and the like are, at the current position (no white space skipped). ok is
+// false, and nothing is consumed, for anything else.
+func (s *Scanner) SmallUint() (v uint64, ok bool) {
+	data, i := s.Data, s.Pos
+	end := min(len(data), i+19)
+	for ; i < end; i++ {
+		c := data[i]
+		if c < '0' || c > '9' {
+			break
+		}
+		v = v*10 + uint64(c-'0')
+	}
+	n := i - s.Pos
+	if n == 0 || n > 18 || (n > 1 && data[s.Pos] == '0') {
+		return 0, false
+	}
+	if i < len(data) {
+		if c := data[i]; c == '.' || c == 'e' || c == 'E' || (c >= '0' && c <= '9') {
+			return 0, false
+		}
+	}
+	s.Pos = i
+	return v, true
+}
+
 // Uint64 reads a JSON number that is an integer in 0..2^64-1 written without fraction
 // or exponent (what encoding/json accepts for a uint64). ok is false, and the position
 // is unspecified, for anything else.
 func (s *Scanner) Uint64() (v uint64, ok bool) {
+	s.ws()
+	if v, ok := s.SmallUint(); ok { // most: up to 18 digits, one pass
+		return v, true
+	}
 	raw, err := s.Number()
 	if err != nil {
 		return 0, false
@@ -57,6 +90,17 @@ func (s *Scanner) Uint64() (v uint64, ok bool) {
 
 // Int64 is Uint64 for an int64 (an optional '-').
 func (s *Scanner) Int64() (v int64, ok bool) {
+	s.ws()
+	start := s.Pos
+	if start < len(s.Data) && s.Data[start] == '-' {
+		s.Pos++
+		if v, ok := s.SmallUint(); ok {
+			return -int64(v), true
+		}
+		s.Pos = start
+	} else if v, ok := s.SmallUint(); ok {
+		return int64(v), true
+	}
 	raw, err := s.Number()
 	if err != nil {
 		return 0, false
@@ -147,7 +191,7 @@ func (s *Scanner) Skip() error { return s.skip(0) }
 
 func (s *Scanner) skip(depth int) error {
 	if depth > MaxDepth {
-		return s.errorf("JSON nested deeper than %d levels", MaxDepth)
+		return &Error{Pos: s.Pos, Msg: fmt.Sprintf("JSON nested deeper than %d levels", MaxDepth), Kind: Nesting}
 	}
 	switch c := s.Peek(); {
 	case c == '"':

@@ -44,11 +44,14 @@ type Builder struct {
 	Text []byte        // Text values, one after another
 	Bin  []byte        // Bytes values, one after another
 
-	ints   slab[int64]
-	uints  slab[uint64]
-	floats slab[float64]
-	strs   slab[string]
-	bytes  slab[[]byte]
+	ints      slab[int64]
+	uints     slab[uint64]
+	floats    slab[float64]
+	strs      slab[string]
+	bytes     slab[[]byte]
+	shapes    map[shape]*shaped // see box
+	last      *shaped           // the shape used last
+	lastShape shape
 }
 
 // keepBytes bounds each scratch buffer kept for the next record.
@@ -97,6 +100,25 @@ func (b *Builder) Finish() []open.Column {
 		return nil
 	}
 	cols := make([]open.Column, len(b.Cols))
+	b.fill(cols)
+	return cols
+}
+
+// FinishEvents is Finish that also returns n zero events for the caller to fill. A
+// record of one event and at most maxBlockCols columns gets its event and its columns
+// in one allocation (block).
+func (b *Builder) FinishEvents(n int) ([]open.Event, []open.Column) {
+	if n == 1 && len(b.Cols) > 0 {
+		if evs, cols := block(len(b.Cols)); evs != nil {
+			b.fill(cols)
+			return evs, cols
+		}
+	}
+	return make([]open.Event, n), b.Finish()
+}
+
+// fill copies the columns into cols (of len(b.Cols)) and sets their values.
+func (b *Builder) fill(cols []open.Column) {
 	copy(cols, b.Cols)
 	var text string
 	if len(b.Text) > 0 {
@@ -138,12 +160,7 @@ func (b *Builder) Finish() []open.Column {
 			}
 		}
 	}
-	b.ints.box(cols)
-	b.uints.box(cols)
-	b.floats.box(cols)
-	b.strs.box(cols)
-	b.bytes.box(cols)
-	return cols
+	b.box(cols)
 }
 
 // slab collects the values of one Go type of a record and boxes them into Column.Value

@@ -1,0 +1,113 @@
+package rowbuf
+
+import (
+	"fmt"
+	"math"
+	"reflect"
+	"testing"
+
+	"github.com/tidb-parity/parity/cdc/open"
+)
+
+// fillRecord adds n values of each kind in kinds (cycling) to b and returns the values
+// the columns must end up with.
+func fillRecord(b *Builder, counts [6]int) []any {
+	var want []any
+	add := func(v Value, w any) {
+		c := b.Add(fmt.Sprintf("c%d", len(want)), open.TypeLonglong, 0)
+		b.Vals[c] = v
+		want = append(want, w)
+	}
+	for i := range counts[0] {
+		x := int64(-1000 * (i + 1))
+		add(Value{Kind: Int, Num: uint64(x)}, x)
+	}
+	for i := range counts[1] {
+		x := uint64(1000 + i)
+		add(Value{Kind: Uint, Num: x}, x)
+	}
+	for i := range counts[2] {
+		x := 0.5 + float64(i)
+		add(Value{Kind: Float, Num: math.Float64bits(x)}, x)
+	}
+	for i := range counts[3] {
+		s := fmt.Sprintf("text %d", i)
+		off := len(b.Text)
+		b.Text = append(b.Text, s...)
+		add(Value{Kind: Text, Off: off, End: len(b.Text)}, s)
+	}
+	for i := range counts[4] {
+		p := []byte{byte(i), 0xff}
+		off := len(b.Bin)
+		b.Bin = append(b.Bin, p...)
+		add(Value{Kind: Bytes, Off: off, End: len(b.Bin)}, p)
+	}
+	for range counts[5] {
+		add(Value{}, nil)
+	}
+	return want
+}
+
+// TestFinishValues: every value comes out with its Go type and value, whatever mix of
+// types a record has (one struct per shape, and past maxShapes one array per type), and
+// the events and columns of FinishEvents are separate, capacity-limited slices.
+func TestFinishValues(t *testing.T) {
+	var b Builder
+	n := 0
+	for ints := range 4 {
+		for uints := range 3 {
+			for floats := range 3 {
+				for strs := range 4 {
+					for bins := range 3 {
+						for _, events := range []int{1, 2} {
+							counts := [6]int{ints * 3, uints, floats * 2, strs * 5, bins, 1}
+							want := fillRecord(&b, counts)
+							evs, cols := b.FinishEvents(events)
+							b.Reset()
+							n++
+							if len(evs) != events || cap(evs) != events || len(cols) != len(want) || cap(cols) != len(want) {
+								t.Fatalf("%v: %d events (cap %d), %d columns (cap %d); want %d, %d", counts, len(evs), cap(evs), len(cols), cap(cols), events, len(want))
+							}
+							for i, c := range cols {
+								if !reflect.DeepEqual(c.Value, want[i]) || c.Name != fmt.Sprintf("c%d", i) {
+									t.Fatalf("%v: column %d is %s = %#v, want %#v", counts, i, c.Name, c.Value, want[i])
+								}
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	if len(b.shapes) > maxShapes {
+		t.Fatalf("%d shapes made, at most %d", len(b.shapes), maxShapes)
+	}
+	t.Logf("%d records, %d shapes", n, len(b.shapes))
+}
+
+// TestFinishAllocations: a one-event record with values of every type takes four
+// allocations — the event with its columns, the text, the bytes and the boxed values.
+func TestFinishAllocations(t *testing.T) {
+	var b Builder
+	counts := [6]int{3, 2, 2, 5, 2, 1}
+	fillRecord(&b, counts)
+	b.FinishEvents(1)
+	b.Reset()
+	allocs := testing.AllocsPerRun(100, func() {
+		fillRecord(&b, counts)
+		b.FinishEvents(1)
+		b.Reset()
+	})
+	// fillRecord's own: the names and the strings it formats.
+	var names int
+	for _, n := range counts {
+		names += n
+	}
+	own := testing.AllocsPerRun(100, func() {
+		fillRecord(&b, counts)
+		b.Reset()
+	})
+	if got := allocs - own; got != 4 {
+		t.Fatalf("FinishEvents made %v allocations (%v in all, %v filling %d columns), want 4", got, allocs, own, names)
+	}
+}
