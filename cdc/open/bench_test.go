@@ -49,8 +49,44 @@ func allTypesBatch(b testing.TB, comp Compression) Message {
 	return msgs[0]
 }
 
+// sysbenchBatch returns one record of 16 sysbench rows (id BIGINT, the handle; k INT;
+// c CHAR(120); pad CHAR(60)) over 8 tables, the shape of the changefeed
+// BenchmarkApplierInsert applies (cdc/e2e). There the key, the names and the copies of
+// the text weigh more than in allTypesBatch's wide rows: what serve's profile shows.
+func sysbenchBatch(b testing.TB, comp Compression) Message {
+	b.Helper()
+	enc, err := NewEncoder(EncoderConfig{Compression: comp})
+	if err != nil {
+		b.Fatal(err)
+	}
+	digits := "83868641912-28773667398-52066376034-47294575418-12086617934-48283512749-97536911423-"
+	for i := range 16 {
+		c := (digits + digits)[i : i+119]
+		ev := Event{Kind: KindRow, CommitTs: 470780676075945984 + uint64(i), Schema: "bench", Table: fmt.Sprintf("sbtest%d", i%8+1), Op: OpInsert,
+			Columns: []Column{
+				{Name: "id", Type: 8, Flags: FlagHandleKey | FlagPrimaryKey, Value: int64(5_000_000 + i)},
+				{Name: "k", Type: 3, Value: int64(498_000 + 37*i)},
+				{Name: "c", Type: 254, Value: c},
+				{Name: "pad", Type: 254, Value: c[:59]},
+			}}
+		if err := enc.AppendRow(&ev); err != nil {
+			b.Fatal(err)
+		}
+	}
+	msgs := enc.Build()
+	if len(msgs) != 1 || msgs[0].Events != 16 {
+		b.Fatalf("want one record of 16 events, got %d records", len(msgs))
+	}
+	return msgs[0]
+}
+
 func benchDecode(b *testing.B, comp Compression) {
-	m := allTypesBatch(b, comp)
+	benchDecodeMessage(b, comp, allTypesBatch(b, comp), comp == CompressionNone)
+}
+
+// benchDecodeMessage decodes m (16 events) b.N times; withBaseline also reports the ratio
+// against encoding/json on allTypesBatch (the named baseline).
+func benchDecodeMessage(b *testing.B, comp Compression, m Message, withBaseline bool) {
 	d, err := NewDecoder(DecoderConfig{Compression: comp})
 	if err != nil {
 		b.Fatal(err)
@@ -74,7 +110,7 @@ func benchDecode(b *testing.B, comp Compression) {
 	// included) much less: compare builds on MB/cpu-s when the machine is busy.
 	b.ReportMetric(float64(len(m.Key)+len(m.Value))*float64(b.N)/cpu.Seconds()/1e6, "MB/cpu-s")
 	b.ReportMetric(float64(ms.Mallocs-mallocs)/float64(16*b.N), "allocs/event")
-	if comp == CompressionNone {
+	if withBaseline {
 		// The ratio against the named baseline, measured in the same run.
 		baselineOnce.Do(func() {
 			start, n := time.Now(), 0
@@ -112,6 +148,12 @@ func BenchmarkDecode(b *testing.B) {
 	b.Run("none", func(b *testing.B) { benchDecode(b, CompressionNone) })
 	b.Run("snappy", func(b *testing.B) { benchDecode(b, CompressionSnappy) })
 	b.Run("lz4", func(b *testing.B) { benchDecode(b, CompressionLZ4) })
+}
+
+// BenchmarkDecodeSysbench decodes sysbenchBatch: the applier bench's rows, where serve
+// spends its decoding time (docs/serve.md).
+func BenchmarkDecodeSysbench(b *testing.B) {
+	benchDecodeMessage(b, CompressionNone, sysbenchBatch(b, CompressionNone), false)
 }
 
 // BenchmarkDecodeBaselineEncodingJSON is the named baseline: the same record decoded the
