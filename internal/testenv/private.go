@@ -14,6 +14,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	mrand "math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -29,15 +30,42 @@ import (
 	"github.com/segmentio/kafka-go"
 )
 
-// FreePort returns a loopback TCP port nothing listens on at the moment of the call.
+// Ports FreePort hands out: below Linux's default ephemeral range (32768-60999), where
+// the kernel takes the source ports of outgoing connections and the ports of
+// Listen(":0"), and above the environment's fixed ports (scripts/env: 13306..19095 plus
+// PARITY_PORT_OFFSET).
+const freePortLo, freePortHi = 20000, 32000
+
+var (
+	freePortMu    sync.Mutex
+	freePortGiven = map[int]bool{}
+)
+
+// FreePort returns a loopback TCP port nothing listens on at the moment of the call and
+// that it has not returned before in this process. A port the kernel picked for
+// Listen(":0") could come back on the next call (a private Kafka's two listeners once
+// got the same one), or be taken by an outgoing connection before the server bound it
+// (a private tidb-server exited at start-up): FreePort picks at random outside the
+// ephemeral range instead, checks the port can be bound, and never repeats itself.
 func FreePort(t testing.TB) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	freePortMu.Lock()
+	defer freePortMu.Unlock()
+	for range 1000 {
+		p := freePortLo + mrand.IntN(freePortHi-freePortLo)
+		if freePortGiven[p] {
+			continue
+		}
+		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
+		if err != nil {
+			continue
+		}
+		ln.Close()
+		freePortGiven[p] = true
+		return p
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	t.Fatalf("no free loopback port in %d-%d", freePortLo, freePortHi-1)
+	return 0
 }
 
 // ReplaceAddr returns dsn (a go-sql-driver/mysql DSN) connecting over TCP to addr.
