@@ -135,7 +135,7 @@ func New(cfg Config, b Backend, o Options) (*Server, error) {
 	if o.Fleet != nil {
 		parityv1.RegisterFleetServer(s.srv, &fleetServer{f: o.Fleet})
 	}
-	healthpb.RegisterHealthServer(s.srv, s.health)
+	healthpb.RegisterHealthServer(s.srv, liveHealth{Server: s.health, refresh: s.setHealth})
 	reflection.Register(s.srv)
 	s.metrics.init(s.srv)
 	if o.Registerer != nil {
@@ -197,6 +197,21 @@ func (s *Server) stop() {
 			<-done
 		}
 	})
+}
+
+// liveHealth answers Check from the applier's state at the call, so a health check
+// agrees with a GetStatus made just before it (the poll alone lagged by up to
+// healthPoll: the runbook's check printed NOT_SERVING after GetStatus said running).
+// Watch is served from the polled state. After stop, Shutdown's NOT_SERVING holds.
+type liveHealth struct {
+	*health.Server
+	refresh func()
+}
+
+// Check refreshes the status, then answers as the health server does.
+func (h liveHealth) Check(ctx context.Context, req *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
+	h.refresh()
+	return h.Server.Check(ctx, req)
 }
 
 // setHealth reports SERVING while the applier runs, NOT_SERVING otherwise.

@@ -125,6 +125,15 @@ func TestServerStatusHealthAndStop(t *testing.T) {
 	}
 	health(healthpb.HealthCheckResponse_NOT_SERVING)
 	rep.set("running", 100<<18)
+	// Check answers from the state at the call, not the last poll: at once, no retry.
+	if r, err := hc.Check(ctx, &healthpb.HealthCheckRequest{Service: ServiceName}); err != nil || r.Status != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("health right after the applier runs: %v, %v; want SERVING", r, err)
+	}
+	rep.set("starting", 100<<18)
+	if r, err := hc.Check(ctx, &healthpb.HealthCheckRequest{}); err != nil || r.Status != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Fatalf("health right after the applier stopped running: %v, %v; want NOT_SERVING", r, err)
+	}
+	rep.set("running", 100<<18)
 	health(healthpb.HealthCheckResponse_SERVING)
 
 	st, err := c.GetStatus(ctx, &parityv1.GetStatusRequest{})
