@@ -21,7 +21,7 @@ import (
 type state struct {
 	sc     jsonscan.Scanner
 	b      rowbuf.Builder
-	names  map[string]string // interned schema, table and column names
+	names  jsonscan.Names // interned schema, table and column names
 	tables map[tableKey]*tableTypes
 
 	// The message, as read.
@@ -70,10 +70,9 @@ type tableTypes struct {
 	first int            // the first column of the last row
 }
 
-// maxTables and maxNames bound the cached types and interned names of a state.
+// maxTables bounds the cached types of a state, keepBytes the scratch it keeps.
 const (
 	maxTables = 1024
-	maxNames  = 16384
 	keepBytes = 1 << 20
 )
 
@@ -81,7 +80,7 @@ func (d *Decoder) state() *state {
 	if st := d.states.Get(); st != nil {
 		return st
 	}
-	return &state{names: map[string]string{}, tables: map[tableKey]*tableTypes{}}
+	return &state{tables: map[tableKey]*tableTypes{}}
 }
 
 func (d *Decoder) release(st *state) {
@@ -93,22 +92,11 @@ func (d *Decoder) release(st *state) {
 	if cap(st.mt) > keepBytes {
 		st.mt = nil
 	}
-	if len(st.names) > maxNames {
-		clear(st.names)
-	}
+	st.names.Trim()
 	if len(st.tables) > maxTables {
 		clear(st.tables)
 	}
 	d.states.Put(st)
-}
-
-func (st *state) intern(b []byte) string {
-	if s, ok := st.names[string(b)]; ok {
-		return s
-	}
-	s := string(b)
-	st.names[s] = s
-	return s
 }
 
 // Message types the fast path tells apart.
@@ -428,7 +416,7 @@ func (st *state) optString() (string, bool) {
 	if !ok {
 		return "", false
 	}
-	return st.intern(b), true
+	return st.names.Intern(b), true
 }
 
 func optBool(sc *jsonscan.Scanner) (bool, bool) {
@@ -459,7 +447,7 @@ func (st *state) pkNames() bool {
 		if !ok {
 			return false
 		}
-		st.pk = append(st.pk, st.intern(b))
+		st.pk = append(st.pk, st.names.Intern(b))
 	}
 }
 

@@ -161,7 +161,7 @@ func (st *state) types(schema, table string) *tableTypes {
 		if !ok {
 			return nil
 		}
-		n := st.intern(name)
+		n := st.names.Intern(name)
 		tt.index[n] = len(tt.names)
 		tt.names = append(tt.names, n)
 		tt.plain = append(tt.plain, jsonscan.Plain(n))

@@ -24,7 +24,7 @@ import (
 type decodeState struct {
 	d     *Decoder
 	sc    jsonscan.Scanner
-	names map[string]string // interned schema, table and column names
+	names jsonscan.Names // interned schema, table and column names
 
 	cols []Column  // the record's columns in message order, Value not yet set
 	vals []pending // their values, parallel to cols
@@ -44,10 +44,6 @@ type decodeState struct {
 	strs   slab[string]
 	bytes  slab[[]byte]
 }
-
-// maxNames bounds the interned names of a state: past it they are forgotten (a decoder
-// fed ever new names must not grow without bound).
-const maxNames = 16384
 
 // keepScratchBytes bounds each scratch buffer a state keeps for the next call (a record
 // of 16 events is typically well under 1 MiB): after a huge record it is dropped rather
@@ -124,20 +120,10 @@ func (st *decodeState) reset() {
 	st.floats.trim()
 	st.strs.trim()
 	st.bytes.trim()
-	if len(st.names) > maxNames {
-		clear(st.names)
-	}
+	st.names.Trim()
 }
 
 // intern returns b as a string, the same string for the same bytes.
-func (st *decodeState) intern(b []byte) string {
-	if s, ok := st.names[string(b)]; ok {
-		return s
-	}
-	s := string(b)
-	st.names[s] = s
-	return s
-}
 
 // finish sets the columns and values of the record's row events.
 func (st *decodeState) finish(events []Event) {

@@ -153,7 +153,7 @@ func (d *Decoder) state() *decodeState {
 	case st := <-d.states:
 		return st
 	default:
-		return &decodeState{d: d, names: make(map[string]string)}
+		return &decodeState{d: d}
 	}
 }
 
@@ -312,7 +312,7 @@ func (st *decodeState) name() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return st.intern(b), nil
+	return st.names.Intern(b), nil
 }
 
 func (st *decodeState) stringBytes() ([]byte, error) {
@@ -511,7 +511,7 @@ func (st *decodeState) columns(section string, ev *Event) (span, error) {
 		if j := len(st.cols) - sp.start; j < st.last.len() && st.cols[st.last.start+j].Name == string(name) {
 			col.Name = st.cols[st.last.start+j].Name
 		} else {
-			col.Name = st.intern(name)
+			col.Name = st.names.Intern(name)
 		}
 		v, err := st.column(&col)
 		if err != nil {

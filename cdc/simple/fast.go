@@ -22,7 +22,7 @@ import (
 type state struct {
 	sc    jsonscan.Scanner
 	b     rowbuf.Builder
-	names map[string]string         // interned schema and table names
+	names jsonscan.Names            // interned schema and table names
 	locs  map[string]*time.Location // TIMESTAMP locations by name
 
 	present []bool   // per column of the image being read: in the message
@@ -35,7 +35,7 @@ type state struct {
 type tsSpan struct{ col, off, end int }
 
 const (
-	maxNames  = 16384
+	maxLocs   = 16384 // the time zones a state keeps
 	keepBytes = 1 << 20
 )
 
@@ -43,7 +43,7 @@ func (d *Decoder) state() *state {
 	if st := d.states.Get(); st != nil {
 		return st
 	}
-	return &state{names: map[string]string{}, locs: map[string]*time.Location{}}
+	return &state{locs: map[string]*time.Location{}}
 }
 
 func (d *Decoder) release(st *state) {
@@ -52,22 +52,11 @@ func (d *Decoder) release(st *state) {
 	if cap(st.hash) > keepBytes {
 		st.hash = nil
 	}
-	if len(st.names) > maxNames {
-		clear(st.names)
-	}
-	if len(st.locs) > maxNames {
+	st.names.Trim()
+	if len(st.locs) > maxLocs {
 		clear(st.locs)
 	}
 	d.states.Put(st)
-}
-
-func (st *state) intern(b []byte) string {
-	if s, ok := st.names[string(b)]; ok {
-		return s
-	}
-	s := string(b)
-	st.names[s] = s
-	return s
 }
 
 // Members of a message and of its checksum, as bits of the set seen.
@@ -395,7 +384,7 @@ func (st *state) optString() (string, bool) {
 	if err != nil {
 		return "", false
 	}
-	return st.intern(b), true
+	return st.names.Intern(b), true
 }
 
 func optBool(sc *jsonscan.Scanner) (bool, bool) {

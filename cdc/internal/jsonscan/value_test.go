@@ -1,6 +1,10 @@
 package jsonscan
 
-import "testing"
+import (
+	"strconv"
+	"testing"
+	"unsafe"
+)
 
 // TestIntegers: Uint64 and Int64 (a one-pass path for up to 18 digits) give what reading
 // the number and parsing its text gives, and stop at the same place.
@@ -58,5 +62,29 @@ func TestMemberIs(t *testing.T) {
 	}
 	if !Plain("c_bigint_u") || Plain(`a"b`) || Plain(`a\b`) || Plain("é") || Plain("a\tb") {
 		t.Error("Plain is wrong")
+	}
+}
+
+func TestNames(t *testing.T) {
+	var n Names
+	a := n.Intern([]byte("sbtest1"))
+	b := n.Intern([]byte("sbtest1"))
+	if a != "sbtest1" || unsafe.StringData(a) != unsafe.StringData(b) {
+		t.Fatalf("Intern gave %q and %q, not one string", a, b)
+	}
+	if c := n.Intern([]byte("other")); c != "other" {
+		t.Fatalf("Intern(other) = %q", c)
+	}
+	for i := 0; i <= maxNames; i++ {
+		n.Intern([]byte(strconv.Itoa(i)))
+	}
+	n.Trim()
+	if len(n.m) != 0 {
+		t.Errorf("Trim past %d names left %d", maxNames, len(n.m))
+	}
+	n.Intern([]byte("x"))
+	n.Trim()
+	if len(n.m) != 1 {
+		t.Errorf("Trim under the bound left %d names, want 1", len(n.m))
 	}
 }
