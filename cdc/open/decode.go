@@ -72,7 +72,7 @@ func NewDecoder(cfg DecoderConfig) (*Decoder, error) {
 //
 // The events of one record share their memory: one slice holds the columns of all of
 // them, one string the text of every string value, one slice the bytes of every []byte
-// value, and one array per Go type the boxed values (see decodeState.finish). Nothing
+// value, and one struct of all the boxed values (see decodeState.finish). Nothing
 // aliases key, value or the decoder's scratch; a value kept after its event is dropped
 // keeps its record's arenas alive.
 func (d *Decoder) Decode(key, value []byte) ([]Event, error) {

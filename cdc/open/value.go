@@ -6,6 +6,8 @@ import (
 	"math"
 	"slices"
 	"unicode/utf8"
+
+	"github.com/tidb-parity/parity/cdc/internal/values"
 )
 
 // TypeTiDBVectorFloat32 is TiDB's VECTOR(FLOAT32) type code; its value is the vector's text.
@@ -113,25 +115,25 @@ func (st *decodeState) columnValue(t byte, f Flag, kind tokenKind, raw []byte) (
 	case classInt, classYear:
 		if class == classInt && f&FlagUnsigned != 0 {
 			v, err := parseUint(t, raw)
-			return pending{kind: valUint, num: v}, err
+			return pending{Kind: values.Uint, Num: v}, err
 		}
 		v, err := parseInt(t, raw)
-		return pending{kind: valInt, num: uint64(v)}, err
+		return pending{Kind: values.Int, Num: uint64(v)}, err
 	case classUint:
 		v, err := parseUint(t, raw)
-		return pending{kind: valUint, num: v}, err
+		return pending{Kind: values.Uint, Num: v}, err
 	case classFloat:
 		v, err := parseFloat(raw, 32)
 		if err != nil {
 			return pending{}, fmt.Errorf("%w: FLOAT %s", ErrRange, raw)
 		}
-		return pending{kind: valFloat, num: math.Float64bits(v)}, nil
+		return pending{Kind: values.Float, Num: math.Float64bits(v)}, nil
 	case classDouble:
 		v, err := parseFloat(raw, 64)
 		if err != nil {
 			return pending{}, fmt.Errorf("%w: DOUBLE %s", ErrRange, raw)
 		}
-		return pending{kind: valFloat, num: math.Float64bits(v)}, nil
+		return pending{Kind: values.Float, Num: math.Float64bits(v)}, nil
 	case classText:
 		return st.appendText(raw), nil
 	case classChar:
@@ -142,14 +144,14 @@ func (st *decodeState) columnValue(t byte, f Flag, kind tokenKind, raw []byte) (
 				st.bin = st.bin[:off]
 				return pending{}, err
 			}
-			return pending{kind: valBytes, off: off, end: len(st.bin)}, nil
+			return pending{Kind: values.Bytes, Off: off, End: len(st.bin)}, nil
 		}
 		return st.appendText(raw), nil
 	case classBlob:
 		dst := &st.text
-		kind := valString
+		kind := values.Text
 		if f&FlagBinary != 0 {
-			dst, kind = &st.bin, valBytes
+			dst, kind = &st.bin, values.Bytes
 		}
 		off := len(*dst)
 		n := base64.StdEncoding.DecodedLen(len(raw))
@@ -159,7 +161,7 @@ func (st *decodeState) columnValue(t byte, f Flag, kind tokenKind, raw []byte) (
 			return pending{}, fmt.Errorf("%w: %v", ErrBase64, err)
 		}
 		*dst = (*dst)[:off+m]
-		return pending{kind: kind, off: off, end: off + m}, nil
+		return pending{Kind: kind, Off: off, End: off + m}, nil
 	}
 	return pending{}, nil
 }
@@ -171,7 +173,7 @@ var strictBase64 = base64.StdEncoding.Strict()
 func (st *decodeState) appendText(raw []byte) pending {
 	off := len(st.text)
 	st.text = append(st.text, raw...)
-	return pending{kind: valString, off: off, end: len(st.text)}
+	return pending{Kind: values.Text, Off: off, End: len(st.text)}
 }
 
 // canonicalBase64 rejects the line breaks the standard decoder skips: TiCDC (encoding/json)

@@ -49,8 +49,7 @@ func fillRecord(b *Builder, counts [6]int) []any {
 }
 
 // TestFinishValues: every value comes out with its Go type and value, whatever mix of
-// types a record has (one struct per shape, and past maxShapes one array per type), and
-// the events and columns of FinishEvents are separate, capacity-limited slices.
+// types a record has, a Boxed value keeps the Value set before Finish, and the events and columns of FinishEvents are separate, capacity-limited slices.
 func TestFinishValues(t *testing.T) {
 	var b Builder
 	n := 0
@@ -62,6 +61,10 @@ func TestFinishValues(t *testing.T) {
 						for _, events := range []int{1, 2} {
 							counts := [6]int{ints * 3, uints, floats * 2, strs * 5, bins, 1}
 							want := fillRecord(&b, counts)
+							// A value made elsewhere (Boxed) keeps its Column.Value.
+							c := b.Add(fmt.Sprintf("c%d", len(want)), open.TypeTimestamp, 0)
+							b.Cols[c].Value, b.Vals[c] = "2026-11-29 02:09:36", Value{Kind: Boxed}
+							want = append(want, "2026-11-29 02:09:36")
 							evs, cols := b.FinishEvents(events)
 							b.Reset()
 							n++
@@ -79,8 +82,5 @@ func TestFinishValues(t *testing.T) {
 			}
 		}
 	}
-	if len(b.shapes) > maxShapes {
-		t.Fatalf("%d shapes made, at most %d", len(b.shapes), maxShapes)
-	}
-	t.Logf("%d records, %d shapes", n, len(b.shapes))
+	t.Logf("%d records", n)
 }

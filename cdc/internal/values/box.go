@@ -1,10 +1,8 @@
-package rowbuf
+package values
 
 import (
 	"math/bits"
 	"reflect"
-
-	"github.com/tidb-parity/parity/cdc/open"
 )
 
 // Boxing all of a record's values with one allocation. Each slab alone boxes its
@@ -15,7 +13,7 @@ import (
 // it into one new, unaddressable value, and reflect takes each value's interface from
 // its element of that copy without copying it again (see slab).
 
-// slabs is the number of slabs of a Builder, in the order of (*Builder).slabList.
+// slabs is the number of slabs of a Builder, in the order of (*Boxer).slabList.
 const slabs = 5
 
 // shape says how long each slab's array in the struct is: 0 for no field, else
@@ -30,7 +28,7 @@ type shaped struct {
 	view    [slabs]any    // each field's array of the scratch as a []T, nil if none
 }
 
-// maxShapes bounds the struct types a Builder makes; records of further shapes box
+// maxShapes bounds the struct types a Boxer makes; records of further shapes box
 // their values one allocation per Go type.
 const maxShapes = 64
 
@@ -38,32 +36,32 @@ const maxShapes = 64
 type boxer interface {
 	count() int
 	elem() reflect.Type
-	box(cols []open.Column)
+	box(out []any)
 	copyTo(view any)
-	boxFrom(arr reflect.Value, view any, cols []open.Column)
+	boxFrom(arr reflect.Value, view any, out []any)
 }
 
 func (s *slab[T]) count() int         { return len(s.vals) }
 func (s *slab[T]) elem() reflect.Type { return reflect.TypeFor[T]() }
 func (s *slab[T]) copyTo(view any)    { copy(view.([]T), s.vals) }
 
-// boxFrom sets the values' columns from arr, the slab's field of the record's copy of
+// boxFrom sets the values' elements of out from arr, the slab's field of the record's copy of
 // the scratch, and clears the slab and the scratch's field (view).
-func (s *slab[T]) boxFrom(arr reflect.Value, view any, cols []open.Column) {
+func (s *slab[T]) boxFrom(arr reflect.Value, view any, out []any) {
 	for i, c := range s.at {
-		cols[c].Value = arr.Index(i).Interface()
+		out[c] = arr.Index(i).Interface()
 	}
 	clear(view.([]T)[:len(s.vals)]) // no references into the record from the scratch
 	clear(s.vals)
 	s.vals, s.at = s.vals[:0], s.at[:0]
 }
 
-func (b *Builder) slabList() [slabs]boxer {
+func (b *Boxer) slabList() [slabs]boxer {
 	return [slabs]boxer{&b.ints, &b.uints, &b.floats, &b.strs, &b.bytes}
 }
 
-// box sets the Value of the columns whose values wait in the slabs.
-func (b *Builder) box(cols []open.Column) {
+// box sets the elements of out whose values wait in the slabs.
+func (b *Boxer) box(out []any) {
 	list := b.slabList()
 	var sh shape
 	used := 0
@@ -79,7 +77,7 @@ func (b *Builder) box(cols []open.Column) {
 	}
 	if st == nil {
 		for _, s := range list {
-			s.box(cols)
+			s.box(out)
 		}
 		return
 	}
@@ -91,14 +89,14 @@ func (b *Builder) box(cols []open.Column) {
 	one := st.scratch.Convert(st.arr).Index(0) // the one allocation
 	for i, s := range list {
 		if sh[i] != 0 {
-			s.boxFrom(one.Field(st.field[i]), st.view[i], cols)
+			s.boxFrom(one.Field(st.field[i]), st.view[i], out)
 		}
 	}
 }
 
 // shape returns the struct type and scratch of a shape, made on first use; nil once
 // maxShapes are made.
-func (b *Builder) shape(sh shape, list [slabs]boxer) *shaped {
+func (b *Boxer) shape(sh shape, list [slabs]boxer) *shaped {
 	if b.last != nil && b.lastShape == sh {
 		return b.last
 	}

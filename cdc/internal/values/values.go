@@ -1,0 +1,123 @@
+// Package values turns the column values of one Kafka record, as a decoder reads them
+// (numbers in place, text and bytes appended to two arenas), into Go interface values
+// with a handful of allocations: one string of text, one slice of bytes and, for all the
+// boxed values together, one struct (docs/decode.md). cdc/open's decoder and rowbuf (the
+// column builder of cdc/canal and cdc/simple, which imports cdc/open's event model) both
+// use it, so it knows nothing of events or columns: Box returns a slice parallel to the
+// values.
+//
+// A Boxer is scratch: keep it between records, never share it between goroutines.
+// Nothing Box returns aliases the input or the Boxer's scratch, except the slice itself.
+package values
+
+import (
+	"bytes"
+	"math"
+)
+
+// Kind says what a Value is.
+type Kind uint8
+
+const (
+	Null  Kind = iota
+	Int        // int64(Num)
+	Uint       // Num
+	Float      // math.Float64frombits(Num)
+	Text       // string(text[Off:End])
+	Bytes      // bin[Off:End]
+	Boxed      // made elsewhere (e.g. a converted TIMESTAMP): Box leaves its element nil
+)
+
+// Value is a decoded column value before Box boxes it.
+type Value struct {
+	Kind     Kind
+	Num      uint64
+	Off, End int
+}
+
+// keepBytes bounds each scratch buffer kept for the next record.
+const keepBytes = 1 << 20
+
+// emptyBytes is the value of an empty binary column: not nil (nil would be NULL) and of
+// capacity 0, so sharing it is safe (appending to it copies).
+var emptyBytes = []byte{}
+
+// Boxer is the scratch of Box.
+type Boxer struct {
+	out []any
+
+	ints      slab[int64]
+	uints     slab[uint64]
+	floats    slab[float64]
+	strs      slab[string]
+	bytes     slab[[]byte]
+	shapes    map[shape]*shaped // see box.go
+	last      *shaped           // the shape used last
+	lastShape shape
+}
+
+// Box returns vals as interface values, element i for vals[i] (nil for Null and Boxed).
+// Text values are cut from one copy of text, Bytes values from one copy of bin. The
+// returned slice is the Boxer's and valid until the next Box or Reset; its elements
+// are the caller's.
+func (b *Boxer) Box(vals []Value, text, bin []byte) []any {
+	if cap(b.out) < len(vals) {
+		b.out = make([]any, len(vals))
+	}
+	out := b.out[:len(vals)]
+	clear(out)
+	var txt string
+	if len(text) > 0 {
+		txt = string(text)
+	}
+	var bs []byte
+	if len(bin) > 0 {
+		bs = bytes.Clone(bin)
+	}
+	for i, v := range vals {
+		switch v.Kind {
+		case Int:
+			if x := int64(v.Num); x >= 0 && x < 256 {
+				out[i] = x // the runtime boxes these without allocating
+			} else {
+				b.ints.add(x, i)
+			}
+		case Uint:
+			if v.Num < 256 {
+				out[i] = v.Num
+			} else {
+				b.uints.add(v.Num, i)
+			}
+		case Float:
+			b.floats.add(math.Float64frombits(v.Num), i)
+		case Text:
+			if v.End == v.Off {
+				out[i] = "" // boxed without allocating
+			} else {
+				b.strs.add(txt[v.Off:v.End], i)
+			}
+		case Bytes:
+			if v.End == v.Off {
+				b.bytes.add(emptyBytes, i)
+			} else {
+				b.bytes.add(bs[v.Off:v.End:v.End], i)
+			}
+		}
+	}
+	b.box(out)
+	return out
+}
+
+// Reset drops the references of the last Box's slice and, after a huge record, the
+// scratch grown for it.
+func (b *Boxer) Reset() {
+	clear(b.out)
+	if cap(b.out) > keepBytes/16 {
+		b.out = nil
+	}
+	b.ints.trim()
+	b.uints.trim()
+	b.floats.trim()
+	b.strs.trim()
+	b.bytes.trim()
+}
