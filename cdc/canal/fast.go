@@ -375,30 +375,38 @@ func (st *state) rowsNow(m *fastMessage, old bool) bool {
 	return st.tt != nil || st.prepare(m.schema, m.table)
 }
 
-// rows decodes an array of rows (or null) into the builder.
-func (st *state) rows(out []span) ([]span, bool) {
+// array reads an array or null, calling elem at each element (which reads it).
+func (st *state) array(elem func() bool) bool {
 	sc := &st.sc
-	out = out[:0]
 	if sc.Null() {
-		return out, true
+		return true
 	}
 	if sc.Expect('[') != nil {
-		return out, false
+		return false
 	}
 	for first := true; ; first = false {
 		more, err := sc.Element(first)
 		if err != nil {
-			return out, false
+			return false
 		}
 		if !more {
-			return out, true
+			return true
 		}
-		c, ok := st.row(st.tt)
-		if !ok {
-			return out, false
+		if !elem() {
+			return false
 		}
-		out = append(out, c)
 	}
+}
+
+// rows decodes an array of rows (or null) into the builder.
+func (st *state) rows(out []span) ([]span, bool) {
+	out = out[:0]
+	ok := st.array(func() bool {
+		c, ok := st.row(st.tt)
+		out = append(out, c)
+		return ok
+	})
+	return out, ok
 }
 
 // str reads a string; null and anything else give up.
@@ -428,53 +436,27 @@ func optBool(sc *jsonscan.Scanner) (bool, bool) {
 }
 
 func (st *state) pkNames() bool {
-	sc := &st.sc
-	if sc.Null() {
-		return true
-	}
-	if sc.Expect('[') != nil {
-		return false
-	}
-	for first := true; ; first = false {
-		more, err := sc.Element(first)
-		if err != nil {
-			return false
-		}
-		if !more {
-			return true
-		}
+	return st.array(func() bool {
 		b, ok := st.str()
-		if !ok {
-			return false
+		if ok {
+			st.pk = append(st.pk, st.names.Intern(b))
 		}
-		st.pk = append(st.pk, st.names.Intern(b))
-	}
+		return ok
+	})
 }
 
 // elements records where the elements of an array (or null) are.
 func (st *state) elements(out []span) ([]span, bool) {
-	sc := &st.sc
 	out = out[:0]
-	if sc.Null() {
-		return out, true
-	}
-	if sc.Expect('[') != nil {
-		return out, false
-	}
-	for first := true; ; first = false {
-		more, err := sc.Element(first)
-		if err != nil {
-			return out, false
+	ok := st.array(func() bool {
+		start := st.sc.Pos
+		if st.sc.Peek() != '{' || st.sc.Skip() != nil {
+			return false
 		}
-		if !more {
-			return out, true
-		}
-		start := sc.Pos
-		if sc.Peek() != '{' || sc.Skip() != nil {
-			return out, false
-		}
-		out = append(out, span{start, sc.Pos})
-	}
+		out = append(out, span{start, st.sc.Pos})
+		return true
+	})
+	return out, ok
 }
 
 func (st *state) tidb(m *fastMessage) bool {

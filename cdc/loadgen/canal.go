@@ -157,31 +157,17 @@ func appendCanalRow(b []byte, cols []open.Column) []byte {
 
 // canalValue renders a value as canalEntryBuilder.formatValue does: integers in decimal
 // (ENUM index, SET bitmask and BIT bits too), FLOAT with float32 precision, binary bytes
-// as ISO-8859-1 (every byte the code point of one character), text as it is.
+// as ISO-8859-1 (every byte the code point of one character), text as it is: what
+// ColumnValueString gives but for binary bytes.
 func canalValue(c *open.Column) string {
-	switch v := c.Value.(type) {
-	case int64:
-		return strconv.FormatInt(v, 10)
-	case uint64:
-		return strconv.FormatUint(v, 10)
-	case float64:
-		if c.Type == open.TypeFloat {
-			return strconv.FormatFloat(v, 'f', -1, 32)
-		}
-		return strconv.FormatFloat(v, 'f', -1, 64)
-	case string:
-		return v
-	case []byte:
-		if c.Flags&open.FlagBinary == 0 {
-			return string(v)
-		}
+	if v, ok := c.Value.([]byte); ok && c.Flags&open.FlagBinary != 0 {
 		r := make([]byte, 0, len(v)+len(v)/2)
 		for _, x := range v {
 			r = utf8.AppendRune(r, rune(x))
 		}
 		return string(r)
 	}
-	return fmt.Sprint(c.Value)
+	return ColumnValueString(*c) // the same text as the open protocol's key hash
 }
 
 // java.sql.Types codes TiCDC writes in sqlType (tiflow pkg/sink/codec/internal/java.go).
