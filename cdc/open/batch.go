@@ -94,6 +94,9 @@ func (st *decodeState) reset() {
 	st.names.Trim()
 }
 
+// columnValue is where values.Box puts a column's value.
+func columnValue(c *Column) *any { return &c.Value }
+
 // finish sets the columns and values of the record's row events.
 func (st *decodeState) finish(events []Event) {
 	if len(st.cols) == 0 {
@@ -101,9 +104,7 @@ func (st *decodeState) finish(events []Event) {
 	}
 	cols := make([]Column, len(st.cols))
 	copy(cols, st.cols)
-	for i, v := range st.box.Box(st.vals, st.text, st.bin) {
-		cols[i].Value = v
-	}
+	st.box.Box(st.vals, st.text, st.bin, values.SlotsOf(cols, columnValue))
 	for i, r := range st.rows {
 		ev := &events[i]
 		if ev.Kind != KindRow || r.claimed {

@@ -100,11 +100,9 @@ func (b *Builder) FinishEvents(n int) ([]open.Event, []open.Column) {
 
 // fill copies the columns into cols (of len(b.Cols)) and sets their values.
 func (b *Builder) fill(cols []open.Column) {
-	copy(cols, b.Cols)
-	vs := b.box.Box(b.Vals, b.Text, b.Bin)
-	for i, v := range b.Vals {
-		if v.Kind != Boxed {
-			cols[i].Value = vs[i]
-		}
-	}
+	copy(cols, b.Cols) // a Boxed value is set already
+	b.box.Box(b.Vals, b.Text, b.Bin, values.SlotsOf(cols, columnValue))
 }
+
+// columnValue is where values.Box puts a column's value.
+func columnValue(c *open.Column) *any { return &c.Value }

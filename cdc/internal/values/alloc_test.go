@@ -11,10 +11,12 @@ import "testing"
 func TestBoxAllocations(t *testing.T) {
 	var b Boxer
 	vals, text, bin, _ := record([7]int{3, 2, 2, 5, 2, 1, 1})
-	b.Box(vals, text, bin)
+	dst := make([]slot, len(vals))
+	slots := SlotsOf(dst, slotValue)
+	b.Box(vals, text, bin, slots)
 	b.Reset()
 	allocs := testing.AllocsPerRun(100, func() {
-		b.Box(vals, text, bin)
+		b.Box(vals, text, bin, slots)
 		b.Reset()
 	})
 	if allocs != 3 {

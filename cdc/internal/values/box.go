@@ -36,20 +36,20 @@ const maxShapes = 64
 type boxer interface {
 	count() int
 	elem() reflect.Type
-	box(out []any)
+	box(dst Slots)
 	copyTo(view any)
-	boxFrom(arr reflect.Value, view any, out []any)
+	boxFrom(arr reflect.Value, view any, dst Slots)
 }
 
 func (s *slab[T]) count() int         { return len(s.vals) }
 func (s *slab[T]) elem() reflect.Type { return reflect.TypeFor[T]() }
 func (s *slab[T]) copyTo(view any)    { copy(view.([]T), s.vals) }
 
-// boxFrom sets the values' elements of out from arr, the slab's field of the record's copy of
+// boxFrom sets the values' slots of dst from arr, the slab's field of the record's copy of
 // the scratch, and clears the slab and the scratch's field (view).
-func (s *slab[T]) boxFrom(arr reflect.Value, view any, out []any) {
+func (s *slab[T]) boxFrom(arr reflect.Value, view any, dst Slots) {
 	for i, c := range s.at {
-		out[c] = arr.Index(i).Interface()
+		*dst.at(c) = arr.Index(i).Interface()
 	}
 	clear(view.([]T)[:len(s.vals)]) // no references into the record from the scratch
 	clear(s.vals)
@@ -60,8 +60,8 @@ func (b *Boxer) slabList() [slabs]boxer {
 	return [slabs]boxer{&b.ints, &b.uints, &b.floats, &b.strs, &b.bytes}
 }
 
-// box sets the elements of out whose values wait in the slabs.
-func (b *Boxer) box(out []any) {
+// box sets the slots of dst whose values wait in the slabs.
+func (b *Boxer) box(dst Slots) {
 	list := b.slabList()
 	var sh shape
 	used := 0
@@ -77,7 +77,7 @@ func (b *Boxer) box(out []any) {
 	}
 	if st == nil {
 		for _, s := range list {
-			s.box(out)
+			s.box(dst)
 		}
 		return
 	}
@@ -89,7 +89,7 @@ func (b *Boxer) box(out []any) {
 	one := st.scratch.Convert(st.arr).Index(0) // the one allocation
 	for i, s := range list {
 		if sh[i] != 0 {
-			s.boxFrom(one.Field(st.field[i]), st.view[i], out)
+			s.boxFrom(one.Field(st.field[i]), st.view[i], dst)
 		}
 	}
 }

@@ -18,7 +18,7 @@ import (
 // slabs of several types into one struct the same way.
 type slab[T any] struct {
 	vals  []T
-	at    []int            // the element of out of each value
+	at    []int            // the slot of each value
 	types [64]reflect.Type // [1<<k]T, made once per size
 }
 
@@ -33,14 +33,14 @@ func (s *slab[T]) add(v T, at int) {
 	s.at = append(s.at, at)
 }
 
-// box boxes the slab's values alone (one allocation) into their elements of out.
-func (s *slab[T]) box(out []any) {
+// box boxes the slab's values alone (one allocation) into their slots of dst.
+func (s *slab[T]) box(dst Slots) {
 	n := len(s.vals)
 	if n == 0 {
 		return
 	}
 	if n == 1 { // one value: boxing it directly is one allocation too, without reflect
-		out[s.at[0]] = s.vals[0]
+		*dst.at(s.at[0]) = s.vals[0]
 		clear(s.vals)
 		s.vals, s.at = s.vals[:0], s.at[:0]
 		return
@@ -60,7 +60,7 @@ func (s *slab[T]) box(out []any) {
 	}
 	arr := reflect.ValueOf(&s.vals).Elem().Convert(t)
 	for i, c := range s.at {
-		out[c] = arr.Index(i).Interface()
+		*dst.at(c) = arr.Index(i).Interface()
 	}
 	clear(s.vals) // no references into the record's arenas from the scratch
 	s.vals, s.at = s.vals[:0], s.at[:0]

@@ -3,15 +3,16 @@
 // with a handful of allocations: one string of text, one slice of bytes and, for all the
 // boxed values together, one struct (docs/decode.md). cdc/open's decoder and rowbuf (the
 // column builder of cdc/canal and cdc/simple, which imports cdc/open's event model) both
-// use it, so it knows nothing of events or columns: Box returns a slice parallel to the
-// values.
+// use it, so it knows nothing of events or columns: Box sets the `any` field of each
+// element of the caller's slice (Slots).
 //
 // A Boxer is scratch: keep it between records, never share it between goroutines.
-// Nothing Box returns aliases the input or the Boxer's scratch, except the slice itself.
+// Nothing Box sets aliases the input or the Boxer's scratch.
 package values
 
 import (
 	"bytes"
+	"fmt"
 	"math"
 )
 
@@ -25,7 +26,7 @@ const (
 	Float      // math.Float64frombits(Num)
 	Text       // string(text[Off:End])
 	Bytes      // bin[Off:End]
-	Boxed      // made elsewhere (e.g. a converted TIMESTAMP): Box leaves its element nil
+	Boxed      // made elsewhere (e.g. a converted TIMESTAMP): Box leaves its slot as it is
 )
 
 // Value is a decoded column value before Box boxes it.
@@ -44,8 +45,6 @@ var emptyBytes = []byte{}
 
 // Boxer is the scratch of Box.
 type Boxer struct {
-	out []any
-
 	ints      slab[int64]
 	uints     slab[uint64]
 	floats    slab[float64]
@@ -56,16 +55,14 @@ type Boxer struct {
 	lastShape shape
 }
 
-// Box returns vals as interface values, element i for vals[i] (nil for Null and Boxed).
-// Text values are cut from one copy of text, Bytes values from one copy of bin. The
-// returned slice is the Boxer's and valid until the next Box or Reset; its elements
-// are the caller's.
-func (b *Boxer) Box(vals []Value, text, bin []byte) []any {
-	if cap(b.out) < len(vals) {
-		b.out = make([]any, len(vals))
+// Box sets slot i of dst to vals[i] as an interface value (nil for Null; a Boxed
+// value's slot is left as it is). Text values are cut from one copy of text, Bytes
+// values from one copy of bin; nothing set aliases the input or the Boxer. dst must
+// have a slot for every value.
+func (b *Boxer) Box(vals []Value, text, bin []byte, dst Slots) {
+	if dst.Len() < len(vals) {
+		panic(fmt.Sprintf("values: Box: %d values, %d slots", len(vals), dst.Len()))
 	}
-	out := b.out[:len(vals)]
-	clear(out)
 	var txt string
 	if len(text) > 0 {
 		txt = string(text)
@@ -76,15 +73,17 @@ func (b *Boxer) Box(vals []Value, text, bin []byte) []any {
 	}
 	for i, v := range vals {
 		switch v.Kind {
+		case Null:
+			*dst.at(i) = nil
 		case Int:
 			if x := int64(v.Num); x >= 0 && x < 256 {
-				out[i] = x // the runtime boxes these without allocating
+				*dst.at(i) = x // the runtime boxes these without allocating
 			} else {
 				b.ints.add(x, i)
 			}
 		case Uint:
 			if v.Num < 256 {
-				out[i] = v.Num
+				*dst.at(i) = v.Num
 			} else {
 				b.uints.add(v.Num, i)
 			}
@@ -92,7 +91,7 @@ func (b *Boxer) Box(vals []Value, text, bin []byte) []any {
 			b.floats.add(math.Float64frombits(v.Num), i)
 		case Text:
 			if v.End == v.Off {
-				out[i] = "" // boxed without allocating
+				*dst.at(i) = "" // boxed without allocating
 			} else {
 				b.strs.add(txt[v.Off:v.End], i)
 			}
@@ -104,17 +103,11 @@ func (b *Boxer) Box(vals []Value, text, bin []byte) []any {
 			}
 		}
 	}
-	b.box(out)
-	return out
+	b.box(dst)
 }
 
-// Reset drops the references of the last Box's slice and, after a huge record, the
-// scratch grown for it.
+// Reset drops the scratch grown for a huge record.
 func (b *Boxer) Reset() {
-	clear(b.out)
-	if cap(b.out) > keepBytes/16 {
-		b.out = nil
-	}
 	b.ints.trim()
 	b.uints.trim()
 	b.floats.trim()

@@ -60,9 +60,10 @@ func record(counts [7]int) (vals []Value, text, bin []byte, want []any) {
 	return vals, text, bin, want
 }
 
-// TestBox: every value comes out with its Go type and value whatever mix of types a
-// record has (one struct per shape, past maxShapes one array per type), nothing aliases
-// the arenas, and the shapes made stay bounded.
+// TestBox: every value comes out in its slot with its Go type and value whatever mix of
+// types a record has (one struct per shape, past maxShapes one array per type), nothing
+// beside the slots is written, nothing aliases the arenas, and the shapes made stay
+// bounded.
 func TestBox(t *testing.T) {
 	var b Boxer
 	n := 0
@@ -73,18 +74,25 @@ func TestBox(t *testing.T) {
 					for bins := range 4 {
 						counts := [7]int{ints * 3, uints * 2, floats, strs * 5, bins * 2, 1, ints % 2}
 						vals, text, bin, want := record(counts)
-						got := b.Box(vals, text, bin)
-						n++
-						if len(got) != len(want) {
-							t.Fatalf("%v: %d values, want %d", counts, len(got), len(want))
+						got := make([]slot, len(vals)+1)
+						for i := range got {
+							got[i] = slot{before: i, after: -i}
 						}
+						b.Box(vals, text, bin, SlotsOf(got, slotValue))
+						n++
 						for i := range want {
-							if !reflect.DeepEqual(got[i], want[i]) {
-								t.Fatalf("%v: value %d is %#v, want %#v", counts, i, got[i], want[i])
+							if !reflect.DeepEqual(got[i].v, want[i]) || got[i].before != i || got[i].after != -i {
+								t.Fatalf("%v: slot %d is %d, %#v, %d; want %d, %#v, %d", counts, i, got[i].before, got[i].v, got[i].after, i, want[i], -i)
 							}
 						}
+						if last := got[len(vals)]; last.v != nil || last.before != len(vals) || last.after != -len(vals) {
+							t.Fatalf("%v: the slot past the values was written: %#v", counts, last)
+						}
 						// The values own their memory: scribbling over the arenas changes none.
-						kept := append([]any(nil), got...)
+						kept := make([]any, len(got))
+						for i := range got {
+							kept[i] = got[i].v
+						}
 						for i := range text {
 							text[i] = '#'
 						}
@@ -108,13 +116,37 @@ func TestBox(t *testing.T) {
 	t.Logf("%d records, %d shapes", n, len(b.shapes))
 }
 
-// TestBoxReusesOut: a second Box of fewer values leaves no element of the first.
-func TestBoxReusesOut(t *testing.T) {
+// slot is an element with an `any` field between others, which Box must leave alone.
+type slot struct {
+	before int
+	v      any
+	after  int
+}
+
+func slotValue(s *slot) *any { return &s.v }
+
+// TestBoxSlots: Null clears its slot, Boxed leaves it, and too few slots or a field
+// outside its element panic (a programming error, like an index out of range).
+func TestBoxSlots(t *testing.T) {
 	var b Boxer
-	vals, text, bin, _ := record([7]int{4, 0, 0, 2, 0, 0, 0})
-	b.Box(vals, text, bin)
-	got := b.Box([]Value{{}, {Kind: Boxed}}, nil, nil)
-	if got[0] != nil || got[1] != nil {
-		t.Fatalf("Null and Boxed after an earlier record: %#v, want nils", got)
+	got := []slot{{v: "old"}, {v: "made elsewhere"}, {v: 7}}
+	b.Box([]Value{{}, {Kind: Boxed}, {Kind: Int, Num: 1000}}, nil, nil, SlotsOf(got, slotValue))
+	if got[0].v != nil || got[1].v != "made elsewhere" || got[2].v != int64(1000) {
+		t.Fatalf("slots %#v", got)
+	}
+	panics := func(what string, f func()) {
+		t.Helper()
+		defer func() {
+			if recover() == nil {
+				t.Errorf("%s did not panic", what)
+			}
+		}()
+		f()
+	}
+	panics("Box with too few slots", func() { b.Box(make([]Value, 4), nil, nil, SlotsOf(got, slotValue)) })
+	var other slot
+	panics("SlotsOf a field outside the element", func() { SlotsOf(got, func(*slot) *any { return &other.v }) })
+	if s := SlotsOf([]slot(nil), slotValue); s.Len() != 0 {
+		t.Errorf("SlotsOf(nil) has %d slots", s.Len())
 	}
 }
