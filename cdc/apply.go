@@ -118,7 +118,7 @@ func (a *applier) applyRows(ctx context.Context, buf *buffer, target uint64) ([]
 	if a.cfg.Applier.Ledger {
 		keys = make([]*keyCollector, len(tables))
 		for i, tb := range tables {
-			keys[i] = &keyCollector{table: tb.key}
+			keys[i] = newKeyCollector(tb.key, tb.countUpTo(target))
 		}
 	}
 	w := a.cfg.Applier.Workers
@@ -193,6 +193,17 @@ type keyRef struct {
 	end uint32 // offset in buf just past the key (it starts where the previous one ends)
 	ts  uint64
 }
+
+// newKeyCollector returns a collector sized for rows keys (up to a part's), so that it
+// does not grow its buffers row by row: they started empty every round, and their
+// growing was 2 % of serve's CPU under the insert bench.
+func newKeyCollector(table tableKey, rows int64) *keyCollector {
+	n := int(min(max(rows, 1), ledger.MaxPartKeys))
+	return &keyCollector{table: table, buf: make([]byte, 0, n*keyBytesGuess), refs: make([]keyRef, 0, n)}
+}
+
+// keyBytesGuess is the bytes of a typical key (an integer handle encodes in 9).
+const keyBytesGuess = 10
 
 // add records that the row with handle columns cols (among cols) changed at ts.
 func (kc *keyCollector) add(cols []open.Column, ts uint64) error {
