@@ -25,12 +25,13 @@ type decodeState struct {
 	sc    jsonscan.Scanner
 	names jsonscan.Names // interned schema, table and column names
 
-	cols []Column  // the record's columns in message order, Value not yet set
-	vals []pending // their values, parallel to cols
-	text []byte    // string values, one after another
-	bin  []byte    // []byte values, one after another
-	rows []rowSpan // per event: where its columns are in cols
-	last span      // the columns section read last
+	cols     []Column  // the record's columns in message order, Value not yet set; nil after finish hands them out
+	colsHint int       // the columns of the last record: the capacity cols starts with
+	vals     []pending // their values, parallel to cols
+	text     []byte    // string values, one after another
+	bin      []byte    // []byte values, one after another
+	rows     []rowSpan // per event: where its columns are in cols
+	last     span      // the columns section read last
 
 	dbuf  bytes.Buffer     // a decompressed payload
 	lz4   *lz4.Reader      // LZ4 frame reader (and its block buffers)
@@ -75,6 +76,7 @@ func (st *decodeState) reset() {
 	if cap(st.cols)*int(reflect.TypeFor[Column]().Size()) > keepScratchBytes {
 		st.cols, st.vals = nil, nil
 	}
+	st.colsHint = min(st.colsHint, keepScratchBytes/int(reflect.TypeFor[Column]().Size()))
 	if cap(st.text) > keepScratchBytes {
 		st.text = nil
 	}
@@ -102,8 +104,11 @@ func (st *decodeState) finish(events []Event) {
 	if len(st.cols) == 0 {
 		return
 	}
-	cols := make([]Column, len(st.cols))
-	copy(cols, st.cols)
+	// The columns were read into a slice of this record's own (sized as the last
+	// record's): it is handed out as it is, where copying it out of a reused scratch
+	// slice was 3.5 % of serve's CPU under the insert bench.
+	cols := st.cols[:len(st.cols):len(st.cols)]
+	st.cols, st.colsHint = nil, len(cols)
 	st.box.Box(st.vals, st.text, st.bin, values.SlotsOf(cols, columnValue))
 	for i, r := range st.rows {
 		ev := &events[i]

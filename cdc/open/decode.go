@@ -521,6 +521,9 @@ func (st *decodeState) columns(section string, ev *Event) (span, error) {
 			}
 			return span{}, inField(section+"."+col.Name, err)
 		}
+		if st.cols == nil {
+			st.cols = make([]Column, 0, st.colsHint) // handed out whole by finish
+		}
 		st.cols = append(st.cols, col)
 		st.vals = append(st.vals, v)
 	}
