@@ -113,12 +113,13 @@ func (a *applier) applyRows(ctx context.Context, buf *buffer, target uint64) ([]
 	if len(tables) == 0 {
 		return nil, nil
 	}
+	counts := roundCounts(tables, target)
 	// One collector per table, filled by the table's producer alone.
 	var keys []*keyCollector
 	if a.cfg.Applier.Ledger {
 		keys = make([]*keyCollector, len(tables))
 		for i, tb := range tables {
-			keys[i] = newKeyCollector(tb.key, tb.countUpTo(target))
+			keys[i] = newKeyCollector(tb.key, counts[i])
 		}
 	}
 	w := a.cfg.Applier.Workers
@@ -141,7 +142,7 @@ func (a *applier) applyRows(ctx context.Context, buf *buffer, target uint64) ([]
 	for i := range a.round {
 		a.round[i].Store(0)
 	}
-	lanes := assignLanes(tables, target, w)
+	lanes := assignLanes(counts, w)
 	g.Go(func() error {
 		defer func() {
 			for _, ch := range chans {
@@ -253,24 +254,35 @@ func (kc *keyCollector) flush() error {
 // operation per chunk rather than per row).
 const opChunk = 64
 
-// assignLanes gives each table of a round the workers its rows are spread over: a
-// table with n of the round's total rows gets round(n*workers/total) workers (at least
-// one), the least loaded ones; the largest tables are placed first.
-func assignLanes(tables []*tableBuf, target uint64, workers int) [][]int {
+// roundCounts returns the rows each table has up to target: the round's rows, counted
+// once for the lanes and the key collectors.
+func roundCounts(tables []*tableBuf, target uint64) []int64 {
 	counts := make([]int64, len(tables))
-	var total int64
 	for i, tb := range tables {
-		counts[i] = max(tb.countUpTo(target), 1)
+		counts[i] = tb.countUpTo(target)
+	}
+	return counts
+}
+
+// assignLanes gives each table of a round (rows[i] its rows, roundCounts) the workers
+// its rows are spread over: a table with n of the round's total rows gets
+// round(n*workers/total) workers (at least one), the least loaded ones; the largest
+// tables are placed first.
+func assignLanes(rows []int64, workers int) [][]int {
+	counts := make([]int64, len(rows))
+	var total int64
+	for i, n := range rows {
+		counts[i] = max(n, 1)
 		total += counts[i]
 	}
-	order := make([]int, len(tables))
+	order := make([]int, len(rows))
 	for i := range order {
 		order[i] = i
 	}
 	sort.SliceStable(order, func(x, y int) bool { return counts[order[x]] > counts[order[y]] })
 	load := make([]float64, workers)
 	byLoad := make([]int, workers)
-	lanes := make([][]int, len(tables))
+	lanes := make([][]int, len(rows))
 	for _, ti := range order {
 		k := int(math.Round(float64(counts[ti]) * float64(workers) / float64(total)))
 		k = min(max(k, 1), workers)

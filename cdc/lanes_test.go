@@ -35,7 +35,7 @@ func TestAssignLanes(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got := assignLanes(mk(tc.counts...), 50, tc.workers)
+			got := assignLanes(roundCounts(mk(tc.counts...), 50), tc.workers)
 			if !slices.EqualFunc(got, tc.want, slices.Equal[[]int]) {
 				t.Fatalf("lanes %v, want %v", got, tc.want)
 			}

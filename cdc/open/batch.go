@@ -15,8 +15,8 @@ import (
 // record are read into one slice in message order, their values into pending (numbers
 // in place, text and bytes appended to two arenas), and finish turns all of it into the
 // record's events with a handful of allocations: one slice of columns, one string of
-// text, one slice of bytes and one struct of all the boxed values (package values), instead of a
-// slice per event and one or two allocations per value.
+// text, one slice of bytes and one struct of all the boxed values (package values),
+// instead of a slice per event and one or two allocations per value.
 //
 // A Decoder keeps a few states between calls (Decoder.states), so the scratch and the
 // interned names are reused; nothing returned to the caller aliases a state.

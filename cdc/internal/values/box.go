@@ -13,7 +13,7 @@ import (
 // it into one new, unaddressable value, and reflect takes each value's interface from
 // its element of that copy without copying it again (see slab).
 
-// slabs is the number of slabs of a Builder, in the order of (*Boxer).slabList.
+// slabs is the number of slabs of a Boxer, in the order of (*Boxer).slabList.
 const slabs = 5
 
 // shape says how long each slab's array in the struct is: 0 for no field, else
