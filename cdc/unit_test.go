@@ -265,3 +265,79 @@ func BenchmarkEncodeEvent(b *testing.B) {
 	}
 	b.SetBytes(int64(len(buf)))
 }
+
+// TestBufferReleaseKeepsTheRowsLeft: release moves the rows above the target to the front
+// of the table's array and keeps the array for the next round's rows; the slots it
+// vacated hold no events (they could not be collected), and rows added after it are read
+// in order after the ones left.
+func TestBufferReleaseKeepsTheRowsLeft(t *testing.T) {
+	b, err := newBuffer(t.TempDir(), 64<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.close()
+	var seq uint64
+	add := func(ts uint64, id int64) {
+		seq++
+		ev := &open.Event{Kind: open.KindRow, CommitTs: ts, Schema: "s", Table: "t", Op: open.OpInsert,
+			Columns: []open.Column{{Name: "id", Type: open.TypeLonglong, Flags: open.FlagHandleKey, Value: id}}}
+		if err := b.add(ev, seq); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read := func(target uint64) []int64 {
+		var ids []int64
+		for ev, err := range b.tables[tableKey{"s", "t"}].events(target) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, ev.Columns[0].Value.(int64))
+		}
+		return ids
+	}
+	for i := range 2000 {
+		add(uint64(1+i%4), int64(i)) // ts 1, 2, 3, 4, 1, …
+	}
+	tb := b.tables[tableKey{"s", "t"}]
+	if b.spilled != 0 {
+		t.Fatalf("spilled %d bytes under a 64 MiB limit", b.spilled)
+	}
+	capBefore := cap(tb.mem)
+	b.release(2)
+	if len(tb.mem) != 1000 || b.memCount != 1000 {
+		t.Fatalf("after release(2): %d rows in memory (count %d), want 1000", len(tb.mem), b.memCount)
+	}
+	if cap(tb.mem) != capBefore {
+		t.Errorf("release(2) gave back the array: cap %d, was %d", cap(tb.mem), capBefore)
+	}
+	for i, e := range tb.mem[len(tb.mem):cap(tb.mem)] {
+		if e.ev != nil {
+			t.Fatalf("vacated slot %d still holds an event", len(tb.mem)+i)
+		}
+	}
+	var want []int64
+	for i := range 2000 {
+		if 1+i%4 == 3 {
+			want = append(want, int64(i))
+		}
+	}
+	for i := range 2000 {
+		if 1+i%4 == 4 {
+			want = append(want, int64(i))
+		}
+	}
+	if got := read(4); !reflect.DeepEqual(got, want) {
+		t.Fatalf("rows left after release(2): %d rows, want %d in ts then arrival order", len(got), len(want))
+	}
+	for i := range 10 {
+		add(5, int64(10000+i))
+		want = append(want, int64(10000+i))
+	}
+	if got := read(5); !reflect.DeepEqual(got, want) {
+		t.Fatalf("rows added after the release: got %d rows, want %d in order", len(got), len(want))
+	}
+	b.release(5)
+	if len(b.tables) != 0 || b.memCount != 0 || b.memBytes != 0 {
+		t.Fatalf("buffer not empty: %+v", b)
+	}
+}
