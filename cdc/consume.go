@@ -79,9 +79,11 @@ func claimCheckLoader(dir string) func(string) ([]byte, error) {
 // records to the coordinator. It never commits offsets to Kafka: progress lives in the
 // meta schema.
 func (r *Replicator) consume(ctx context.Context, dec recordDecoder, schemas *streamSchemas, idx int, pk partKey, start int64, out chan<- record) error {
+	dialer := r.kafka.Dialer(10 * time.Second)
+	dialer.DialFunc = bufferedReads(dialer.DialFunc)
 	rd := kafka.NewReader(kafka.ReaderConfig{
 		Brokers:         r.cfg.Changefeed.Brokers,
-		Dialer:          r.kafka.Dialer(10 * time.Second),
+		Dialer:          dialer,
 		Topic:           pk.Topic,
 		Partition:       pk.Partition,
 		MinBytes:        1,

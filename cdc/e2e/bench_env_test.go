@@ -210,7 +210,7 @@ func (be *benchEnv) writeConfig(tb testing.TB) {
 		level = "debug"
 	}
 	cfg := be.configTOML(filepath.Join(filepath.Dir(be.configPath), "spill"), level, "",
-		fmt.Sprintf("workers = %d\nbatch-rows = %d\nledger = %t\n%s", benchWorkers, benchBatchRows, !be.noLedger, benchTxnRowsKey()),
+		fmt.Sprintf("workers = %d\nbatch-rows = %d\nledger = %t\n%s%s", benchWorkers, benchBatchRows, !be.noLedger, benchTxnRowsKey(), benchMemoryKey()),
 		fmt.Sprintf("pprof = %t\n", os.Getenv("PARITY_BENCH_PPROF") != ""))
 	if os.Getenv("PARITY_BENCH_HA") != "" {
 		// The applier fenced by a lease (docs/reliability.md): every write transaction
@@ -327,8 +327,10 @@ func (be *benchEnv) publishChangefeed(tb testing.TB, f *feed, data, old [][]benc
 }
 
 // profile, with PARITY_BENCH_PPROF set (a directory), fetches a CPU profile of serve
-// (/debug/pprof/profile?seconds=10, starting 2 s into the apply) into
-// $PARITY_BENCH_PPROF/serve-<kind>.pprof; the returned func waits for it.
+// (/debug/pprof/profile?seconds=10, or PARITY_BENCH_PPROF_SECONDS, starting 2 s into the
+// apply) into
+// $PARITY_BENCH_PPROF/serve-<kind>.pprof, then the allocations since serve started into
+// serve-<kind>.allocs.pprof; the returned func waits for them.
 func (be *benchEnv) profile(tb testing.TB, kind string) func() {
 	dir := os.Getenv("PARITY_BENCH_PPROF")
 	if dir == "" {
@@ -338,7 +340,11 @@ func (be *benchEnv) profile(tb testing.TB, kind string) func() {
 	go func() {
 		defer close(done)
 		time.Sleep(2 * time.Second)
-		resp, err := http.Get("http://" + be.statusAddr + "/debug/pprof/profile?seconds=10")
+		secs := "10"
+		if v := os.Getenv("PARITY_BENCH_PPROF_SECONDS"); v != "" {
+			secs = v
+		}
+		resp, err := http.Get("http://" + be.statusAddr + "/debug/pprof/profile?seconds=" + secs)
 		if err != nil {
 			fmt.Printf("pprof: %v\n", err)
 			return
@@ -347,6 +353,21 @@ func (be *benchEnv) profile(tb testing.TB, kind string) func() {
 		body, err := io.ReadAll(resp.Body)
 		if err == nil {
 			err = os.WriteFile(filepath.Join(dir, "serve-"+kind+".pprof"), body, 0o644)
+		}
+		if err != nil {
+			fmt.Printf("pprof: %v\n", err)
+			return
+		}
+		// The allocations since serve started, up to the end of the CPU profile.
+		resp2, err := http.Get("http://" + be.statusAddr + "/debug/pprof/allocs")
+		if err != nil {
+			fmt.Printf("pprof: %v\n", err)
+			return
+		}
+		defer resp2.Body.Close()
+		body, err = io.ReadAll(resp2.Body)
+		if err == nil {
+			err = os.WriteFile(filepath.Join(dir, "serve-"+kind+".allocs.pprof"), body, 0o644)
 		}
 		if err != nil {
 			fmt.Printf("pprof: %v\n", err)
@@ -419,6 +440,15 @@ func (be *benchEnv) fallbackCPU(tb testing.TB) time.Duration {
 func benchTxnRowsKey() string {
 	if v := os.Getenv("PARITY_BENCH_TXN_ROWS"); v != "" {
 		return "txn-rows = " + v + "\n"
+	}
+	return ""
+}
+
+// benchMemoryKey sets applier.memory-bytes from PARITY_BENCH_MEMORY_BYTES ("" keeps the
+// default).
+func benchMemoryKey() string {
+	if v := os.Getenv("PARITY_BENCH_MEMORY_BYTES"); v != "" {
+		return "memory-bytes = " + v + "\n"
 	}
 	return ""
 }
