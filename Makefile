@@ -72,6 +72,8 @@ bench: env-up build ## performance targets, each printed against its baseline (2
 	$(ENV) $(GO) test -run='^$$' -bench=. -benchmem ./cdc/open/
 	@echo "== canal-json and simple decoders (TiCDC-made corpora): MB/s beside the open protocol's"
 	$(GO) test -run='^$$' -bench='^BenchmarkDecode$$' -benchmem ./cdc/canal/ ./cdc/simple/
+	@echo "== the three protocols on TiCDC-made changefeeds of the same random workload, one core: MB/s and events/s against the open protocol's"
+	GOMAXPROCS=1 $(GO) test -run='^$$' -bench='^BenchmarkDecodeProtocols$$' -benchmem ./cdc/
 	@echo "== applier: rows/s against raw multi-row INSERTs, p99 lag at 5,000 rows/s"
 	$(ENV) $(GO) test -run='^$$' -bench='^BenchmarkApplier' -benchtime=1x -timeout=60m ./cdc/e2e/
 	@echo "== verification: applier pause per snapshot pair at 5,000 rows/s; freshness with continuous verification every 30s"

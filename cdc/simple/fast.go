@@ -9,14 +9,15 @@ import (
 	"github.com/tidb-parity/parity/cdc/open"
 )
 
-// The fast path decodes the row records TiCDC writes (INSERT, UPDATE, DELETE) with a
-// hand-written scanner (cdc/internal/jsonscan) in one pass, verifies their checksums,
-// and boxes the values with a few allocations (cdc/internal/rowbuf). It decodes a record
-// only when it is sure to give what decodeSlow gives, and changes nothing (the counters,
-// the cache) unless it does: every other record — DDL, BOOTSTRAP, WATERMARK, any error
-// or checksum mismatch, shapes TiCDC never writes (a member twice, a member name that
-// matches only case-insensitively) — is left to decodeSlow, whose rules, errors and
-// counting therefore stay the decoder's. FuzzFastPath checks the two agree.
+// The fast path decodes the row records TiCDC writes (INSERT, UPDATE, DELETE) and its
+// WATERMARK records with a hand-written scanner (cdc/internal/jsonscan) in one pass,
+// verifies the rows' checksums, and boxes the values with a few allocations
+// (cdc/internal/rowbuf). It decodes a record only when it is sure to give what
+// decodeSlow gives, and changes nothing (the counters, the cache) unless it does: every
+// other record — DDL, BOOTSTRAP, any error or checksum mismatch, shapes TiCDC never
+// writes (a member twice, a member name that matches only case-insensitively) — is left
+// to decodeSlow, whose rules, errors and counting therefore stay the decoder's.
+// FuzzFastPath checks the two agree.
 
 // state is the scratch of one Decode call, kept by the Decoder for the next ones.
 type state struct {
@@ -104,6 +105,7 @@ type fastMessage struct {
 	commitTs      uint64
 	schemaVersion uint64
 	handleOnly    bool
+	watermark     bool      // a WATERMARK: its commitTs is all it says
 	data, old     byteRange // the data and old objects (start 0: absent or null)
 	cs            wireChecksum
 	t             *table
@@ -126,6 +128,13 @@ func (st *state) decode(d *Decoder, value []byte) (evs []open.Event, ok bool) {
 	var m fastMessage
 	if !st.message(d, &m) {
 		return nil, false
+	}
+	if m.watermark {
+		// What decodeSlow makes of it; without a commitTs it is decodeSlow's error.
+		if m.seen&(mVersion|mType|mCommitTs) != mVersion|mType|mCommitTs {
+			return nil, false
+		}
+		return []open.Event{{Kind: open.KindResolved, CommitTs: m.commitTs}}, true
 	}
 	const need = mVersion | mType | mDatabase | mTable | mCommitTs | mSchemaVersion
 	if m.seen&need != need {
@@ -257,6 +266,8 @@ func (st *state) message(d *Decoder, m *fastMessage) bool {
 					m.op, ok = open.OpUpdate, true
 				case "DELETE":
 					m.op, ok = open.OpDelete, true
+				case "WATERMARK":
+					m.watermark, ok = true, true
 				}
 			}
 		case "commitTs":

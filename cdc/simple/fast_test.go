@@ -25,16 +25,16 @@ func fastThenSlow(d *Decoder, value []byte) (fast []open.Event, ok bool, fastSta
 	return fast, ok, diff(s0, s1), slow, err, diff(s1, d.Stats())
 }
 
-// TestFastPath: the fast path decodes every row record of the TiCDC-made corpus itself
-// (none is left to decodeSlow), with and without a TimeZone, and gives exactly the
-// events and the counts decodeSlow gives.
+// TestFastPath: the fast path decodes every row and watermark record of the TiCDC-made
+// corpus itself (none is left to decodeSlow), with and without a TimeZone, and gives
+// exactly the events and the counts decodeSlow gives.
 func TestFastPath(t *testing.T) {
 	for _, zone := range []*time.Location{nil, time.UTC} {
 		d, recs := corpusDecoder(t)
 		d.cfg.TimeZone = zone
 		for range 2 {
 			for _, r := range recs {
-				if !strings.HasPrefix(r.Name[4:], "row-") {
+				if !strings.HasPrefix(r.Name[4:], "row-") && r.Name[4:] != "watermark" {
 					continue
 				}
 				fast, ok, fs, slow, err, ss := fastThenSlow(d, []byte(r.Value))
@@ -45,6 +45,42 @@ func TestFastPath(t *testing.T) {
 					t.Fatalf("%s: fast path (%+v)\n%+v\nslow path (%+v)\n%+v", r.Name, fs, fast, ss, slow)
 				}
 			}
+		}
+	}
+}
+
+// TestFastPathWatermark: the fast path decodes a WATERMARK as decodeSlow does and leaves
+// every one it cannot be sure of to it (decodeSlow's error or reading then stands).
+func TestFastPathWatermark(t *testing.T) {
+	d, _ := corpusDecoder(t)
+	for _, tc := range []struct {
+		value string
+		fast  bool // the fast path decodes it
+	}{
+		{`{"version":1,"type":"WATERMARK","commitTs":470780676110548992,"buildTs":1795885757872}`, true},
+		{`{"type":"WATERMARK","version":1,"commitTs":18446744073709551615}`, true},
+		{`{"version":1,"type":"WATERMARK","commitTs":7,"database":"","table":null,"data":null,"extra":[1,{}]}`, true},
+		{`{"version":1,"type":"WATERMARK","buildTs":1}`, false},                     // no commitTs: decodeSlow's error
+		{`{"version":1,"type":"WATERMARK","commitTs":null}`, false},                 // likewise
+		{`{"version":2,"type":"WATERMARK","commitTs":7}`, false},                    // another version
+		{`{"type":"WATERMARK","commitTs":7}`, false},                                // no version
+		{`{"version":1,"type":"WATERMARK","commitTs":"7"}`, false},                  // a string
+		{`{"version":1,"type":"WATERMARK","commitTs":18446744073709551616}`, false}, // out of range
+		{`{"version":1,"type":"WATERMARK","commitTs":7,"commitTs":8}`, false},       // twice
+		{`{"version":1,"type":"WATERMARK","CommitTs":7}`, false},                    // folded name
+		{`{"version":1,"type":"WATERMARK","commitTs":7}x`, false},                   // trailing bytes
+	} {
+		fast, ok, fs, slow, err, ss := fastThenSlow(d, []byte(tc.value))
+		if ok != tc.fast {
+			t.Errorf("%s: fast path decoded it: %v, want %v", tc.value, ok, tc.fast)
+			continue
+		}
+		if !ok {
+			continue
+		}
+		want := []open.Event{{Kind: open.KindResolved, CommitTs: fast[0].CommitTs}}
+		if err != nil || !reflect.DeepEqual(fast, slow) || fs != ss || len(fast) != 1 || !reflect.DeepEqual(fast, want) {
+			t.Errorf("%s: fast path %+v (%+v), slow path %+v (%+v), %v", tc.value, fast, fs, slow, ss, err)
 		}
 	}
 }
