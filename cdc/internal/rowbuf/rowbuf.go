@@ -6,7 +6,8 @@
 // the boxed values).
 //
 // A Builder is scratch: keep it between records (Reset), never share it between
-// goroutines. Nothing Finish returns aliases it.
+// goroutines. Nothing Finish returns aliases its scratch; FinishEvents cuts events and
+// columns from chunks no later record is given again.
 package rowbuf
 
 import (
@@ -41,6 +42,9 @@ type Builder struct {
 	Bin  []byte        // Bytes values, one after another
 
 	box values.Boxer
+
+	evFree  []open.Event  // the rest of the current event chunk (FinishEvents)
+	colFree []open.Column // the rest of the current column chunk
 }
 
 // keepBytes bounds each scratch buffer kept for the next record.
@@ -85,17 +89,52 @@ func (b *Builder) Finish() []open.Column {
 	return cols
 }
 
-// FinishEvents is Finish that also returns n zero events for the caller to fill. A
-// record of one event and at most maxBlockCols columns gets its event and its columns
-// in one allocation (block).
+// FinishEvents is Finish that also returns n zero events for the caller to fill. The
+// events and the columns of a small record are cut from chunks the Builder keeps for the
+// records after it (carve), so that a record of one row, the common case of canal-json
+// and simple, allocates neither.
 func (b *Builder) FinishEvents(n int) ([]open.Event, []open.Column) {
-	if n == 1 && len(b.Cols) > 0 {
-		if evs, cols := block(len(b.Cols)); evs != nil {
-			b.fill(cols)
-			return evs, cols
-		}
+	if len(b.Cols) == 0 {
+		return b.carveEvents(n), nil
 	}
-	return make([]open.Event, n), b.Finish()
+	evs := b.carveEvents(n)
+	var cols []open.Column
+	if len(b.Cols) > colChunk/8 {
+		cols = make([]open.Column, len(b.Cols))
+	} else {
+		if len(b.colFree) < len(b.Cols) {
+			b.colFree = make([]open.Column, colChunk)
+		}
+		cols = b.colFree[:len(b.Cols):len(b.Cols)]
+		b.colFree = b.colFree[len(b.Cols):]
+	}
+	b.fill(cols)
+	return evs, cols
+}
+
+// The chunks records' events and columns are cut from. Each piece is handed out once,
+// capped at its length (appending to it copies), so records never share an element; a
+// chunk lives while any piece of it does, which for a stream of records applied in
+// order is about as long as the pieces themselves.
+const (
+	eventChunk = 32  // events (about 6 KiB)
+	colChunk   = 512 // columns (24 KiB); a record of more than colChunk/8 gets its own
+)
+
+// carveEvents returns n zero events.
+func (b *Builder) carveEvents(n int) []open.Event {
+	if n == 0 {
+		return []open.Event{}
+	}
+	if n > eventChunk/4 {
+		return make([]open.Event, n)
+	}
+	if len(b.evFree) < n {
+		b.evFree = make([]open.Event, eventChunk)
+	}
+	evs := b.evFree[:n:n]
+	b.evFree = b.evFree[n:]
+	return evs
 }
 
 // fill copies the columns into cols (of len(b.Cols)) and sets their values.

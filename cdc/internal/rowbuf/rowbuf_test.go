@@ -84,3 +84,57 @@ func TestFinishValues(t *testing.T) {
 	}
 	t.Logf("%d records", n)
 }
+
+// TestFinishEventsChunks: the events and columns FinishEvents cuts from its chunks are
+// never given to another record: over many records (several chunks, records too large
+// for a chunk among them) each keeps its own values after the records after it, and
+// appending to one record's events or columns leaves the next record's alone.
+func TestFinishEventsChunks(t *testing.T) {
+	var b Builder
+	type kept struct {
+		evs  []open.Event
+		cols []open.Column
+		want []any
+	}
+	var all []kept
+	for r := range 400 {
+		counts := [6]int{r%5 + 1, 0, 0, r % 3, 0, 0}
+		if r%97 == 0 {
+			counts[0] = colChunk/8 + 1 // too large for the column chunk
+		}
+		events := 1
+		if r%89 == 0 {
+			events = eventChunk/4 + 1 // too many for the event chunk
+		}
+		want := fillRecord(&b, counts)
+		evs, cols := b.FinishEvents(events)
+		b.Reset()
+		for i := range evs {
+			evs[i].CommitTs = uint64(r) // the caller fills its events
+			evs[i].Columns = cols
+		}
+		all = append(all, kept{evs, cols, want})
+	}
+	for r, k := range all {
+		if len(k.cols) != len(k.want) || cap(k.cols) != len(k.want) || cap(k.evs) != len(k.evs) {
+			t.Fatalf("record %d: %d columns (cap %d, want %d), %d events (cap %d)", r, len(k.cols), cap(k.cols), len(k.want), len(k.evs), cap(k.evs))
+		}
+		for i, c := range k.cols {
+			if !reflect.DeepEqual(c.Value, k.want[i]) {
+				t.Fatalf("record %d column %d is %#v, want %#v: a later record wrote over it", r, i, c.Value, k.want[i])
+			}
+		}
+		for _, ev := range k.evs {
+			if ev.CommitTs != uint64(r) {
+				t.Fatalf("record %d has an event of record %d", r, ev.CommitTs)
+			}
+		}
+	}
+	// Appending copies: the next record's first column and event are untouched.
+	next0, nextEv := all[2].cols[0].Value, all[2].evs[0].CommitTs
+	_ = append(all[1].cols, open.Column{Name: "x", Value: "appended"})
+	_ = append(all[1].evs, open.Event{CommitTs: 999})
+	if !reflect.DeepEqual(all[2].cols[0].Value, next0) || all[2].evs[0].CommitTs != nextEv {
+		t.Fatal("appending to a record's columns or events changed the next record's")
+	}
+}

@@ -1,19 +1,22 @@
 // Package values turns the column values of one Kafka record, as a decoder reads them
 // (numbers in place, text and bytes appended to two arenas), into Go interface values
-// with a handful of allocations: one string of text, one slice of bytes and, for all the
-// boxed values together, one struct (docs/decode.md). cdc/open's decoder and rowbuf (the
-// column builder of cdc/canal and cdc/simple, which imports cdc/open's event model) both
-// use it, so it knows nothing of events or columns: Box sets the `any` field of each
-// element of the caller's slice (Slots).
+// with a handful of allocations: one slice of bytes and, for all the boxed values
+// together, one struct, with the text cut from a chunk shared by the records after it
+// (docs/decode.md). cdc/open's decoder and rowbuf (the column builder of cdc/canal and
+// cdc/simple, which imports cdc/open's event model) both use it, so it knows nothing of
+// events or columns: Box sets the `any` field of each element of the caller's slice
+// (Slots).
 //
 // A Boxer is scratch: keep it between records, never share it between goroutines.
-// Nothing Box sets aliases the input or the Boxer's scratch.
+// Nothing Box sets aliases the input or the Boxer's scratch (its text chunk is not
+// scratch: what is written there is never written again).
 package values
 
 import (
 	"bytes"
 	"fmt"
 	"math"
+	"unsafe"
 )
 
 // Kind says what a Value is.
@@ -53,20 +56,18 @@ type Boxer struct {
 	shapes    map[shape]*shaped // see box.go
 	last      *shaped           // the shape used last
 	lastShape shape
+	textFree  []byte // the current text chunk: written up to its length, never again
 }
 
 // Box sets slot i of dst to vals[i] as an interface value (nil for Null; a Boxed
-// value's slot is left as it is). Text values are cut from one copy of text, Bytes
-// values from one copy of bin; nothing set aliases the input or the Boxer. dst must
-// have a slot for every value.
+// value's slot is left as it is). Text values are cut from one copy of text (in the text
+// chunk), Bytes values from one copy of bin; nothing set aliases the input or the
+// Boxer's scratch. dst must have a slot for every value.
 func (b *Boxer) Box(vals []Value, text, bin []byte, dst Slots) {
 	if dst.Len() < len(vals) {
 		panic(fmt.Sprintf("values: Box: %d values, %d slots", len(vals), dst.Len()))
 	}
-	var txt string
-	if len(text) > 0 {
-		txt = string(text)
-	}
+	txt := b.text(text)
 	var bs []byte
 	if len(bin) > 0 {
 		bs = bytes.Clone(bin)
@@ -105,6 +106,29 @@ func (b *Boxer) Box(vals []Value, text, bin []byte, dst Slots) {
 	}
 	b.box(dst)
 }
+
+// text returns a copy of text as a string. A small one is appended to the Boxer's text
+// chunk and read from there (unsafe.String): the bytes of a chunk are written once and
+// never again (the next ones go after them, then to a new chunk), as a string's must
+// be, so records share an allocation of text instead of making one each.
+func (b *Boxer) text(text []byte) string {
+	if len(text) == 0 {
+		return ""
+	}
+	if len(text) > textChunk/8 {
+		return string(text)
+	}
+	if cap(b.textFree)-len(b.textFree) < len(text) {
+		b.textFree = make([]byte, 0, textChunk)
+	}
+	off := len(b.textFree)
+	b.textFree = append(b.textFree, text...)
+	return unsafe.String(&b.textFree[off], len(text))
+}
+
+// textChunk is the size of a text chunk; text of more than textChunk/8 bytes gets its
+// own string.
+const textChunk = 32 << 10
 
 // Reset drops the scratch grown for a huge record.
 func (b *Boxer) Reset() {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -148,5 +149,48 @@ func TestBoxSlots(t *testing.T) {
 	panics("SlotsOf a field outside the element", func() { SlotsOf(got, func(*slot) *any { return &other.v }) })
 	if s := SlotsOf([]slot(nil), slotValue); s.Len() != 0 {
 		t.Errorf("SlotsOf(nil) has %d slots", s.Len())
+	}
+}
+
+// TestBoxTextChunk: text cut from the Boxer's chunk stays what it was after the records
+// boxed after it, whether they fit the chunk, start a new one or are too large for one,
+// and whatever the caller does to the text it passed in.
+func TestBoxTextChunk(t *testing.T) {
+	var b Boxer
+	type kept struct {
+		dst  []slot
+		want []string
+	}
+	var all []kept
+	for r := range 3000 {
+		n := r%4 + 1
+		size := 10 + r%300
+		if r%250 == 0 {
+			size = textChunk/8 + 1 // its own string
+		}
+		var vals []Value
+		var text []byte
+		var want []string
+		for i := range n {
+			s := strings.Repeat(string(rune('a'+(r+i)%26)), size) + fmt.Sprint(r, ".", i)
+			off := len(text)
+			text = append(text, s...)
+			vals = append(vals, Value{Kind: Text, Off: off, End: len(text)})
+			want = append(want, s)
+		}
+		dst := make([]slot, n)
+		b.Box(vals, text, nil, SlotsOf(dst, slotValue))
+		clear(text) // the caller's arena is reused
+		if r%500 == 0 {
+			b.Reset()
+		}
+		all = append(all, kept{dst, want})
+	}
+	for r, k := range all {
+		for i, s := range k.dst {
+			if s.v != k.want[i] {
+				t.Fatalf("record %d value %d changed after later records: %.20q…, want %.20q…", r, i, s.v, k.want[i])
+			}
+		}
 	}
 }
