@@ -36,15 +36,18 @@ const (
 
 // Builder is the scratch of one record.
 type Builder struct {
-	Cols []open.Column // the record's columns; Value is set by Finish
-	Vals []Value       // their values, parallel to Cols
-	Text []byte        // Text values, one after another
-	Bin  []byte        // Bytes values, one after another
+	// Cols are the record's columns (Value is set by Finish). From Reset on they are
+	// built in place in the column chunk, where FinishEvents hands them out without a
+	// copy.
+	Cols []open.Column
+	Vals []Value // their values, parallel to Cols
+	Text []byte  // Text values, one after another
+	Bin  []byte  // Bytes values, one after another
 
 	box values.Boxer
 
 	evFree  []open.Event  // the rest of the current event chunk (FinishEvents)
-	colFree []open.Column // the rest of the current column chunk
+	colFree []open.Column // the rest of the current column chunk, Cols at its start
 }
 
 // keepBytes bounds each scratch buffer kept for the next record.
@@ -65,10 +68,17 @@ func (b *Builder) Truncate(n int) {
 
 // Reset empties b for the next record; scratch grown past keepBytes is dropped.
 func (b *Builder) Reset() {
-	clear(b.Cols)
-	b.Cols, b.Vals, b.Text, b.Bin = b.Cols[:0], b.Vals[:0], b.Text[:0], b.Bin[:0]
-	if cap(b.Cols)*int(reflect.TypeFor[open.Column]().Size()) > keepBytes {
-		b.Cols, b.Vals = nil, nil
+	if b.Cols != nil && !b.inChunk() {
+		clear(b.colFree) // Add outgrew the chunk after writing all of it
+	}
+	clear(b.Cols) // nil once FinishEvents handed them out
+	if len(b.colFree) < colChunk/8 {
+		b.colFree = make([]open.Column, colChunk)
+	}
+	b.Cols = b.colFree[:0]
+	b.Vals, b.Text, b.Bin = b.Vals[:0], b.Text[:0], b.Bin[:0]
+	if cap(b.Vals)*int(reflect.TypeFor[Value]().Size()) > keepBytes {
+		b.Vals = nil
 	}
 	if cap(b.Text) > keepBytes {
 		b.Text = nil
@@ -89,37 +99,42 @@ func (b *Builder) Finish() []open.Column {
 	return cols
 }
 
-// FinishEvents is Finish that also returns n zero events for the caller to fill. The
-// events and the columns of a small record are cut from chunks the Builder keeps for the
-// records after it (carve), so that a record of one row, the common case of canal-json
-// and simple, allocates neither.
+// FinishEvents is Finish that also returns n zero events for the caller to fill. It
+// hands out Cols themselves, built in the column chunk since Reset, and cuts the events
+// from an event chunk, so that a record of one row, the common case of canal-json and
+// simple, allocates neither and copies no column; b forgets what it handed out.
 func (b *Builder) FinishEvents(n int) ([]open.Event, []open.Column) {
-	if len(b.Cols) == 0 {
-		return b.carveEvents(n), nil
-	}
 	evs := b.carveEvents(n)
-	var cols []open.Column
-	if len(b.Cols) > colChunk/8 {
-		cols = make([]open.Column, len(b.Cols))
-	} else {
-		if len(b.colFree) < len(b.Cols) {
-			b.colFree = make([]open.Column, colChunk)
-		}
-		cols = b.colFree[:len(b.Cols):len(b.Cols)]
-		b.colFree = b.colFree[len(b.Cols):]
+	k := len(b.Cols)
+	if k == 0 {
+		return evs, nil
 	}
-	b.fill(cols)
+	cols := b.Cols[:k:k]
+	if b.inChunk() {
+		b.colFree = b.colFree[k:]
+	} else {
+		clear(b.colFree) // Add outgrew the chunk after writing all of it
+	}
+	b.Cols = nil
+	b.box.Box(b.Vals, b.Text, b.Bin, values.SlotsOf(cols, columnValue))
 	return evs, cols
 }
 
 // The chunks records' events and columns are cut from. Each piece is handed out once,
 // capped at its length (appending to it copies), so records never share an element; a
 // chunk lives while any piece of it does, which for a stream of records applied in
-// order is about as long as the pieces themselves.
+// order is about as long as the pieces themselves. A record that outgrows what is left
+// of the column chunk gets the array Add grew for it.
 const (
 	eventChunk = 32  // events (about 6 KiB)
-	colChunk   = 512 // columns (24 KiB); a record of more than colChunk/8 gets its own
+	colChunk   = 512 // columns (24 KiB)
 )
+
+// inChunk reports whether Cols are still at the start of the column chunk (Add did not
+// outgrow it).
+func (b *Builder) inChunk() bool {
+	return cap(b.Cols) > 0 && len(b.colFree) > 0 && &b.Cols[:1][0] == &b.colFree[:1][0]
+}
 
 // carveEvents returns n zero events.
 func (b *Builder) carveEvents(n int) []open.Event {

@@ -85,10 +85,11 @@ func TestFinishValues(t *testing.T) {
 	t.Logf("%d records", n)
 }
 
-// TestFinishEventsChunks: the events and columns FinishEvents cuts from its chunks are
-// never given to another record: over many records (several chunks, records too large
-// for a chunk among them) each keeps its own values after the records after it, and
-// appending to one record's events or columns leaves the next record's alone.
+// TestFinishEventsChunks: the events and columns FinishEvents hands out from its chunks
+// are never given to another record: over many records (several chunks, records that
+// outgrow a chunk among them, every other one started without FinishEvents) each keeps
+// its own values after the records after it, and appending to one record's events or
+// columns leaves the next record's alone.
 func TestFinishEventsChunks(t *testing.T) {
 	var b Builder
 	type kept struct {
@@ -99,12 +100,19 @@ func TestFinishEventsChunks(t *testing.T) {
 	var all []kept
 	for r := range 400 {
 		counts := [6]int{r%5 + 1, 0, 0, r % 3, 0, 0}
-		if r%97 == 0 {
-			counts[0] = colChunk/8 + 1 // too large for the column chunk
+		switch {
+		case r%97 == 0:
+			counts[0] = colChunk/8 + 1 // as large as the chunk keeps room for
+		case r%101 == 0:
+			counts[0] = colChunk + 10 // outgrows the chunk
 		}
 		events := 1
 		if r%89 == 0 {
 			events = eventChunk/4 + 1 // too many for the event chunk
+		}
+		if r%2 == 1 {
+			fillRecord(&b, [6]int{3, 1, 0, 2, 1, 0}) // a record given up (the fast path's)
+			b.Reset()
 		}
 		want := fillRecord(&b, counts)
 		evs, cols := b.FinishEvents(events)
