@@ -8,9 +8,10 @@ package cdc
 // readBufSize bytes; the extra copy is far cheaper than the system calls it saves.
 
 import (
-	"bufio"
 	"context"
 	"net"
+
+	"github.com/tidb-parity/parity/internal/bufconn"
 )
 
 // readBufSize is the read buffer of each partition reader's connection.
@@ -20,20 +21,14 @@ const readBufSize = 256 << 10
 type dialFunc func(ctx context.Context, network, addr string) (net.Conn, error)
 
 // bufferedReads wraps dial so that the connections it makes read through a
-// readBufSize buffer. Deadlines and writes go to the connection as they are.
+// readBufSize buffer (internal/bufconn). Deadlines and writes go to the connection as
+// they are.
 func bufferedReads(dial dialFunc) dialFunc {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		c, err := dial(ctx, network, addr)
 		if err != nil {
 			return nil, err
 		}
-		return &bufferedConn{Conn: c, r: bufio.NewReaderSize(c, readBufSize)}, nil
+		return bufconn.New(c, readBufSize), nil
 	}
 }
-
-type bufferedConn struct {
-	net.Conn
-	r *bufio.Reader
-}
-
-func (c *bufferedConn) Read(p []byte) (int, error) { return c.r.Read(p) }

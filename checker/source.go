@@ -6,7 +6,6 @@ package checker
 // or the other side: pairing and timeouts are the pair's (pair.go).
 
 import (
-	"bufio"
 	"context"
 	"database/sql"
 	"database/sql/driver"
@@ -17,10 +16,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+
+	"github.com/tidb-parity/parity/internal/bufconn"
 )
 
 // Querier runs a read query. *sql.DB, *sql.Conn and *sql.Tx satisfy it.
@@ -332,28 +332,8 @@ func dialBuffered(ctx context.Context, network, addr string) (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &bufferedConn{Conn: c, r: bufio.NewReaderSize(c, readBufferSize)}, nil
+	return bufconn.New(c, readBufferSize), nil
 }
-
-// bufferedConn is a net.Conn whose reads go through a bufio.Reader. Between commands the
-// buffer is empty (the client has read every reply), so the driver's liveness check on the
-// raw socket (SyscallConn) still sees what the server sent.
-type bufferedConn struct {
-	net.Conn
-	r *bufio.Reader
-}
-
-func (c *bufferedConn) Read(p []byte) (int, error) { return c.r.Read(p) }
-
-func (c *bufferedConn) SyscallConn() (syscall.RawConn, error) {
-	sc, ok := c.Conn.(syscall.Conn)
-	if !ok {
-		return nil, errors.ErrUnsupported
-	}
-	return sc.SyscallConn()
-}
-
-var _ syscall.Conn = (*bufferedConn)(nil)
 
 func (s *DSNSource) Acquire(ctx context.Context) (Querier, func(), error) {
 	c, err := s.db.Conn(ctx)
