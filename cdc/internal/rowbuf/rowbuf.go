@@ -1,12 +1,12 @@
 // Package rowbuf collects the columns of one Kafka record's row events and turns them
 // into open.Columns with a handful of allocations, as cdc/open's decoder does
 // (docs/decode.md): values are kept unboxed while a record is decoded (numbers in place,
-// text and bytes in two arenas), and Finish makes one slice of columns and boxes the
-// values with package values (one string of text, one slice of bytes, one struct of
-// the boxed values).
+// text and bytes in two arenas), and FinishEvents hands out the columns, built in place
+// in a chunk, with events cut from another, and boxes the values with package values
+// (the text from a chunk, one slice of bytes, one struct of the boxed values).
 //
 // A Builder is scratch: keep it between records (Reset), never share it between
-// goroutines. Nothing Finish returns aliases its scratch; FinishEvents cuts events and
+// goroutines. Nothing FinishEvents returns aliases its scratch: it cuts events and
 // columns from chunks no later record is given again.
 package rowbuf
 
@@ -36,7 +36,7 @@ const (
 
 // Builder is the scratch of one record.
 type Builder struct {
-	// Cols are the record's columns (Value is set by Finish). From Reset on they are
+	// Cols are the record's columns (Value is set by FinishEvents). From Reset on they are
 	// built in place in the column chunk, where FinishEvents hands them out without a
 	// copy.
 	Cols []open.Column
@@ -89,19 +89,9 @@ func (b *Builder) Reset() {
 	b.box.Reset()
 }
 
-// Finish returns the record's columns with their values; Cols[i] of b is element i.
-func (b *Builder) Finish() []open.Column {
-	if len(b.Cols) == 0 {
-		return nil
-	}
-	cols := make([]open.Column, len(b.Cols))
-	b.fill(cols)
-	return cols
-}
-
-// FinishEvents is Finish that also returns n zero events for the caller to fill. It
-// hands out Cols themselves, built in the column chunk since Reset, and cuts the events
-// from an event chunk, so that a record of one row, the common case of canal-json and
+// FinishEvents returns the record's columns with their values (Cols[i] is element i)
+// and n zero events for the caller to fill. It hands out Cols themselves, built in the
+// column chunk since Reset, and cuts the events from an event chunk, so that a record of one row, the common case of canal-json and
 // simple, allocates neither and copies no column; b forgets what it handed out.
 func (b *Builder) FinishEvents(n int) ([]open.Event, []open.Column) {
 	evs := b.carveEvents(n)
@@ -150,12 +140,6 @@ func (b *Builder) carveEvents(n int) []open.Event {
 	evs := b.evFree[:n:n]
 	b.evFree = b.evFree[n:]
 	return evs
-}
-
-// fill copies the columns into cols (of len(b.Cols)) and sets their values.
-func (b *Builder) fill(cols []open.Column) {
-	copy(cols, b.Cols) // a Boxed value is set already
-	b.box.Box(b.Vals, b.Text, b.Bin, values.SlotsOf(cols, columnValue))
 }
 
 // columnValue is where values.Box puts a column's value.

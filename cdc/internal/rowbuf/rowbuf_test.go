@@ -49,7 +49,8 @@ func fillRecord(b *Builder, counts [6]int) []any {
 }
 
 // TestFinishValues: every value comes out with its Go type and value, whatever mix of
-// types a record has, a Boxed value keeps the Value set before Finish, and the events and columns of FinishEvents are separate, capacity-limited slices.
+// types a record has, a Boxed value keeps the Value set before FinishEvents, and the
+// events and columns of FinishEvents are separate, capacity-limited slices.
 func TestFinishValues(t *testing.T) {
 	var b Builder
 	n := 0
