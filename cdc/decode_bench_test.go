@@ -1,14 +1,14 @@
 package cdc
 
 import (
-	"bufio"
-	"compress/gzip"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
 	"testing"
+
+	"github.com/tidb-parity/parity/internal/testenv"
 )
 
 // BenchmarkDecodeProtocols decodes, with the decoder serve uses for each protocol, a
@@ -84,32 +84,21 @@ type randomRecord struct{ key, value []byte }
 // file order (the partitions interleaved as TiCDC sent them).
 func loadRandomRecords(tb testing.TB, dataset string) []randomRecord {
 	tb.Helper()
-	path := filepath.Join("..", "..", "shared", "ticdc-random", dataset, "records.jsonl.gz")
-	f, err := os.Open(path)
-	if err != nil {
+	path := filepath.Join(testenv.RandomDatasetsDir(), dataset, "records.jsonl.gz")
+	if _, err := os.Stat(path); err != nil {
 		if os.Getenv("CI") == "true" {
 			tb.Fatalf("TiCDC random dataset: %v", err)
 		}
 		tb.Skipf("TiCDC random dataset: %v", err)
 	}
-	defer f.Close()
-	z, err := gzip.NewReader(f)
-	if err != nil {
-		tb.Fatalf("%s: %v", path, err)
-	}
-	sc := bufio.NewScanner(z)
-	sc.Buffer(make([]byte, 1<<20), 64<<20)
 	var out []randomRecord
-	for n := 1; sc.Scan(); n++ {
+	testenv.GzipLines(tb, path, func(line []byte) {
 		var r struct{ Key, Value []byte } // base64 in the file
-		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
-			tb.Fatalf("%s line %d: %v", path, n, err)
+		if err := json.Unmarshal(line, &r); err != nil {
+			tb.Fatalf("%s line %d: %v", path, len(out)+1, err)
 		}
 		out = append(out, randomRecord{key: r.Key, value: r.Value})
-	}
-	if err := sc.Err(); err != nil {
-		tb.Fatalf("%s: %v", path, err)
-	}
+	})
 	if len(out) == 0 {
 		tb.Fatalf("%s: no records", path)
 	}

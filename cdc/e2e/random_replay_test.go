@@ -1,9 +1,7 @@
 package e2e
 
 import (
-	"bufio"
 	"bytes"
-	"compress/gzip"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -68,11 +66,7 @@ func restampWatermark(t *testing.T, value []byte, typ, field string, ts uint64) 
 // randomDatasetsDir is ../shared/ticdc-random beside the repository root.
 func randomDatasetsDir(t *testing.T) string {
 	t.Helper()
-	root, err := repoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := filepath.Join(root, "..", "shared", "ticdc-random")
+	dir := testenv.RandomDatasetsDir()
 	if _, err := os.Stat(filepath.Join(dir, "README.md")); err != nil {
 		if os.Getenv("CI") == "true" {
 			t.Fatalf("TiCDC random datasets not found at %s: CI must replay them", dir)
@@ -125,7 +119,7 @@ func loadRandomDataset(t *testing.T, dir string) *randomDataset {
 	if ds.partitions < 1 || ds.lastResolved == 0 {
 		t.Fatalf("%s/meta.json: partitions %d, last resolved ts %d", ds.name, ds.partitions, ds.lastResolved)
 	}
-	readGzipLines(t, filepath.Join(dir, "records.jsonl.gz"), func(line []byte) {
+	testenv.GzipLines(t, filepath.Join(dir, "records.jsonl.gz"), func(line []byte) {
 		var r struct {
 			Partition int    `json:"partition"`
 			Key       string `json:"key"`
@@ -145,7 +139,7 @@ func loadRandomDataset(t *testing.T, dir string) *randomDataset {
 		}
 		ds.records = append(ds.records, kafka.Message{Partition: r.Partition, Key: k, Value: v})
 	})
-	readGzipLines(t, filepath.Join(dir, "final.jsonl.gz"), func(line []byte) {
+	testenv.GzipLines(t, filepath.Join(dir, "final.jsonl.gz"), func(line []byte) {
 		var tb randomTable
 		if err := json.Unmarshal(line, &tb); err != nil {
 			t.Fatalf("%s/final.jsonl.gz: %v", ds.name, err)
@@ -156,27 +150,6 @@ func loadRandomDataset(t *testing.T, dir string) *randomDataset {
 		t.Fatalf("%s: %d records (a resolved one: %v), %d final tables", ds.name, len(ds.records), ds.resolvedVal != nil, len(ds.final))
 	}
 	return ds
-}
-
-func readGzipLines(t *testing.T, path string, fn func([]byte)) {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	zr, err := gzip.NewReader(f)
-	if err != nil {
-		t.Fatalf("%s: %v", path, err)
-	}
-	sc := bufio.NewScanner(zr)
-	sc.Buffer(make([]byte, 1<<20), 64<<20)
-	for sc.Scan() {
-		fn(sc.Bytes())
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatalf("%s: %v", path, err)
-	}
 }
 
 // want is the dataset's final state as the comparison's expected tables.

@@ -1,9 +1,7 @@
 package loadgen
 
 import (
-	"bufio"
 	"bytes"
-	"compress/gzip"
 	"context"
 	"database/sql"
 	"encoding/hex"
@@ -57,27 +55,6 @@ type tcFinal struct {
 	Rows [][]*string `json:"rows"`
 }
 
-func gzipLines(t *testing.T, path string, each func([]byte)) {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatalf("the TiCDC-made dataset is required: %v", err)
-	}
-	defer f.Close()
-	zr, err := gzip.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sc := bufio.NewScanner(zr)
-	sc.Buffer(make([]byte, 0, 1<<20), 64<<20)
-	for sc.Scan() {
-		each(sc.Bytes())
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
-}
-
 func parseJSON(t *testing.T, b []byte) map[string]any {
 	t.Helper()
 	d := json.NewDecoder(bytes.NewReader(b))
@@ -100,14 +77,14 @@ type tcDataset struct {
 func loadTiCDCDataset(t *testing.T, dir string) *tcDataset {
 	t.Helper()
 	ds := &tcDataset{}
-	gzipLines(t, filepath.Join(ticdcRandom, dir, "records.jsonl.gz"), func(line []byte) {
+	testenv.GzipLines(t, filepath.Join(ticdcRandom, dir, "records.jsonl.gz"), func(line []byte) {
 		var r tcRecord
 		if err := json.Unmarshal(line, &r); err != nil {
 			t.Fatal(err)
 		}
 		ds.records = append(ds.records, parseJSON(t, r.Value))
 	})
-	gzipLines(t, filepath.Join(ticdcRandom, dir, "final.jsonl.gz"), func(line []byte) {
+	testenv.GzipLines(t, filepath.Join(ticdcRandom, dir, "final.jsonl.gz"), func(line []byte) {
 		var f tcFinal
 		if err := json.Unmarshal(line, &f); err != nil {
 			t.Fatal(err)

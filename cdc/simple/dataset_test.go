@@ -1,12 +1,12 @@
 package simple
 
 import (
-	"bufio"
-	"compress/gzip"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/tidb-parity/parity/internal/testenv"
 )
 
 // datasetDir is TiCDC v8.5.6's own simple-protocol changefeed (../shared/ticdc-random,
@@ -20,31 +20,10 @@ type datasetRecord struct {
 	Kind      string `json:"kind"`
 }
 
-func readGzipLines(tb testing.TB, path string, each func(line []byte)) {
-	tb.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		tb.Fatalf("the TiCDC-made dataset is required: %v", err)
-	}
-	defer f.Close()
-	zr, err := gzip.NewReader(f)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	sc := bufio.NewScanner(zr)
-	sc.Buffer(make([]byte, 0, 1<<20), 64<<20)
-	for sc.Scan() {
-		each(sc.Bytes())
-	}
-	if err := sc.Err(); err != nil {
-		tb.Fatal(err)
-	}
-}
-
 func loadDataset(tb testing.TB) []datasetRecord {
 	tb.Helper()
 	var recs []datasetRecord
-	readGzipLines(tb, filepath.Join(datasetDir, "records.jsonl.gz"), func(line []byte) {
+	testenv.GzipLines(tb, filepath.Join(datasetDir, "records.jsonl.gz"), func(line []byte) {
 		var r datasetRecord
 		if err := json.Unmarshal(line, &r); err != nil {
 			tb.Fatal(err)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/tidb-parity/parity/cdc/open"
+	"github.com/tidb-parity/parity/internal/testenv"
 )
 
 // finalTable is one table of the dataset's final.jsonl.gz, as TiDB held it at the end.
@@ -229,7 +230,7 @@ func TestDatasetReplay(t *testing.T) {
 	}
 
 	compared := 0
-	readGzipLines(t, filepath.Join(datasetDir, "final.jsonl.gz"), func(line []byte) {
+	testenv.GzipLines(t, filepath.Join(datasetDir, "final.jsonl.gz"), func(line []byte) {
 		var ft finalTable
 		if err := json.Unmarshal(line, &ft); err != nil {
 			t.Fatal(err)
