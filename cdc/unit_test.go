@@ -65,15 +65,7 @@ func TestBufferSpillsSortedRunsAndReleasesPrefixes(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.close()
-	var seq uint64
-	add := func(ts uint64, id int64) {
-		seq++
-		ev := &open.Event{Kind: open.KindRow, CommitTs: ts, Schema: "s", Table: "t", Op: open.OpInsert,
-			Columns: []open.Column{{Name: "id", Type: open.TypeLonglong, Flags: open.FlagHandleKey, Value: id}}}
-		if err := b.add(ev, seq); err != nil {
-			t.Fatal(err)
-		}
-	}
+	add := rowAdder(t, b)
 	// Out of ts order across "partitions": 300 rows at ts 1..3 interleaved.
 	for i := 0; i < 300; i++ {
 		add(uint64(3-i%3), int64(i))
@@ -81,21 +73,7 @@ func TestBufferSpillsSortedRunsAndReleasesPrefixes(t *testing.T) {
 	if b.spilled == 0 || b.memBytes > 4<<10 {
 		t.Fatalf("nothing spilled: spilled %d, mem %d", b.spilled, b.memBytes)
 	}
-	read := func(target uint64) []int64 {
-		var ids []int64
-		var last uint64
-		for ev, err := range b.tables[tableKey{"s", "t"}].events(target) {
-			if err != nil {
-				t.Fatal(err)
-			}
-			if ev.CommitTs < last || ev.CommitTs > target {
-				t.Fatalf("ts %d after %d (target %d)", ev.CommitTs, last, target)
-			}
-			last = ev.CommitTs
-			ids = append(ids, ev.Columns[0].Value.(int64))
-		}
-		return ids
-	}
+	read := func(target uint64) []int64 { return bufferedIDs(t, b, target) }
 	first := read(1)
 	if len(first) != 100 || !reflect.DeepEqual(first, read(1)) {
 		t.Fatalf("ts<=1: %d rows, not repeatable", len(first))
@@ -276,25 +254,8 @@ func TestBufferReleaseKeepsTheRowsLeft(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.close()
-	var seq uint64
-	add := func(ts uint64, id int64) {
-		seq++
-		ev := &open.Event{Kind: open.KindRow, CommitTs: ts, Schema: "s", Table: "t", Op: open.OpInsert,
-			Columns: []open.Column{{Name: "id", Type: open.TypeLonglong, Flags: open.FlagHandleKey, Value: id}}}
-		if err := b.add(ev, seq); err != nil {
-			t.Fatal(err)
-		}
-	}
-	read := func(target uint64) []int64 {
-		var ids []int64
-		for ev, err := range b.tables[tableKey{"s", "t"}].events(target) {
-			if err != nil {
-				t.Fatal(err)
-			}
-			ids = append(ids, ev.Columns[0].Value.(int64))
-		}
-		return ids
-	}
+	add := rowAdder(t, b)
+	read := func(target uint64) []int64 { return bufferedIDs(t, b, target) }
 	for i := range 2000 {
 		add(uint64(1+i%4), int64(i)) // ts 1, 2, 3, 4, 1, …
 	}
@@ -340,4 +301,37 @@ func TestBufferReleaseKeepsTheRowsLeft(t *testing.T) {
 	if len(b.tables) != 0 || b.memCount != 0 || b.memBytes != 0 {
 		t.Fatalf("buffer not empty: %+v", b)
 	}
+}
+
+// rowAdder returns a func that adds to b a row of table s.t with handle id at ts, each
+// with the next arrival sequence number.
+func rowAdder(t *testing.T, b *buffer) func(ts uint64, id int64) {
+	var seq uint64
+	return func(ts uint64, id int64) {
+		seq++
+		ev := &open.Event{Kind: open.KindRow, CommitTs: ts, Schema: "s", Table: "t", Op: open.OpInsert,
+			Columns: []open.Column{{Name: "id", Type: open.TypeLonglong, Flags: open.FlagHandleKey, Value: id}}}
+		if err := b.add(ev, seq); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// bufferedIDs returns the ids of table s.t's buffered rows up to target, in the order the
+// buffer gives them, and fails t if they are not in ts order or go past target.
+func bufferedIDs(t *testing.T, b *buffer, target uint64) []int64 {
+	t.Helper()
+	var ids []int64
+	var last uint64
+	for ev, err := range b.tables[tableKey{"s", "t"}].events(target) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.CommitTs < last || ev.CommitTs > target {
+			t.Fatalf("ts %d after %d (target %d)", ev.CommitTs, last, target)
+		}
+		last = ev.CommitTs
+		ids = append(ids, ev.Columns[0].Value.(int64))
+	}
+	return ids
 }
