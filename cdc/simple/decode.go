@@ -152,6 +152,11 @@ func (d *Decoder) Decode(key, value []byte) ([]open.Event, error) {
 	return d.decodeSlow(value)
 }
 
+// watermark is the event of a WATERMARK record, on either path.
+func watermark(commitTs uint64) []open.Event {
+	return []open.Event{{Kind: open.KindResolved, CommitTs: commitTs}}
+}
+
 // decodeSlow is the decoder built on encoding/json: Decode's fallback for every record
 // the fast path (fast.go) does not decode — DDL and BOOTSTRAP records, any error or
 // checksum mismatch, shapes TiCDC does not write — so the rules, the errors and the
@@ -166,7 +171,7 @@ func (d *Decoder) decodeSlow(value []byte) ([]open.Event, error) {
 		if m.CommitTs == nil {
 			return nil, &DecodeError{Field: "commitTs", Err: fmt.Errorf("%w: a WATERMARK without commitTs", ErrMissingField)}
 		}
-		return []open.Event{{Kind: open.KindResolved, CommitTs: *m.CommitTs}}, nil
+		return watermark(*m.CommitTs), nil
 	case m.Type == "BOOTSTRAP":
 		if m.TableSchema == nil {
 			return nil, &DecodeError{Field: "tableSchema", Err: fmt.Errorf("%w: a BOOTSTRAP without tableSchema", ErrMissingField)}

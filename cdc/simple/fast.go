@@ -134,7 +134,7 @@ func (st *state) decode(d *Decoder, value []byte) (evs []open.Event, ok bool) {
 		if m.seen&(mVersion|mType|mCommitTs) != mVersion|mType|mCommitTs {
 			return nil, false
 		}
-		return []open.Event{{Kind: open.KindResolved, CommitTs: m.commitTs}}, true
+		return watermark(m.commitTs), true
 	}
 	const need = mVersion | mType | mDatabase | mTable | mCommitTs | mSchemaVersion
 	if m.seen&need != need {
