@@ -328,9 +328,8 @@ func (be *benchEnv) publishChangefeed(tb testing.TB, f *feed, data, old [][]benc
 
 // profile, with PARITY_BENCH_PPROF set (a directory), fetches a CPU profile of serve
 // (/debug/pprof/profile?seconds=10, or PARITY_BENCH_PPROF_SECONDS, starting 2 s into the
-// apply) into
-// $PARITY_BENCH_PPROF/serve-<kind>.pprof, then the allocations since serve started into
-// serve-<kind>.allocs.pprof; the returned func waits for them.
+// apply) into $PARITY_BENCH_PPROF/serve-<kind>.pprof, then the allocations since serve
+// started into serve-<kind>.allocs.pprof; the returned func waits for them.
 func (be *benchEnv) profile(tb testing.TB, kind string) func() {
 	dir := os.Getenv("PARITY_BENCH_PPROF")
 	if dir == "" {
@@ -344,36 +343,30 @@ func (be *benchEnv) profile(tb testing.TB, kind string) func() {
 		if v := os.Getenv("PARITY_BENCH_PPROF_SECONDS"); v != "" {
 			secs = v
 		}
-		resp, err := http.Get("http://" + be.statusAddr + "/debug/pprof/profile?seconds=" + secs)
-		if err != nil {
-			fmt.Printf("pprof: %v\n", err)
-			return
-		}
-		defer resp.Body.Close()
-		body, err := io.ReadAll(resp.Body)
+		err := be.savePprof("profile?seconds="+secs, filepath.Join(dir, "serve-"+kind+".pprof"))
 		if err == nil {
-			err = os.WriteFile(filepath.Join(dir, "serve-"+kind+".pprof"), body, 0o644)
-		}
-		if err != nil {
-			fmt.Printf("pprof: %v\n", err)
-			return
-		}
-		// The allocations since serve started, up to the end of the CPU profile.
-		resp2, err := http.Get("http://" + be.statusAddr + "/debug/pprof/allocs")
-		if err != nil {
-			fmt.Printf("pprof: %v\n", err)
-			return
-		}
-		defer resp2.Body.Close()
-		body, err = io.ReadAll(resp2.Body)
-		if err == nil {
-			err = os.WriteFile(filepath.Join(dir, "serve-"+kind+".allocs.pprof"), body, 0o644)
+			// The allocations since serve started, up to the end of the CPU profile.
+			err = be.savePprof("allocs", filepath.Join(dir, "serve-"+kind+".allocs.pprof"))
 		}
 		if err != nil {
 			fmt.Printf("pprof: %v\n", err)
 		}
 	}()
 	return func() { <-done }
+}
+
+// savePprof writes serve's /debug/pprof/<what> to path.
+func (be *benchEnv) savePprof(what, path string) error {
+	resp, err := http.Get("http://" + be.statusAddr + "/debug/pprof/" + what)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, body, 0o644)
 }
 
 // saveLog, with PARITY_BENCH_LOG set (a directory), copies serve's log (debug level,
