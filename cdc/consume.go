@@ -78,7 +78,7 @@ func claimCheckLoader(dir string) func(string) ([]byte, error) {
 // consume reads one partition from start (-1: the first offset) and hands decoded
 // records to the coordinator. It never commits offsets to Kafka: progress lives in the
 // meta schema.
-func (r *Replicator) consume(ctx context.Context, dec recordDecoder, schemas *streamSchemas, idx int, pk partKey, start int64, out chan<- record) error {
+func (r *Replicator) consume(ctx context.Context, dec recordDecoder, schemas *streamSchemas, gate *readGate, idx int, pk partKey, start int64, out chan<- record) error {
 	dialer := r.kafka.Dialer(10 * time.Second)
 	dialer.DialFunc = bufferedReads(dialer.DialFunc)
 	rd := kafka.NewReader(kafka.ReaderConfig{
@@ -108,6 +108,9 @@ func (r *Replicator) consume(ctx context.Context, dec recordDecoder, schemas *st
 	tables := tableCache{}     // upstream tables of this partition's handle-key-only events
 	var failingSince time.Time // the first of consecutive transient read errors
 	for {
+		if gate.wait(ctx, idx) != nil {
+			return nil
+		}
 		msg, err := rd.FetchMessage(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -164,6 +167,7 @@ func (r *Replicator) consume(ctx context.Context, dec recordDecoder, schemas *st
 		}
 		select {
 		case out <- rec:
+			gate.passed(idx, rec.events)
 		case <-ctx.Done():
 			return nil
 		}

@@ -276,7 +276,8 @@ func (c *coordinator) rowsUpTo(ctx context.Context, ts uint64, announce bool) er
 		c.r.advance(ts)
 	}
 	if n := c.ap.rows.Load() - before; n > 0 {
-		c.log.Debug("round applied", "resolved_ts", ts, "rows", n, "duration", time.Since(start))
+		c.log.Debug("round applied", "resolved_ts", ts, "rows", n, "duration", time.Since(start),
+			"buffered_rows", c.buf.memCount+c.buf.spilled, "buffered_bytes", c.buf.memBytes)
 	}
 	return nil
 }

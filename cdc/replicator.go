@@ -364,11 +364,17 @@ func (r *Replicator) runOnce(ctx context.Context, epoch uint64, started func()) 
 	// already decoded and covers several resolved ts at once (larger statements, fewer
 	// checkpoints). The read-ahead is bounded: readAhead records of at most
 	// max-batch-size events each, about a quarter of applier.memory-bytes.
+	// The readers keep abreast by resolved ts (readgate.go).
 	records := make(chan record, readAhead(cfg.Applier.MemoryBytes))
+	resolved := make([]uint64, len(c.parts))
+	for i, ps := range c.parts {
+		resolved[i] = ps.resolved
+	}
+	gate := newReadGate(resolved)
 	g, gctx := errgroup.WithContext(ctx)
 	for i, ps := range c.parts {
 		start := ps.nextRead
-		g.Go(func() error { return r.consume(gctx, dec, schemas, i, ps.key, start, records) })
+		g.Go(func() error { return r.consume(gctx, dec, schemas, gate, i, ps.key, start, records) })
 	}
 	g.Go(func() error { return c.run(gctx, records) })
 	started()
