@@ -65,13 +65,15 @@ type applier struct {
 
 	tables *tableInfos  // downstream tables: unique indexes, key collations
 	seed   maphash.Seed // for hashKey
+	texts  []stmtTexts  // per worker, kept between rounds (apply_write.go)
 }
 
 func newApplier(db *sql.DB, m *meta, cfg Config, log *slog.Logger, hooks *testHooks, progress map[tableKey]uint64, ctr *counters) *applier {
 	if ctr == nil {
 		ctr = new(counters)
 	}
-	a := &applier{db: db, meta: m, cfg: cfg, log: log, hooks: hooks, tableProgress: progress, ctr: ctr, seed: maphash.MakeSeed()}
+	a := &applier{db: db, meta: m, cfg: cfg, log: log, hooks: hooks, tableProgress: progress, ctr: ctr, seed: maphash.MakeSeed(),
+		texts: make([]stmtTexts, cfg.Applier.Workers)}
 	a.tables = newTableInfos(func(ctx context.Context, schema, table string) (t *tableInfo, err error) {
 		err = a.retry(ctx, ident.Table(schema, table), func(ctx context.Context) error {
 			t, err = loadTableInfo(ctx, db, schema, table)
@@ -131,7 +133,7 @@ func (a *applier) applyRows(ctx context.Context, buf *buffer, target uint64) ([]
 	for i := range chans {
 		ch := chans[i]
 		g.Go(func() error {
-			err := a.worker(gctx, ch, workerNames[i%len(workerNames)])
+			err := a.worker(gctx, ch, workerNames[i%len(workerNames)], &a.texts[i])
 			if err != nil {
 				for range ch { // let the producer finish
 				}

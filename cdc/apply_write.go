@@ -8,6 +8,7 @@ package cdc
 import (
 	"context"
 	"fmt"
+	"unsafe"
 
 	"github.com/tidb-parity/parity/cdc/open"
 	"github.com/tidb-parity/parity/internal/ident"
@@ -37,7 +38,43 @@ var workerNames = func() []string {
 	return n
 }()
 
-func (a *applier) worker(ctx context.Context, ch <-chan []op, writer string) error {
+// stmtTexts are an apply worker's statement buffers. A statement's text is written into
+// one and executed as a string over its bytes; the buffer is written again only after
+// the transaction holding the statement committed. Nothing keeps the text past its Exec
+// (the driver copies it into its packet buffer, and errors name the table, not the
+// statement), so the worker's statements reuse a few arrays instead of allocating one
+// each (about 200 bytes a row).
+type stmtTexts struct {
+	free [][]byte
+}
+
+// maxKeptText bounds the array of a statement kept for reuse.
+const maxKeptText = 1 << 20
+
+// get returns an empty buffer, reused when one is free.
+func (t *stmtTexts) get() []byte {
+	if n := len(t.free); n > 0 {
+		b := t.free[n-1]
+		t.free = t.free[:n-1]
+		return b[:0]
+	}
+	return nil
+}
+
+// put gives b back once no statement uses its bytes.
+func (t *stmtTexts) put(b []byte) {
+	if cap(b) > 0 && cap(b) <= maxKeptText && len(t.free) < 64 {
+		t.free = append(t.free, b)
+	}
+}
+
+// str is the statement text in b, as a string over b's bytes: b must not be written
+// until the statement has run (put after its transaction committed).
+func (t *stmtTexts) str(b []byte) string {
+	return unsafe.String(unsafe.SliceData(b), len(b))
+}
+
+func (a *applier) worker(ctx context.Context, ch <-chan []op, writer string, texts *stmtTexts) error {
 	// One statement under construction per table: ops of tables produced concurrently
 	// interleave on the channel without cutting each other's statements short. Within a
 	// table, a change of kind (delete/upsert, columns) flushes first, so the versions of
@@ -66,6 +103,9 @@ func (a *applier) worker(ctx context.Context, ch <-chan []op, writer string) err
 			return err
 		}
 		a.rows.Add(int64(txnRows))
+		for i := range txn {
+			texts.put(txn[i].text)
+		}
 		clear(txn)
 		txn, txnRows, txnBytes = txn[:0], 0, 0
 		return nil
@@ -74,14 +114,14 @@ func (a *applier) worker(ctx context.Context, ch <-chan []op, writer string) err
 		if len(b.rows) == 0 {
 			return nil
 		}
-		var q string
+		var q []byte
 		var args []any
 		if b.del {
-			q, args = buildDeleteByHandle(b.schema, b.table, b.rows)
+			q, args = appendDeleteByHandle(texts.get(), b.schema, b.table, b.rows)
 		} else {
-			q, args = buildUpsert(b.schema, b.table, b.rows, b.mode)
+			q, args = appendUpsert(texts.get(), b.schema, b.table, b.rows, b.mode)
 		}
-		txn = append(txn, txnStmt{table: ident.Table(b.schema, b.table), q: q, args: args})
+		txn = append(txn, txnStmt{table: ident.Table(b.schema, b.table), q: texts.str(q), args: args, text: q})
 		txnRows, txnBytes = txnRows+len(b.rows), txnBytes+b.bytes
 		clear(b.rows)
 		b.rows = b.rows[:0]

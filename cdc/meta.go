@@ -379,6 +379,7 @@ type txnStmt struct {
 	table string
 	q     string
 	args  []any
+	text  []byte // q's bytes when they belong to an apply worker's stmtTexts
 }
 
 // execMarked runs stmts in one transaction that writer's marker opens (after the lease's

@@ -3,6 +3,7 @@ package cdc
 import (
 	"bytes"
 	"encoding/hex"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -84,23 +85,42 @@ const (
 // stmt assembles a statement. Values are written as SQL literals when every value of
 // the statement has a literal that means the same under any sql_mode (see literalOK);
 // otherwise as placeholders that the driver fills in. Literals spare the driver a second
-// pass over the statement and a copy of it.
+// pass over the statement and a copy of it. The text is appended to a caller's buffer
+// (the apply workers reuse theirs: see stmtTexts).
 type stmt struct {
-	strings.Builder
+	buf     []byte
 	literal bool
 	args    []any
 	scratch []byte
 }
 
-func newStmt(literal bool, values, size int) *stmt {
+// newStmt starts a statement in dst's array (reused from its start) when it has room
+// for size bytes of values, else in a new one.
+func newStmt(dst []byte, literal bool, values, size int) *stmt {
 	s := &stmt{literal: literal}
 	if literal {
-		s.Grow(size + 64)
+		s.buf = slices.Grow(dst[:0], size+64)
 	} else {
-		s.Grow(64 + 2*values)
+		s.buf = slices.Grow(dst[:0], 64+2*values)
 		s.args = make([]any, 0, values)
 	}
 	return s
+}
+
+// WriteString, WriteByte and Write append to the statement (as strings.Builder's do).
+func (s *stmt) WriteString(x string) (int, error) {
+	s.buf = append(s.buf, x...)
+	return len(x), nil
+}
+
+func (s *stmt) WriteByte(c byte) error {
+	s.buf = append(s.buf, c)
+	return nil
+}
+
+func (s *stmt) Write(p []byte) (int, error) {
+	s.buf = append(s.buf, p...)
+	return len(p), nil
 }
 
 // value writes v as a literal or a placeholder.
@@ -151,7 +171,7 @@ func (s *stmt) value(v any) {
 	}
 }
 
-func (s *stmt) done() (string, []any) { return s.String(), s.args }
+func (s *stmt) done() ([]byte, []any) { return s.buf, s.args }
 
 // literalOK reports whether every value has a literal stmt writes: NULL, integers,
 // floats, byte strings (hex) and strings without a backslash or NUL (whose escaping
@@ -177,12 +197,18 @@ func literalOK(rows [][]open.Column) bool {
 // for rows that all have the column list of rows[0]. args is nil when the values are
 // written as literals.
 func buildUpsert(schema, table string, rows [][]open.Column, mode writeMode) (string, []any) {
+	q, args := appendUpsert(nil, schema, table, rows, mode)
+	return string(q), args
+}
+
+// appendUpsert is buildUpsert writing the statement into dst's array (see newStmt).
+func appendUpsert(dst []byte, schema, table string, rows [][]open.Column, mode writeMode) ([]byte, []any) {
 	cols := rows[0]
 	size := 0
 	for _, r := range rows {
 		size += rowBytes(r)
 	}
-	b := newStmt(literalOK(rows), len(rows)*len(cols), size+16*len(cols))
+	b := newStmt(dst, literalOK(rows), len(rows)*len(cols), size+16*len(cols))
 	if mode == modeReplace {
 		b.WriteString("REPLACE INTO ")
 	} else {
@@ -235,11 +261,18 @@ func buildUpsert(schema, table string, rows [][]open.Column, mode writeMode) (st
 // buildDeleteByHandle deletes rows by their handle-key values; keys all have the column
 // list of keys[0]. args is nil when the values are written as literals.
 func buildDeleteByHandle(schema, table string, keys [][]open.Column) (string, []any) {
+	q, args := appendDeleteByHandle(nil, schema, table, keys)
+	return string(q), args
+}
+
+// appendDeleteByHandle is buildDeleteByHandle writing the statement into dst's array
+// (see newStmt).
+func appendDeleteByHandle(dst []byte, schema, table string, keys [][]open.Column) ([]byte, []any) {
 	size := 0
 	for _, k := range keys {
 		size += rowBytes(k) + 8*len(k)
 	}
-	b := newStmt(literalOK(keys), len(keys)*len(keys[0]), size)
+	b := newStmt(dst, literalOK(keys), len(keys)*len(keys[0]), size)
 	b.WriteString("DELETE FROM ")
 	b.WriteString(ident.Table(schema, table))
 	b.WriteString(" WHERE ")

@@ -335,3 +335,33 @@ func bufferedIDs(t *testing.T, b *buffer, target uint64) []int64 {
 	}
 	return ids
 }
+
+// TestStatementTextReuse: a statement written into a worker's reused buffer is the
+// statement buildUpsert writes, whatever the buffer held before, and the buffers go
+// back to the worker only within their bound.
+func TestStatementTextReuse(t *testing.T) {
+	rows := [][]open.Column{
+		{{Name: "id", Value: int64(1), Flags: open.FlagHandleKey}, {Name: "v", Value: "it's"}},
+		{{Name: "id", Value: int64(2), Flags: open.FlagHandleKey}, {Name: "v", Value: []byte{0, 1}}},
+	}
+	var texts stmtTexts
+	long, _ := appendUpsert(texts.get(), "s", "a_much_longer_table_name_than_the_next", rows, modeReplace)
+	texts.put(long)
+	for _, mode := range []writeMode{modeUpsert, modeReplace, modeInsert} {
+		q, args := appendUpsert(texts.get(), "s", "t", rows, mode)
+		want, wantArgs := buildUpsert("s", "t", rows, mode)
+		if got := texts.str(q); got != want || len(args) != len(wantArgs) {
+			t.Errorf("mode %d: reused buffer gives %q %v, want %q %v", mode, got, args, want, wantArgs)
+		}
+		texts.put(q)
+	}
+	q, _ := appendDeleteByHandle(texts.get(), "s", "t", [][]open.Column{{rows[0][0]}})
+	if want, _ := buildDeleteByHandle("s", "t", [][]open.Column{{rows[0][0]}}); texts.str(q) != want {
+		t.Errorf("delete in a reused buffer: %q, want %q", texts.str(q), want)
+	}
+	texts.put(make([]byte, 0, maxKeptText+1))
+	texts.put(nil)
+	if len(texts.free) != 0 {
+		t.Errorf("%d buffers kept; want none (one too large, one empty)", len(texts.free))
+	}
+}
