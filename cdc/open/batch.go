@@ -32,6 +32,13 @@ type decodeState struct {
 	bin      []byte    // []byte values, one after another
 	rows     []rowSpan // per event: where its columns are in cols
 	last     span      // the columns section read last
+	// lastKey is a key JSON of this record (the caller's bytes, dropped at the end of
+	// the call) whose first keyPrefix bytes are its "ts", "scm" and "tbl" members, and
+	// keyTs, keySchema and keyTable are their values (see keyOf).
+	lastKey             []byte
+	keyPrefix           int
+	keyTs               uint64
+	keySchema, keyTable string
 
 	dbuf  bytes.Buffer     // a decompressed payload
 	lz4   *lz4.Reader      // LZ4 frame reader (and its block buffers)
@@ -61,6 +68,7 @@ type rowSpan struct {
 }
 
 func (st *decodeState) begin(events int) {
+	st.lastKey, st.keyPrefix = nil, 0
 	st.rows = st.rows[:0]
 	for range events {
 		st.rows = append(st.rows, rowSpan{})
@@ -72,6 +80,7 @@ func (st *decodeState) reset() {
 	clear(st.cols) // the names
 	st.cols, st.vals, st.text, st.bin, st.rows = st.cols[:0], st.vals[:0], st.text[:0], st.bin[:0], st.rows[:0]
 	st.last = span{}
+	st.lastKey, st.keyPrefix, st.keySchema, st.keyTable = nil, 0, "", ""
 	st.sc.Reset(nil, keepScratchBytes)
 	if cap(st.cols)*int(reflect.TypeFor[Column]().Size()) > keepScratchBytes {
 		st.cols, st.vals = nil, nil

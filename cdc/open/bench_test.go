@@ -80,6 +80,35 @@ func sysbenchBatch(b testing.TB, comp Compression) Message {
 	return msgs[0]
 }
 
+// sysbenchTxn is one record of one 16-row sysbench transaction as classic TiCDC writes
+// it: one table, one commit ts, keys that differ only in their row id.
+func sysbenchTxn(b testing.TB) Message {
+	b.Helper()
+	enc, err := NewEncoder(EncoderConfig{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	digits := "83868641912-28773667398-52066376034-47294575418-12086617934-48283512749-97536911423-"
+	for i := range 16 {
+		c := (digits + digits)[i : i+119]
+		ev := Event{Kind: KindRow, CommitTs: 470780676075945984, Schema: "bench", Table: "sbtest3", RowID: int64(5_000_000 + i), Op: OpInsert,
+			Columns: []Column{
+				{Name: "id", Type: 8, Flags: FlagHandleKey | FlagPrimaryKey, Value: int64(5_000_000 + i)},
+				{Name: "k", Type: 3, Value: int64(498_000 + 37*i)},
+				{Name: "c", Type: 254, Value: c},
+				{Name: "pad", Type: 254, Value: c[:59]},
+			}}
+		if err := enc.AppendRow(&ev); err != nil {
+			b.Fatal(err)
+		}
+	}
+	msgs := enc.Build()
+	if len(msgs) != 1 || msgs[0].Events != 16 {
+		b.Fatalf("want one record of 16 events, got %d records", len(msgs))
+	}
+	return msgs[0]
+}
+
 func benchDecode(b *testing.B, comp Compression) {
 	benchDecodeMessage(b, comp, allTypesBatch(b, comp), comp == CompressionNone)
 }
@@ -154,6 +183,12 @@ func BenchmarkDecode(b *testing.B) {
 // spends its decoding time (docs/serve.md).
 func BenchmarkDecodeSysbench(b *testing.B) {
 	benchDecodeMessage(b, CompressionNone, sysbenchBatch(b, CompressionNone), false)
+}
+
+// BenchmarkDecodeSysbenchTxn decodes one 16-row sysbench transaction's record (sysbenchTxn):
+// the keys of its rows begin alike.
+func BenchmarkDecodeSysbenchTxn(b *testing.B) {
+	benchDecodeMessage(b, CompressionNone, sysbenchTxn(b), false)
 }
 
 // BenchmarkDecodeBaselineEncodingJSON is the named baseline: the same record decoded the

@@ -1,7 +1,9 @@
 package open
 
 import (
+	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/tidb-parity/parity/cdc/open/internal/reference"
@@ -25,6 +27,10 @@ func FuzzDecodeReference(f *testing.F) {
 	}
 	k, v := record([]string{rowKey, `{"ts":2,"t":3}`, `{"ts":3,"scm":"s","t":2}`},
 		[]string{row(`{"t":15,"f":1,"v":"\\x00a\"\\u00e9"}`), "", `{"q":"CREATE DATABASE s","t":1}`})
+	f.Add(k, v, uint8(0))
+	// Keys that begin alike (keyOf resumes after their "ts", "scm" and "tbl").
+	k, v = record([]string{`{"ts":5,"scm":"s","tbl":"t","rid":1,"t":1}`, `{"ts":5,"scm":"s","tbl":"t","rid":2,"t":1}`, `{"ts":5,"scm":"s","tbl":"t","t":1}`},
+		[]string{row(`{"t":3,"h":true,"f":11,"v":1}`), row(`{"t":3,"h":true,"f":11,"v":2}`), row(`{"t":3,"h":true,"f":11,"v":3}`)})
 	f.Add(k, v, uint8(0))
 	f.Fuzz(func(t *testing.T, key, value []byte, mode uint8) {
 		comp := fuzzCompressions[int(mode)%len(fuzzCompressions)]
@@ -96,6 +102,71 @@ func TestCorpusReference(t *testing.T) {
 			for _, m := range c.Messages {
 				checkAgainstReference(t, d, ref, c.read(t, m.KeyFile), c.read(t, m.ValueFile))
 			}
+		})
+	}
+}
+
+// TestKeyPrefixReference: records whose keys begin alike (a transaction's rows of one
+// table: keyOf resumes after their "ts", "scm" and "tbl") decode as the reference
+// decoder, which parses every key whole: equal keys, classic keys with row ids, keys one
+// byte apart, a member repeated after the prefix, prefixes that are not "ts", "scm",
+// "tbl", white space and escapes, a broken key after a good one (the record's error is
+// the reference's), and the next record after each.
+func TestKeyPrefixReference(t *testing.T) {
+	k1 := `{"ts":5,"scm":"s","tbl":"t","t":1}`
+	k2 := `{"ts":5,"scm":"s","tbl":"u","t":1}`
+	k3 := `{"ts":6,"scm":"s","tbl":"t","t":1}`
+	ohk := `{"ts":5,"scm":"s","tbl":"t","t":1,"ohk":true}`
+	ptn := `{"ts":5,"scm":"s","tbl":"t","ptn":7,"rid":3,"t":1}`
+	bad := `{"ts":5,"scm":"s","tbl":"t","t":9}`
+	rid := func(id int) string { return fmt.Sprintf(`{"ts":5,"scm":"s","tbl":"t","rid":%d,"t":1}`, id) }
+	a := row(`{"t":3,"h":true,"f":11,"v":1}`)
+	b := row(`{"t":3,"h":true,"f":11,"v":2}`)
+	for _, tc := range []struct {
+		name string
+		keys []string
+	}{
+		{"a run of equal keys", []string{k1, k1, k1, k1}},
+		{"runs of two tables", []string{k1, k1, k2, k2, k1}},
+		{"keys one byte apart", []string{k1, k3, k1, k3}},
+		{"handle-key-only after an equal key", []string{k1, ohk, ohk, k1}},
+		{"partition and row id", []string{ptn, ptn, k1, ptn}},
+		{"an unknown kind repeated", []string{k1, bad, bad}},
+		{"a resolved key repeated", []string{`{"ts":9,"t":3}`, `{"ts":9,"t":3}`}},
+		{"classic keys: row ids", []string{rid(1), rid(2), rid(30), rid(2), k1}},
+		{"a member repeated after the prefix", []string{`{"ts":5,"scm":"s","tbl":"t","ts":8,"tbl":"v","t":1}`, k1, k1}},
+		{"the prefix in another order", []string{`{"scm":"s","ts":5,"tbl":"t","t":1}`, `{"scm":"s","ts":5,"tbl":"t","t":1}`}},
+		{"white space", []string{` { "ts" : 5 , "scm":"s","tbl":"t" , "t":1}`, ` { "ts" : 5 , "scm":"s","tbl":"t" , "t":1}`, k1}},
+		{"an escaped table name", []string{`{"ts":5,"scm":"s","tbl":"\u0074","t":1}`, `{"ts":5,"scm":"s","tbl":"\u0074","rid":4,"t":1}`}},
+		{"a table name that extends the last", []string{k1, `{"ts":5,"scm":"s","tbl":"tu","t":1}`, `{"ts":5,"scm":"s","tbl":"t\"","t":1}`}},
+		{"a prefix then a broken rest", []string{k1, `{"ts":5,"scm":"s","tbl":"t","t":1`}},
+		{"a prefix then a missing kind", []string{k1, `{"ts":5,"scm":"s","tbl":"t"}`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d, err := NewDecoder(DecoderConfig{KeepClaimCheck: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ref, err := reference.NewDecoder(reference.DecoderConfig{KeepClaimCheck: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var values []string
+			for i, k := range tc.keys {
+				switch {
+				case strings.Contains(k, `"t":3`):
+					values = append(values, "")
+				case i%2 == 0:
+					values = append(values, a)
+				default:
+					values = append(values, b)
+				}
+			}
+			key, value := record(tc.keys, values)
+			checkAgainstReference(t, d, ref, key, value)
+			// The same decoder and state on a record of other keys after it.
+			key, value = record([]string{k2, k3}, []string{a, b})
+			checkAgainstReference(t, d, ref, key, value)
 		})
 	}
 }
