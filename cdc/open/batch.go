@@ -35,6 +35,7 @@ type decodeState struct {
 	// lastKey is a key JSON of this record (the caller's bytes, dropped at the end of
 	// the call) whose first keyPrefix bytes are its "ts", "scm" and "tbl" members, and
 	// keyTs, keySchema and keyTable are their values (see keyOf).
+	heads               colHeads // the columns' leading members (see column)
 	lastKey             []byte
 	keyPrefix           int
 	keyTs               uint64

@@ -559,7 +559,7 @@ func (st *decodeState) columns(section string, ev *Event) (span, error) {
 		} else {
 			col.Name = st.names.Intern(name)
 		}
-		v, err := st.column(&col)
+		v, err := st.column(&col, len(st.cols)-sp.start)
 		if err != nil {
 			var fe *fieldError
 			if errors.As(err, &fe) {
@@ -580,15 +580,31 @@ func (st *decodeState) columns(section string, ev *Event) (span, error) {
 
 // column reads one {"t","h","f","v"} object into col and returns its value, still to be
 // boxed by finish.
-func (st *decodeState) column(col *Column) (pending, error) {
+func (st *decodeState) column(col *Column, j int) (pending, error) {
 	s := &st.sc
+	start := s.Pos
 	s.Pos++ // '{'
-	var haveT, haveF, haveV, handle bool
-	var t int64
-	var f uint64
+	var c colHead
+	var haveV bool
 	vKind, vPos := tokNull, -1
 	var vRaw []byte
-	for first := true; ; first = false {
+	first := true
+	// When the column begins with the bytes the last column at position j (mostly the
+	// same column of the same table) had up to its value, the parse resumes at the value
+	// with what those members said (colHeads).
+	var h colHead // what the members before "v" said, when they were only "t", "h", "f"
+	hEnd := -1    // and where "v"'s value starts
+	onlyHead := true
+	if hd := st.heads.at(j); hd != nil && bytes.HasPrefix(s.Data[start:], st.heads.buf[hd.off:hd.end]) {
+		c, first, haveV, onlyHead = hd.c, false, true, false
+		s.Pos = start + hd.end - hd.off
+		vPos = s.Pos
+		var err error
+		if vKind, vRaw, err = st.columnV(); err != nil {
+			return pending{}, inField("v", err)
+		}
+	}
+	for ; ; first = false {
 		name, ok, err := s.Member(first)
 		if err != nil {
 			return pending{}, err
@@ -598,71 +614,61 @@ func (st *decodeState) column(col *Column) (pending, error) {
 		}
 		switch string(name) {
 		case "t":
-			if t, err = st.int64(); err != nil {
+			if c.t, err = st.int64(); err != nil {
 				return pending{}, inField("t", err)
 			}
-			if t < 0 || t > 255 || !KnownType(byte(t)) {
-				return pending{}, inField("t", &syntaxError{pos: s.Pos, msg: fmt.Sprintf("%v %d", ErrUnknownType, t), err: ErrUnknownType})
+			if c.t < 0 || c.t > 255 || !KnownType(byte(c.t)) {
+				return pending{}, inField("t", &syntaxError{pos: s.Pos, msg: fmt.Sprintf("%v %d", ErrUnknownType, c.t), err: ErrUnknownType})
 			}
-			haveT = true
+			c.haveT = true
 		case "f":
-			haveF = true
+			c.haveF = true
 			var ok bool
-			if f, ok = s.SmallUint(); ok {
+			if c.f, ok = s.SmallUint(); ok {
 				break
 			}
 			raw, err := st.number()
 			if err != nil {
 				return pending{}, inField("f", err)
 			}
-			if f, err = atou64(raw); err != nil || !isInteger(raw) {
+			if c.f, err = atou64(raw); err != nil || !isInteger(raw) {
 				return pending{}, inField("f", fmt.Errorf("%w: flags %s", ErrRange, raw))
 			}
 		case "h":
-			if handle, err = boolean(s); err != nil {
+			if c.handle, err = boolean(s); err != nil {
 				return pending{}, inField("h", err)
 			}
 		case "v":
+			if onlyHead {
+				h, hEnd, onlyHead = c, s.Pos, false
+			}
 			haveV = true
 			vPos = s.Pos
-			switch c := s.Peek(); {
-			case c == '"':
-				vKind = tokString
-				vRaw, err = s.Str()
-			case c == '-' || (c >= '0' && c <= '9'):
-				vKind = tokNumber
-				vRaw, err = s.Number()
-			case c == 'n':
-				vKind, vRaw = tokNull, nil
-				err = s.Literal("null")
-			case c == 't' || c == 'f':
-				vKind = tokBool
-				_, err = boolean(s)
-			default:
-				vKind = tokOther
-				err = s.Skip()
-			}
-			if err != nil {
+			if vKind, vRaw, err = st.columnV(); err != nil {
 				return pending{}, inField("v", err)
 			}
 		default:
+			onlyHead = false
 			if err := s.Skip(); err != nil {
 				return pending{}, inField(string(name), err)
 			}
 		}
 	}
-	if !haveT {
+	if hEnd > 0 {
+		st.heads.set(j, s.Data[start:hEnd], h)
+	}
+	if !c.haveT {
 		return pending{}, inField("t", ErrMissingField)
 	}
-	if !haveF {
+	if !c.haveF {
 		return pending{}, inField("f", ErrMissingField)
 	}
 	if !haveV {
 		return pending{}, inField("v", ErrMissingField)
 	}
-	col.Type = byte(t)
-	col.Flags = Flag(f)
-	if handle {
+	col.Type = byte(c.t)
+	col.Flags = Flag(c.f)
+	if c.handle {
 		col.Flags |= FlagHandleKey
 	}
 	v, err := st.columnValue(col.Type, col.Flags, vKind, vRaw)
@@ -670,6 +676,74 @@ func (st *decodeState) column(col *Column) (pending, error) {
 		return pending{}, inField("v", &syntaxError{pos: vPos, msg: err.Error(), err: unwrapSentinel(err)})
 	}
 	return v, nil
+}
+
+// columnV reads the value of a column's "v" member.
+func (st *decodeState) columnV() (kind tokenKind, raw []byte, err error) {
+	s := &st.sc
+	switch c := s.Peek(); {
+	case c == '"':
+		raw, err = s.Str()
+		return tokString, raw, err
+	case c == '-' || (c >= '0' && c <= '9'):
+		raw, err = s.Number()
+		return tokNumber, raw, err
+	case c == 'n':
+		return tokNull, nil, s.Literal("null")
+	case c == 't' || c == 'f':
+		_, err = boolean(s)
+		return tokBool, nil, err
+	default:
+		return tokOther, nil, s.Skip()
+	}
+}
+
+// colHead is what a column's members before its value say.
+type colHead struct {
+	haveT, haveF, handle bool
+	t                    int64
+	f                    uint64
+}
+
+// colHeads keeps, per column position of a section, the bytes of the last column there
+// from its '{' to where its value starts ({"t":8,"h":true,"f":11,"v":) and what they
+// said. The bytes end inside the "v" member, so they cannot be the beginning of other
+// members: a column beginning with them is, up to its value, the same column, and its
+// parse resumes at the value in the state they left. The bytes are copies (a
+// decompressed payload's buffer is reused), kept across records.
+type colHeads struct {
+	heads []colHeadAt
+	buf   []byte
+}
+
+type colHeadAt struct {
+	off, end int
+	c        colHead
+}
+
+// maxHeadBytes bounds colHeads.buf: past it, every head is dropped.
+const maxHeadBytes = 16 << 10
+
+func (h *colHeads) at(j int) *colHeadAt {
+	if j < len(h.heads) && h.heads[j].end > 0 {
+		return &h.heads[j]
+	}
+	return nil
+}
+
+func (h *colHeads) set(j int, b []byte, c colHead) {
+	if j >= 256 {
+		return
+	}
+	if len(h.buf)+len(b) > maxHeadBytes {
+		h.buf, h.heads = h.buf[:0], h.heads[:0]
+	}
+	for len(h.heads) <= j {
+		h.heads = append(h.heads, colHeadAt{})
+	}
+	off := len(h.buf)
+	h.buf = append(h.buf, b...)
+	h.heads[j] = colHeadAt{off: off, end: len(h.buf), c: c}
 }
 
 // unwrapSentinel returns the package sentinel an error wraps.

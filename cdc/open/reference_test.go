@@ -32,6 +32,11 @@ func FuzzDecodeReference(f *testing.F) {
 	k, v = record([]string{`{"ts":5,"scm":"s","tbl":"t","rid":1,"t":1}`, `{"ts":5,"scm":"s","tbl":"t","rid":2,"t":1}`, `{"ts":5,"scm":"s","tbl":"t","t":1}`},
 		[]string{row(`{"t":3,"h":true,"f":11,"v":1}`), row(`{"t":3,"h":true,"f":11,"v":2}`), row(`{"t":3,"h":true,"f":11,"v":3}`)})
 	f.Add(k, v, uint8(0))
+	// Columns that begin alike (column resumes at their values).
+	k, v = record([]string{`{"ts":5,"scm":"s","tbl":"t","rid":1,"t":1}`, `{"ts":5,"scm":"s","tbl":"t","rid":2,"t":1}`},
+		[]string{`{"u":{"a":{"t":3,"h":true,"f":11,"v":1},"b":{"t":15,"f":0,"v":"x"}}}`,
+			`{"u":{"a":{"t":3,"h":true,"f":11,"v":2},"b":{"t":15,"f":0,"v":"y"}},"p":{"a":{"t":3,"h":true,"f":11,"v":1},"b":{"t":15,"f":0,"v":"x"}}}`})
+	f.Add(k, v, uint8(0))
 	f.Fuzz(func(t *testing.T, key, value []byte, mode uint8) {
 		comp := fuzzCompressions[int(mode)%len(fuzzCompressions)]
 		d, err := NewDecoder(DecoderConfig{Compression: comp, KeepClaimCheck: true, MaxPayloadBytes: 16 << 20})
@@ -167,6 +172,95 @@ func TestKeyPrefixReference(t *testing.T) {
 			// The same decoder and state on a record of other keys after it.
 			key, value = record([]string{k2, k3}, []string{a, b})
 			checkAgainstReference(t, d, ref, key, value)
+		})
+	}
+}
+
+// TestColumnHeadReference: columns that begin like the column at their position before
+// them (column resumes at the value) decode as the reference decoder parses them whole:
+// flags and types that extend the last one's digits, a handle mark that comes and goes,
+// "v" first, members after "v" (repeated ones too), an unknown member before "v", white
+// space, an escaped name, sections of other lengths, and broken values after a match.
+func TestColumnHeadReference(t *testing.T) {
+	cols := func(cs ...string) string {
+		var b strings.Builder
+		for i, c := range cs {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			fmt.Fprintf(&b, `"c%d":%s`, i, c)
+		}
+		return b.String()
+	}
+	upd := func(u, p string) string { return `{"u":{` + u + `},"p":{` + p + `}}` }
+	ins := func(u string) string { return `{"u":{` + u + `}}` }
+	for _, tc := range []struct {
+		name   string
+		values []string
+	}{
+		{"sysbench rows", []string{
+			ins(cols(`{"t":8,"h":true,"f":11,"v":5000001}`, `{"t":3,"f":1,"v":498037}`, `{"t":254,"f":0,"v":"abc"}`)),
+			ins(cols(`{"t":8,"h":true,"f":11,"v":5000002}`, `{"t":3,"f":1,"v":498074}`, `{"t":254,"f":0,"v":"abd"}`)),
+			upd(cols(`{"t":8,"h":true,"f":11,"v":5000003}`, `{"t":3,"f":1,"v":7}`), cols(`{"t":8,"h":true,"f":11,"v":5000003}`, `{"t":3,"f":1,"v":8}`)),
+		}},
+		{"digits that extend the last ones", []string{
+			ins(cols(`{"t":3,"f":1,"v":1}`, `{"t":1,"f":0,"v":2}`)),
+			ins(cols(`{"t":3,"f":11,"v":1}`, `{"t":15,"f":0,"v":"x"}`)),
+			ins(cols(`{"t":3,"f":1,"v":10}`, `{"t":1,"f":0,"v":-2}`)),
+		}},
+		{"a handle mark that comes and goes", []string{
+			ins(cols(`{"t":3,"h":true,"f":3,"v":1}`)),
+			ins(cols(`{"t":3,"f":3,"v":1}`)),
+			ins(cols(`{"t":3,"h":false,"f":3,"v":1}`)),
+			ins(cols(`{"t":3,"h":true,"f":3,"v":1}`)),
+		}},
+		{"v first, members after v", []string{
+			ins(cols(`{"v":1,"t":3,"f":0}`, `{"t":3,"v":1,"f":0}`)),
+			ins(cols(`{"v":2,"t":3,"f":0}`, `{"t":3,"v":2,"f":1}`)),
+			ins(cols(`{"v":2,"t":3,"f":0,"v":"x"}`, `{"t":3,"v":2,"f":1,"t":254}`)),
+			ins(cols(`{"v":3}`, `{"t":3,"v":3}`)),
+		}},
+		{"an unknown member, white space, escapes", []string{
+			ins(cols(`{"t":3,"x":[1,{"v":2}],"f":0,"v":1}`, `{ "t" : 3 , "f" : 0 , "v" : 1 }`, `{"t":3,"f":0,"\u0076":1}`)),
+			ins(cols(`{"t":3,"x":[1,{"v":2}],"f":0,"v":2}`, `{ "t" : 3 , "f" : 0 , "v" :  2 }`, `{"t":3,"f":0,"\u0076":"y"}`)),
+		}},
+		{"sections of other lengths", []string{
+			upd(cols(`{"t":3,"f":0,"v":1}`, `{"t":15,"f":0,"v":"a"}`, `{"t":15,"f":0,"v":"b"}`), cols(`{"t":15,"f":0,"v":"a"}`)),
+			upd(cols(`{"t":15,"f":0,"v":"a"}`), cols(`{"t":3,"f":0,"v":1}`, `{"t":15,"f":0,"v":"c"}`)),
+		}},
+		{"a broken value after a match", []string{
+			ins(cols(`{"t":3,"f":0,"v":1}`)),
+			ins(cols(`{"t":3,"f":0,"v":1x}`)),
+		}},
+		{"a missing value after a match", []string{
+			ins(cols(`{"t":3,"f":0,"v":1}`)),
+			ins(cols(`{"t":3,"f":0,"v":}`)),
+		}},
+		{"a value of another type after a match", []string{
+			ins(cols(`{"t":3,"f":0,"v":1}`)),
+			ins(cols(`{"t":3,"f":0,"v":"z"}`)),
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d, err := NewDecoder(DecoderConfig{KeepClaimCheck: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ref, err := reference.NewDecoder(reference.DecoderConfig{KeepClaimCheck: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			keys := make([]string, len(tc.values))
+			for i := range keys {
+				keys[i] = fmt.Sprintf(`{"ts":5,"scm":"s","tbl":"t","rid":%d,"t":1}`, i)
+			}
+			key, value := record(keys, tc.values)
+			checkAgainstReference(t, d, ref, key, value)
+			// Each event alone after it, with what the decoder kept of the columns.
+			for i := range keys {
+				key, value := record(keys[i:i+1], tc.values[i:i+1])
+				checkAgainstReference(t, d, ref, key, value)
+			}
 		})
 	}
 }
