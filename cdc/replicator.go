@@ -364,13 +364,16 @@ func (r *Replicator) runOnce(ctx context.Context, epoch uint64, started func()) 
 	// already decoded and covers several resolved ts at once (larger statements, fewer
 	// checkpoints). The read-ahead is bounded: readAhead records of at most
 	// max-batch-size events each, about a quarter of applier.memory-bytes.
-	// The readers keep abreast by resolved ts (readgate.go).
+	// With the open protocol the readers keep abreast by resolved ts (readgate.go).
 	records := make(chan record, readAhead(cfg.Applier.MemoryBytes))
 	resolved := make([]uint64, len(c.parts))
 	for i, ps := range c.parts {
 		resolved[i] = ps.resolved
 	}
-	gate := newReadGate(resolved)
+	var gate *readGate
+	if schemas == nil { // see readGate: streamSchemas' readers wait for partition 0
+		gate = newReadGate(resolved)
+	}
 	g, gctx := errgroup.WithContext(ctx)
 	for i, ps := range c.parts {
 		start := ps.nextRead
