@@ -54,6 +54,19 @@ func allTypesBatch(b testing.TB, comp Compression) Message {
 // BenchmarkApplierInsert applies (cdc/e2e). There the key, the names and the copies of
 // the text weigh more than in allTypesBatch's wide rows: what serve's profile shows.
 func sysbenchBatch(b testing.TB, comp Compression) Message {
+	return sysbenchRecord(b, comp, false)
+}
+
+// sysbenchTxn is one record of one 16-row sysbench transaction as classic TiCDC writes
+// it: one table, one commit ts, keys that differ only in their row id.
+func sysbenchTxn(b testing.TB) Message {
+	return sysbenchRecord(b, CompressionNone, true)
+}
+
+// sysbenchRecord encodes 16 sysbench inserts into one record: of one transaction (one
+// table and commit ts, classic keys with row ids) when txn is set, else each with its
+// own commit ts and one of 8 tables.
+func sysbenchRecord(b testing.TB, comp Compression, txn bool) Message {
 	b.Helper()
 	enc, err := NewEncoder(EncoderConfig{Compression: comp})
 	if err != nil {
@@ -69,35 +82,9 @@ func sysbenchBatch(b testing.TB, comp Compression) Message {
 				{Name: "c", Type: 254, Value: c},
 				{Name: "pad", Type: 254, Value: c[:59]},
 			}}
-		if err := enc.AppendRow(&ev); err != nil {
-			b.Fatal(err)
+		if txn {
+			ev.CommitTs, ev.Table, ev.RowID = 470780676075945984, "sbtest3", int64(5_000_000+i)
 		}
-	}
-	msgs := enc.Build()
-	if len(msgs) != 1 || msgs[0].Events != 16 {
-		b.Fatalf("want one record of 16 events, got %d records", len(msgs))
-	}
-	return msgs[0]
-}
-
-// sysbenchTxn is one record of one 16-row sysbench transaction as classic TiCDC writes
-// it: one table, one commit ts, keys that differ only in their row id.
-func sysbenchTxn(b testing.TB) Message {
-	b.Helper()
-	enc, err := NewEncoder(EncoderConfig{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	digits := "83868641912-28773667398-52066376034-47294575418-12086617934-48283512749-97536911423-"
-	for i := range 16 {
-		c := (digits + digits)[i : i+119]
-		ev := Event{Kind: KindRow, CommitTs: 470780676075945984, Schema: "bench", Table: "sbtest3", RowID: int64(5_000_000 + i), Op: OpInsert,
-			Columns: []Column{
-				{Name: "id", Type: 8, Flags: FlagHandleKey | FlagPrimaryKey, Value: int64(5_000_000 + i)},
-				{Name: "k", Type: 3, Value: int64(498_000 + 37*i)},
-				{Name: "c", Type: 254, Value: c},
-				{Name: "pad", Type: 254, Value: c[:59]},
-			}}
 		if err := enc.AppendRow(&ev); err != nil {
 			b.Fatal(err)
 		}

@@ -148,14 +148,7 @@ func TestKeyPrefixReference(t *testing.T) {
 		{"a prefix then a missing kind", []string{k1, `{"ts":5,"scm":"s","tbl":"t"}`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d, err := NewDecoder(DecoderConfig{KeepClaimCheck: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			ref, err := reference.NewDecoder(reference.DecoderConfig{KeepClaimCheck: true})
-			if err != nil {
-				t.Fatal(err)
-			}
+			d, ref := decoderPair(t)
 			var values []string
 			for i, k := range tc.keys {
 				switch {
@@ -242,14 +235,7 @@ func TestColumnHeadReference(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d, err := NewDecoder(DecoderConfig{KeepClaimCheck: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			ref, err := reference.NewDecoder(reference.DecoderConfig{KeepClaimCheck: true})
-			if err != nil {
-				t.Fatal(err)
-			}
+			d, ref := decoderPair(t)
 			keys := make([]string, len(tc.values))
 			for i := range keys {
 				keys[i] = fmt.Sprintf(`{"ts":5,"scm":"s","tbl":"t","rid":%d,"t":1}`, i)
@@ -263,4 +249,18 @@ func TestColumnHeadReference(t *testing.T) {
 			}
 		})
 	}
+}
+
+// decoderPair returns a decoder and the reference decoder, claim-check objects kept.
+func decoderPair(t *testing.T) (*Decoder, *reference.Decoder) {
+	t.Helper()
+	d, err := NewDecoder(DecoderConfig{KeepClaimCheck: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, err := reference.NewDecoder(reference.DecoderConfig{KeepClaimCheck: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d, ref
 }
