@@ -1,25 +1,28 @@
 package values
 
-import (
-	"math/bits"
-	"reflect"
-)
+import "unsafe"
 
 // slab collects the values of one Go type of a record and boxes them with one
 // allocation.
 //
 // Storing an int64 (string, []byte, …) in an interface allocates a copy of it, one per
-// value. Instead, box copies all the record's values of type T into one array (reflect's
-// slice-to-array conversion, one allocation) and takes each element's interface from
-// the array: reflect points an interface made from an element of an unaddressable array
-// at the element itself, as nothing can change it. If a Go release copied the elements
-// instead, the values would be the same and only the allocations back to one per value
-// (cdc/open's BenchmarkDecode and TestDecodeAllocations would show it). box.go puts the
-// slabs of several types into one struct the same way.
+// value. Instead, the slab's values are copied into one array (one allocation: box, or
+// the record's struct in box.go) and each slot's interface is pointed at its element
+// there: an interface holding a value of a non-pointer type is two words, the type and
+// a pointer to the value, which is exactly what boxing makes (eface). Nothing writes
+// the array after, as the runtime requires of a boxed value, and the interior pointers
+// keep it alive. cdc/open's TestDecodeAllocations and this package's TestBox and
+// TestBoxAllocations would show a layout that changed.
 type slab[T any] struct {
-	vals  []T
-	at    []int            // the slot of each value
-	types [64]reflect.Type // [1<<k]T, made once per size
+	vals []T
+	at   []int          // the slot of each value
+	typ  unsafe.Pointer // the type word of an interface holding a T, set on first use
+}
+
+// eface is the layout of an `any`: its type word and a pointer to its value (for the
+// types here, none of which is pointer-shaped).
+type eface struct {
+	typ, data unsafe.Pointer
 }
 
 func (s *slab[T]) trim() {
@@ -35,33 +38,39 @@ func (s *slab[T]) add(v T, at int) {
 
 // box boxes the slab's values alone (one allocation) into their slots of dst.
 func (s *slab[T]) box(dst Slots) {
-	n := len(s.vals)
-	if n == 0 {
+	switch len(s.vals) {
+	case 0:
 		return
-	}
-	if n == 1 { // one value: boxing it directly is one allocation too, without reflect
+	case 1: // one value: boxing it directly is one allocation too
 		*dst.at(s.at[0]) = s.vals[0]
 		clear(s.vals)
 		s.vals, s.at = s.vals[:0], s.at[:0]
-		return
+	default:
+		arr := make([]T, len(s.vals))
+		s.boxInto(unsafe.Pointer(unsafe.SliceData(arr)), dst)
 	}
-	// Array sizes are powers of two: a bounded number of array types, at most twice
-	// the space of the values.
-	k := bits.Len(uint(n - 1))
-	size := 1 << k
-	var zero T
-	for len(s.vals) < size {
-		s.vals = append(s.vals, zero)
-	}
-	t := s.types[k]
-	if t == nil {
-		t = reflect.ArrayOf(size, reflect.TypeFor[T]())
-		s.types[k] = t
-	}
-	arr := reflect.ValueOf(&s.vals).Elem().Convert(t)
+}
+
+// boxInto copies the slab's values into the array at base (of at least len(vals)
+// elements of T, zero, never written after) and points their slots of dst at them; the
+// slab is left empty.
+func (s *slab[T]) boxInto(base unsafe.Pointer, dst Slots) {
+	arr := unsafe.Slice((*T)(base), len(s.vals))
+	copy(arr, s.vals)
+	typ := s.typeWord()
 	for i, c := range s.at {
-		*dst.at(c) = arr.Index(i).Interface()
+		*(*eface)(unsafe.Pointer(dst.at(c))) = eface{typ: typ, data: unsafe.Pointer(&arr[i])}
 	}
 	clear(s.vals) // no references into the record's arenas from the scratch
 	s.vals, s.at = s.vals[:0], s.at[:0]
+}
+
+// typeWord returns the type word of an interface holding a T.
+func (s *slab[T]) typeWord() unsafe.Pointer {
+	if s.typ == nil {
+		var zero T
+		x := any(zero) // a zero value of these types boxes without allocating
+		s.typ = (*eface)(unsafe.Pointer(&x)).typ
+	}
+	return s.typ
 }
