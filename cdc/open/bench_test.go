@@ -54,19 +54,25 @@ func allTypesBatch(b testing.TB, comp Compression) Message {
 // BenchmarkApplierInsert applies (cdc/e2e). There the key, the names and the copies of
 // the text weigh more than in allTypesBatch's wide rows: what serve's profile shows.
 func sysbenchBatch(b testing.TB, comp Compression) Message {
-	return sysbenchRecord(b, comp, false)
+	return sysbenchRecord(b, comp, false, false)
 }
 
 // sysbenchTxn is one record of one 16-row sysbench transaction as classic TiCDC writes
 // it: one table, one commit ts, keys that differ only in their row id.
 func sysbenchTxn(b testing.TB) Message {
-	return sysbenchRecord(b, CompressionNone, true)
+	return sysbenchRecord(b, CompressionNone, true, false)
 }
 
-// sysbenchRecord encodes 16 sysbench inserts into one record: of one transaction (one
-// table and commit ts, classic keys with row ids) when txn is set, else each with its
-// own commit ts and one of 8 tables.
-func sysbenchRecord(b testing.TB, comp Compression, txn bool) Message {
+// sysbenchUpdateTxn is sysbenchTxn with updates (every column but the handle changed, as
+// in BenchmarkApplierUpdate): each row carries its old values too.
+func sysbenchUpdateTxn(b testing.TB) Message {
+	return sysbenchRecord(b, CompressionNone, true, true)
+}
+
+// sysbenchRecord encodes 16 sysbench inserts (updates when update is set) into one
+// record: of one transaction (one table and commit ts, classic keys with row ids) when
+// txn is set, else each with its own commit ts and one of 8 tables.
+func sysbenchRecord(b testing.TB, comp Compression, txn, update bool) Message {
 	b.Helper()
 	enc, err := NewEncoder(EncoderConfig{Compression: comp})
 	if err != nil {
@@ -84,6 +90,15 @@ func sysbenchRecord(b testing.TB, comp Compression, txn bool) Message {
 			}}
 		if txn {
 			ev.CommitTs, ev.Table, ev.RowID = 470780676075945984, "sbtest3", int64(5_000_000+i)
+		}
+		if update {
+			old := (digits + digits)[i+3 : i+122]
+			ev.Op, ev.OldColumns = OpUpdate, []Column{
+				{Name: "id", Type: 8, Flags: FlagHandleKey | FlagPrimaryKey, Value: int64(5_000_000 + i)},
+				{Name: "k", Type: 3, Value: int64(501_000 + 41*i)},
+				{Name: "c", Type: 254, Value: old},
+				{Name: "pad", Type: 254, Value: old[:59]},
+			}
 		}
 		if err := enc.AppendRow(&ev); err != nil {
 			b.Fatal(err)
@@ -176,6 +191,12 @@ func BenchmarkDecodeSysbench(b *testing.B) {
 // the keys of its rows begin alike.
 func BenchmarkDecodeSysbenchTxn(b *testing.B) {
 	benchDecodeMessage(b, CompressionNone, sysbenchTxn(b), false)
+}
+
+// BenchmarkDecodeSysbenchUpdate decodes one 16-row sysbench transaction of updates
+// (sysbenchUpdateTxn): the record BenchmarkApplierUpdate's serve decodes.
+func BenchmarkDecodeSysbenchUpdate(b *testing.B) {
+	benchDecodeMessage(b, CompressionNone, sysbenchUpdateTxn(b), false)
 }
 
 // BenchmarkDecodeBaselineEncodingJSON is the named baseline: the same record decoded the
