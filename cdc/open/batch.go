@@ -28,7 +28,9 @@ type decodeState struct {
 	cols     []Column  // the record's columns in message order, Value not yet set; nil after finish hands them out
 	colsHint int       // the columns of the last record: the capacity cols starts with
 	vals     []pending // their values, parallel to cols
-	text     []byte    // string values, one after another
+	text     []byte    // string values, one after another: in textBuf, or in place in box's text chunk (begin)
+	textBuf  []byte    // the scratch text is written to when it is not in place
+	inPlace  bool      // text started in the text chunk
 	bin      []byte    // []byte values, one after another
 	rows     []rowSpan // per event: where its columns are in cols
 	last     span      // the columns section read last
@@ -68,8 +70,16 @@ type rowSpan struct {
 	claimed   bool // the event was replaced by its claim-check object's event
 }
 
-func (st *decodeState) begin(events int) {
+// begin readies st for a record of events events and size bytes of value: its text is
+// written straight into the Boxer's text chunk when it fits (text is never longer than
+// the value it is read from, unless the value is compressed; text that does not fit is
+// copied by Box), else into textBuf.
+func (st *decodeState) begin(events, size int) {
 	st.lastKey, st.keyPrefix = nil, 0
+	st.text, st.inPlace = st.textBuf[:0], false
+	if a := st.box.TextArena(size); a != nil {
+		st.text, st.inPlace = a, true
+	}
 	st.rows = st.rows[:0]
 	for range events {
 		st.rows = append(st.rows, rowSpan{})
@@ -78,8 +88,11 @@ func (st *decodeState) begin(events int) {
 
 // reset empties st after a call; scratch grown beyond keepScratchBytes is dropped.
 func (st *decodeState) reset() {
+	if !st.inPlace && cap(st.text) > cap(st.textBuf) {
+		st.textBuf = st.text // grown for this record
+	}
 	clear(st.cols) // the names
-	st.cols, st.vals, st.text, st.bin, st.rows = st.cols[:0], st.vals[:0], st.text[:0], st.bin[:0], st.rows[:0]
+	st.cols, st.vals, st.text, st.bin, st.rows = st.cols[:0], st.vals[:0], nil, st.bin[:0], st.rows[:0]
 	st.last = span{}
 	st.lastKey, st.keyPrefix, st.keySchema, st.keyTable = nil, 0, "", ""
 	st.sc.Reset(nil, keepScratchBytes)
@@ -87,8 +100,8 @@ func (st *decodeState) reset() {
 		st.cols, st.vals = nil, nil
 	}
 	st.colsHint = min(st.colsHint, keepScratchBytes/int(reflect.TypeFor[Column]().Size()))
-	if cap(st.text) > keepScratchBytes {
-		st.text = nil
+	if cap(st.textBuf) > keepScratchBytes {
+		st.textBuf = nil
 	}
 	if cap(st.bin) > keepScratchBytes {
 		st.bin = nil

@@ -127,7 +127,7 @@ func (d *Decoder) decode(key, value []byte, depth int) ([]Event, error) {
 	st := d.state()
 	defer d.release(st)
 	events := make([]Event, nk)
-	st.begin(nk)
+	st.begin(nk, len(value))
 	kpos, vpos := 8, 0
 	for i := range events {
 		kl := int(binary.BigEndian.Uint64(key[kpos:]))

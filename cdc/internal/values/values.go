@@ -16,6 +16,7 @@ import (
 	"bytes"
 	"fmt"
 	"math"
+	"strings"
 	"unsafe"
 )
 
@@ -107,28 +108,62 @@ func (b *Boxer) Box(vals []Value, text, bin []byte, dst Slots) {
 	b.box(dst)
 }
 
-// text returns a copy of text as a string. A small one is appended to the Boxer's text
-// chunk and read from there (unsafe.String): the bytes of a chunk are written once and
-// never again (the next ones go after them, then to a new chunk), as a string's must
-// be, so records share an allocation of text instead of making one each.
+// text returns a copy of text as a string. Text written in place (TextArena) is taken
+// as it is; other small text is appended to the Boxer's text chunk; either is read from
+// there (unsafe.String): the bytes of a chunk up to its length are written once and never
+// again (the next ones go after them, then to a new chunk), as a string's must be, so
+// records share an allocation of text instead of making one each.
 func (b *Boxer) text(text []byte) string {
 	if len(text) == 0 {
 		return ""
+	}
+	if free := b.textFree[len(b.textFree):cap(b.textFree)]; len(text) <= len(free) && unsafe.SliceData(text) == unsafe.SliceData(free) {
+		b.textFree = b.textFree[:len(b.textFree)+len(text)] // written in place: taken, not copied
+		return unsafe.String(unsafe.SliceData(text), len(text))
 	}
 	if len(text) > textChunk/8 {
 		return string(text)
 	}
 	if cap(b.textFree)-len(b.textFree) < len(text) {
-		b.textFree = make([]byte, 0, textChunk)
+		b.textFree = newChunk()
 	}
 	off := len(b.textFree)
 	b.textFree = append(b.textFree, text...)
 	return unsafe.String(&b.textFree[off], len(text))
 }
 
-// textChunk is the size of a text chunk; text of more than textChunk/8 bytes gets its
-// own string.
-const textChunk = 32 << 10
+// TextArena returns where the caller may write the text of its next record so that Box
+// takes it without a copy: an empty slice over the unwritten rest of the text chunk with
+// room for at least n bytes (a new chunk when the rest is shorter), or nil when n is more
+// than a quarter of a chunk. The caller appends its text to it and passes the result to
+// Box as text: Box takes it in place when it is still there (it stayed within the
+// capacity, nothing else was boxed since) and copies it otherwise. Text taken in place is
+// the Boxer's: the caller must not write it again (it appends the next record's text to
+// a new TextArena). Text written there and not passed to Box is overwritten by the next
+// record's.
+func (b *Boxer) TextArena(n int) []byte {
+	if n > textChunk/4 {
+		return nil
+	}
+	if cap(b.textFree)-len(b.textFree) < n {
+		b.textFree = newChunk()
+	}
+	return b.textFree[len(b.textFree):len(b.textFree)]
+}
+
+// textChunk is the size of a text chunk; text of more than textChunk/8 bytes not
+// written in place gets its own string.
+const textChunk = 64 << 10
+
+// newChunk returns an empty text chunk of capacity textChunk, its bytes not zeroed
+// (strings.Builder grows without zeroing; every byte of a chunk is written before a
+// string is made of it): zeroing a chunk cost as much as copying text into it.
+func newChunk() []byte {
+	var sb strings.Builder
+	sb.Grow(textChunk)
+	sb.WriteByte(0)
+	return unsafe.Slice(unsafe.StringData(sb.String()), textChunk)[:0]
+}
 
 // Reset drops the scratch grown for a huge record.
 func (b *Boxer) Reset() {

@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"unsafe"
 )
 
 // record returns the values, arenas and expected interfaces of a record with counts[k]
@@ -154,7 +155,8 @@ func TestBoxSlots(t *testing.T) {
 
 // TestBoxTextChunk: text cut from the Boxer's chunk stays what it was after the records
 // boxed after it, whether they fit the chunk, start a new one or are too large for one,
-// and whatever the caller does to the text it passed in.
+// were written in place or not (or were abandoned there), and whatever the caller does
+// to the text it passed in.
 func TestBoxTextChunk(t *testing.T) {
 	var b Boxer
 	type kept struct {
@@ -171,6 +173,21 @@ func TestBoxTextChunk(t *testing.T) {
 		var vals []Value
 		var text []byte
 		var want []string
+		// Every third record writes its text in place (TextArena), some of them more
+		// than they asked room for (Box then copies it), and every seventh is abandoned
+		// after writing there (a record that failed to decode): the next record's text
+		// overwrites it, and no kept value may change.
+		inPlace := r%3 == 0
+		if inPlace {
+			ask := n * (size + 12)
+			if r%33 == 0 {
+				ask = 1 // overflows
+			}
+			text = b.TextArena(ask)
+			if text == nil && ask <= textChunk/4 {
+				t.Fatalf("record %d: no arena for %d bytes", r, ask)
+			}
+		}
 		for i := range n {
 			s := strings.Repeat(string(rune('a'+(r+i)%26)), size) + fmt.Sprint(r, ".", i)
 			off := len(text)
@@ -178,9 +195,14 @@ func TestBoxTextChunk(t *testing.T) {
 			vals = append(vals, Value{Kind: Text, Off: off, End: len(text)})
 			want = append(want, s)
 		}
+		if inPlace && r%7 == 0 {
+			continue // abandoned
+		}
 		dst := make([]slot, n)
 		b.Box(vals, text, nil, SlotsOf(dst, slotValue))
-		clear(text) // the caller's arena is reused
+		if !inPlace {
+			clear(text) // the caller's arena is reused (text written in place is the Boxer's now)
+		}
 		if r%500 == 0 {
 			b.Reset()
 		}
@@ -192,5 +214,42 @@ func TestBoxTextChunk(t *testing.T) {
 				t.Fatalf("record %d value %d changed after later records: %.20q…, want %.20q…", r, i, s.v, k.want[i])
 			}
 		}
+	}
+}
+
+// TestBoxTextInPlace: text written in the arena TextArena gives is taken where it is (the
+// value's bytes are the arena's), the next arena starts after it, and text that outgrew
+// its arena is copied.
+func TestBoxTextInPlace(t *testing.T) {
+	var b Boxer
+	arena := b.TextArena(64)
+	text := append(arena, "in place"...)
+	dst := make([]slot, 1)
+	b.Box([]Value{{Kind: Text, End: len(text)}}, text, nil, SlotsOf(dst, slotValue))
+	s := dst[0].v.(string)
+	if s != "in place" || unsafe.StringData(s) != &text[0] {
+		t.Fatalf("value %q at %p, want \"in place\" at %p (the arena)", s, unsafe.StringData(s), &text[0])
+	}
+	next := b.TextArena(64)
+	if got, want := unsafe.SliceData(next[:1]), unsafe.Add(unsafe.Pointer(&text[0]), len(text)); unsafe.Pointer(got) != want {
+		t.Fatalf("the next arena starts at %p, want %p (after the text taken)", got, want)
+	}
+	grown := append(next, strings.Repeat("x", 300)...) // more than asked for, still within the chunk
+	if unsafe.SliceData(grown) != unsafe.SliceData(next[:1]) {
+		t.Fatalf("300 bytes did not stay in the chunk")
+	}
+	b.Box([]Value{{Kind: Text, End: len(grown)}}, grown, nil, SlotsOf(dst, slotValue))
+	if s := dst[0].v.(string); unsafe.StringData(s) != &grown[0] || len(s) != 300 {
+		t.Fatalf("text in the chunk past what was asked was not taken in place")
+	}
+	// Text that outgrew the chunk (append moved it) is copied.
+	last := b.TextArena(textChunk / 4)
+	over := append(last, make([]byte, textChunk)...)
+	b.Box([]Value{{Kind: Text, End: len(over)}}, over, nil, SlotsOf(dst, slotValue))
+	if s := dst[0].v.(string); len(s) != textChunk || unsafe.StringData(s) == &over[0] {
+		t.Fatalf("text that outgrew the chunk was not copied")
+	}
+	if b.TextArena(textChunk/4+1) != nil {
+		t.Fatalf("an arena for more than a quarter of a chunk")
 	}
 }
