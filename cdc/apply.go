@@ -66,6 +66,7 @@ type applier struct {
 	tables *tableInfos  // downstream tables: unique indexes, key collations
 	seed   maphash.Seed // for hashKey
 	texts  []stmtTexts  // per worker, kept between rounds (apply_write.go)
+	chunks chan []op    // op chunks workers have finished with, for producers to fill again
 }
 
 func newApplier(db *sql.DB, m *meta, cfg Config, log *slog.Logger, hooks *testHooks, progress map[tableKey]uint64, ctr *counters) *applier {
@@ -73,7 +74,7 @@ func newApplier(db *sql.DB, m *meta, cfg Config, log *slog.Logger, hooks *testHo
 		ctr = new(counters)
 	}
 	a := &applier{db: db, meta: m, cfg: cfg, log: log, hooks: hooks, tableProgress: progress, ctr: ctr, seed: maphash.MakeSeed(),
-		texts: make([]stmtTexts, cfg.Applier.Workers)}
+		texts: make([]stmtTexts, cfg.Applier.Workers), chunks: make(chan []op, spareChunks)}
 	a.tables = newTableInfos(func(ctx context.Context, schema, table string) (t *tableInfo, err error) {
 		err = a.retry(ctx, ident.Table(schema, table), func(ctx context.Context) error {
 			t, err = loadTableInfo(ctx, db, schema, table)
@@ -256,6 +257,30 @@ func (kc *keyCollector) flush() error {
 // operation per chunk rather than per row).
 const opChunk = 64
 
+// spareChunks bounds the op chunks kept for reuse (applier.chunks): a worker that has
+// applied a chunk's ops hands it back cleared, so a round makes new chunks only while
+// more are in flight than were kept (making them was 1.5 % of serve's CPU).
+const spareChunks = 256
+
+// newChunk returns an empty op chunk: a spare one, else a new one.
+func (a *applier) newChunk() []op {
+	select {
+	case c := <-a.chunks:
+		return c
+	default:
+		return make([]op, 0, opChunk)
+	}
+}
+
+// spareChunk keeps c, whose ops have been applied, for newChunk (unless enough are kept).
+func (a *applier) spareChunk(c []op) {
+	clear(c) // no references to the round's rows
+	select {
+	case a.chunks <- c[:0]:
+	default:
+	}
+}
+
 // roundCounts returns the rows each table has up to target: the round's rows, counted
 // once for the lanes and the key collectors.
 func roundCounts(tables []*tableBuf, target uint64) []int64 {
@@ -314,7 +339,7 @@ func (a *applier) produce(ctx context.Context, tb *tableBuf, target uint64, chan
 		}
 		select {
 		case chans[w] <- pend[w]:
-			pend[w] = make([]op, 0, opChunk)
+			pend[w] = a.newChunk()
 			return nil
 		case <-ctx.Done():
 			return ctx.Err()
@@ -322,7 +347,7 @@ func (a *applier) produce(ctx context.Context, tb *tableBuf, target uint64, chan
 	}
 	send := func(w int, o op) error {
 		if pend[w] == nil {
-			pend[w] = make([]op, 0, opChunk)
+			pend[w] = a.newChunk()
 		}
 		pend[w] = append(pend[w], o)
 		if len(pend[w]) >= opChunk {

@@ -184,6 +184,7 @@ func (a *applier) worker(ctx context.Context, ch <-chan []op, writer string, tex
 				return err
 			}
 		}
+		a.spareChunk(chunk) // add kept the ops' rows, not the ops
 	}
 	if err := flushAll(); err != nil {
 		return err

@@ -468,8 +468,6 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// gcLimit is the soft memory limit set with GCPercent: 2 × memory-bytes + 32 MiB, at
-// least 128 MiB.
 // WithTLS returns c with [upstream.tls] and [downstream.tls] applied to their DSNs
 // (tlsauth.DSN: a TLS config registered with the driver and named in the DSN) and those
 // tables cleared, so whatever opens the returned DSNs (the applier, verification,
@@ -497,6 +495,8 @@ func (c Config) TLSWarnings() []string {
 	return w
 }
 
+// gcLimit is the soft memory limit set with GCPercent: 2 × memory-bytes + 32 MiB, at
+// least 128 MiB.
 func (c Config) gcLimit() int64 {
 	return max(2*c.Applier.MemoryBytes+32<<20, 128<<20)
 }
