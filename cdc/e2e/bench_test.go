@@ -196,6 +196,7 @@ func benchThroughputRows(b *testing.B, update, noLedger bool, n int) throughput 
 		serveCPU := s.cmd.ProcessState.UserTime() + s.cmd.ProcessState.SystemTime()
 		be.saveLog(b, kind)
 		be.truncate(b, "raw_")
+		be.purgeBinlogs(b)
 		if update {
 			be.rawWrite(b, "raw_", old, false)
 		}
