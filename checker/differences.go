@@ -18,6 +18,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/tidb-parity/parity/internal/ident"
+	"github.com/tidb-parity/parity/internal/retry"
 )
 
 // ErrRunRunning is returned by RunDifferences for a run that is still running.
@@ -455,7 +456,26 @@ type diffRef struct{ seq, n int }
 // when confirm is set (read again at the same snapshot pair). A failure changes nothing;
 // after a commit the old differences are gone, so a resumed re-check never counts them
 // again. It returns the rows no longer different.
+//
+// Tables are re-checked concurrently, and MariaDB may pick one of two such transactions
+// as a deadlock victim (their deletes lock neighbouring index ranges of the same tables):
+// a transaction rolled back for a conflict is run again, as it changed nothing.
 func (s *store) replaceDifferences(ctx context.Context, table int, old []diffRef, all bool, oldRows map[int]int64, news []storedDiff, confirm bool) (int64, error) {
+	var n int64
+	err := conflictRetry.Do(ctx, func(ctx context.Context) error {
+		var err error
+		n, err = s.replaceDifferencesOnce(ctx, table, old, all, oldRows, news, confirm)
+		return err
+	}, nil)
+	return n, err
+}
+
+// conflictRetry runs a store transaction again when the server rolled it back for a
+// conflict with another (deadlock, lock wait timeout).
+var conflictRetry = retry.Policy{MaxRetries: 5, Backoff: 20 * time.Millisecond, MaxBackoff: time.Second,
+	Retryable: func(err error) bool { return retry.Classify(err) == retry.Conflict }}
+
+func (s *store) replaceDifferencesOnce(ctx context.Context, table int, old []diffRef, all bool, oldRows map[int]int64, news []storedDiff, confirm bool) (int64, error) {
 	ctx, cancel := s.ctx(ctx)
 	defer cancel()
 	fail := func(err error) (int64, error) {
