@@ -22,8 +22,7 @@ type shape [slabs]uint8
 // shaped is the struct type of a shape.
 type shaped struct {
 	typ reflect.Type   // struct{F0 [n0]int64; …}
-	off [slabs]uintptr // the offset of each slab's field
-	has [slabs]bool    // whether the struct has a field for the slab
+	off [slabs]uintptr // the offset of each slab's field (of the slabs the shape has)
 }
 
 // maxShapes bounds the struct types a Boxer makes; records of further shapes box
@@ -68,7 +67,7 @@ func (b *Boxer) box(dst Slots) {
 	}
 	obj := reflect.New(st.typ).UnsafePointer() // the one allocation
 	for i, s := range list {
-		if st.has[i] {
+		if sh[i] != 0 {
 			s.boxInto(unsafe.Add(obj, st.off[i]), dst)
 		}
 	}
@@ -111,7 +110,7 @@ func newShaped(sh shape, list [slabs]boxer) *shaped {
 	}
 	st.typ = reflect.StructOf(fields)
 	for f, i := range slab {
-		st.off[i], st.has[i] = st.typ.Field(f).Offset, true
+		st.off[i] = st.typ.Field(f).Offset
 	}
 	return st
 }
