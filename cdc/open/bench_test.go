@@ -79,26 +79,23 @@ func sysbenchRecord(b testing.TB, comp Compression, txn, update bool) Message {
 		b.Fatal(err)
 	}
 	digits := "83868641912-28773667398-52066376034-47294575418-12086617934-48283512749-97536911423-"
+	row := func(id, k int64, c string) []Column {
+		return []Column{
+			{Name: "id", Type: 8, Flags: FlagHandleKey | FlagPrimaryKey, Value: id},
+			{Name: "k", Type: 3, Value: k},
+			{Name: "c", Type: 254, Value: c},
+			{Name: "pad", Type: 254, Value: c[:59]},
+		}
+	}
 	for i := range 16 {
-		c := (digits + digits)[i : i+119]
+		id := int64(5_000_000 + i)
 		ev := Event{Kind: KindRow, CommitTs: 470780676075945984 + uint64(i), Schema: "bench", Table: fmt.Sprintf("sbtest%d", i%8+1), Op: OpInsert,
-			Columns: []Column{
-				{Name: "id", Type: 8, Flags: FlagHandleKey | FlagPrimaryKey, Value: int64(5_000_000 + i)},
-				{Name: "k", Type: 3, Value: int64(498_000 + 37*i)},
-				{Name: "c", Type: 254, Value: c},
-				{Name: "pad", Type: 254, Value: c[:59]},
-			}}
+			Columns: row(id, int64(498_000+37*i), (digits + digits)[i:i+119])}
 		if txn {
-			ev.CommitTs, ev.Table, ev.RowID = 470780676075945984, "sbtest3", int64(5_000_000+i)
+			ev.CommitTs, ev.Table, ev.RowID = 470780676075945984, "sbtest3", id
 		}
 		if update {
-			old := (digits + digits)[i+3 : i+122]
-			ev.Op, ev.OldColumns = OpUpdate, []Column{
-				{Name: "id", Type: 8, Flags: FlagHandleKey | FlagPrimaryKey, Value: int64(5_000_000 + i)},
-				{Name: "k", Type: 3, Value: int64(501_000 + 41*i)},
-				{Name: "c", Type: 254, Value: old},
-				{Name: "pad", Type: 254, Value: old[:59]},
-			}
+			ev.Op, ev.OldColumns = OpUpdate, row(id, int64(501_000+41*i), (digits + digits)[i+3:i+122])
 		}
 		if err := enc.AppendRow(&ev); err != nil {
 			b.Fatal(err)
