@@ -45,8 +45,12 @@ var applyFaults = []applyFault{
 		{Type: "latency", Stream: "upstream", Attributes: map[string]any{"latency": 10, "jitter": 10}}}},
 	{name: "fallback/bandwidth", hold: 5 * time.Second, toxics: []testenv.Toxic{
 		{Type: "bandwidth", Stream: "upstream", Attributes: map[string]any{"rate": 16}}}},
+	// Every connection, open or new, is reset 30ms into its life under the fault: a round in
+	// flight loses its connection mid-statement. (At toxicity 0.5 each connection drew once
+	// whether it was reset; the applier's few pooled connections all drew "no" in one CI
+	// run, and the fault never met it.)
 	{name: "fallback/reset-mid-round", hold: 3 * time.Second, wantLog: "transient downstream error, retrying", toxics: []testenv.Toxic{
-		{Type: "reset_peer", Stream: "upstream", Toxicity: 0.5, Attributes: map[string]any{"timeout": 30}}}},
+		{Type: "reset_peer", Stream: "upstream", Attributes: map[string]any{"timeout": 30}}}},
 	{name: "fallback/stops-answering", hold: 7 * time.Second, wantLog: "transient downstream error, retrying", toxics: []testenv.Toxic{
 		{Type: "timeout", Stream: "downstream", Attributes: map[string]any{"timeout": 0}}}},
 	{name: "fallback/cut-beyond-retry-budget", hold: 8 * time.Second, cut: true, budget: true,
