@@ -436,6 +436,49 @@ func (be *benchEnv) fallbackCPU(tb testing.TB) time.Duration {
 	return time.Duration(utime+stime) * 10 * time.Millisecond
 }
 
+// machineCPU reads the machine's CPU time so far from /proc/stat's first line: busy is
+// every core's time spent on anything (user, nice, system, irq, softirq, and steal: time
+// the hypervisor gave to another guest, which was not ours to use either), total adds
+// idle and iowait. Clock ticks are 100 a second on Linux.
+func machineCPU(tb testing.TB) (busy, total time.Duration) {
+	tb.Helper()
+	raw, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		tb.Fatalf("the machine's CPU time: %v", err)
+	}
+	line, _, _ := strings.Cut(string(raw), "\n")
+	f := strings.Fields(line)
+	if len(f) < 9 || f[0] != "cpu" {
+		tb.Fatalf("the machine's CPU time: /proc/stat begins %q", line)
+	}
+	var t [8]int64 // user nice system idle iowait irq softirq steal
+	for i := range t {
+		if _, err := fmt.Sscan(f[i+1], &t[i]); err != nil {
+			tb.Fatalf("the machine's CPU time: /proc/stat field %d of %q: %v", i+1, line, err)
+		}
+	}
+	b := t[0] + t[1] + t[2] + t[5] + t[6] + t[7]
+	return time.Duration(b) * 10 * time.Millisecond, time.Duration(b+t[3]+t[4]) * 10 * time.Millisecond
+}
+
+// machineUse is the machine's CPU over one arm of a pair: busy time against the cores'
+// time (wall time x cores).
+type machineUse struct{ busy, total time.Duration }
+
+// machineSince returns the machine's use since busy0, total0 (machineCPU's results).
+func machineSince(tb testing.TB, busy0, total0 time.Duration) machineUse {
+	b, t := machineCPU(tb)
+	return machineUse{busy: b - busy0, total: t - total0}
+}
+
+// share is the busy share of the cores' time, in per cent.
+func (m machineUse) share() float64 {
+	if m.total <= 0 {
+		return 0
+	}
+	return 100 * m.busy.Seconds() / m.total.Seconds()
+}
+
 // benchTxnRowsKey sets applier.txn-rows from PARITY_BENCH_TXN_ROWS ("" keeps the
 // default): txn-rows = 1 is the transaction shape before #32 (each statement its own
 // transaction with its marker and fence), the baseline of the change.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"runtime"
 	"slices"
 	"sync"
 	"testing"
@@ -112,18 +113,31 @@ func benchThroughput(b *testing.B, update bool) {
 	}
 	for i := 0; i < b.N; i++ {
 		var ratios, serveCPU, fbApply, fbRaw []float64
+		var busyApply, busyRaw, mApply, mRaw, restApply, restRaw, bound []float64
 		for range pairs {
 			t := benchThroughputRows(b, update, false, benchRows())
+			perM := func(d time.Duration) float64 { return d.Seconds() * 1e6 / float64(t.rows) }
 			ratios = append(ratios, 100*t.apply/t.raw)
-			serveCPU = append(serveCPU, t.cpu.Seconds()*1e6/float64(t.rows))
-			fbApply = append(fbApply, t.fallbackApply.Seconds()*1e6/float64(t.rows))
-			fbRaw = append(fbRaw, t.fallbackRaw.Seconds()*1e6/float64(t.rows))
+			serveCPU = append(serveCPU, perM(t.cpu))
+			fbApply = append(fbApply, perM(t.fallbackApply))
+			fbRaw = append(fbRaw, perM(t.fallbackRaw))
+			busyApply, busyRaw = append(busyApply, t.machineApply.share()), append(busyRaw, t.machineRaw.share())
+			mApply, mRaw = append(mApply, perM(t.machineApply.busy)), append(mRaw, perM(t.machineRaw.busy))
+			restApply = append(restApply, perM(t.machineApply.busy-t.cpu-t.fallbackApply))
+			restRaw = append(restRaw, perM(t.machineRaw.busy-t.fallbackRaw))
+			bound = append(bound, 100*t.machineRaw.busy.Seconds()/t.machineApply.busy.Seconds())
 		}
 		fmt.Printf("applier %s, median of %d pairs (spread): %.1f%% of raw (%s; target >= 90%%); serve CPU %.2f s per million rows (%s; target <= %.1f); "+
 			"fallback CPU per million rows %.2f s under the applier (%s), %.2f s under raw (%s)\n",
 			kind, pairs, median(ratios), spread(ratios), median(serveCPU), spread(serveCPU), serveTarget,
 			median(fbApply), spread(fbApply), median(fbRaw), spread(fbRaw))
+		fmt.Printf("applier %s, the machine (%d cores), median of %d pairs (spread): %.0f%% busy under the applier (%s), %.0f%% under raw (%s); "+
+			"its CPU per million rows %.2f s under the applier (%s; beside serve and the fallback %.2f s: the broker, the bench's polling, anything else), "+
+			"%.2f s under raw (%s; beside the fallback %.2f s: the bench's client, anything else); the ratio if both arms were CPU-bound %.1f%% (%s)\n",
+			kind, runtime.NumCPU(), pairs, median(busyApply), spread(busyApply), median(busyRaw), spread(busyRaw),
+			median(mApply), spread(mApply), median(restApply), median(mRaw), spread(mRaw), median(restRaw), median(bound), spread(bound))
 		b.ReportMetric(median(ratios), "%-of-raw")
+		b.ReportMetric(median(bound), "%-cpu-bound-ratio")
 		b.ReportMetric(median(serveCPU), "serve-cpu-s/Mrows")
 		b.ReportMetric(median(fbApply), "fallback-cpu-s/Mrows")
 		b.ReportMetric(median(fbRaw), "raw-fallback-cpu-s/Mrows")
@@ -142,6 +156,10 @@ type throughput struct {
 	rows                       int
 	cpu                        time.Duration
 	fallbackApply, fallbackRaw time.Duration
+	// machineApply and machineRaw are the whole machine's CPU under the applier's arm and
+	// under the raw arm taken: besides the fallback and serve, the broker, the bench's
+	// own client and polling, and whatever else ran.
+	machineApply, machineRaw machineUse
 }
 
 // benchThroughputRows runs one throughput measurement of n rows.
@@ -182,14 +200,18 @@ func benchThroughputRows(b *testing.B, update, noLedger bool, n int) throughput 
 		// run cannot flatter the applier: the ratio is taken against the faster one.
 		b.ResetTimer()
 		fb0 := be.fallbackCPU(b)
+		mb0, mt0 := machineCPU(b)
 		rawBefore := be.rawWrite(b, "raw_", data, update)
 		fb1 := be.fallbackCPU(b)
+		mRawBefore := machineSince(b, mb0, mt0)
+		mb1, mt1 := machineCPU(b)
 		start := time.Now()
 		s := be.startServe()
 		stopProf := be.profile(b, kind)
 		be.waitApplied(s, final, 30*time.Minute)
 		applyTime := time.Since(start)
 		fb2 := be.fallbackCPU(b)
+		mApply := machineSince(b, mb1, mt1)
 		b.StopTimer()
 		stopProf()
 		s.kill()
@@ -202,12 +224,14 @@ func benchThroughputRows(b *testing.B, update, noLedger bool, n int) throughput 
 		}
 		b.StartTimer()
 		fb3 := be.fallbackCPU(b)
+		mb3, mt3 := machineCPU(b)
 		rawAfter := be.rawWrite(b, "raw_", data, update)
 		fb4 := be.fallbackCPU(b)
+		mRawAfter := machineSince(b, mb3, mt3)
 		b.StopTimer()
-		rawTime, fbRaw := rawBefore, fb1-fb0
+		rawTime, fbRaw, mRaw := rawBefore, fb1-fb0, mRawBefore
 		if rawAfter < rawBefore {
-			rawTime, fbRaw = rawAfter, fb4-fb3
+			rawTime, fbRaw, mRaw = rawAfter, fb4-fb3, mRawAfter
 		}
 
 		for t := 0; t < benchTables; t++ {
@@ -220,15 +244,19 @@ func benchThroughputRows(b *testing.B, update, noLedger bool, n int) throughput 
 		ratio := applyRate / rawRate
 		fmt.Printf("applier %s: %d rows (%d records published in %v): applier %.0f rows/s (%v, serve start to applied), "+
 			"raw multi-row INSERT%s %.0f rows/s (best of %v before and %v after, %d connections x %d rows/statement): "+
-			"ratio %.1f%% (target >= 90%%); serve CPU %v (user+sys), fallback CPU %v under the applier, %v under raw\n",
+			"ratio %.1f%% (target >= 90%%); serve CPU %v (user+sys), fallback CPU %v under the applier, %v under raw; "+
+			"the machine's %d cores %.0f%% busy under the applier (%v of CPU), %.0f%% under raw (%v): the ratio if both arms were CPU-bound %.1f%%\n",
 			kind, rows, f.records.Load(), pubTime.Round(time.Millisecond), applyRate, applyTime.Round(time.Millisecond),
 			map[bool]string{true: " ... ON DUPLICATE KEY UPDATE", false: ""}[update], rawRate,
 			rawBefore.Round(time.Millisecond), rawAfter.Round(time.Millisecond), benchWorkers, benchBatchRows, 100*ratio,
-			serveCPU.Round(10*time.Millisecond), (fb2 - fb1).Round(10*time.Millisecond), fbRaw.Round(10*time.Millisecond))
+			serveCPU.Round(10*time.Millisecond), (fb2 - fb1).Round(10*time.Millisecond), fbRaw.Round(10*time.Millisecond),
+			runtime.NumCPU(), mApply.share(), mApply.busy.Round(10*time.Millisecond), mRaw.share(), mRaw.busy.Round(10*time.Millisecond),
+			100*mRaw.busy.Seconds()/mApply.busy.Seconds())
 		b.ReportMetric(applyRate, "applier-rows/s")
 		b.ReportMetric(rawRate, "raw-rows/s")
 		b.ReportMetric(100*ratio, "%-of-raw")
-		return throughput{apply: applyRate, raw: rawRate, rows: rows, cpu: serveCPU, fallbackApply: fb2 - fb1, fallbackRaw: fbRaw}
+		return throughput{apply: applyRate, raw: rawRate, rows: rows, cpu: serveCPU, fallbackApply: fb2 - fb1, fallbackRaw: fbRaw,
+			machineApply: mApply, machineRaw: mRaw}
 	}
 }
 
