@@ -436,6 +436,34 @@ func (be *benchEnv) fallbackCPU(tb testing.TB) time.Duration {
 	return time.Duration(utime+stime) * 10 * time.Millisecond
 }
 
+// quiesce waits until the fallback is idle: its CPU over two consecutive 200ms windows
+// at most 10ms each (5% of a core), at most 60s. An arm otherwise pays for the work the
+// arm before it left behind in the server: InnoDB purges the undo of every updated row
+// and flushes dirty pages in the background after the statements returned. The raw arm
+// before the applier follows only loads, the applier's arm follows that raw arm's
+// updates, so without the wait the ratio is taken between a clean arm and a burdened one.
+// It returns how long it waited.
+func (be *benchEnv) quiesce(tb testing.TB) time.Duration {
+	tb.Helper()
+	start := time.Now()
+	quiet := 0
+	prev := be.fallbackCPU(tb)
+	for quiet < 2 && time.Since(start) < 60*time.Second {
+		time.Sleep(200 * time.Millisecond)
+		now := be.fallbackCPU(tb)
+		if now-prev <= 10*time.Millisecond {
+			quiet++
+		} else {
+			quiet = 0
+		}
+		prev = now
+	}
+	if quiet < 2 {
+		tb.Logf("the fallback did not go idle within 60s; measuring anyway")
+	}
+	return time.Since(start)
+}
+
 // machineCPU reads the machine's CPU time so far from /proc/stat's first line: busy is
 // every core's time spent on anything (user, nice, system, irq, softirq, and steal: time
 // the hypervisor gave to another guest, which was not ours to use either), total adds
