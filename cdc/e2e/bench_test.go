@@ -198,7 +198,7 @@ func benchThroughputRows(b *testing.B, update, noLedger bool, n int) throughput 
 
 		// Baseline before and after the applier, so a change in machine load during the
 		// run cannot flatter the applier: the ratio is taken against the faster one.
-		// Each arm starts from an idle fallback (quiesce).
+		// Each arm starts from an idle, clean fallback (quiesce).
 		waited := be.quiesce(b)
 		b.ResetTimer()
 		fb0 := be.fallbackCPU(b)
@@ -253,7 +253,7 @@ func benchThroughputRows(b *testing.B, update, noLedger bool, n int) throughput 
 			"raw multi-row INSERT%s %.0f rows/s (best of %v before and %v after, %d connections x %d rows/statement): "+
 			"ratio %.1f%% (target >= 90%%); serve CPU %v (user+sys), fallback CPU %v under the applier, %v under raw; "+
 			"the machine's %d cores %.0f%% busy under the applier (%v of CPU), %.0f%% under raw (%v): the ratio if both arms were CPU-bound %.1f%%; "+
-			"%v waiting for an idle fallback before the arms\n",
+			"%v waiting for an idle, clean fallback before the arms\n",
 			kind, rows, f.records.Load(), pubTime.Round(time.Millisecond), applyRate, applyTime.Round(time.Millisecond),
 			map[bool]string{true: " ... ON DUPLICATE KEY UPDATE", false: ""}[update], rawRate,
 			rawBefore.Round(time.Millisecond), rawAfter.Round(time.Millisecond), benchWorkers, benchBatchRows, 100*ratio,
