@@ -8,15 +8,18 @@ package e2e
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -185,6 +188,9 @@ type benchEnv struct {
 	// fallbackStat is /proc/<pid>/stat of the fallback's server, found on first use
 	// (fallbackCPU): quiesce reads it every 200ms.
 	fallbackStat string
+	// brokerStat is /proc/<pid>/stat of the Kafka broker, "-" when it is not a process
+	// of this machine (brokerCPU).
+	brokerStat string
 }
 
 func newBenchEnv(b *testing.B) *benchEnv {
@@ -428,18 +434,11 @@ func (be *benchEnv) fallbackCPU(tb testing.TB) time.Duration {
 		}
 		be.fallbackStat = "/proc/" + strings.TrimSpace(string(raw)) + "/stat"
 	}
-	stat, err := os.ReadFile(be.fallbackStat)
+	d, err := procCPU(be.fallbackStat)
 	if err != nil {
 		tb.Fatalf("the fallback's CPU time: %v", err)
 	}
-	// Fields after the command's closing parenthesis: state is field 3; utime and stime
-	// are fields 14 and 15, in clock ticks (100 a second on Linux).
-	f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
-	var utime, stime int64
-	if _, err := fmt.Sscan(f[11]+" "+f[12], &utime, &stime); err != nil {
-		tb.Fatalf("the fallback's /proc stat %q: %v", f, err)
-	}
-	return time.Duration(utime+stime) * 10 * time.Millisecond
+	return d
 }
 
 // quiesce waits until the fallback is idle and clean: InnoDB has written every dirty
@@ -579,4 +578,137 @@ func benchMemoryKey() string {
 		return "memory-bytes = " + v + "\n"
 	}
 	return ""
+}
+
+// procCPU is a process's CPU time so far from its /proc/<pid>/stat (user+sys; clock
+// ticks are 100 a second on Linux).
+func procCPU(statPath string) (time.Duration, error) {
+	stat, err := os.ReadFile(statPath)
+	if err != nil {
+		return 0, err
+	}
+	// Fields after the command's closing parenthesis: state is field 3; utime and stime
+	// are fields 14 and 15.
+	i := strings.LastIndexByte(string(stat), ')')
+	f := strings.Fields(string(stat[i+1:]))
+	if i < 0 || len(f) < 13 {
+		return 0, fmt.Errorf("%s: unexpected contents %q", statPath, stat)
+	}
+	var utime, stime int64
+	if _, err := fmt.Sscan(f[11]+" "+f[12], &utime, &stime); err != nil {
+		return 0, fmt.Errorf("%s: %w", statPath, err)
+	}
+	return time.Duration(utime+stime) * 10 * time.Millisecond, nil
+}
+
+// selfCPU is the bench process's own CPU time so far (user+sys, every thread).
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// brokerCPU is the Kafka broker's CPU time so far, when the broker is a process of this
+// machine (scripts/env runs it here): the process holding the listening socket of the
+// broker's port, found the first time through /proc/net/tcp and the processes' file
+// descriptors. ok is false when it cannot be found (another machine, no permission).
+func (be *benchEnv) brokerCPU() (d time.Duration, ok bool) {
+	if be.brokerStat == "" {
+		be.brokerStat = "-"
+		if pid := listenerPID(be.broker); pid != "" {
+			be.brokerStat = "/proc/" + pid + "/stat"
+		}
+	}
+	if be.brokerStat == "-" {
+		return 0, false
+	}
+	d, err := procCPU(be.brokerStat)
+	return d, err == nil
+}
+
+// listenerPID returns the pid of the local process listening on addr's TCP port, or "".
+func listenerPID(addr string) string {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return ""
+	}
+	var p int
+	if _, err := fmt.Sscan(port, &p); err != nil {
+		return ""
+	}
+	want := fmt.Sprintf(":%04X", p)
+	var inode string
+	for _, table := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		raw, err := os.ReadFile(table)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(raw), "\n")[1:] {
+			f := strings.Fields(line)
+			// local_address is field 1, st (0A = LISTEN) field 3, inode field 9.
+			if len(f) > 9 && strings.HasSuffix(f[1], want) && f[3] == "0A" {
+				inode = f[9]
+			}
+		}
+	}
+	if inode == "" {
+		return ""
+	}
+	fds, _ := filepath.Glob("/proc/[0-9]*/fd/*")
+	for _, fd := range fds {
+		if l, err := os.Readlink(fd); err == nil && l == "socket:["+inode+"]" {
+			return strings.Split(fd, "/")[2]
+		}
+	}
+	return ""
+}
+
+// waitAppliedKeepAlive is env.waitApplied over one kept-alive connection: the applier's
+// arm polls /status every 20ms, and a new TCP connection per poll (httpClient) cost
+// the bench and serve CPU that the raw arm does not pay. The connection is closed on
+// return.
+func (be *benchEnv) waitAppliedKeepAlive(s *serve, ts uint64, timeout time.Duration) {
+	be.t.Helper()
+	tr := &http.Transport{MaxIdleConnsPerHost: 1}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr, Timeout: 5 * time.Second}
+	deadline := time.Now().Add(timeout)
+	var last status
+	for time.Now().Before(deadline) {
+		if done, err := s.exited(); done {
+			be.t.Fatalf("parity serve exited (%v) before applying ts %d; log:\n%s", err, ts, be.serveLog())
+		}
+		var st status
+		err := func() error {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+be.statusAddr+"/status", nil)
+			if err != nil {
+				return err
+			}
+			resp, err := client.Do(req)
+			if err != nil {
+				return err
+			}
+			defer resp.Body.Close()
+			body, err := io.ReadAll(resp.Body) // all of it, so the connection is reused
+			if err != nil {
+				return err
+			}
+			return json.Unmarshal(body, &st)
+		}()
+		if err == nil {
+			last = st
+			if st.State == "failed" {
+				be.t.Fatalf("parity serve failed: %s; log:\n%s", st.Error, be.serveLog())
+			}
+			if st.AppliedTs >= ts {
+				return
+			}
+		}
+		time.Sleep(20 * time.Millisecond) // fine-grained: the benchmark times the apply up to this return
+	}
+	be.t.Fatalf("applied ts did not reach %d within %v (last status %+v); log:\n%s", ts, timeout, last, be.serveLog())
 }

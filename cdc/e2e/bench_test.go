@@ -114,6 +114,7 @@ func benchThroughput(b *testing.B, update bool) {
 	for i := 0; i < b.N; i++ {
 		var ratios, serveCPU, fbApply, fbRaw []float64
 		var busyApply, busyRaw, mApply, mRaw, restApply, restRaw, bound []float64
+		var brokerApply, benchApply, brokerRaw, benchRaw []float64
 		for range pairs {
 			t := benchThroughputRows(b, update, false, benchRows())
 			perM := func(d time.Duration) float64 { return d.Seconds() * 1e6 / float64(t.rows) }
@@ -126,16 +127,19 @@ func benchThroughput(b *testing.B, update bool) {
 			restApply = append(restApply, perM(t.machineApply.busy-t.cpu-t.fallbackApply))
 			restRaw = append(restRaw, perM(t.machineRaw.busy-t.fallbackRaw))
 			bound = append(bound, 100*t.machineRaw.busy.Seconds()/t.machineApply.busy.Seconds())
+			brokerApply, benchApply = append(brokerApply, perM(t.brokerApply)), append(benchApply, perM(t.benchApply))
+			brokerRaw, benchRaw = append(brokerRaw, perM(t.brokerRaw)), append(benchRaw, perM(t.benchRaw))
 		}
 		fmt.Printf("applier %s, median of %d pairs (spread): %.1f%% of raw (%s; target >= 90%%); serve CPU %.2f s per million rows (%s; target <= %.1f); "+
 			"fallback CPU per million rows %.2f s under the applier (%s), %.2f s under raw (%s)\n",
 			kind, pairs, median(ratios), spread(ratios), median(serveCPU), spread(serveCPU), serveTarget,
 			median(fbApply), spread(fbApply), median(fbRaw), spread(fbRaw))
 		fmt.Printf("applier %s, the machine (%d cores), median of %d pairs (spread): %.0f%% busy under the applier (%s), %.0f%% under raw (%s); "+
-			"its CPU per million rows %.2f s under the applier (%s; beside serve and the fallback %.2f s: the broker, the bench's polling, anything else), "+
-			"%.2f s under raw (%s; beside the fallback %.2f s: the bench's client, anything else); the ratio if both arms were CPU-bound %.1f%% (%s)\n",
+			"its CPU per million rows %.2f s under the applier (%s; beside serve and the fallback %.2f s, of which the broker %.2f s and the bench's polling %.2f s), "+
+			"%.2f s under raw (%s; beside the fallback %.2f s, of which the bench's client %.2f s and the broker %.2f s); the ratio if both arms were CPU-bound %.1f%% (%s)\n",
 			kind, runtime.NumCPU(), pairs, median(busyApply), spread(busyApply), median(busyRaw), spread(busyRaw),
-			median(mApply), spread(mApply), median(restApply), median(mRaw), spread(mRaw), median(restRaw), median(bound), spread(bound))
+			median(mApply), spread(mApply), median(restApply), median(brokerApply), median(benchApply),
+			median(mRaw), spread(mRaw), median(restRaw), median(benchRaw), median(brokerRaw), median(bound), spread(bound))
 		b.ReportMetric(median(ratios), "%-of-raw")
 		b.ReportMetric(median(bound), "%-cpu-bound-ratio")
 		b.ReportMetric(median(serveCPU), "serve-cpu-s/Mrows")
@@ -160,6 +164,10 @@ type throughput struct {
 	// under the raw arm taken: besides the fallback and serve, the broker, the bench's
 	// own client and polling, and whatever else ran.
 	machineApply, machineRaw machineUse
+	// brokerApply and brokerRaw are the Kafka broker's CPU under each arm (0 when it is
+	// not a process of this machine); benchApply and benchRaw the bench process's own:
+	// its /status polling under the applier, its client under raw.
+	brokerApply, brokerRaw, benchApply, benchRaw time.Duration
 }
 
 // benchThroughputRows runs one throughput measurement of n rows.
@@ -203,21 +211,29 @@ func benchThroughputRows(b *testing.B, update, noLedger bool, n int) throughput 
 		b.ResetTimer()
 		fb0 := be.fallbackCPU(b)
 		mb0, mt0 := machineCPU(b)
+		bk0, _ := be.brokerCPU()
+		self0 := selfCPU()
 		rawBefore := be.rawWrite(b, "raw_", data, update)
 		fb1 := be.fallbackCPU(b)
 		mRawBefore := machineSince(b, mb0, mt0)
+		bk1, _ := be.brokerCPU()
+		selfRawBefore, bkRawBefore := selfCPU()-self0, bk1-bk0
 		b.StopTimer()
 		waited += be.quiesce(b)
 		b.StartTimer()
 		mb1, mt1 := machineCPU(b)
 		fbA := be.fallbackCPU(b)
+		bkA, _ := be.brokerCPU()
+		selfA := selfCPU()
 		start := time.Now()
 		s := be.startServe()
 		stopProf := be.profile(b, kind)
-		be.waitApplied(s, final, 30*time.Minute)
+		be.waitAppliedKeepAlive(s, final, 30*time.Minute)
 		applyTime := time.Since(start)
 		fb2 := be.fallbackCPU(b)
 		mApply := machineSince(b, mb1, mt1)
+		bkB, _ := be.brokerCPU()
+		selfApply, bkApply := selfCPU()-selfA, bkB-bkA
 		b.StopTimer()
 		stopProf()
 		s.kill()
@@ -232,13 +248,17 @@ func benchThroughputRows(b *testing.B, update, noLedger bool, n int) throughput 
 		b.StartTimer()
 		fb3 := be.fallbackCPU(b)
 		mb3, mt3 := machineCPU(b)
+		bk3, _ := be.brokerCPU()
+		self3 := selfCPU()
 		rawAfter := be.rawWrite(b, "raw_", data, update)
 		fb4 := be.fallbackCPU(b)
 		mRawAfter := machineSince(b, mb3, mt3)
+		bk4, _ := be.brokerCPU()
+		selfRawAfter, bkRawAfter := selfCPU()-self3, bk4-bk3
 		b.StopTimer()
-		rawTime, fbRaw, mRaw := rawBefore, fb1-fb0, mRawBefore
+		rawTime, fbRaw, mRaw, selfRaw, bkRaw := rawBefore, fb1-fb0, mRawBefore, selfRawBefore, bkRawBefore
 		if rawAfter < rawBefore {
-			rawTime, fbRaw, mRaw = rawAfter, fb4-fb3, mRawAfter
+			rawTime, fbRaw, mRaw, selfRaw, bkRaw = rawAfter, fb4-fb3, mRawAfter, selfRawAfter, bkRawAfter
 		}
 
 		for t := 0; t < benchTables; t++ {
@@ -252,19 +272,21 @@ func benchThroughputRows(b *testing.B, update, noLedger bool, n int) throughput 
 		fmt.Printf("applier %s: %d rows (%d records published in %v): applier %.0f rows/s (%v, serve start to applied), "+
 			"raw multi-row INSERT%s %.0f rows/s (best of %v before and %v after, %d connections x %d rows/statement): "+
 			"ratio %.1f%% (target >= 90%%); serve CPU %v (user+sys), fallback CPU %v under the applier, %v under raw; "+
-			"the machine's %d cores %.0f%% busy under the applier (%v of CPU), %.0f%% under raw (%v): the ratio if both arms were CPU-bound %.1f%%; "+
+			"the machine's %d cores %.0f%% busy under the applier (%v of CPU; the broker %v, the bench %v), %.0f%% under raw (%v; the bench %v, the broker %v): "+
+			"the ratio if both arms were CPU-bound %.1f%%; "+
 			"%v waiting for an idle, clean fallback before the arms\n",
 			kind, rows, f.records.Load(), pubTime.Round(time.Millisecond), applyRate, applyTime.Round(time.Millisecond),
 			map[bool]string{true: " ... ON DUPLICATE KEY UPDATE", false: ""}[update], rawRate,
 			rawBefore.Round(time.Millisecond), rawAfter.Round(time.Millisecond), benchWorkers, benchBatchRows, 100*ratio,
 			serveCPU.Round(10*time.Millisecond), (fb2 - fbA).Round(10*time.Millisecond), fbRaw.Round(10*time.Millisecond),
-			runtime.NumCPU(), mApply.share(), mApply.busy.Round(10*time.Millisecond), mRaw.share(), mRaw.busy.Round(10*time.Millisecond),
+			runtime.NumCPU(), mApply.share(), mApply.busy.Round(10*time.Millisecond), bkApply.Round(10*time.Millisecond), selfApply.Round(10*time.Millisecond),
+			mRaw.share(), mRaw.busy.Round(10*time.Millisecond), selfRaw.Round(10*time.Millisecond), bkRaw.Round(10*time.Millisecond),
 			100*mRaw.busy.Seconds()/mApply.busy.Seconds(), waited.Round(100*time.Millisecond))
 		b.ReportMetric(applyRate, "applier-rows/s")
 		b.ReportMetric(rawRate, "raw-rows/s")
 		b.ReportMetric(100*ratio, "%-of-raw")
 		return throughput{apply: applyRate, raw: rawRate, rows: rows, cpu: serveCPU, fallbackApply: fb2 - fbA, fallbackRaw: fbRaw,
-			machineApply: mApply, machineRaw: mRaw}
+			machineApply: mApply, machineRaw: mRaw, brokerApply: bkApply, brokerRaw: bkRaw, benchApply: selfApply, benchRaw: selfRaw}
 	}
 }
 
