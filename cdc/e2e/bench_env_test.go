@@ -15,7 +15,10 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -524,23 +527,32 @@ func (be *benchEnv) clean(tb testing.TB) bool {
 // idle and iowait. Clock ticks are 100 a second on Linux.
 func machineCPU(tb testing.TB) (busy, total time.Duration) {
 	tb.Helper()
+	return cpuTime(tb, "cpu")
+}
+
+// cpuTime is machineCPU for /proc/stat's line name: "cpu" (every core) or "cpuN".
+func cpuTime(tb testing.TB, name string) (busy, total time.Duration) {
+	tb.Helper()
 	raw, err := os.ReadFile("/proc/stat")
 	if err != nil {
 		tb.Fatalf("the machine's CPU time: %v", err)
 	}
-	line, _, _ := strings.Cut(string(raw), "\n")
-	f := strings.Fields(line)
-	if len(f) < 9 || f[0] != "cpu" {
-		tb.Fatalf("the machine's CPU time: /proc/stat begins %q", line)
-	}
-	var t [8]int64 // user nice system idle iowait irq softirq steal
-	for i := range t {
-		if _, err := fmt.Sscan(f[i+1], &t[i]); err != nil {
-			tb.Fatalf("the machine's CPU time: /proc/stat field %d of %q: %v", i+1, line, err)
+	for _, line := range strings.Split(string(raw), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 9 || f[0] != name {
+			continue
 		}
+		var t [8]int64 // user nice system idle iowait irq softirq steal
+		for i := range t {
+			if _, err := fmt.Sscan(f[i+1], &t[i]); err != nil {
+				tb.Fatalf("the machine's CPU time: /proc/stat field %d of %q: %v", i+1, line, err)
+			}
+		}
+		b := t[0] + t[1] + t[2] + t[5] + t[6] + t[7]
+		return time.Duration(b) * 10 * time.Millisecond, time.Duration(b+t[3]+t[4]) * 10 * time.Millisecond
 	}
-	b := t[0] + t[1] + t[2] + t[5] + t[6] + t[7]
-	return time.Duration(b) * 10 * time.Millisecond, time.Duration(b+t[3]+t[4]) * 10 * time.Millisecond
+	tb.Fatalf("the machine's CPU time: /proc/stat has no line %q", name)
+	return 0, 0
 }
 
 // machineUse is the machine's CPU over one arm of a pair: busy time against the cores'
@@ -550,6 +562,12 @@ type machineUse struct{ busy, total time.Duration }
 // machineSince returns the machine's use since busy0, total0 (machineCPU's results).
 func machineSince(tb testing.TB, busy0, total0 time.Duration) machineUse {
 	b, t := machineCPU(tb)
+	return machineUse{busy: b - busy0, total: t - total0}
+}
+
+// coreSince is machineSince for core 0.
+func coreSince(tb testing.TB, busy0, total0 time.Duration) machineUse {
+	b, t := cpuTime(tb, "cpu0")
 	return machineUse{busy: b - busy0, total: t - total0}
 }
 
@@ -711,4 +729,45 @@ func (be *benchEnv) waitAppliedKeepAlive(s *serve, ts uint64, timeout time.Durat
 		time.Sleep(20 * time.Millisecond) // fine-grained: the benchmark times the apply up to this return
 	}
 	be.t.Fatalf("applied ts did not reach %d within %v (last status %+v); log:\n%s", ts, timeout, last, be.serveLog())
+}
+
+// benchPinned reports PARITY_BENCH_PIN: the fallback's server runs on core 0 alone, and
+// the bench (with serve, its child), the broker and everything they start on the other
+// cores (pin). The fallback then has one core of its own in both arms, as on a fallback
+// host that parity does not share, and each arm's rows/s is what it gets out of that
+// core. Without it, every process shares every core (the default).
+func benchPinned() bool { return os.Getenv("PARITY_BENCH_PIN") != "" }
+
+// pin moves the fallback's server to core 0 and the bench process and the broker to the
+// other cores (every thread: taskset -a; threads and processes started later inherit
+// their creator's cores), and puts all three back on every core when the benchmark ends.
+func (be *benchEnv) pin(tb testing.TB) {
+	tb.Helper()
+	n := runtime.NumCPU()
+	if n < 2 {
+		tb.Fatalf("PARITY_BENCH_PIN needs at least 2 cores, this machine has %d", n)
+	}
+	be.fallbackCPU(tb) // finds the fallback's pid
+	fallback := strings.Split(be.fallbackStat, "/")[2]
+	pids := []string{strconv.Itoa(os.Getpid())}
+	if broker := listenerPID(be.broker); broker != "" {
+		pids = append(pids, broker)
+	} else {
+		tb.Logf("PARITY_BENCH_PIN: the broker %s is not a process of this machine; not pinned", be.broker)
+	}
+	taskset := func(cores, pid string) {
+		if out, err := exec.Command("taskset", "-a", "-p", "-c", cores, pid).CombinedOutput(); err != nil {
+			tb.Fatalf("taskset -a -p -c %s %s: %v: %s", cores, pid, err, out)
+		}
+	}
+	all := fmt.Sprintf("0-%d", n-1)
+	tb.Cleanup(func() {
+		for _, pid := range append(pids, fallback) {
+			taskset(all, pid)
+		}
+	})
+	taskset("0", fallback)
+	for _, pid := range pids {
+		taskset(fmt.Sprintf("1-%d", n-1), pid)
+	}
 }

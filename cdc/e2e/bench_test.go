@@ -168,6 +168,9 @@ type throughput struct {
 	// not a process of this machine); benchApply and benchRaw the bench process's own:
 	// its /status polling under the applier, its client under raw.
 	brokerApply, brokerRaw, benchApply, benchRaw time.Duration
+	// core0Apply and core0Raw are core 0's use under each arm: the fallback's own core
+	// with PARITY_BENCH_PIN.
+	core0Apply, core0Raw machineUse
 }
 
 // benchThroughputRows runs one throughput measurement of n rows.
@@ -182,6 +185,9 @@ func benchThroughputRows(b *testing.B, update, noLedger bool, n int) throughput 
 	{
 		be := newBenchEnv(b)
 		be.noLedger = noLedger
+		if benchPinned() {
+			be.pin(b)
+		}
 		be.writeConfig(b)
 		data := benchData(n, 1)
 		var old [][]benchRow
@@ -211,17 +217,20 @@ func benchThroughputRows(b *testing.B, update, noLedger bool, n int) throughput 
 		b.ResetTimer()
 		fb0 := be.fallbackCPU(b)
 		mb0, mt0 := machineCPU(b)
+		cb0, ct0 := cpuTime(b, "cpu0")
 		bk0, _ := be.brokerCPU()
 		self0 := selfCPU()
 		rawBefore := be.rawWrite(b, "raw_", data, update)
 		fb1 := be.fallbackCPU(b)
 		mRawBefore := machineSince(b, mb0, mt0)
+		cRawBefore := coreSince(b, cb0, ct0)
 		bk1, _ := be.brokerCPU()
 		selfRawBefore, bkRawBefore := selfCPU()-self0, bk1-bk0
 		b.StopTimer()
 		waited += be.quiesce(b)
 		b.StartTimer()
 		mb1, mt1 := machineCPU(b)
+		cb1, ct1 := cpuTime(b, "cpu0")
 		fbA := be.fallbackCPU(b)
 		bkA, _ := be.brokerCPU()
 		selfA := selfCPU()
@@ -232,6 +241,7 @@ func benchThroughputRows(b *testing.B, update, noLedger bool, n int) throughput 
 		applyTime := time.Since(start)
 		fb2 := be.fallbackCPU(b)
 		mApply := machineSince(b, mb1, mt1)
+		cApply := coreSince(b, cb1, ct1)
 		bkB, _ := be.brokerCPU()
 		selfApply, bkApply := selfCPU()-selfA, bkB-bkA
 		b.StopTimer()
@@ -248,17 +258,23 @@ func benchThroughputRows(b *testing.B, update, noLedger bool, n int) throughput 
 		b.StartTimer()
 		fb3 := be.fallbackCPU(b)
 		mb3, mt3 := machineCPU(b)
+		cb3, ct3 := cpuTime(b, "cpu0")
 		bk3, _ := be.brokerCPU()
 		self3 := selfCPU()
 		rawAfter := be.rawWrite(b, "raw_", data, update)
 		fb4 := be.fallbackCPU(b)
 		mRawAfter := machineSince(b, mb3, mt3)
+		cRawAfter := coreSince(b, cb3, ct3)
 		bk4, _ := be.brokerCPU()
 		selfRawAfter, bkRawAfter := selfCPU()-self3, bk4-bk3
 		b.StopTimer()
-		rawTime, fbRaw, mRaw, selfRaw, bkRaw := rawBefore, fb1-fb0, mRawBefore, selfRawBefore, bkRawBefore
+		rawTime, fbRaw, mRaw, selfRaw, bkRaw, cRaw := rawBefore, fb1-fb0, mRawBefore, selfRawBefore, bkRawBefore, cRawBefore
 		if rawAfter < rawBefore {
-			rawTime, fbRaw, mRaw, selfRaw, bkRaw = rawAfter, fb4-fb3, mRawAfter, selfRawAfter, bkRawAfter
+			rawTime, fbRaw, mRaw, selfRaw, bkRaw, cRaw = rawAfter, fb4-fb3, mRawAfter, selfRawAfter, bkRawAfter, cRawAfter
+		}
+		pinned := ""
+		if benchPinned() {
+			pinned = fmt.Sprintf("; pinned: the fallback alone on core 0, %.0f%% busy under the applier, %.0f%% under raw", cApply.share(), cRaw.share())
 		}
 
 		for t := 0; t < benchTables; t++ {
@@ -274,19 +290,19 @@ func benchThroughputRows(b *testing.B, update, noLedger bool, n int) throughput 
 			"ratio %.1f%% (target >= 90%%); serve CPU %v (user+sys), fallback CPU %v under the applier, %v under raw; "+
 			"the machine's %d cores %.0f%% busy under the applier (%v of CPU; the broker %v, the bench %v), %.0f%% under raw (%v; the bench %v, the broker %v): "+
 			"the ratio if both arms were CPU-bound %.1f%%; "+
-			"%v waiting for an idle, clean fallback before the arms\n",
+			"%v waiting for an idle, clean fallback before the arms%s\n",
 			kind, rows, f.records.Load(), pubTime.Round(time.Millisecond), applyRate, applyTime.Round(time.Millisecond),
 			map[bool]string{true: " ... ON DUPLICATE KEY UPDATE", false: ""}[update], rawRate,
 			rawBefore.Round(time.Millisecond), rawAfter.Round(time.Millisecond), benchWorkers, benchBatchRows, 100*ratio,
 			serveCPU.Round(10*time.Millisecond), (fb2 - fbA).Round(10*time.Millisecond), fbRaw.Round(10*time.Millisecond),
 			runtime.NumCPU(), mApply.share(), mApply.busy.Round(10*time.Millisecond), bkApply.Round(10*time.Millisecond), selfApply.Round(10*time.Millisecond),
 			mRaw.share(), mRaw.busy.Round(10*time.Millisecond), selfRaw.Round(10*time.Millisecond), bkRaw.Round(10*time.Millisecond),
-			100*mRaw.busy.Seconds()/mApply.busy.Seconds(), waited.Round(100*time.Millisecond))
+			100*mRaw.busy.Seconds()/mApply.busy.Seconds(), waited.Round(100*time.Millisecond), pinned)
 		b.ReportMetric(applyRate, "applier-rows/s")
 		b.ReportMetric(rawRate, "raw-rows/s")
 		b.ReportMetric(100*ratio, "%-of-raw")
 		return throughput{apply: applyRate, raw: rawRate, rows: rows, cpu: serveCPU, fallbackApply: fb2 - fbA, fallbackRaw: fbRaw,
-			machineApply: mApply, machineRaw: mRaw, brokerApply: bkApply, brokerRaw: bkRaw, benchApply: selfApply, benchRaw: selfRaw}
+			machineApply: mApply, machineRaw: mRaw, core0Apply: cApply, core0Raw: cRaw, brokerApply: bkApply, brokerRaw: bkRaw, benchApply: selfApply, benchRaw: selfRaw}
 	}
 }
 
