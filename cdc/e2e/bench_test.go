@@ -114,7 +114,7 @@ func benchThroughput(b *testing.B, update bool) {
 	for i := 0; i < b.N; i++ {
 		var ratios, serveCPU, fbApply, fbRaw []float64
 		var busyApply, busyRaw, mApply, mRaw, restApply, restRaw, bound []float64
-		var brokerApply, benchApply, brokerRaw, benchRaw []float64
+		var brokerApply, benchApply, brokerRaw, benchRaw, core0Apply, core0Raw []float64
 		for range pairs {
 			t := benchThroughputRows(b, update, false, benchRows())
 			perM := func(d time.Duration) float64 { return d.Seconds() * 1e6 / float64(t.rows) }
@@ -129,6 +129,7 @@ func benchThroughput(b *testing.B, update bool) {
 			bound = append(bound, 100*t.machineRaw.busy.Seconds()/t.machineApply.busy.Seconds())
 			brokerApply, benchApply = append(brokerApply, perM(t.brokerApply)), append(benchApply, perM(t.benchApply))
 			brokerRaw, benchRaw = append(brokerRaw, perM(t.brokerRaw)), append(benchRaw, perM(t.benchRaw))
+			core0Apply, core0Raw = append(core0Apply, t.core0Apply.share()), append(core0Raw, t.core0Raw.share())
 		}
 		fmt.Printf("applier %s, median of %d pairs (spread): %.1f%% of raw (%s; target >= 90%%); serve CPU %.2f s per million rows (%s; target <= %.1f); "+
 			"fallback CPU per million rows %.2f s under the applier (%s), %.2f s under raw (%s)\n",
@@ -140,6 +141,11 @@ func benchThroughput(b *testing.B, update bool) {
 			kind, runtime.NumCPU(), pairs, median(busyApply), spread(busyApply), median(busyRaw), spread(busyRaw),
 			median(mApply), spread(mApply), median(restApply), median(brokerApply), median(benchApply),
 			median(mRaw), spread(mRaw), median(restRaw), median(benchRaw), median(brokerRaw), median(bound), spread(bound))
+		if benchPinned() {
+			fmt.Printf("applier %s, pinned (the fallback alone on core 0), median of %d pairs (spread): core 0 %.0f%% busy under the applier (%s), %.0f%% under raw (%s)\n",
+				kind, pairs, median(core0Apply), spread(core0Apply), median(core0Raw), spread(core0Raw))
+			b.ReportMetric(median(core0Apply), "%-core0-busy")
+		}
 		b.ReportMetric(median(ratios), "%-of-raw")
 		b.ReportMetric(median(bound), "%-cpu-bound-ratio")
 		b.ReportMetric(median(serveCPU), "serve-cpu-s/Mrows")
