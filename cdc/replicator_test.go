@@ -1,8 +1,12 @@
 package cdc
 
 import (
+	"context"
+	"database/sql"
 	"errors"
+	"fmt"
 	"testing"
+	"time"
 
 	"github.com/tidb-parity/parity/cdc/open"
 	"github.com/tidb-parity/parity/internal/ident"
@@ -115,6 +119,109 @@ func TestCrashAtAnyStepConvergesExactlyOnce(t *testing.T) {
 			run.wait(t, f.ts)
 			equal(t, "nk after restart", dump(t, down.DB, s, "nk"), []string{"1|dup", "2|dup", "2|dup"})
 		})
+	}
+}
+
+// TestConnectionLostMidTransactionReplays (#32): a worker sends each statement as it is
+// made, in its open transaction. When its connection dies between two of them (killed
+// here, as a fallback restart or a network cut does), the server rolls the transaction
+// back, and the worker runs all of its statements again in a new one: every row lands
+// once, and the retry is counted.
+func TestConnectionLostMidTransactionReplays(t *testing.T) {
+	down := testenv.Downstream(t)
+	f := newFeed(t, 1)
+	s := down.Name
+	exec(t, down.DB, "CREATE TABLE kv (id BIGINT PRIMARY KEY, v VARCHAR(32))")
+	exec(t, down.DB, "CREATE TABLE kv2 (id BIGINT PRIMARY KEY, v VARCHAR(32))")
+	t1 := f.next()
+	f.rows(0,
+		ins(t1, s, "kv", ci("id", 1, pk), cs("v", "a")),
+		ins(t1, s, "kv", ci("id", 2, pk), cs("v", "b")),
+		ins(t1, s, "kv2", ci("id", 1, pk), cs("v", "c")),
+	)
+	f.resolved(t1)
+	cfg := testConfig(t, f, down)
+	cfg.Applier.Workers, cfg.Applier.BatchRows = 1, 1 // one transaction of three statements
+	var killed int64
+	hooks := &testHooks{f: func(p hookPoint) error {
+		if p != hookBetweenStatements || killed != 0 {
+			return nil
+		}
+		// The first statement wrote kv's row 1 in the worker's open transaction: the
+		// connection holding that row's lock is the worker's.
+		id, err := rowLockHolder(down.DB, s, "kv", 1)
+		if err != nil {
+			return err
+		}
+		if _, err := down.Exec(fmt.Sprintf("KILL CONNECTION %d", id)); err != nil {
+			return fmt.Errorf("killing the worker's connection %d: %w", id, err)
+		}
+		killed = id
+		return nil
+	}}
+	run := start(t, cfg, hooks)
+	run.wait(t, t1)
+	if killed == 0 {
+		t.Fatal("the worker's connection was not killed")
+	}
+	equal(t, "kv", dump(t, down.DB, s, "kv"), []string{"1|a", "2|b"})
+	equal(t, "kv2", dump(t, down.DB, s, "kv2"), []string{"1|c"})
+	if st := run.r.Status(); st.DownstreamRetries < 1 {
+		t.Errorf("downstream retries %d after the worker's connection was killed, want at least 1", st.DownstreamRetries)
+	}
+}
+
+// rowLockHolder returns the connection id of the transaction that holds the lock of
+// schema.table's row id: another connection asks for that lock, and the server's lock
+// waits name the transaction it waits for.
+func rowLockHolder(db *sql.DB, schema, table string, id int) (int64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	var waiter int64
+	if err := conn.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&waiter); err != nil {
+		return 0, err
+	}
+	if _, err := conn.ExecContext(ctx, "SET SESSION innodb_lock_wait_timeout = 5"); err != nil {
+		return 0, err
+	}
+	wctx, wcancel := context.WithCancel(ctx)
+	waited := make(chan error, 1)
+	go func() {
+		_, err := conn.ExecContext(wctx, "SELECT id FROM "+ident.Table(schema, table)+" WHERE id = ? FOR UPDATE", id)
+		waited <- err
+	}()
+	returned := false // the waiter's statement ended and was received
+	defer func() {
+		wcancel()
+		if !returned {
+			<-waited
+		}
+	}()
+	for {
+		var holder int64
+		err := db.QueryRowContext(ctx, `SELECT b.trx_mysql_thread_id FROM information_schema.INNODB_LOCK_WAITS w
+			JOIN information_schema.INNODB_TRX b ON b.trx_id = w.blocking_trx_id
+			JOIN information_schema.INNODB_TRX r ON r.trx_id = w.requesting_trx_id
+			WHERE r.trx_mysql_thread_id = ?`, waiter).Scan(&holder)
+		switch {
+		case err == nil:
+			return holder, nil
+		case !errors.Is(err, sql.ErrNoRows):
+			return 0, fmt.Errorf("reading the lock waits: %w", err)
+		}
+		select {
+		case err := <-waited:
+			returned = true
+			return 0, fmt.Errorf("the lock of %s row %d was free (%v): no transaction holds it", table, id, err)
+		case <-ctx.Done():
+			return 0, fmt.Errorf("no lock wait on %s row %d within 10s", table, id)
+		case <-time.After(10 * time.Millisecond):
+		}
 	}
 }
 
