@@ -7,14 +7,11 @@ package cdc
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
-	"time"
 	"unsafe"
 
 	"github.com/tidb-parity/parity/cdc/open"
 	"github.com/tidb-parity/parity/internal/ident"
-	"github.com/tidb-parity/parity/internal/retry"
 )
 
 // batch is a multi-row statement being assembled.
@@ -90,58 +87,7 @@ func (a *applier) worker(ctx context.Context, ch <-chan []op, writer string, tex
 		txn               []txnStmt
 		txnRows, txnBytes int
 		between           = func() error { return a.hooks.fire(hookBetweenStatements) }
-		// live is the transaction the statements of txn run in as they are made, so the
-		// fallback starts on a round's rows as soon as a worker has a statement, not after
-		// it gathered a transaction's worth. When a statement or the COMMIT fails on a
-		// transient error, live is rolled back and commit runs all of txn again in a new
-		// transaction under the retry policy (replay): the statements are idempotent
-		// (upserts, deletes by handle), as they were when a whole transaction was retried.
-		live   *sql.Tx
-		replay bool
 	)
-	defer func() {
-		if live != nil {
-			_ = live.Rollback()
-		}
-	}()
-	// giveUp takes an error of the live transaction, which has ended: a transient one
-	// is logged as a retry and left to commit's replay (nil); any other ends the worker.
-	giveUp := func(what string, err error) error {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if !retry.Transient(err) {
-			return fmt.Errorf("applying to %s: %w", what, err)
-		}
-		a.ctr.downRetries.Add(1)
-		a.log.Warn("transient downstream error, retrying", "table", what, "attempt", 1, "backoff", time.Duration(0), "err", err)
-		replay = true
-		return nil
-	}
-	// run executes s, the newest statement of txn, in the live transaction (opening it).
-	run := func(s *txnStmt) error {
-		if replay {
-			return nil
-		}
-		if live == nil {
-			tx, err := a.meta.beginMarked(ctx, a.db, writer, a.cfg.Applier.QueryTimeout)
-			if err != nil {
-				return giveUp(s.table, err)
-			}
-			live = tx
-		} else if err := between(); err != nil {
-			return err // the deferred rollback ends live
-		}
-		sctx, cancel := context.WithTimeout(ctx, a.cfg.Applier.QueryTimeout)
-		_, err := live.ExecContext(sctx, s.q, s.args...)
-		cancel()
-		if err != nil {
-			_ = live.Rollback()
-			live = nil
-			return giveUp(s.table, err)
-		}
-		return nil
-	}
 	commit := func() error {
 		if len(txn) == 0 {
 			return nil
@@ -150,25 +96,11 @@ func (a *applier) worker(ctx context.Context, ch <-chan []op, writer string, tex
 		if len(txn) > 1 {
 			what = fmt.Sprintf("%s and %d more statement(s)", what, len(txn)-1)
 		}
-		if live != nil {
-			err := live.Commit()
-			live = nil
-			// A COMMIT that failed on the wire may have committed after all: the replay's
-			// statements are idempotent.
-			if err != nil {
-				if err := giveUp(what, err); err != nil {
-					return err
-				}
-			}
-		}
-		if replay {
-			err := a.retry(ctx, what, func(ctx context.Context) error {
-				return a.meta.execMarked(ctx, a.db, writer, txn, between)
-			})
-			if err != nil {
-				return err
-			}
-			replay = false
+		err := a.retry(ctx, what, func(ctx context.Context) error {
+			return a.meta.execMarked(ctx, a.db, writer, txn, between)
+		})
+		if err != nil {
+			return err
 		}
 		a.rows.Add(int64(txnRows))
 		for i := range txn {
@@ -194,9 +126,6 @@ func (a *applier) worker(ctx context.Context, ch <-chan []op, writer string, tex
 		clear(b.rows)
 		b.rows = b.rows[:0]
 		b.bytes = 0
-		if err := run(&txn[len(txn)-1]); err != nil {
-			return err
-		}
 		if txnRows >= a.cfg.Applier.TxnRows || txnBytes >= maxTxnBytes {
 			return commit()
 		}

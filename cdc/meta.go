@@ -382,41 +382,22 @@ type txnStmt struct {
 	text  []byte // q's bytes when they belong to an apply worker's stmtTexts
 }
 
-// beginMarked opens a transaction on db and writes writer's marker in it, after the
-// lease's fence with ha; the caller runs its statements, then commits or rolls back.
-// The transaction lasts as long as ctx; the fence and the marker each have timeout
-// (0: ctx's own deadline).
-func (m *meta) beginMarked(ctx context.Context, db *sql.DB, writer string, timeout time.Duration) (*sql.Tx, error) {
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		return nil, err
-	}
-	sctx, cancel := ctx, context.CancelFunc(func() {})
-	if timeout > 0 {
-		sctx, cancel = context.WithTimeout(ctx, timeout)
-	}
-	defer cancel()
-	// The lease first (ha.go), then the marker.
-	if err := m.fence(sctx, tx); err != nil {
-		_ = tx.Rollback()
-		return nil, err
-	}
-	if err := m.mark(sctx, tx, writer); err != nil {
-		_ = tx.Rollback()
-		return nil, err
-	}
-	return tx, nil
-}
-
 // execMarked runs stmts in one transaction that writer's marker opens (after the lease's
 // fence with ha): all of them commit or none. between (nil: none) runs after each
 // statement that another follows, inside the transaction (the tests' crash point).
 func (m *meta) execMarked(ctx context.Context, db *sql.DB, writer string, stmts []txnStmt, between func() error) error {
-	tx, err := m.beginMarked(ctx, db, writer, 0)
+	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback() //nolint:errcheck // no-op after commit
+	// The lease first (ha.go), then the marker.
+	if err := m.fence(ctx, tx); err != nil {
+		return err
+	}
+	if err := m.mark(ctx, tx, writer); err != nil {
+		return err
+	}
 	for i, s := range stmts {
 		if _, err := tx.ExecContext(ctx, s.q, s.args...); err != nil {
 			return fmt.Errorf("%s: %w", s.table, err)
