@@ -80,7 +80,11 @@ func (a *applier) worker(ctx context.Context, ch <-chan []op, writer string, tex
 	// table, a change of kind (delete/upsert, columns) flushes first, so the versions of
 	// a row are written in order. Finished statements join the worker's transaction,
 	// which commits at applier.txn-rows rows (or maxTxnBytes), at a fence, before a
-	// keyless unit and at the round's end.
+	// keyless unit and at the round's end. Its statements run back to back at that point,
+	// not one by one as they are made: a transaction open while the worker waits for rows
+	// holds its row locks meanwhile, another worker can wait for them while the producer
+	// feeding both waits for that worker's channel, and InnoDB cannot see that cycle (it
+	// ends at innodb_lock_wait_timeout). Tried in 50ace4b, reverted after a CI run stalled.
 	batches := map[[2]string]*batch{}
 	var order [][2]string
 	var (

@@ -122,11 +122,11 @@ func TestCrashAtAnyStepConvergesExactlyOnce(t *testing.T) {
 	}
 }
 
-// TestConnectionLostMidTransactionReplays (#32): a worker sends each statement as it is
-// made, in its open transaction. When its connection dies between two of them (killed
-// here, as a fallback restart or a network cut does), the server rolls the transaction
-// back, and the worker runs all of its statements again in a new one: every row lands
-// once, and the retry is counted.
+// TestConnectionLostMidTransactionReplays (#32): a worker's statements of a round share
+// one transaction. When its connection dies between two of them (killed here, as a
+// fallback restart or a network cut does), the server rolls the transaction back, and the
+// worker runs all of its statements again in a new one: every row lands once, and the
+// retry is counted.
 func TestConnectionLostMidTransactionReplays(t *testing.T) {
 	down := testenv.Downstream(t)
 	f := newFeed(t, 1)
