@@ -8,7 +8,6 @@ package e2e
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -691,44 +690,7 @@ func (be *benchEnv) waitAppliedKeepAlive(s *serve, ts uint64, timeout time.Durat
 	be.t.Helper()
 	tr := &http.Transport{MaxIdleConnsPerHost: 1}
 	defer tr.CloseIdleConnections()
-	client := &http.Client{Transport: tr, Timeout: 5 * time.Second}
-	deadline := time.Now().Add(timeout)
-	var last status
-	for time.Now().Before(deadline) {
-		if done, err := s.exited(); done {
-			be.t.Fatalf("parity serve exited (%v) before applying ts %d; log:\n%s", err, ts, be.serveLog())
-		}
-		var st status
-		err := func() error {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			defer cancel()
-			req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+be.statusAddr+"/status", nil)
-			if err != nil {
-				return err
-			}
-			resp, err := client.Do(req)
-			if err != nil {
-				return err
-			}
-			defer resp.Body.Close()
-			body, err := io.ReadAll(resp.Body) // all of it, so the connection is reused
-			if err != nil {
-				return err
-			}
-			return json.Unmarshal(body, &st)
-		}()
-		if err == nil {
-			last = st
-			if st.State == "failed" {
-				be.t.Fatalf("parity serve failed: %s; log:\n%s", st.Error, be.serveLog())
-			}
-			if st.AppliedTs >= ts {
-				return
-			}
-		}
-		time.Sleep(20 * time.Millisecond) // fine-grained: the benchmark times the apply up to this return
-	}
-	be.t.Fatalf("applied ts did not reach %d within %v (last status %+v); log:\n%s", ts, timeout, last, be.serveLog())
+	be.waitAppliedVia(&http.Client{Transport: tr, Timeout: 5 * time.Second}, s, ts, timeout)
 }
 
 // benchPinned reports PARITY_BENCH_PIN: the fallback's server runs on core 0 alone, and

@@ -257,7 +257,7 @@ func startSampler(be *benchEnv, pid int, spillDir string) *sampler {
 				BufferedBytes int64 `json:"buffered_bytes"`
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			ok := getJSON(ctx, "http://"+be.statusAddr+"/status", &st) == nil
+			ok := getJSON(ctx, httpClient, "http://"+be.statusAddr+"/status", &st) == nil
 			cancel()
 			size := dirSize(spillDir)
 			smp.mu.Lock()

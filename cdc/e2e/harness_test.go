@@ -370,18 +370,24 @@ type status struct {
 }
 
 func (e *env) status(ctx context.Context) (status, error) {
+	return e.statusVia(ctx, httpClient)
+}
+
+// statusVia is status over client.
+func (e *env) statusVia(ctx context.Context, client *http.Client) (status, error) {
 	var st status
-	err := getJSON(ctx, "http://"+e.statusAddr+"/status", &st)
+	err := getJSON(ctx, client, "http://"+e.statusAddr+"/status", &st)
 	return st, err
 }
 
-// getJSON decodes the JSON body of a GET of url into v.
-func getJSON(ctx context.Context, url string, v any) error {
+// getJSON decodes the JSON body of a GET of url over client into v. It reads the whole
+// body, so a kept-alive connection can serve the next request.
+func getJSON(ctx context.Context, client *http.Client, url string, v any) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return err
 	}
-	resp, err := httpClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return err
 	}
@@ -396,6 +402,12 @@ func getJSON(ctx context.Context, url string, v any) error {
 // waitApplied waits until serve's applied checkpoint reaches ts.
 func (e *env) waitApplied(s *serve, ts uint64, timeout time.Duration) {
 	e.t.Helper()
+	e.waitAppliedVia(httpClient, s, ts, timeout)
+}
+
+// waitAppliedVia is waitApplied polling /status over client.
+func (e *env) waitAppliedVia(client *http.Client, s *serve, ts uint64, timeout time.Duration) {
+	e.t.Helper()
 	deadline := time.Now().Add(timeout)
 	var last status
 	for time.Now().Before(deadline) {
@@ -403,7 +415,7 @@ func (e *env) waitApplied(s *serve, ts uint64, timeout time.Duration) {
 			e.t.Fatalf("parity serve exited (%v) before applying ts %d; log:\n%s", err, ts, e.serveLog())
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		st, err := e.status(ctx)
+		st, err := e.statusVia(ctx, client)
 		cancel()
 		if err == nil {
 			last = st
