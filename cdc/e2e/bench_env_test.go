@@ -2,8 +2,9 @@ package e2e
 
 // bench_env_test.go is the applier benchmarks' set-up: the synthetic sysbench rows, the
 // feed that publishes them as a TiCDC changefeed straight to Kafka, and benchEnv (the
-// raw-write baseline, parity serve's config, profiles, logs, counts). bench_test.go holds
-// the benchmarks.
+// raw-write baseline, parity serve's config, profiles, logs, counts, and a quiet, clean
+// fallback before each arm). bench_cpu_test.go reads what each arm cost; bench_test.go
+// holds the benchmarks.
 
 import (
 	"context"
@@ -11,17 +12,12 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -187,12 +183,10 @@ type benchEnv struct {
 	*env
 	down     *sql.DB
 	noLedger bool // applier.ledger = false
-	// fallbackStat is /proc/<pid>/stat of the fallback's server, found on first use
-	// (fallbackCPU): quiesce reads it every 200ms.
-	fallbackStat string
-	// brokerStat is /proc/<pid>/stat of the Kafka broker, "-" when it is not a process
-	// of this machine (brokerCPU).
-	brokerStat string
+	// fallbackPID and brokerPID are the fallback's and the broker's processes, found on
+	// first use (bench_cpu_test.go); brokerPID is "-" when the broker is not a process of
+	// this machine.
+	fallbackPID, brokerPID string
 }
 
 func newBenchEnv(b *testing.B) *benchEnv {
@@ -421,28 +415,6 @@ func (be *benchEnv) count(tb testing.TB, table string) int {
 	return n
 }
 
-// fallbackCPU is the fallback server's CPU time so far (user+sys of its process, from
-// /proc: the server runs on this machine), found through its pid file the first time.
-func (be *benchEnv) fallbackCPU(tb testing.TB) time.Duration {
-	tb.Helper()
-	if be.fallbackStat == "" {
-		var pidFile string
-		if err := be.down.QueryRow("SELECT @@pid_file").Scan(&pidFile); err != nil {
-			tb.Fatalf("the fallback's pid file: %v", err)
-		}
-		raw, err := os.ReadFile(pidFile)
-		if err != nil {
-			tb.Fatalf("the fallback's pid file: %v", err)
-		}
-		be.fallbackStat = "/proc/" + strings.TrimSpace(string(raw)) + "/stat"
-	}
-	d, err := procCPU(be.fallbackStat)
-	if err != nil {
-		tb.Fatalf("the fallback's CPU time: %v", err)
-	}
-	return d
-}
-
 // quiesce waits until the fallback is idle and clean: InnoDB has written every dirty
 // page and checkpointed its redo log, and its CPU over two consecutive 200ms windows was
 // at most 10ms each (5% of a core); at most 120s. An arm otherwise pays for the work the
@@ -520,64 +492,6 @@ func (be *benchEnv) clean(tb testing.TB) bool {
 	return dirty == 0 && age >= 0 && age < 1<<20
 }
 
-// machineCPU reads the machine's CPU time so far from /proc/stat's first line: busy is
-// every core's time spent on anything (user, nice, system, irq, softirq, and steal: time
-// the hypervisor gave to another guest, which was not ours to use either), total adds
-// idle and iowait. Clock ticks are 100 a second on Linux.
-func machineCPU(tb testing.TB) (busy, total time.Duration) {
-	tb.Helper()
-	return cpuTime(tb, "cpu")
-}
-
-// cpuTime is machineCPU for /proc/stat's line name: "cpu" (every core) or "cpuN".
-func cpuTime(tb testing.TB, name string) (busy, total time.Duration) {
-	tb.Helper()
-	raw, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		tb.Fatalf("the machine's CPU time: %v", err)
-	}
-	for _, line := range strings.Split(string(raw), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 9 || f[0] != name {
-			continue
-		}
-		var t [8]int64 // user nice system idle iowait irq softirq steal
-		for i := range t {
-			if _, err := fmt.Sscan(f[i+1], &t[i]); err != nil {
-				tb.Fatalf("the machine's CPU time: /proc/stat field %d of %q: %v", i+1, line, err)
-			}
-		}
-		b := t[0] + t[1] + t[2] + t[5] + t[6] + t[7]
-		return time.Duration(b) * 10 * time.Millisecond, time.Duration(b+t[3]+t[4]) * 10 * time.Millisecond
-	}
-	tb.Fatalf("the machine's CPU time: /proc/stat has no line %q", name)
-	return 0, 0
-}
-
-// machineUse is the machine's CPU over one arm of a pair: busy time against the cores'
-// time (wall time x cores).
-type machineUse struct{ busy, total time.Duration }
-
-// machineSince returns the machine's use since busy0, total0 (machineCPU's results).
-func machineSince(tb testing.TB, busy0, total0 time.Duration) machineUse {
-	b, t := machineCPU(tb)
-	return machineUse{busy: b - busy0, total: t - total0}
-}
-
-// coreSince is machineSince for core 0.
-func coreSince(tb testing.TB, busy0, total0 time.Duration) machineUse {
-	b, t := cpuTime(tb, "cpu0")
-	return machineUse{busy: b - busy0, total: t - total0}
-}
-
-// share is the busy share of the cores' time, in per cent.
-func (m machineUse) share() float64 {
-	if m.total <= 0 {
-		return 0
-	}
-	return 100 * m.busy.Seconds() / m.total.Seconds()
-}
-
 // benchTxnRowsKey sets applier.txn-rows from PARITY_BENCH_TXN_ROWS ("" keeps the
 // default): txn-rows = 1 is the transaction shape before #32 (each statement its own
 // transaction with its marker and fence), the baseline of the change.
@@ -597,91 +511,6 @@ func benchMemoryKey() string {
 	return ""
 }
 
-// procCPU is a process's CPU time so far from its /proc/<pid>/stat (user+sys; clock
-// ticks are 100 a second on Linux).
-func procCPU(statPath string) (time.Duration, error) {
-	stat, err := os.ReadFile(statPath)
-	if err != nil {
-		return 0, err
-	}
-	// Fields after the command's closing parenthesis: state is field 3; utime and stime
-	// are fields 14 and 15.
-	i := strings.LastIndexByte(string(stat), ')')
-	f := strings.Fields(string(stat[i+1:]))
-	if i < 0 || len(f) < 13 {
-		return 0, fmt.Errorf("%s: unexpected contents %q", statPath, stat)
-	}
-	var utime, stime int64
-	if _, err := fmt.Sscan(f[11]+" "+f[12], &utime, &stime); err != nil {
-		return 0, fmt.Errorf("%s: %w", statPath, err)
-	}
-	return time.Duration(utime+stime) * 10 * time.Millisecond, nil
-}
-
-// selfCPU is the bench process's own CPU time so far (user+sys, every thread).
-func selfCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// brokerCPU is the Kafka broker's CPU time so far, when the broker is a process of this
-// machine (scripts/env runs it here): the process holding the listening socket of the
-// broker's port, found the first time through /proc/net/tcp and the processes' file
-// descriptors. ok is false when it cannot be found (another machine, no permission).
-func (be *benchEnv) brokerCPU() (d time.Duration, ok bool) {
-	if be.brokerStat == "" {
-		be.brokerStat = "-"
-		if pid := listenerPID(be.broker); pid != "" {
-			be.brokerStat = "/proc/" + pid + "/stat"
-		}
-	}
-	if be.brokerStat == "-" {
-		return 0, false
-	}
-	d, err := procCPU(be.brokerStat)
-	return d, err == nil
-}
-
-// listenerPID returns the pid of the local process listening on addr's TCP port, or "".
-func listenerPID(addr string) string {
-	_, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		return ""
-	}
-	var p int
-	if _, err := fmt.Sscan(port, &p); err != nil {
-		return ""
-	}
-	want := fmt.Sprintf(":%04X", p)
-	var inode string
-	for _, table := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
-		raw, err := os.ReadFile(table)
-		if err != nil {
-			continue
-		}
-		for _, line := range strings.Split(string(raw), "\n")[1:] {
-			f := strings.Fields(line)
-			// local_address is field 1, st (0A = LISTEN) field 3, inode field 9.
-			if len(f) > 9 && strings.HasSuffix(f[1], want) && f[3] == "0A" {
-				inode = f[9]
-			}
-		}
-	}
-	if inode == "" {
-		return ""
-	}
-	fds, _ := filepath.Glob("/proc/[0-9]*/fd/*")
-	for _, fd := range fds {
-		if l, err := os.Readlink(fd); err == nil && l == "socket:["+inode+"]" {
-			return strings.Split(fd, "/")[2]
-		}
-	}
-	return ""
-}
-
 // waitAppliedKeepAlive is env.waitApplied over one kept-alive connection: the applier's
 // arm polls /status every 20ms, and a new TCP connection per poll (httpClient) cost
 // the bench and serve CPU that the raw arm does not pay. The connection is closed on
@@ -691,45 +520,4 @@ func (be *benchEnv) waitAppliedKeepAlive(s *serve, ts uint64, timeout time.Durat
 	tr := &http.Transport{MaxIdleConnsPerHost: 1}
 	defer tr.CloseIdleConnections()
 	be.waitAppliedVia(&http.Client{Transport: tr, Timeout: 5 * time.Second}, s, ts, timeout)
-}
-
-// benchPinned reports PARITY_BENCH_PIN: the fallback's server runs on core 0 alone, and
-// the bench (with serve, its child), the broker and everything they start on the other
-// cores (pin). The fallback then has one core of its own in both arms, as on a fallback
-// host that parity does not share, and each arm's rows/s is what it gets out of that
-// core. Without it, every process shares every core (the default).
-func benchPinned() bool { return os.Getenv("PARITY_BENCH_PIN") != "" }
-
-// pin moves the fallback's server to core 0 and the bench process and the broker to the
-// other cores (every thread: taskset -a; threads and processes started later inherit
-// their creator's cores), and puts all three back on every core when the benchmark ends.
-func (be *benchEnv) pin(tb testing.TB) {
-	tb.Helper()
-	n := runtime.NumCPU()
-	if n < 2 {
-		tb.Fatalf("PARITY_BENCH_PIN needs at least 2 cores, this machine has %d", n)
-	}
-	be.fallbackCPU(tb) // finds the fallback's pid
-	fallback := strings.Split(be.fallbackStat, "/")[2]
-	pids := []string{strconv.Itoa(os.Getpid())}
-	if broker := listenerPID(be.broker); broker != "" {
-		pids = append(pids, broker)
-	} else {
-		tb.Logf("PARITY_BENCH_PIN: the broker %s is not a process of this machine; not pinned", be.broker)
-	}
-	taskset := func(cores, pid string) {
-		if out, err := exec.Command("taskset", "-a", "-p", "-c", cores, pid).CombinedOutput(); err != nil {
-			tb.Fatalf("taskset -a -p -c %s %s: %v: %s", cores, pid, err, out)
-		}
-	}
-	all := fmt.Sprintf("0-%d", n-1)
-	tb.Cleanup(func() {
-		for _, pid := range append(pids, fallback) {
-			taskset(all, pid)
-		}
-	})
-	taskset("0", fallback)
-	for _, pid := range pids {
-		taskset(fmt.Sprintf("1-%d", n-1), pid)
-	}
 }

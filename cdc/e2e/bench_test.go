@@ -120,16 +120,16 @@ func benchThroughput(b *testing.B, update bool) {
 			perM := func(d time.Duration) float64 { return d.Seconds() * 1e6 / float64(t.rows) }
 			ratios = append(ratios, 100*t.apply/t.raw)
 			serveCPU = append(serveCPU, perM(t.cpu))
-			fbApply = append(fbApply, perM(t.fallbackApply))
-			fbRaw = append(fbRaw, perM(t.fallbackRaw))
-			busyApply, busyRaw = append(busyApply, t.machineApply.share()), append(busyRaw, t.machineRaw.share())
-			mApply, mRaw = append(mApply, perM(t.machineApply.busy)), append(mRaw, perM(t.machineRaw.busy))
-			restApply = append(restApply, perM(t.machineApply.busy-t.cpu-t.fallbackApply))
-			restRaw = append(restRaw, perM(t.machineRaw.busy-t.fallbackRaw))
-			bound = append(bound, 100*t.machineRaw.busy.Seconds()/t.machineApply.busy.Seconds())
-			brokerApply, benchApply = append(brokerApply, perM(t.brokerApply)), append(benchApply, perM(t.benchApply))
-			brokerRaw, benchRaw = append(brokerRaw, perM(t.brokerRaw)), append(benchRaw, perM(t.benchRaw))
-			core0Apply, core0Raw = append(core0Apply, t.core0Apply.share()), append(core0Raw, t.core0Raw.share())
+			fbApply = append(fbApply, perM(t.applyUse.fallback))
+			fbRaw = append(fbRaw, perM(t.rawUse.fallback))
+			busyApply, busyRaw = append(busyApply, t.applyUse.machine.share()), append(busyRaw, t.rawUse.machine.share())
+			mApply, mRaw = append(mApply, perM(t.applyUse.machine.busy)), append(mRaw, perM(t.rawUse.machine.busy))
+			restApply = append(restApply, perM(t.applyUse.machine.busy-t.cpu-t.applyUse.fallback))
+			restRaw = append(restRaw, perM(t.rawUse.machine.busy-t.rawUse.fallback))
+			bound = append(bound, 100*t.rawUse.machine.busy.Seconds()/t.applyUse.machine.busy.Seconds())
+			brokerApply, benchApply = append(brokerApply, perM(t.applyUse.broker)), append(benchApply, perM(t.applyUse.bench))
+			brokerRaw, benchRaw = append(brokerRaw, perM(t.rawUse.broker)), append(benchRaw, perM(t.rawUse.bench))
+			core0Apply, core0Raw = append(core0Apply, t.applyUse.core0.share()), append(core0Raw, t.rawUse.core0.share())
 		}
 		fmt.Printf("applier %s, median of %d pairs (spread): %.1f%% of raw (%s; target >= 90%%); serve CPU %.2f s per million rows (%s; target <= %.1f); "+
 			"fallback CPU per million rows %.2f s under the applier (%s), %.2f s under raw (%s)\n",
@@ -160,23 +160,12 @@ func spread(xs []float64) string {
 }
 
 // throughput is one measurement: the applier's rows/s, the raw baseline's (the faster of
-// before and after), serve's CPU time, and the fallback's CPU time under each arm.
+// before and after), serve's CPU time, and what each arm cost (the raw arm taken).
 type throughput struct {
-	apply, raw                 float64
-	rows                       int
-	cpu                        time.Duration
-	fallbackApply, fallbackRaw time.Duration
-	// machineApply and machineRaw are the whole machine's CPU under the applier's arm and
-	// under the raw arm taken: besides the fallback and serve, the broker, the bench's
-	// own client and polling, and whatever else ran.
-	machineApply, machineRaw machineUse
-	// brokerApply and brokerRaw are the Kafka broker's CPU under each arm (0 when it is
-	// not a process of this machine); benchApply and benchRaw the bench process's own:
-	// its /status polling under the applier, its client under raw.
-	brokerApply, brokerRaw, benchApply, benchRaw time.Duration
-	// core0Apply and core0Raw are core 0's use under each arm: the fallback's own core
-	// with PARITY_BENCH_PIN.
-	core0Apply, core0Raw machineUse
+	apply, raw       float64
+	rows             int
+	cpu              time.Duration
+	applyUse, rawUse armUse
 }
 
 // benchThroughputRows runs one throughput measurement of n rows.
@@ -221,35 +210,19 @@ func benchThroughputRows(b *testing.B, update, noLedger bool, n int) throughput 
 		// Each arm starts from an idle, clean fallback (quiesce).
 		waited := be.quiesce(b)
 		b.ResetTimer()
-		fb0 := be.fallbackCPU(b)
-		mb0, mt0 := machineCPU(b)
-		cb0, ct0 := cpuTime(b, "cpu0")
-		bk0, _ := be.brokerCPU()
-		self0 := selfCPU()
+		m0 := be.mark(b)
 		rawBefore := be.rawWrite(b, "raw_", data, update)
-		fb1 := be.fallbackCPU(b)
-		mRawBefore := machineSince(b, mb0, mt0)
-		cRawBefore := coreSince(b, cb0, ct0)
-		bk1, _ := be.brokerCPU()
-		selfRawBefore, bkRawBefore := selfCPU()-self0, bk1-bk0
+		rawBeforeUse := be.since(b, m0)
 		b.StopTimer()
 		waited += be.quiesce(b)
 		b.StartTimer()
-		mb1, mt1 := machineCPU(b)
-		cb1, ct1 := cpuTime(b, "cpu0")
-		fbA := be.fallbackCPU(b)
-		bkA, _ := be.brokerCPU()
-		selfA := selfCPU()
+		mA := be.mark(b)
 		start := time.Now()
 		s := be.startServe()
 		stopProf := be.profile(b, kind)
 		be.waitAppliedKeepAlive(s, final, 30*time.Minute)
 		applyTime := time.Since(start)
-		fb2 := be.fallbackCPU(b)
-		mApply := machineSince(b, mb1, mt1)
-		cApply := coreSince(b, cb1, ct1)
-		bkB, _ := be.brokerCPU()
-		selfApply, bkApply := selfCPU()-selfA, bkB-bkA
+		applyUse := be.since(b, mA)
 		b.StopTimer()
 		stopProf()
 		s.kill()
@@ -262,25 +235,17 @@ func benchThroughputRows(b *testing.B, update, noLedger bool, n int) throughput 
 		}
 		waited += be.quiesce(b)
 		b.StartTimer()
-		fb3 := be.fallbackCPU(b)
-		mb3, mt3 := machineCPU(b)
-		cb3, ct3 := cpuTime(b, "cpu0")
-		bk3, _ := be.brokerCPU()
-		self3 := selfCPU()
+		m3 := be.mark(b)
 		rawAfter := be.rawWrite(b, "raw_", data, update)
-		fb4 := be.fallbackCPU(b)
-		mRawAfter := machineSince(b, mb3, mt3)
-		cRawAfter := coreSince(b, cb3, ct3)
-		bk4, _ := be.brokerCPU()
-		selfRawAfter, bkRawAfter := selfCPU()-self3, bk4-bk3
+		rawAfterUse := be.since(b, m3)
 		b.StopTimer()
-		rawTime, fbRaw, mRaw, selfRaw, bkRaw, cRaw := rawBefore, fb1-fb0, mRawBefore, selfRawBefore, bkRawBefore, cRawBefore
+		rawTime, rawUse := rawBefore, rawBeforeUse
 		if rawAfter < rawBefore {
-			rawTime, fbRaw, mRaw, selfRaw, bkRaw, cRaw = rawAfter, fb4-fb3, mRawAfter, selfRawAfter, bkRawAfter, cRawAfter
+			rawTime, rawUse = rawAfter, rawAfterUse
 		}
 		pinned := ""
 		if benchPinned() {
-			pinned = fmt.Sprintf("; pinned: the fallback alone on core 0, %.0f%% busy under the applier, %.0f%% under raw", cApply.share(), cRaw.share())
+			pinned = fmt.Sprintf("; pinned: the fallback alone on core 0, %.0f%% busy under the applier, %.0f%% under raw", applyUse.core0.share(), rawUse.core0.share())
 		}
 
 		for t := 0; t < benchTables; t++ {
@@ -300,15 +265,16 @@ func benchThroughputRows(b *testing.B, update, noLedger bool, n int) throughput 
 			kind, rows, f.records.Load(), pubTime.Round(time.Millisecond), applyRate, applyTime.Round(time.Millisecond),
 			map[bool]string{true: " ... ON DUPLICATE KEY UPDATE", false: ""}[update], rawRate,
 			rawBefore.Round(time.Millisecond), rawAfter.Round(time.Millisecond), benchWorkers, benchBatchRows, 100*ratio,
-			serveCPU.Round(10*time.Millisecond), (fb2 - fbA).Round(10*time.Millisecond), fbRaw.Round(10*time.Millisecond),
-			runtime.NumCPU(), mApply.share(), mApply.busy.Round(10*time.Millisecond), bkApply.Round(10*time.Millisecond), selfApply.Round(10*time.Millisecond),
-			mRaw.share(), mRaw.busy.Round(10*time.Millisecond), selfRaw.Round(10*time.Millisecond), bkRaw.Round(10*time.Millisecond),
-			100*mRaw.busy.Seconds()/mApply.busy.Seconds(), waited.Round(100*time.Millisecond), pinned)
+			serveCPU.Round(10*time.Millisecond), applyUse.fallback.Round(10*time.Millisecond), rawUse.fallback.Round(10*time.Millisecond),
+			runtime.NumCPU(), applyUse.machine.share(), applyUse.machine.busy.Round(10*time.Millisecond),
+			applyUse.broker.Round(10*time.Millisecond), applyUse.bench.Round(10*time.Millisecond),
+			rawUse.machine.share(), rawUse.machine.busy.Round(10*time.Millisecond),
+			rawUse.bench.Round(10*time.Millisecond), rawUse.broker.Round(10*time.Millisecond),
+			100*rawUse.machine.busy.Seconds()/applyUse.machine.busy.Seconds(), waited.Round(100*time.Millisecond), pinned)
 		b.ReportMetric(applyRate, "applier-rows/s")
 		b.ReportMetric(rawRate, "raw-rows/s")
 		b.ReportMetric(100*ratio, "%-of-raw")
-		return throughput{apply: applyRate, raw: rawRate, rows: rows, cpu: serveCPU, fallbackApply: fb2 - fbA, fallbackRaw: fbRaw,
-			machineApply: mApply, machineRaw: mRaw, core0Apply: cApply, core0Raw: cRaw, brokerApply: bkApply, brokerRaw: bkRaw, benchApply: selfApply, benchRaw: selfRaw}
+		return throughput{apply: applyRate, raw: rawRate, rows: rows, cpu: serveCPU, applyUse: applyUse, rawUse: rawUse}
 	}
 }
 
