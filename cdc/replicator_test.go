@@ -122,26 +122,36 @@ func TestCrashAtAnyStepConvergesExactlyOnce(t *testing.T) {
 	}
 }
 
-// TestConnectionLostMidTransactionReplays (#32): a worker's statements of a round share
-// one transaction. When its connection dies between two of them (killed here, as a
-// fallback restart or a network cut does), the server rolls the transaction back, and the
-// worker runs all of its statements again in a new one: every row lands once, and the
-// retry is counted.
-func TestConnectionLostMidTransactionReplays(t *testing.T) {
-	down := testenv.Downstream(t)
+// oneTransactionOfThreeStatements writes, at one commit ts t1, rows 1|a and 2|b of kv
+// and 1|c of kv2 (tables it creates) to a changefeed whose config applies them with one
+// worker in statements of one row: one transaction of three statements.
+func oneTransactionOfThreeStatements(t *testing.T) (down *testenv.DB, cfg Config, t1 uint64) {
+	t.Helper()
+	down = testenv.Downstream(t)
 	f := newFeed(t, 1)
 	s := down.Name
 	exec(t, down.DB, "CREATE TABLE kv (id BIGINT PRIMARY KEY, v VARCHAR(32))")
 	exec(t, down.DB, "CREATE TABLE kv2 (id BIGINT PRIMARY KEY, v VARCHAR(32))")
-	t1 := f.next()
+	t1 = f.next()
 	f.rows(0,
 		ins(t1, s, "kv", ci("id", 1, pk), cs("v", "a")),
 		ins(t1, s, "kv", ci("id", 2, pk), cs("v", "b")),
 		ins(t1, s, "kv2", ci("id", 1, pk), cs("v", "c")),
 	)
 	f.resolved(t1)
-	cfg := testConfig(t, f, down)
-	cfg.Applier.Workers, cfg.Applier.BatchRows = 1, 1 // one transaction of three statements
+	cfg = testConfig(t, f, down)
+	cfg.Applier.Workers, cfg.Applier.BatchRows = 1, 1
+	return down, cfg, t1
+}
+
+// TestConnectionLostMidTransactionReplays (#32): a worker's statements of a round share
+// one transaction. When its connection dies between two of them (killed here, as a
+// fallback restart or a network cut does), the server rolls the transaction back, and the
+// worker runs all of its statements again in a new one: every row lands once, and the
+// retry is counted.
+func TestConnectionLostMidTransactionReplays(t *testing.T) {
+	down, cfg, t1 := oneTransactionOfThreeStatements(t)
+	s := down.Name
 	var killed int64
 	hooks := &testHooks{f: func(p hookPoint) error {
 		if p != hookBetweenStatements || killed != 0 {
@@ -229,20 +239,8 @@ func rowLockHolder(db *sql.DB, schema, table string, id int) (int64, error) {
 // one transaction; a crash between two of them leaves neither in the fallback (nothing
 // of the round is visible), and the restarted applier applies both, once.
 func TestCrashBetweenStatementsLeavesNeither(t *testing.T) {
-	down := testenv.Downstream(t)
-	f := newFeed(t, 1)
+	down, cfg, t1 := oneTransactionOfThreeStatements(t)
 	s := down.Name
-	exec(t, down.DB, "CREATE TABLE kv (id BIGINT PRIMARY KEY, v VARCHAR(32))")
-	exec(t, down.DB, "CREATE TABLE kv2 (id BIGINT PRIMARY KEY, v VARCHAR(32))")
-	t1 := f.next()
-	f.rows(0,
-		ins(t1, s, "kv", ci("id", 1, pk), cs("v", "a")),
-		ins(t1, s, "kv", ci("id", 2, pk), cs("v", "b")),
-		ins(t1, s, "kv2", ci("id", 1, pk), cs("v", "c")),
-	)
-	f.resolved(t1)
-	cfg := testConfig(t, f, down)
-	cfg.Applier.Workers, cfg.Applier.BatchRows = 1, 1 // one transaction of three statements
 	run := start(t, cfg, crashAt(hookBetweenStatements))
 	if err := run.result(t); !errors.Is(err, errCrash) {
 		t.Fatalf("first run: %v, want the simulated crash", err)
