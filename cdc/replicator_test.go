@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
+
 	"github.com/tidb-parity/parity/cdc/open"
 	"github.com/tidb-parity/parity/internal/ident"
 	"github.com/tidb-parity/parity/internal/testenv"
@@ -152,14 +154,26 @@ func oneTransactionOfThreeStatements(t *testing.T) (down *testenv.DB, cfg Config
 func TestConnectionLostMidTransactionReplays(t *testing.T) {
 	down, cfg, t1 := oneTransactionOfThreeStatements(t)
 	s := down.Name
+	// The replicator connects as a user of its own, which tells its connections apart
+	// from the other tests' on the shared server.
+	user := testenv.UniqueName("pk")
+	account := "'" + user + "'@'127.0.0.1'"
+	exec(t, down.DB, "CREATE USER "+account+" IDENTIFIED BY 'pk'")
+	t.Cleanup(func() { _, _ = down.Exec("DROP USER IF EXISTS " + account) })
+	exec(t, down.DB, "GRANT ALL PRIVILEGES ON *.* TO "+account)
+	own, err := mysql.ParseDSN(down.Root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	own.User, own.Passwd = user, "pk"
+	cfg.Downstream.DSN = own.FormatDSN()
 	var killed int64
 	hooks := &testHooks{f: func(p hookPoint) error {
 		if p != hookBetweenStatements || killed != 0 {
 			return nil
 		}
-		// The first statement wrote kv's row 1 in the worker's open transaction: the
-		// connection holding that row's lock is the worker's.
-		id, err := rowLockHolder(down.DB, s, "kv", 1)
+		// The first statement wrote kv's row 1 in the worker's open transaction.
+		id, err := writingConnection(down.DB, user)
 		if err != nil {
 			return err
 		}
@@ -181,56 +195,41 @@ func TestConnectionLostMidTransactionReplays(t *testing.T) {
 	}
 }
 
-// rowLockHolder returns the connection id of the transaction that holds the lock of
-// schema.table's row id: another connection asks for that lock, and the server's lock
-// waits name the transaction it waits for.
-func rowLockHolder(db *sql.DB, schema, table string, id int) (int64, error) {
+// writingConnection returns the id of the one connection of user whose transaction has
+// written rows, as the server lists its connections and its transactions (the latter
+// refreshed at most every 100 ms, hence the polling).
+func writingConnection(db *sql.DB, user string) (int64, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	conn, err := db.Conn(ctx)
-	if err != nil {
-		return 0, err
-	}
-	defer conn.Close()
-	var waiter int64
-	if err := conn.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&waiter); err != nil {
-		return 0, err
-	}
-	if _, err := conn.ExecContext(ctx, "SET SESSION innodb_lock_wait_timeout = 5"); err != nil {
-		return 0, err
-	}
-	wctx, wcancel := context.WithCancel(ctx)
-	waited := make(chan error, 1)
-	go func() {
-		_, err := conn.ExecContext(wctx, "SELECT id FROM "+ident.Table(schema, table)+" WHERE id = ? FOR UPDATE", id)
-		waited <- err
-	}()
-	returned := false // the waiter's statement ended and was received
-	defer func() {
-		wcancel()
-		if !returned {
-			<-waited
-		}
-	}()
 	for {
-		var holder int64
-		err := db.QueryRowContext(ctx, `SELECT b.trx_mysql_thread_id FROM information_schema.INNODB_LOCK_WAITS w
-			JOIN information_schema.INNODB_TRX b ON b.trx_id = w.blocking_trx_id
-			JOIN information_schema.INNODB_TRX r ON r.trx_id = w.requesting_trx_id
-			WHERE r.trx_mysql_thread_id = ?`, waiter).Scan(&holder)
+		var ids []int64
+		rows, err := db.QueryContext(ctx, `SELECT p.ID FROM information_schema.PROCESSLIST p
+			JOIN information_schema.INNODB_TRX x ON x.trx_mysql_thread_id = p.ID
+			WHERE p.USER = ? AND x.trx_rows_modified > 0`, user)
+		if err != nil {
+			return 0, fmt.Errorf("reading the connections and transactions: %w", err)
+		}
+		for rows.Next() {
+			var id int64
+			if err := rows.Scan(&id); err != nil {
+				rows.Close()
+				return 0, err
+			}
+			ids = append(ids, id)
+		}
+		if err := rows.Close(); err != nil {
+			return 0, err
+		}
 		switch {
-		case err == nil:
-			return holder, nil
-		case !errors.Is(err, sql.ErrNoRows):
-			return 0, fmt.Errorf("reading the lock waits: %w", err)
+		case len(ids) == 1:
+			return ids[0], nil
+		case len(ids) > 1:
+			return 0, fmt.Errorf("connections %v of %s all have written transactions, want one", ids, user)
 		}
 		select {
-		case err := <-waited:
-			returned = true
-			return 0, fmt.Errorf("the lock of %s row %d was free (%v): no transaction holds it", table, id, err)
 		case <-ctx.Done():
-			return 0, fmt.Errorf("no lock wait on %s row %d within 10s", table, id)
-		case <-time.After(10 * time.Millisecond):
+			return 0, fmt.Errorf("no connection of %s with a written transaction within 10s", user)
+		case <-time.After(20 * time.Millisecond):
 		}
 	}
 }
