@@ -122,6 +122,12 @@ func watchStatus(cmd *cobra.Command, cf *clientFlags, interval time.Duration, bo
 		if ctx.Err() != nil || errors.Is(err, io.EOF) {
 			return nil // interrupted, --timeout passed, or the daemon stopped
 		}
+		// --timeout passed, and the daemon, which was given the same deadline, ended
+		// the stream first: gRPC reports that as DeadlineExceeded as soon as the
+		// deadline is past, before ctx's own timer has marked ctx done.
+		if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+			return nil
+		}
 		return callErr("WatchStatus", err)
 	}
 	stream, err := c.WatchStatus(sctx, &parityv1.WatchStatusRequest{Interval: durOrNil(interval)})
