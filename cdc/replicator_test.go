@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
-
 	"github.com/tidb-parity/parity/cdc/open"
 	"github.com/tidb-parity/parity/internal/ident"
 	"github.com/tidb-parity/parity/internal/testenv"
@@ -156,24 +154,15 @@ func TestConnectionLostMidTransactionReplays(t *testing.T) {
 	s := down.Name
 	// The replicator connects as a user of its own, which tells its connections apart
 	// from the other tests' on the shared server.
-	user := testenv.UniqueName("pk")
-	account := "'" + user + "'@'127.0.0.1'"
-	exec(t, down.DB, "CREATE USER "+account+" IDENTIFIED BY 'pk'")
-	t.Cleanup(func() { _, _ = down.Exec("DROP USER IF EXISTS " + account) })
-	exec(t, down.DB, "GRANT ALL PRIVILEGES ON *.* TO "+account)
-	own, err := mysql.ParseDSN(down.Root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	own.User, own.Passwd = user, "pk"
-	cfg.Downstream.DSN = own.FormatDSN()
+	user := testenv.NewUser(t, down.Root, "pk")
+	cfg.Downstream.DSN = user.DSN
 	var killed int64
 	hooks := &testHooks{f: func(p hookPoint) error {
 		if p != hookBetweenStatements || killed != 0 {
 			return nil
 		}
 		// The first statement wrote kv's row 1 in the worker's open transaction.
-		id, err := writingConnection(down.DB, user)
+		id, err := writingConnection(down.DB, user.Name)
 		if err != nil {
 			return err
 		}

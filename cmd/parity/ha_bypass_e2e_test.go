@@ -13,8 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
-
 	parityv1 "github.com/tidb-parity/parity/api/parity/v1"
 	"github.com/tidb-parity/parity/internal/bypasslog"
 	"github.com/tidb-parity/parity/internal/ident"
@@ -124,20 +122,7 @@ func TestBypassUnderStandby(t *testing.T) {
 	ctx := t.Context()
 
 	// The daemons' own fallback user: its binlog privilege is revoked below.
-	root, err := mysql.ParseDSN(testenv.Require(t, testenv.EnvDownstream))
-	if err != nil {
-		t.Fatal(err)
-	}
-	user := testenv.UniqueName("pb")
-	account := "'" + user + "'@'127.0.0.1'"
-	for _, q := range []string{"CREATE USER " + account + " IDENTIFIED BY 'pb'", "GRANT ALL PRIVILEGES ON *.* TO " + account} {
-		if _, err := e.down.ExecContext(ctx, q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
-	t.Cleanup(func() { _, _ = e.down.Exec("DROP USER IF EXISTS " + account) })
-	own := *root
-	own.User, own.Passwd = user, "pb"
+	own := testenv.NewUser(t, testenv.Require(t, testenv.EnvDownstream), "pb")
 	line := fmt.Sprintf("[downstream]\ndsn = %q\n", testenv.Require(t, testenv.EnvDownstream))
 	if !strings.Contains(e.base, line) {
 		t.Fatalf("the daemons' config has no %q:\n%s", line, e.base)
@@ -145,7 +130,7 @@ func TestBypassUnderStandby(t *testing.T) {
 	var sid [4]byte
 	_, _ = rand.Read(sid[:])
 	serverID := 100000 + binary.LittleEndian.Uint32(sid[:])%1000000000
-	e.base = strings.Replace(e.base, line, fmt.Sprintf("[downstream]\ndsn = %q\n", own.FormatDSN()), 1) +
+	e.base = strings.Replace(e.base, line, fmt.Sprintf("[downstream]\ndsn = %q\n", own.DSN), 1) +
 		fmt.Sprintf("[bypass]\nenabled = true\nserver-id = %d\nschemas = [%q]\nreconnect-backoff = \"500ms\"\n", serverID, e.db)
 
 	reading := func(p *haProc) func() bool {
@@ -306,10 +291,10 @@ func TestBypassUnderStandby(t *testing.T) {
 
 	// The binlog privilege revoked and the detector's connection killed: it cannot read
 	// again, and its lag grows.
-	if _, err := e.down.ExecContext(ctx, "REVOKE REPLICATION SLAVE ON *.* FROM "+account); err != nil {
+	if _, err := e.down.ExecContext(ctx, "REVOKE REPLICATION SLAVE ON *.* FROM "+own.Account); err != nil {
 		t.Fatal(err)
 	}
-	dumps := queryColumn(t, e.down, "SELECT id FROM information_schema.processlist WHERE user = '"+user+"' AND command LIKE 'Binlog Dump%'")
+	dumps := queryColumn(t, e.down, "SELECT id FROM information_schema.processlist WHERE user = '"+own.Name+"' AND command LIKE 'Binlog Dump%'")
 	if len(dumps) != 1 {
 		t.Fatalf("%d binlog dump connections of the daemons' user, want 1 (d2's)", len(dumps))
 	}
@@ -339,7 +324,7 @@ func TestBypassUnderStandby(t *testing.T) {
 		t.Fatalf("a detector that cannot read: lag %.1f then %.1f s, up %s, /status %+v; want the lag growing with time", l1, l2, up2, b)
 	}
 	// Granted again: it reconnects, reads what it missed and catches up.
-	if _, err := e.down.ExecContext(ctx, "GRANT REPLICATION SLAVE ON *.* TO "+account); err != nil {
+	if _, err := e.down.ExecContext(ctx, "GRANT REPLICATION SLAVE ON *.* TO "+own.Account); err != nil {
 		t.Fatal(err)
 	}
 	granted := time.Now()

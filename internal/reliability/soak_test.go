@@ -78,11 +78,10 @@ func TestSoakServe(t *testing.T) {
 	bin := buildParity(t)
 
 	// A user of its own, so its connections can be counted in PROCESSLIST.
-	user := testenv.UniqueName("soak")
+	own := testenv.NewUser(t, downDSN, "soak")
+	user := own.Name
 	down := openSchema(t, downDSN, "")
-	mustExec(t, down, "CREATE USER '"+user+"'@'127.0.0.1' IDENTIFIED BY 'soak'", "GRANT ALL PRIVILEGES ON *.* TO '"+user+"'@'127.0.0.1'")
-	t.Cleanup(func() { _, _ = down.Exec("DROP USER IF EXISTS '" + user + "'@'127.0.0.1'") })
-	serveDown := strings.Replace(downDSN, "root@", user+":soak@", 1)
+	serveDown := own.DSN
 
 	topic := testenv.NewTopic(t, "soak", 3)
 	lc := loadConfig(t, upDSN, downDSN, broker, topic, 50, 31)

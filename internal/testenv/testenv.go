@@ -353,3 +353,33 @@ func TiDBTSO(t testing.TB, db *sql.DB) uint64 {
 	}
 	return ts
 }
+
+// User is an account created for one test (NewUser).
+type User struct {
+	Name    string // the user name, as PROCESSLIST's USER shows it
+	Account string // 'name'@'127.0.0.1', quoted for GRANT and REVOKE
+	DSN     string // the server's DSN (NewUser's root) as this user
+}
+
+// NewUser creates an account of its own on the server of root (a DSN allowed to create
+// users), named prefix_<random>@127.0.0.1 with every privilege, and drops it when the
+// test ends. Its connections are told apart from every other test's in PROCESSLIST.
+func NewUser(t testing.TB, root, prefix string) User {
+	t.Helper()
+	cfg, err := mysql.ParseDSN(root)
+	if err != nil {
+		t.Fatalf("parse %s: %v", root, err)
+	}
+	name := UniqueName(prefix)
+	account := "'" + name + "'@'127.0.0.1'"
+	if err := execSQL(root, "CREATE USER "+account+" IDENTIFIED BY '"+prefix+"'", "GRANT ALL PRIVILEGES ON *.* TO "+account); err != nil {
+		t.Fatalf("creating the user %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		if err := execSQL(root, "DROP USER IF EXISTS "+account); err != nil {
+			t.Logf("dropping the user %s: %v", name, err)
+		}
+	})
+	cfg.User, cfg.Passwd = name, prefix
+	return User{Name: name, Account: account, DSN: cfg.FormatDSN()}
+}
