@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -215,7 +216,7 @@ func (be *benchEnv) writeConfig(tb testing.TB) {
 		level = "debug"
 	}
 	cfg := be.configTOML(filepath.Join(filepath.Dir(be.configPath), "spill"), level, "",
-		fmt.Sprintf("workers = %d\nbatch-rows = %d\nledger = %t\n%s%s", benchWorkers, benchBatchRows, !be.noLedger, benchTxnRowsKey(), benchMemoryKey()),
+		fmt.Sprintf("workers = %d\nbatch-rows = %d\nledger = %t\n%s%s", benchWorkers, benchApplierBatchRows(), !be.noLedger, benchTxnRowsKey(), benchMemoryKey()),
 		fmt.Sprintf("pprof = %t\n", os.Getenv("PARITY_BENCH_PPROF") != ""))
 	if os.Getenv("PARITY_BENCH_HA") != "" {
 		// The applier fenced by a lease (docs/reliability.md): every write transaction
@@ -500,6 +501,15 @@ func benchTxnRowsKey() string {
 		return "txn-rows = " + v + "\n"
 	}
 	return ""
+}
+
+// benchApplierBatchRows is applier.batch-rows: PARITY_BENCH_BATCH_ROWS, or benchBatchRows
+// (the raw arm's rows per INSERT, which the variable does not change).
+func benchApplierBatchRows() int {
+	if v, err := strconv.Atoi(os.Getenv("PARITY_BENCH_BATCH_ROWS")); err == nil && v > 0 {
+		return v
+	}
+	return benchBatchRows
 }
 
 // benchMemoryKey sets applier.memory-bytes from PARITY_BENCH_MEMORY_BYTES ("" keeps the
