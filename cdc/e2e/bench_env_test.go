@@ -15,7 +15,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -216,7 +215,7 @@ func (be *benchEnv) writeConfig(tb testing.TB) {
 		level = "debug"
 	}
 	cfg := be.configTOML(filepath.Join(filepath.Dir(be.configPath), "spill"), level, "",
-		fmt.Sprintf("workers = %d\nbatch-rows = %d\nledger = %t\n%s%s", benchWorkers, benchApplierBatchRows(), !be.noLedger, benchTxnRowsKey(), benchMemoryKey()),
+		fmt.Sprintf("workers = %d\nledger = %t\n%s%s%s", benchWorkers, !be.noLedger, benchBatchRowsKey(), benchTxnRowsKey(), benchMemoryKey()),
 		fmt.Sprintf("pprof = %t\n", os.Getenv("PARITY_BENCH_PPROF") != ""))
 	if os.Getenv("PARITY_BENCH_HA") != "" {
 		// The applier fenced by a lease (docs/reliability.md): every write transaction
@@ -503,13 +502,14 @@ func benchTxnRowsKey() string {
 	return ""
 }
 
-// benchApplierBatchRows is applier.batch-rows: PARITY_BENCH_BATCH_ROWS, or benchBatchRows
-// (the raw arm's rows per INSERT, which the variable does not change).
-func benchApplierBatchRows() int {
-	if v, err := strconv.Atoi(os.Getenv("PARITY_BENCH_BATCH_ROWS")); err == nil && v > 0 {
-		return v
+// benchBatchRowsKey sets applier.batch-rows from PARITY_BENCH_BATCH_ROWS, or to
+// benchBatchRows (the raw arm's rows per INSERT, which the variable does not change). A
+// value serve cannot take fails its start with the key's name, as the keys below do.
+func benchBatchRowsKey() string {
+	if v := os.Getenv("PARITY_BENCH_BATCH_ROWS"); v != "" {
+		return "batch-rows = " + v + "\n"
 	}
-	return benchBatchRows
+	return fmt.Sprintf("batch-rows = %d\n", benchBatchRows)
 }
 
 // benchMemoryKey sets applier.memory-bytes from PARITY_BENCH_MEMORY_BYTES ("" keeps the
