@@ -368,7 +368,7 @@ func NewUser(t testing.TB, root, prefix string) User {
 	t.Helper()
 	cfg, err := mysql.ParseDSN(root)
 	if err != nil {
-		t.Fatalf("parse %s: %v", root, err)
+		t.Fatalf("NewUser: the root DSN: %v", err) // not the DSN itself: it may hold a password
 	}
 	name := UniqueName(prefix)
 	account := "'" + name + "'@'127.0.0.1'"
