@@ -63,7 +63,10 @@ type applier struct {
 	round [3]atomic.Int64
 	ctr   *counters
 
-	tables *tableInfos  // downstream tables: unique indexes, key collations
+	tables *tableInfos // downstream tables: unique indexes, key collations
+	// load is true when upserts may be written as LOAD DATA (applier.load-data and the
+	// fallback's local_infile; load.go).
+	load   bool
 	seed   maphash.Seed // for hashKey
 	texts  []stmtTexts  // per worker, kept between rounds (apply_write.go)
 	chunks chan []op    // op chunks workers have finished with, for producers to fill again
@@ -91,6 +94,7 @@ type op struct {
 	del           bool
 	mode          writeMode
 	cols          []open.Column // upsert: the row to write; delete: the handle columns
+	info          *tableInfo    // upsert: the downstream table (nil when it has none)
 	unit          *keylessUnit
 	// fence asks the worker to write everything it was sent so far, then to send on
 	// fence (see produce).
@@ -478,7 +482,7 @@ func (a *applier) produce(ctx context.Context, tb *tableBuf, target uint64, chan
 			if err != nil {
 				return err
 			}
-			if err := send(w, op{schema: schema, table: table, mode: m, cols: cols}); err != nil {
+			if err := send(w, op{schema: schema, table: table, mode: m, cols: cols, info: info}); err != nil {
 				return err
 			}
 		}

@@ -7,7 +7,9 @@ package cdc
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"unsafe"
 
 	"github.com/tidb-parity/parity/cdc/open"
@@ -19,6 +21,8 @@ type batch struct {
 	schema, table string
 	del           bool
 	mode          writeMode
+	info          *tableInfo // the downstream table of upserts (nil: none)
+	load          bool       // written by LOAD DATA (load.go)
 	rows          [][]open.Column
 	bytes         int
 }
@@ -101,7 +105,15 @@ func (a *applier) worker(ctx context.Context, ch <-chan []op, writer string, tex
 			what = fmt.Sprintf("%s and %d more statement(s)", what, len(txn)-1)
 		}
 		err := a.retry(ctx, what, func(ctx context.Context) error {
-			return a.meta.execMarked(ctx, a.db, writer, txn, between)
+			err := a.meta.execMarked(ctx, a.db, writer, txn, between)
+			var lw *errLoadWarnings
+			if errors.As(err, &lw) {
+				// Rolled back: the same rows again, as INSERT statements (load.go).
+				a.log.Warn("LOAD DATA left warnings; the table's rows are written with INSERT from now on", "table", lw.table, "warnings", lw.warnings)
+				txn = asInserts(txn, texts)
+				err = a.meta.execMarked(ctx, a.db, writer, txn, between)
+			}
+			return err
 		})
 		if err != nil {
 			return err
@@ -120,12 +132,19 @@ func (a *applier) worker(ctx context.Context, ch <-chan []op, writer string, tex
 		}
 		var q []byte
 		var args []any
-		if b.del {
+		switch {
+		case b.del:
 			q, args = appendDeleteByHandle(texts.get(), b.schema, b.table, b.rows)
-		} else {
+		case b.load:
+			// The rows stay referenced until the commit, to be written with INSERT
+			// should the load leave warnings.
+			txn = append(txn, newLoadStmt(b.schema, b.table, b.mode, b.info, slices.Clone(b.rows), appendLoadData(texts.get(), b.rows)))
+		default:
 			q, args = appendUpsert(texts.get(), b.schema, b.table, b.rows, b.mode)
 		}
-		txn = append(txn, txnStmt{table: ident.Table(b.schema, b.table), q: texts.str(q), args: args, text: q})
+		if q != nil {
+			txn = append(txn, txnStmt{table: ident.Table(b.schema, b.table), q: texts.str(q), args: args, text: q})
+		}
 		txnRows, txnBytes = txnRows+len(b.rows), txnBytes+b.bytes
 		clear(b.rows)
 		b.rows = b.rows[:0]
@@ -169,14 +188,20 @@ func (a *applier) worker(ctx context.Context, ch <-chan []op, writer string, tex
 			}
 			last = b
 		}
-		if len(b.rows) > 0 && (b.del != o.del || b.mode != o.mode ||
-			!sameNames(b.rows[0], o.cols) || len(b.rows) >= a.cfg.Applier.BatchRows || b.bytes >= maxStatementBytes) {
+		maxRows := a.cfg.Applier.BatchRows
+		if b.load {
+			maxRows = a.cfg.Applier.LoadRows
+		}
+		if len(b.rows) > 0 && (b.del != o.del || b.mode != o.mode || b.info != o.info ||
+			!sameNames(b.rows[0], o.cols) || len(b.rows) >= maxRows || b.bytes >= maxStatementBytes ||
+			b.load && !loadValues(o.cols)) { // a row LOAD DATA cannot write starts an INSERT
 			if err := flush(b); err != nil {
 				return err
 			}
 		}
 		if len(b.rows) == 0 {
-			b.del, b.mode = o.del, o.mode
+			b.del, b.mode, b.info = o.del, o.mode, o.info
+			b.load = a.load && !o.del && loadColumns(o.info, o.mode, o.cols) && loadValues(o.cols)
 		}
 		b.rows = append(b.rows, o.cols)
 		b.bytes += rowBytes(o.cols)

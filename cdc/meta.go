@@ -379,7 +379,8 @@ type txnStmt struct {
 	table string
 	q     string
 	args  []any
-	text  []byte // q's bytes when they belong to an apply worker's stmtTexts
+	text  []byte    // q's bytes (or load's file) when they belong to an apply worker's stmtTexts
+	load  *loadData // a LOAD DATA statement (load.go); nil for others
 }
 
 // execMarked runs stmts in one transaction that writer's marker opens (after the lease's
@@ -398,8 +399,13 @@ func (m *meta) execMarked(ctx context.Context, db *sql.DB, writer string, stmts 
 	if err := m.mark(ctx, tx, writer); err != nil {
 		return err
 	}
-	for i, s := range stmts {
-		if _, err := tx.ExecContext(ctx, s.q, s.args...); err != nil {
+	for i := range stmts {
+		s := &stmts[i]
+		if s.load != nil {
+			if err := execLoad(ctx, tx, s); err != nil {
+				return err
+			}
+		} else if _, err := tx.ExecContext(ctx, s.q, s.args...); err != nil {
 			return fmt.Errorf("%s: %w", s.table, err)
 		}
 		if between != nil && i < len(stmts)-1 {

@@ -346,6 +346,18 @@ func (r *Replicator) runOnce(ctx context.Context, epoch uint64, started func()) 
 		applied: saved.appliedTs, startTs: saved.appliedTs, ddlDone: saved.ddlApplied,
 		simple: sdec,
 	}
+	if cfg.Applier.LoadData {
+		lctx, cancel := context.WithTimeout(ctx, cfg.Applier.QueryTimeout)
+		on, err := localInfile(lctx, applyDB)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("connecting to the downstream: %w", err)
+		}
+		c.ap.load = on
+		if !on {
+			r.log.Info("the downstream's local_infile is OFF: rows are written with INSERT statements (applier.load-data)")
+		}
+	}
 	r.apply.Store(c.ap)
 	defer r.apply.Store(nil) // before applyDB closes
 	for _, pk := range parts {

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/tidb-parity/parity/cdc/open"
 	"github.com/tidb-parity/parity/internal/rowkey"
@@ -27,6 +28,15 @@ type tableInfo struct {
 	// classes gives the rowkey class of each column by lower-cased name (column names
 	// are case-insensitive); a column missing here is Opaque when it holds text.
 	classes map[string]rowkey.Class
+	// loadable tells, by lower-cased name, the columns whose type LOAD DATA reads as
+	// INSERT reads their literals (load.go).
+	loadable map[string]bool
+	// triggers is true when the downstream table has triggers: its upserts are then
+	// never written as LOAD DATA ... REPLACE (a trigger would see deletes).
+	triggers bool
+	// noLoad is set once a LOAD DATA of the table left warnings: its rows are written
+	// with INSERT until the next DDL reads the table again.
+	noLoad atomic.Bool
 }
 
 // otherUnique reports whether the table has a unique index other than the one on the
@@ -123,21 +133,22 @@ func (ti *tableInfos) forget() {
 // loadTableInfo reads a table's unique indexes and column collations from the
 // downstream's information_schema.
 func loadTableInfo(ctx context.Context, db *sql.DB, schema, table string) (*tableInfo, error) {
-	t := &tableInfo{classes: map[string]rowkey.Class{}}
+	t := &tableInfo{classes: map[string]rowkey.Class{}, loadable: map[string]bool{}}
 	rows, err := db.QueryContext(ctx,
-		"SELECT COLUMN_NAME, COALESCE(COLLATION_NAME, '') FROM information_schema.COLUMNS WHERE TABLE_SCHEMA=? AND TABLE_NAME=?",
+		"SELECT COLUMN_NAME, COALESCE(COLLATION_NAME, ''), DATA_TYPE FROM information_schema.COLUMNS WHERE TABLE_SCHEMA=? AND TABLE_NAME=?",
 		schema, table)
 	if err != nil {
 		return nil, fmt.Errorf("reading the columns of %s.%s: %w", schema, table, err)
 	}
 	defer rows.Close()
 	for rows.Next() {
-		var name, coll string
-		if err := rows.Scan(&name, &coll); err != nil {
+		var name, coll, typ string
+		if err := rows.Scan(&name, &coll, &typ); err != nil {
 			return nil, fmt.Errorf("reading the columns of %s.%s: %w", schema, table, err)
 		}
 		t.exists = true
 		t.classes[strings.ToLower(name)] = rowkey.ClassOf(coll)
+		t.loadable[strings.ToLower(name)] = loadType(typ)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("reading the columns of %s.%s: %w", schema, table, err)
@@ -145,6 +156,12 @@ func loadTableInfo(ctx context.Context, db *sql.DB, schema, table string) (*tabl
 	if !t.exists {
 		return t, nil
 	}
+	var triggers int
+	if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.TRIGGERS WHERE EVENT_OBJECT_SCHEMA=? AND EVENT_OBJECT_TABLE=?",
+		schema, table).Scan(&triggers); err != nil {
+		return nil, fmt.Errorf("reading the triggers of %s.%s: %w", schema, table, err)
+	}
+	t.triggers = triggers > 0
 	// Index columns in the table's column order, as TiCDC lists a row's handle columns.
 	// Both sides of the join name the table with constants: MariaDB reads only that
 	// table's definition for each. Joined on s's columns, it filled COLUMNS from every
