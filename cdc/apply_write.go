@@ -110,6 +110,7 @@ func (a *applier) worker(ctx context.Context, ch <-chan []op, writer string, tex
 			if errors.As(err, &lw) {
 				// Rolled back: the same rows again, as INSERT statements (load.go).
 				a.log.Warn("LOAD DATA left warnings; the table's rows are written with INSERT from now on", "table", lw.table, "warnings", lw.warnings)
+				a.ctr.loadFallbacks.Add(1)
 				txn = asInserts(txn, texts)
 				err = a.meta.execMarked(ctx, a.db, writer, txn, between)
 			}
@@ -120,6 +121,9 @@ func (a *applier) worker(ctx context.Context, ch <-chan []op, writer string, tex
 		}
 		a.rows.Add(int64(txnRows))
 		for i := range txn {
+			if txn[i].load != nil {
+				a.ctr.loads.Add(1)
+			}
 			texts.put(txn[i].text)
 		}
 		clear(txn)

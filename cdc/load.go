@@ -36,11 +36,13 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/go-sql-driver/mysql"
 
@@ -129,8 +131,12 @@ var loadEscapes = [256]byte{'\\': '\\', '\t': 't', '\n': 'n', '\r': 'r', 0: '0'}
 
 // appendLoadField appends s escaped for FIELDS ESCAPED BY '\'.
 func appendLoadField(dst []byte, s string) []byte {
+	i := loadEscapeIndex(s)
+	if i < 0 {
+		return append(dst, s...)
+	}
 	start := 0
-	for i := 0; i < len(s); i++ {
+	for ; i < len(s); i++ {
 		if e := loadEscapes[s[i]]; e != 0 {
 			dst = append(dst, s[start:i]...)
 			dst = append(dst, '\\', e)
@@ -138,6 +144,31 @@ func appendLoadField(dst []byte, s string) []byte {
 		}
 	}
 	return append(dst, s[start:]...)
+}
+
+// loadEscapeIndex returns the index of s's first byte that needs an escape, or -1. It
+// reads 8 bytes at a time: a field is mostly text without any (a byte-by-byte loop was
+// 12 % of serve's CPU in the big-transaction benchmark).
+func loadEscapeIndex(s string) int {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	i := 0
+	if len(s) >= 8 {
+		b := unsafe.Slice(unsafe.StringData(s), len(s))
+		for ; i+8 <= len(b); i += 8 {
+			x := binary.LittleEndian.Uint64(b[i:])
+			bs := x ^ (ones * '\\')
+			// A byte below 0x20 (every escaped byte but the backslash) or a backslash.
+			if ((x-ones*0x20)&^x|(bs-ones)&^bs)&highs != 0 {
+				break
+			}
+		}
+	}
+	for ; i < len(s); i++ {
+		if loadEscapes[s[i]] != 0 {
+			return i
+		}
+	}
+	return -1
 }
 
 // loadNames numbers the readers registered with the driver (process-wide: several

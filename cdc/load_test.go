@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"strings"
 	"testing"
 
@@ -35,6 +36,45 @@ func TestAppendLoadField(t *testing.T) {
 	}
 	if got, want := string(appendLoadData(nil, rows)), "-1\t\\N\t9223372036854775808\n2\tx\\ty\t\\N\n"; got != want {
 		t.Errorf("appendLoadData = %q, want %q", got, want)
+	}
+}
+
+// TestAppendLoadFieldReference compares appendLoadField with the plainest escaper over
+// random strings dense in the bytes around the escaped ones, at every alignment.
+func TestAppendLoadFieldReference(t *testing.T) {
+	ref := func(s string) string {
+		var b strings.Builder
+		for i := 0; i < len(s); i++ {
+			switch c := s[i]; c {
+			case '\\':
+				b.WriteString(`\\`)
+			case '\t':
+				b.WriteString(`\t`)
+			case '\n':
+				b.WriteString(`\n`)
+			case '\r':
+				b.WriteString(`\r`)
+			case 0:
+				b.WriteString(`\0`)
+			default:
+				b.WriteByte(c)
+			}
+		}
+		return b.String()
+	}
+	alphabet := []byte{0, 1, '\t', '\n', '\r', 0x1f, ' ', '!', '[', '\\', ']', 'a', 0x7f, 0x80, 0xdc, 0xff}
+	r := rand.New(rand.NewPCG(1, 2))
+	for n := 0; n < 20000; n++ {
+		b := make([]byte, r.IntN(40))
+		for i := range b {
+			b[i] = 'x'
+			if r.IntN(8) == 0 {
+				b[i] = alphabet[r.IntN(len(alphabet))]
+			}
+		}
+		if got, want := string(appendLoadField([]byte("p"), string(b))), "p"+ref(string(b)); got != want {
+			t.Fatalf("appendLoadField(%q) = %q, want %q", b, got, want)
+		}
 	}
 }
 
@@ -142,13 +182,19 @@ func TestLoadDataEqualsInsert(t *testing.T) {
 	p := k.start(rows("via_load", 0)...)
 	p.ap.load = true
 	p.round(20, true)
-	loads := comLoad(t, k.down.DB) - before
-	if loads < 5 { // 16 rows in loads of at most 3, then the rows of ts 20
-		t.Fatalf("the server ran %d LOAD DATA statements, want at least 5", loads)
+	loads := p.ap.ctr.loads.Load()
+	if loads < 5 { // 15 rows in loads of at most 3, and the rows written again
+		t.Fatalf("%d LOAD DATA statements committed, want at least 5", loads)
+	}
+	if n := comLoad(t, k.down.DB) - before; n < loads {
+		t.Fatalf("the server counted %d LOAD DATA statements, the applier %d", n, loads)
 	}
 	p = k.start(rows("via_insert", 100)...)
 	p.ap.load = false
 	p.round(120, true)
+	if n := p.ap.ctr.loads.Load(); n != 0 {
+		t.Fatalf("applier.load-data off: %d LOAD DATA statements", n)
+	}
 
 	cols := "id, s, c, tx, d, dt, ts, tm, da, u, ti"
 	var diff int
@@ -307,6 +353,9 @@ func TestLoadDataWarningsFallBackToInsert(t *testing.T) {
 	}
 	if !info.noLoad.Load() {
 		t.Fatal("the table is still loaded after its load left warnings")
+	}
+	if n := p.ap.ctr.loadFallbacks.Load(); n != 1 {
+		t.Fatalf("%d load fallbacks counted, want 1", n)
 	}
 
 	// Strict: the load's own error, as INSERT's would be.

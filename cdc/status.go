@@ -53,6 +53,11 @@ type Status struct {
 	// statements, UpstreamRetries of the upstream row reads.
 	DownstreamRetries int64 `json:"downstream_retries"`
 	UpstreamRetries   int64 `json:"upstream_retries"`
+	// LoadStatements counts the LOAD DATA statements committed (applier.load-data);
+	// LoadFallbacks the transactions written again with INSERT because a load left
+	// warnings (each also turns LOAD DATA off for its table until the next DDL).
+	LoadStatements int64 `json:"load_statements"`
+	LoadFallbacks  int64 `json:"load_fallbacks"`
 	// RowsFetched counts handle-key-only events completed from the upstream.
 	RowsFetched int64 `json:"rows_fetched_upstream"`
 	// Rounds is how long each apply round took: rows up to a resolved ts (and the DDLs
@@ -141,6 +146,7 @@ type counters struct {
 	byOp                            [3]atomic.Int64 // by open.Op - 1: insert, update, delete
 	ddls, deadLetters, decodeErrors atomic.Int64
 	downRetries, upRetries          atomic.Int64
+	loads, loadFallbacks            atomic.Int64
 	fetched                         atomic.Int64
 
 	mu     sync.Mutex
@@ -204,6 +210,7 @@ func (c *counters) fill(st *Status) {
 	st.DDLsApplied, st.DeadLetters, st.DecodeErrors = c.ddls.Load(), c.deadLetters.Load(), c.decodeErrors.Load()
 	st.DownstreamRetries, st.UpstreamRetries = c.downRetries.Load(), c.upRetries.Load()
 	st.RowsFetched = c.fetched.Load()
+	st.LoadStatements, st.LoadFallbacks = c.loads.Load(), c.loadFallbacks.Load()
 	c.mu.Lock()
 	st.Rounds = c.rounds
 	st.Rounds.Counts = append([]uint64(nil), c.rounds.Counts...)

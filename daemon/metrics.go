@@ -50,6 +50,7 @@ type cdcCollector struct {
 	partResolved, partLag                            *prometheus.Desc
 	buffered, spilled, bufferedBytes, pendingDDLs    *prometheus.Desc
 	rows, ddls, deadLetters, decodeErrors, retries   *prometheus.Desc
+	loads                                            *prometheus.Desc
 	fetched, state, rounds                           *prometheus.Desc
 	haActive, haTakeovers, haEpoch                   *prometheus.Desc
 	csVerified, csWithout, csMismatches              *prometheus.Desc
@@ -81,6 +82,7 @@ func newCDCCollector(status func() cdc.Status) *cdcCollector {
 		deadLetters:   d("dead_letters_total", "Records copied to the dead letter table since start.", l),
 		decodeErrors:  d("decode_errors_total", "Kafka records that could not be decoded since start (each stops its partition, or is dead-lettered with applier.dead-letter).", l),
 		retries:       d("retries_total", "Transient errors retried since start, by target: downstream (the applier's statements) or upstream (row reads from TiDB).", []string{"changefeed", "target"}),
+		loads:         d("load_statements_total", "Upserts written as LOAD DATA since start (applier.load-data), by outcome: loaded, or fell_back (a load left warnings: its transaction was written again with INSERT, and the table is written with INSERT until the next DDL).", []string{"changefeed", "outcome"}),
 		fetched:       d("upstream_rows_fetched_total", "Handle-key-only row events completed by reading the row from the upstream TiDB since start.", l),
 		state:         d("applier_state", "The replicator's state: 1 for the current one of starting, running, stopped, failed; 0 for the others.", []string{"changefeed", "state"}),
 		rounds:        d("apply_round_duration_seconds", "How long each apply round took: the rows up to a resolved ts (and the DDLs due) applied and the checkpoint recorded.", l),
@@ -100,7 +102,7 @@ func newCDCCollector(status func() cdc.Status) *cdcCollector {
 func (c *cdcCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.checkpoint, c.checkpointLag, c.resolved, c.resolvedLag, c.partResolved,
 		c.partLag, c.buffered, c.spilled, c.bufferedBytes, c.pendingDDLs, c.rows, c.ddls, c.deadLetters, c.decodeErrors,
-		c.retries, c.fetched, c.state, c.rounds, c.haActive, c.haTakeovers, c.haEpoch, c.csVerified, c.csWithout, c.csMismatches} {
+		c.retries, c.loads, c.fetched, c.state, c.rounds, c.haActive, c.haTakeovers, c.haEpoch, c.csVerified, c.csWithout, c.csMismatches} {
 		ch <- d
 	}
 }
@@ -136,6 +138,8 @@ func (c *cdcCollector) Collect(ch chan<- prometheus.Metric) {
 	ctr(c.decodeErrors, st.DecodeErrors)
 	ctr(c.retries, st.DownstreamRetries, "downstream")
 	ctr(c.retries, st.UpstreamRetries, "upstream")
+	ctr(c.loads, st.LoadStatements, "loaded")
+	ctr(c.loads, st.LoadFallbacks, "fell_back")
 	ctr(c.fetched, st.RowsFetched)
 	for _, s := range cdc.States {
 		v := 0.0

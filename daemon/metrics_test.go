@@ -49,9 +49,9 @@ func TestCDCCollectorMetricsLint(t *testing.T) {
 	want := []string{"parity_cdc_applied_ddls_total", "parity_cdc_applied_rows_total", "parity_cdc_applier_state",
 		"parity_cdc_apply_round_duration_seconds", "parity_cdc_buffered_bytes", "parity_cdc_buffered_rows",
 		"parity_cdc_checkpoint_lag_seconds", "parity_cdc_checkpoint_ts_seconds", "parity_cdc_dead_letters_total",
-		"parity_cdc_decode_errors_total", "parity_cdc_kafka_lag_messages", "parity_cdc_partition_resolved_ts_seconds",
-		"parity_cdc_pending_ddls", "parity_cdc_resolved_lag_seconds", "parity_cdc_resolved_ts_seconds",
-		"parity_cdc_retries_total", "parity_cdc_spilled_rows", "parity_cdc_upstream_rows_fetched_total"}
+		"parity_cdc_decode_errors_total", "parity_cdc_kafka_lag_messages", "parity_cdc_load_statements_total",
+		"parity_cdc_partition_resolved_ts_seconds", "parity_cdc_pending_ddls", "parity_cdc_resolved_lag_seconds",
+		"parity_cdc_resolved_ts_seconds", "parity_cdc_retries_total", "parity_cdc_spilled_rows", "parity_cdc_upstream_rows_fetched_total"}
 	if !slices.Equal(names, want) {
 		t.Fatalf("metric families:\n got %q\nwant %q", names, want)
 	}

@@ -215,7 +215,7 @@ func (be *benchEnv) writeConfig(tb testing.TB) {
 		level = "debug"
 	}
 	cfg := be.configTOML(filepath.Join(filepath.Dir(be.configPath), "spill"), level, "",
-		fmt.Sprintf("workers = %d\nledger = %t\n%s%s%s", benchWorkers, !be.noLedger, benchBatchRowsKey(), benchTxnRowsKey(), benchMemoryKey()),
+		fmt.Sprintf("workers = %d\nledger = %t\n%s%s%s%s", benchWorkers, !be.noLedger, benchBatchRowsKey(), benchTxnRowsKey(), benchMemoryKey(), benchLoadDataKey()),
 		fmt.Sprintf("pprof = %t\n", os.Getenv("PARITY_BENCH_PPROF") != ""))
 	if os.Getenv("PARITY_BENCH_HA") != "" {
 		// The applier fenced by a lease (docs/reliability.md): every write transaction
@@ -517,6 +517,15 @@ func benchBatchRowsKey() string {
 func benchMemoryKey() string {
 	if v := os.Getenv("PARITY_BENCH_MEMORY_BYTES"); v != "" {
 		return "memory-bytes = " + v + "\n"
+	}
+	return ""
+}
+
+// benchLoadDataKey sets applier.load-data from PARITY_BENCH_LOAD_DATA ("" keeps the
+// default, true), so the INSERT statements it replaces are measured in the same binary.
+func benchLoadDataKey() string {
+	if v := os.Getenv("PARITY_BENCH_LOAD_DATA"); v != "" {
+		return "load-data = " + v + "\n"
 	}
 	return ""
 }
