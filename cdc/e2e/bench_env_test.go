@@ -91,6 +91,10 @@ func newFeed(tb testing.TB, broker, topic string, partitions int) *feed {
 	if err != nil {
 		tb.Fatal(err)
 	}
+	// A transport of its own: kafka-go's shared one keeps topic metadata for 6 s and
+	// answers "Unknown Topic Or Partition" for a topic created meanwhile, longer than
+	// writeRetry waits (BenchmarkApplierLedger failed so at c178d03).
+	tr := &kafka.Transport{}
 	w := &kafka.Writer{
 		Addr:         kafka.TCP(broker),
 		Topic:        topic,
@@ -99,8 +103,12 @@ func newFeed(tb testing.TB, broker, topic string, partitions int) *feed {
 		BatchBytes:   12 << 20,
 		BatchTimeout: time.Millisecond,
 		RequiredAcks: kafka.RequireAll,
+		Transport:    tr,
 	}
-	tb.Cleanup(func() { w.Close() })
+	tb.Cleanup(func() {
+		w.Close()
+		tr.CloseIdleConnections()
+	})
 	return &feed{w: w, partitions: partitions, disp: d, enc: enc}
 }
 
