@@ -363,6 +363,8 @@ type status struct {
 	AppliedLag float64 `json:"applied_lag_seconds"`
 	Rows       int64   `json:"rows_applied"`
 	Fetched    int64   `json:"rows_fetched_upstream"`
+	Loads      int64   `json:"load_statements"`
+	LoadBacks  int64   `json:"load_fallbacks"`
 	Partitions []struct {
 		Partition  int   `json:"partition"`
 		NextOffset int64 `json:"next_offset"`
