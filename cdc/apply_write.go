@@ -78,6 +78,17 @@ func (t *stmtTexts) str(b []byte) string {
 	return unsafe.String(unsafe.SliceData(b), len(b))
 }
 
+// stmt is a transaction's statement of table whose text q is in one of t's buffers.
+func (t *stmtTexts) stmt(schema, table string, q []byte, args []any) txnStmt {
+	return txnStmt{table: ident.Table(schema, table), q: t.str(q), args: args, text: q}
+}
+
+// upsert is the multi-row upsert of rows (appendUpsert) in one of t's buffers.
+func (t *stmtTexts) upsert(schema, table string, rows [][]open.Column, mode writeMode) txnStmt {
+	q, args := appendUpsert(t.get(), schema, table, rows, mode)
+	return t.stmt(schema, table, q, args)
+}
+
 func (a *applier) worker(ctx context.Context, ch <-chan []op, writer string, texts *stmtTexts) error {
 	// One statement under construction per table: ops of tables produced concurrently
 	// interleave on the channel without cutting each other's statements short. Within a
@@ -134,20 +145,16 @@ func (a *applier) worker(ctx context.Context, ch <-chan []op, writer string, tex
 		if len(b.rows) == 0 {
 			return nil
 		}
-		var q []byte
-		var args []any
 		switch {
 		case b.del:
-			q, args = appendDeleteByHandle(texts.get(), b.schema, b.table, b.rows)
+			q, args := appendDeleteByHandle(texts.get(), b.schema, b.table, b.rows)
+			txn = append(txn, texts.stmt(b.schema, b.table, q, args))
 		case b.load:
 			// The rows stay referenced until the commit, to be written with INSERT
 			// should the load leave warnings.
 			txn = append(txn, newLoadStmt(b.schema, b.table, b.mode, b.info, slices.Clone(b.rows), appendLoadData(texts.get(), b.rows)))
 		default:
-			q, args = appendUpsert(texts.get(), b.schema, b.table, b.rows, b.mode)
-		}
-		if q != nil {
-			txn = append(txn, txnStmt{table: ident.Table(b.schema, b.table), q: texts.str(q), args: args, text: q})
+			txn = append(txn, texts.upsert(b.schema, b.table, b.rows, b.mode))
 		}
 		txnRows, txnBytes = txnRows+len(b.rows), txnBytes+b.bytes
 		clear(b.rows)

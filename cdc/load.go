@@ -202,14 +202,14 @@ func newLoadStmt(schema, table string, mode writeMode, info *tableInfo, rows [][
 		table: ident.Table(schema, table),
 		q:     loadStatement(schema, table, name, rows[0]),
 		text:  data,
-		load:  &loadData{name: name, data: data, schema: schema, tbl: table, mode: mode, info: info, rows: rows},
+		load:  &loadData{name: name, schema: schema, tbl: table, mode: mode, info: info, rows: rows},
 	}
 }
 
-// loadData is what a LOAD DATA statement of a transaction needs besides its text.
+// loadData is what a LOAD DATA statement of a transaction needs besides its text and
+// its file (txnStmt.text).
 type loadData struct {
 	name        string // the driver's reader
-	data        []byte // the file
 	schema, tbl string
 	mode        writeMode
 	info        *tableInfo
@@ -229,7 +229,7 @@ func (e *errLoadWarnings) Error() string {
 
 // execLoad runs a LOAD DATA statement in tx and reports its warnings as *errLoadWarnings.
 func execLoad(ctx context.Context, tx *sql.Tx, s *txnStmt) error {
-	data := s.load.data
+	data := s.text
 	mysql.RegisterReaderHandler(s.load.name, func() io.Reader { return bytes.NewReader(data) })
 	_, err := tx.ExecContext(ctx, s.q)
 	mysql.DeregisterReaderHandler(s.load.name)
@@ -256,8 +256,7 @@ func asInserts(stmts []txnStmt, texts *stmtTexts) []txnStmt {
 			continue
 		}
 		s.load.info.noLoad.Store(true)
-		q, args := appendUpsert(texts.get(), s.load.schema, s.load.tbl, s.load.rows, s.load.mode)
-		out[i] = txnStmt{table: s.table, q: texts.str(q), args: args, text: q}
+		out[i] = texts.upsert(s.load.schema, s.load.tbl, s.load.rows, s.load.mode)
 	}
 	return out
 }

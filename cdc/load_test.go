@@ -3,9 +3,11 @@ package cdc
 import (
 	"context"
 	"database/sql"
+	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -241,7 +243,7 @@ func TestLoadDataEqualsInsert(t *testing.T) {
 		"200|moved|NULL|NULL|NULL|NULL|NULL|NULL|NULL|NULL|NULL",
 	}
 	for _, w := range want {
-		if !contains(gotLoad, w) {
+		if !slices.Contains(gotLoad, w) {
 			t.Errorf("via_load lacks %q:\n%q", w, gotLoad)
 		}
 	}
@@ -252,15 +254,6 @@ func TestLoadDataEqualsInsert(t *testing.T) {
 			}
 		}
 	}
-}
-
-func contains(xs []string, x string) bool {
-	for _, y := range xs {
-		if y == x {
-			return true
-		}
-	}
-	return false
 }
 
 // dumpNullSafe lists a table's rows with NULL apart from the text "NULL" (\N) and
@@ -303,8 +296,8 @@ func unhexRow(r string) string {
 		if !strings.HasPrefix(p, "0x") {
 			continue
 		}
-		var b []byte
-		if _, err := fmt.Sscanf(p[2:], "%x", &b); err != nil && p != "0x" {
+		b, err := hex.DecodeString(p[2:])
+		if err != nil {
 			continue
 		}
 		printable := true
