@@ -360,3 +360,37 @@ func TestLoadDataWarningsFallBackToInsert(t *testing.T) {
 		t.Fatalf("strict mode, a value too long: %v; want the table named and the server's error", err)
 	}
 }
+
+// TestLoadDataSkipsTablesWithTriggers: a fallback table with a DELETE trigger is written
+// with INSERT ... ON DUPLICATE KEY UPDATE (REPLACE would fire the trigger on every row
+// written again), while a table beside it without triggers is loaded in the same round.
+func TestLoadDataSkipsTablesWithTriggers(t *testing.T) {
+	k := newKeylessRig(t)
+	s := k.down.Name
+	exec(t, k.down.DB, "CREATE TABLE "+ident.Table(s, "trig")+" (id BIGINT NOT NULL PRIMARY KEY, v VARCHAR(16) NULL)")
+	exec(t, k.down.DB, "CREATE TABLE "+ident.Table(s, "plain")+" (id BIGINT NOT NULL PRIMARY KEY, v VARCHAR(16) NULL)")
+	exec(t, k.down.DB, "CREATE TABLE "+ident.Table(s, "audit")+" (id BIGINT NOT NULL)")
+	exec(t, k.down.DB, "CREATE TRIGGER "+ident.Table(s, "trig_del")+" AFTER DELETE ON "+ident.Table(s, "trig")+
+		" FOR EACH ROW INSERT INTO "+ident.Table(s, "audit")+" (id) VALUES (OLD.id)")
+	exec(t, k.down.DB, "INSERT INTO "+ident.Table(s, "trig")+" VALUES (1, 'old')")
+	info, err := loadTableInfo(context.Background(), k.down.DB, s, "trig")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !info.triggers {
+		t.Fatal("the table's trigger was not seen")
+	}
+	p := k.start(
+		ins(10, s, "trig", ci("id", 1, pk), cs("v", "new")),
+		ins(10, s, "trig", ci("id", 2, pk), cs("v", "two")),
+		ins(10, s, "plain", ci("id", 1, pk), cs("v", "p")),
+	)
+	p.ap.load = true
+	p.round(10, true)
+	equal(t, "trig", dump(t, k.down.DB, s, "trig"), []string{"1|new", "2|two"})
+	equal(t, "plain", dump(t, k.down.DB, s, "plain"), []string{"1|p"})
+	equal(t, "audit (rows the trigger saw deleted)", dump(t, k.down.DB, s, "audit"), nil)
+	if n := p.ap.ctr.loads.Load(); n != 1 {
+		t.Fatalf("%d LOAD DATA statements, want 1 (plain's)", n)
+	}
+}
